@@ -1,0 +1,50 @@
+#![doc = include_str!("../README.md")]
+#![no_std]
+// The verify path must never panic, whatever the input: these lints make every index, every
+// arithmetic operation and every explicit panic in this crate a reviewed exception.
+#![deny(
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    clippy::panic,
+    clippy::expect_used
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+#[cfg(any(feature = "std", test))]
+extern crate std;
+
+mod error;
+#[cfg(feature = "serde")]
+mod event;
+mod header;
+mod hex;
+mod secret;
+mod sign;
+mod verify;
+
+// The public interface.
+pub use error::{ConfigError, Error, ErrorKind, Malformed};
+#[cfg(feature = "serde")]
+pub use event::{EnvelopeError, EnvelopeErrorKind, Event};
+pub use header::SignatureHeader;
+pub use secret::Secret;
+pub use sign::{SignedHeader, Signer};
+pub use verify::{Verified, Verifier};
+
+/// The header that carries the signature, in the lowercase form `http::HeaderName` wants.
+pub const SIGNATURE_HEADER: &str = "x-kxp-signature";
+
+/// How far a timestamp may be from the receiver's clock, either way, unless configured
+/// otherwise: five minutes, wide enough for ordinary clock skew and narrow enough that a captured
+/// request cannot be replayed later.
+pub const DEFAULT_TOLERANCE: core::time::Duration = core::time::Duration::from_secs(300);
+
+/// Headers longer than this are malformed: a real one with [`MAX_SECRETS`] signatures is under
+/// 300 bytes, and the bound keeps parsing cost fixed whatever a client sends.
+pub const MAX_HEADER_LEN: usize = 4096;
+
+/// How many secrets a [`Verifier`] or [`Signer`] holds at once. Rotation needs two (old and new);
+/// the rest is headroom. The bound lets both work without a heap.
+pub const MAX_SECRETS: usize = 4;

@@ -1,0 +1,157 @@
+//! Secrets, held only as the pre-keyed HMAC state they produce.
+
+use core::fmt;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use crate::MAX_SECRETS;
+use crate::error::ConfigError;
+
+/// One webhook signing secret.
+///
+/// The key is the secret string's own bytes, exactly as shown to the merchant; it is never
+/// hex-decoded, so `createHmac('sha256', secret)` in any language agrees with it.
+///
+/// The string itself is not kept: only the HMAC state keyed with it, computed once here so that
+/// each message costs one HMAC pass over its bytes and no re-keying. That state is as sensitive
+/// as the key, so it is wiped on drop, and `Debug` prints `[redacted]`.
+///
+/// ```
+/// use kxp_verify::Secret;
+///
+/// let secret = Secret::new("41ab92590637ac82026ca65266b2898428ea491b1e6d543d7202cf486ea62965")?;
+/// assert_eq!(format!("{secret:?}"), "Secret([redacted])");
+/// # Ok::<(), kxp_verify::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Secret {
+    keyed: Hmac<Sha256>,
+}
+
+impl Secret {
+    /// Keys the HMAC with `secret`'s bytes. Empty secrets are refused.
+    pub fn new<S: AsRef<[u8]> + ?Sized>(secret: &S) -> Result<Secret, ConfigError> {
+        let key = secret.as_ref();
+        if key.is_empty() {
+            return Err(ConfigError::EmptySecret);
+        }
+        // HMAC takes keys of any length (long ones are hashed first), so this cannot fail.
+        let keyed = Hmac::<Sha256>::new_from_slice(key).map_err(|_| ConfigError::EmptySecret)?;
+        Ok(Secret { keyed })
+    }
+
+    /// HMAC-SHA256 over `<t digits>.<body>`.
+    pub(crate) fn mac(&self, timestamp_digits: &[u8], body: &[u8]) -> [u8; 32] {
+        let mut mac = self.keyed.clone();
+        mac.update(timestamp_digits);
+        mac.update(b".");
+        mac.update(body);
+        mac.finalize().into_bytes().into()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// One to [`MAX_SECRETS`] secrets in a fixed order, shared by [`Verifier`](crate::Verifier) and
+/// [`Signer`](crate::Signer).
+#[derive(Clone)]
+pub(crate) struct Keyring {
+    slots: [Option<Secret>; MAX_SECRETS],
+}
+
+impl Keyring {
+    pub(crate) fn one(secret: Secret) -> Keyring {
+        let mut slots: [Option<Secret>; MAX_SECRETS] = Default::default();
+        let [first, ..] = &mut slots;
+        *first = Some(secret);
+        Keyring { slots }
+    }
+
+    pub(crate) fn many<I: IntoIterator<Item = Secret>>(secrets: I) -> Result<Keyring, ConfigError> {
+        let mut slots: [Option<Secret>; MAX_SECRETS] = Default::default();
+        let mut secrets = secrets.into_iter();
+        for slot in &mut slots {
+            *slot = secrets.next();
+        }
+        if secrets.next().is_some() {
+            return Err(ConfigError::TooManySecrets);
+        }
+        let keyring = Keyring { slots };
+        if keyring.len() == 0 {
+            return Err(ConfigError::NoSecrets);
+        }
+        Ok(keyring)
+    }
+
+    /// Parses `a,b,…` (spaces around each secret are trimmed, as an environment variable
+    /// written by hand tends to have them).
+    pub(crate) fn from_list(list: &str) -> Result<Keyring, ConfigError> {
+        if list.trim().is_empty() {
+            return Err(ConfigError::NoSecrets);
+        }
+        let mut failed = None;
+        let keyring = Keyring::many(list.split(',').map_while(|s| match Secret::new(s.trim()) {
+            Ok(secret) => Some(secret),
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        }));
+        match failed {
+            Some(e) => Err(e),
+            None => keyring,
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Secret> {
+        self.slots.iter().flatten()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.iter().count()
+    }
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{} secrets, redacted]", self.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_are_trimmed_and_bounded() {
+        assert_eq!(Keyring::from_list(" a , b ").unwrap().len(), 2);
+        assert_eq!(Keyring::from_list("a,b,c,d").unwrap().len(), 4);
+        assert_eq!(
+            Keyring::from_list("a,b,c,d,e").unwrap_err(),
+            ConfigError::TooManySecrets
+        );
+        assert_eq!(Keyring::from_list("").unwrap_err(), ConfigError::NoSecrets);
+        assert_eq!(Keyring::from_list(" ").unwrap_err(), ConfigError::NoSecrets);
+        assert_eq!(
+            Keyring::from_list("a,,b").unwrap_err(),
+            ConfigError::EmptySecret
+        );
+        assert_eq!(
+            Keyring::from_list("a,").unwrap_err(),
+            ConfigError::EmptySecret
+        );
+    }
+
+    #[test]
+    fn trimmed_secret_signs_like_the_bare_one() {
+        let bare = Keyring::from_list("s3cret").unwrap();
+        let padded = Keyring::from_list("  s3cret\t").unwrap();
+        let mac = |k: &Keyring| k.iter().next().unwrap().mac(b"1", b"body");
+        assert_eq!(mac(&bare), mac(&padded));
+    }
+}

@@ -1,0 +1,181 @@
+//! Verification: parse, then signature, then timestamp, in that order.
+
+use core::time::Duration;
+
+use subtle::ConstantTimeEq;
+
+use crate::error::{ConfigError, Error};
+use crate::header::SignatureHeader;
+use crate::secret::{Keyring, Secret};
+use crate::{DEFAULT_TOLERANCE, MAX_SECRETS};
+
+/// Checks signature headers against one or more secrets.
+///
+/// Build it once at start-up (keying the HMAC is done here, not per request) and share it.
+/// [`verify`](Verifier::verify) is pure: the caller passes the clock, so tests and embedded
+/// targets need no time source. It allocates nothing and never panics.
+///
+/// The order of checks is fixed: a header that does not parse is `malformed_header`; then a
+/// signature must match, so a forgery always reads `signature_mismatch`; only an authentic
+/// request can be `timestamp_too_old` or `timestamp_in_future`.
+///
+/// ```
+/// use kxp_verify::{ErrorKind, Secret, Signer, Verifier};
+///
+/// let secret = "41ab92590637ac82026ca65266b2898428ea491b1e6d543d7202cf486ea62965";
+/// let verifier = Verifier::new(Secret::new(secret)?);
+/// let body = br#"{"id":"evt_1","type":"payment.succeeded"}"#;
+/// let header = Signer::new(Secret::new(secret)?).sign(1764464523, body).to_string();
+///
+/// let verified = verifier.verify(&header, body, 1764464523 + 60)?;
+/// assert_eq!(verified.body(), body);
+///
+/// let replayed = verifier.verify(&header, body, 1764464523 + 3600).unwrap_err();
+/// assert_eq!(replayed.kind(), ErrorKind::TimestampTooOld);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    keys: Keyring,
+    tolerance: u64,
+}
+
+impl Verifier {
+    /// A verifier for one secret, with the default five-minute tolerance.
+    pub fn new(secret: Secret) -> Verifier {
+        Verifier {
+            keys: Keyring::one(secret),
+            tolerance: DEFAULT_TOLERANCE.as_secs(),
+        }
+    }
+
+    /// A verifier that accepts a signature by any of 1 to [`MAX_SECRETS`] secrets, for
+    /// rotating without downtime.
+    pub fn with_secrets<I: IntoIterator<Item = Secret>>(
+        secrets: I,
+    ) -> Result<Verifier, ConfigError> {
+        Keyring::many(secrets).map(|keys| Verifier {
+            keys,
+            tolerance: DEFAULT_TOLERANCE.as_secs(),
+        })
+    }
+
+    /// A verifier from a comma-separated list of secrets (spaces around each are trimmed), the
+    /// form of the `KXP_WEBHOOK_SECRET` environment variable.
+    pub fn from_secret_list(list: &str) -> Result<Verifier, ConfigError> {
+        Keyring::from_list(list).map(|keys| Verifier {
+            keys,
+            tolerance: DEFAULT_TOLERANCE.as_secs(),
+        })
+    }
+
+    /// Sets how far, either way, a timestamp may be from `now` (whole seconds).
+    #[must_use]
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Verifier {
+        self.tolerance = tolerance.as_secs();
+        self
+    }
+
+    /// The configured tolerance.
+    pub fn tolerance(&self) -> Duration {
+        Duration::from_secs(self.tolerance)
+    }
+
+    /// How many secrets this verifier accepts.
+    pub fn secret_count(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Verifies `header` (the `X-Kxp-Signature` value; empty when the request had none) over
+    /// the raw `body` bytes, at `now_unix_seconds`.
+    pub fn verify<'b, H: AsRef<[u8]> + ?Sized>(
+        &self,
+        header: &H,
+        body: &'b [u8],
+        now_unix_seconds: u64,
+    ) -> Result<Verified<'b>, Error> {
+        let header = SignatureHeader::parse(header)?;
+
+        let mut macs = [[0u8; 32]; MAX_SECRETS];
+        for (slot, secret) in macs.iter_mut().zip(self.keys.iter()) {
+            *slot = secret.mac(header.timestamp_digits(), body);
+        }
+        let macs = macs.get(..self.keys.len()).unwrap_or_default();
+        // Every signature is compared with every MAC in constant time; which one matched is
+        // only known once a genuine signature did, so the search leaks nothing to a forger.
+        let mut matched = None;
+        for signature in header.signatures() {
+            for (index, mac) in macs.iter().enumerate() {
+                if bool::from(mac.as_slice().ct_eq(signature.as_slice())) {
+                    matched.get_or_insert(index);
+                }
+            }
+        }
+        let secret_index = matched.ok_or(Error::SIGNATURE_MISMATCH)?;
+
+        let timestamp = header.timestamp();
+        if timestamp < now_unix_seconds.saturating_sub(self.tolerance) {
+            return Err(Error::too_old(
+                now_unix_seconds.saturating_sub(timestamp),
+                self.tolerance,
+            ));
+        }
+        if timestamp > now_unix_seconds.saturating_add(self.tolerance) {
+            return Err(Error::in_future(
+                timestamp.saturating_sub(now_unix_seconds),
+                self.tolerance,
+            ));
+        }
+        Ok(Verified {
+            body,
+            timestamp,
+            secret_index,
+        })
+    }
+
+    /// [`verify`](Verifier::verify) at the system clock's current time.
+    #[cfg(feature = "std")]
+    pub fn verify_now<'b, H: AsRef<[u8]> + ?Sized>(
+        &self,
+        header: &H,
+        body: &'b [u8],
+    ) -> Result<Verified<'b>, Error> {
+        self.verify(header, body, unix_now())
+    }
+}
+
+/// The system clock in Unix seconds; a clock set before 1970 reads as 0.
+#[cfg(feature = "std")]
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A body whose signature checked out. Only [`Verifier::verify`] makes one, so holding a
+/// `Verified` proves the bytes are authentic and fresh; with the `serde` feature it is also the
+/// only way to parse the [`Event`](crate::Event) envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified<'b> {
+    body: &'b [u8],
+    timestamp: u64,
+    secret_index: usize,
+}
+
+impl<'b> Verified<'b> {
+    /// The verified raw body.
+    pub fn body(&self) -> &'b [u8] {
+        self.body
+    }
+
+    /// The signed `t` value (Unix seconds).
+    pub fn timestamp(&self) -> u64 {
+        self.timestamp
+    }
+
+    /// Which configured secret matched (0 for the first). During a rotation, a match on an old
+    /// secret tells you which senders have not switched yet.
+    pub fn secret_index(&self) -> usize {
+        self.secret_index
+    }
+}

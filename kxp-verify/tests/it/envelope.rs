@@ -1,0 +1,94 @@
+//! The envelope can be parsed only from a verified body, and bad envelopes are named precisely.
+
+use kxp_verify::{EnvelopeErrorKind, Event, Secret, Signer, Verifier};
+
+const SECRET: &str = "41ab92590637ac82026ca65266b2898428ea491b1e6d543d7202cf486ea62965";
+const NOW: u64 = 1_764_464_523;
+
+fn parse<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Result<Event<T>, kxp_verify::EnvelopeError> {
+    let header = Signer::new(Secret::new(SECRET).unwrap())
+        .sign(NOW, body)
+        .to_string();
+    let verifier = Verifier::new(Secret::new(SECRET).unwrap());
+    verifier.verify(&header, body, NOW).unwrap().parse()
+}
+
+#[test]
+fn parses_every_field_and_ignores_unknown_ones() {
+    let body = br#"{"id":"5f0c6a52-3d2e-4c1f-9a51-8e2b7f1d9c01","type":"payment.succeeded",
+        "api_version":"2026-11-01","created_at":"2026-11-30T01:02:03Z",
+        "data":{"amount":1999,"currency":"CNY"},"added_later":true}"#;
+    let event: Event = parse(body).unwrap();
+    assert_eq!(event.id(), "5f0c6a52-3d2e-4c1f-9a51-8e2b7f1d9c01");
+    assert_eq!(event.event_type(), "payment.succeeded");
+    assert_eq!(event.api_version(), "2026-11-01");
+    assert_eq!(event.created_at(), "2026-11-30T01:02:03Z");
+    assert_eq!(event.data()["currency"], "CNY");
+}
+
+#[test]
+fn typed_data() {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Payment {
+        amount: u64,
+    }
+    let body = br#"{"id":"e1","type":"t","api_version":"v","created_at":"c","data":{"amount":5}}"#;
+    let event: Event<Payment> = parse(body).unwrap();
+    assert_eq!(event.into_data(), Payment { amount: 5 });
+}
+
+#[test]
+fn names_what_is_wrong_without_quoting_the_body() {
+    let not_json = parse::<serde_json::Value>(b"card=4111111111111111").unwrap_err();
+    assert_eq!(not_json.kind(), EnvelopeErrorKind::InvalidJson);
+    assert!(!not_json.to_string().contains("4111"), "{not_json}");
+
+    let no_id =
+        parse::<serde_json::Value>(br#"{"type":"t","api_version":"v","created_at":"c","data":{}}"#)
+            .unwrap_err();
+    assert_eq!(no_id.kind(), EnvelopeErrorKind::InvalidEnvelope);
+    assert_eq!(no_id.to_string(), "invalid_envelope: missing field `id`");
+
+    let wrong_type = parse::<u32>(
+        br#"{"id":"e","type":"t","api_version":"v","created_at":"c","data":"4111111111111111"}"#,
+    )
+    .unwrap_err();
+    assert_eq!(wrong_type.kind(), EnvelopeErrorKind::InvalidEnvelope);
+    assert!(!wrong_type.to_string().contains("4111"), "{wrong_type}");
+}
+
+#[test]
+fn refuses_ids_that_cannot_be_dedup_keys() {
+    let long = "x".repeat(256);
+    for id in ["", "has space", "tab\t", long.as_str()] {
+        let body = serde_json::json!({"id": id, "type": "t", "api_version": "v", "created_at": "c", "data": {}});
+        let error = parse::<serde_json::Value>(body.to_string().as_bytes()).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            EnvelopeErrorKind::InvalidEnvelope,
+            "id {id:?}"
+        );
+    }
+    let max = "x".repeat(255);
+    let body = serde_json::json!({"id": max, "type": "t", "api_version": "v", "created_at": "c", "data": {}});
+    assert!(parse::<serde_json::Value>(body.to_string().as_bytes()).is_ok());
+}
+
+#[test]
+fn sender_side_events_serialize_to_the_wire_form() {
+    let event = Event::new(
+        "e1",
+        "payment.succeeded",
+        "2026-11-01",
+        "2026-11-30T01:02:03Z",
+        7,
+    );
+    let json = serde_json::to_value(&event).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"id":"e1","type":"payment.succeeded","api_version":"2026-11-01",
+            "created_at":"2026-11-30T01:02:03Z","data":7})
+    );
+}
