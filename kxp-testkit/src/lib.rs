@@ -7,6 +7,11 @@
 
 use std::path::PathBuf;
 
+/// The top-level README's Rust examples, run as doctests so the front page cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 use base64::Engine;
 use serde::Deserialize;
 

@@ -31,7 +31,7 @@ pub use event::{EnvelopeError, EnvelopeErrorKind, Event};
 pub use header::SignatureHeader;
 pub use secret::Secret;
 pub use sign::{SignedHeader, Signer};
-pub use verify::{Verified, Verifier};
+pub use verify::{Verified, VerifiedBuf, Verifier};
 
 /// The header that carries the signature, in the lowercase form `http::HeaderName` wants.
 pub const SIGNATURE_HEADER: &str = "x-kxp-signature";

@@ -179,3 +179,75 @@ impl<'b> Verified<'b> {
         self.secret_index
     }
 }
+
+impl<'b> Verified<'b> {
+    /// Attaches the buffer that holds the verified bytes, giving a [`VerifiedBuf`] that can
+    /// outlive this borrow (in a request extension, across an `.await`).
+    ///
+    /// Returns `None` unless `owner` holds exactly the verified bytes, so the proof of
+    /// verification cannot be moved onto other data.
+    ///
+    /// ```
+    /// use kxp_verify::{Secret, Signer, Verifier};
+    ///
+    /// let body: Vec<u8> = b"{}".to_vec();
+    /// let header = Signer::new(Secret::new("s")?).sign(1000, &body).to_string();
+    /// let verifier = Verifier::new(Secret::new("s")?);
+    /// let verified = verifier.verify(&header, &body, 1000)?;
+    /// assert!(verified.with_owner(b"[]".to_vec()).is_none());
+    /// let owned = verified.with_owner(body.clone()).unwrap();
+    /// drop(body);
+    /// assert_eq!(owned.body(), b"{}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_owner<B: AsRef<[u8]>>(self, owner: B) -> Option<VerifiedBuf<B>> {
+        let held = owner.as_ref();
+        let same = core::ptr::eq(held, self.body) || held == self.body;
+        same.then_some(VerifiedBuf {
+            buf: owner,
+            timestamp: self.timestamp,
+            secret_index: self.secret_index,
+        })
+    }
+}
+
+/// A [`Verified`] body that owns its buffer (`Vec<u8>`, `bytes::Bytes`, …). Made only by
+/// [`Verified::with_owner`], so it carries the same proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedBuf<B> {
+    buf: B,
+    timestamp: u64,
+    secret_index: usize,
+}
+
+impl<B: AsRef<[u8]>> VerifiedBuf<B> {
+    /// The verified body, borrowed as a [`Verified`] again (to [`parse`](Verified::parse) it,
+    /// for instance).
+    pub fn verified(&self) -> Verified<'_> {
+        Verified {
+            body: self.buf.as_ref(),
+            timestamp: self.timestamp,
+            secret_index: self.secret_index,
+        }
+    }
+
+    /// The verified raw body.
+    pub fn body(&self) -> &[u8] {
+        self.buf.as_ref()
+    }
+
+    /// The signed `t` value (Unix seconds).
+    pub fn timestamp(&self) -> u64 {
+        self.timestamp
+    }
+
+    /// Which configured secret matched (0 for the first).
+    pub fn secret_index(&self) -> usize {
+        self.secret_index
+    }
+
+    /// The buffer, giving up the proof.
+    pub fn into_inner(self) -> B {
+        self.buf
+    }
+}

@@ -1,0 +1,1 @@
+//! Runnable examples (work in progress: see issue 3).

@@ -1,0 +1,1 @@
+//! Verify kxp webhooks in axum (work in progress: see issue 3).
