@@ -1,1 +1,11 @@
-//! Verify kxp webhooks in axum (work in progress: see issue 3).
+#![doc = include_str!("../README.md")]
+
+mod extract;
+mod layer;
+
+#[cfg(feature = "dedup")]
+pub mod dedup;
+
+pub use extract::{VerifiedBody, VerifiedEvent, WebhookRejection};
+pub use kxp_receiver::{DEFAULT_BODY_LIMIT, FromEnvError, Receiver, Rejection};
+pub use layer::{Verify, VerifyLayer};

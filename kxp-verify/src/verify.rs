@@ -133,6 +133,37 @@ impl Verifier {
         })
     }
 
+    /// [`verify`](Verifier::verify) a body held in an owned buffer, keeping the buffer with the
+    /// proof.
+    ///
+    /// ```
+    /// use kxp_verify::{Secret, Signer, Verifier};
+    ///
+    /// let body: Vec<u8> = b"{}".to_vec();
+    /// let header = Signer::new(Secret::new("s")?).sign(1000, &body).to_string();
+    /// let verifier = Verifier::new(Secret::new("s")?);
+    /// let verified = verifier.verify_owned(&header, body, 1000)?;
+    /// assert_eq!(verified.body(), b"{}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn verify_owned<B: AsRef<[u8]>, H: AsRef<[u8]> + ?Sized>(
+        &self,
+        header: &H,
+        body: B,
+        now_unix_seconds: u64,
+    ) -> Result<VerifiedBuf<B>, Error> {
+        let Verified {
+            timestamp,
+            secret_index,
+            ..
+        } = self.verify(header, body.as_ref(), now_unix_seconds)?;
+        Ok(VerifiedBuf {
+            buf: body,
+            timestamp,
+            secret_index,
+        })
+    }
+
     /// [`verify`](Verifier::verify) at the system clock's current time.
     #[cfg(feature = "std")]
     pub fn verify_now<'b, H: AsRef<[u8]> + ?Sized>(
@@ -180,39 +211,9 @@ impl<'b> Verified<'b> {
     }
 }
 
-impl<'b> Verified<'b> {
-    /// Attaches the buffer that holds the verified bytes, giving a [`VerifiedBuf`] that can
-    /// outlive this borrow (in a request extension, across an `.await`).
-    ///
-    /// Returns `None` unless `owner` holds exactly the verified bytes, so the proof of
-    /// verification cannot be moved onto other data.
-    ///
-    /// ```
-    /// use kxp_verify::{Secret, Signer, Verifier};
-    ///
-    /// let body: Vec<u8> = b"{}".to_vec();
-    /// let header = Signer::new(Secret::new("s")?).sign(1000, &body).to_string();
-    /// let verifier = Verifier::new(Secret::new("s")?);
-    /// let verified = verifier.verify(&header, &body, 1000)?;
-    /// assert!(verified.with_owner(b"[]".to_vec()).is_none());
-    /// let owned = verified.with_owner(body.clone()).unwrap();
-    /// drop(body);
-    /// assert_eq!(owned.body(), b"{}");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn with_owner<B: AsRef<[u8]>>(self, owner: B) -> Option<VerifiedBuf<B>> {
-        let held = owner.as_ref();
-        let same = core::ptr::eq(held, self.body) || held == self.body;
-        same.then_some(VerifiedBuf {
-            buf: owner,
-            timestamp: self.timestamp,
-            secret_index: self.secret_index,
-        })
-    }
-}
-
-/// A [`Verified`] body that owns its buffer (`Vec<u8>`, `bytes::Bytes`, …). Made only by
-/// [`Verified::with_owner`], so it carries the same proof.
+/// A [`Verified`] body that owns its buffer (`Vec<u8>`, `bytes::Bytes`, …), so it can outlive
+/// the request (in a request extension, across an `.await`). Made only by
+/// [`Verifier::verify_owned`], so it carries the same proof.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedBuf<B> {
     buf: B,
@@ -234,6 +235,11 @@ impl<B: AsRef<[u8]>> VerifiedBuf<B> {
     /// The verified raw body.
     pub fn body(&self) -> &[u8] {
         self.buf.as_ref()
+    }
+
+    /// The buffer itself (a `bytes::Bytes`, say), still under the proof.
+    pub fn get_ref(&self) -> &B {
+        &self.buf
     }
 
     /// The signed `t` value (Unix seconds).

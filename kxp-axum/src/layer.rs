@@ -1,0 +1,178 @@
+//! The tower middleware: answer the challenge, bound and buffer the body, verify, check the
+//! envelope, and log one line per request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{Method, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use kxp_receiver::{Receiver, Rejection, RequestLog, challenge_token, outcome_for_status};
+use kxp_verify::SIGNATURE_HEADER;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::extract::{VerifiedBody, WebhookRejection};
+
+/// Verifies kxp webhooks before the wrapped service sees them.
+///
+/// - `GET ?challenge=<token>` is answered with the token (`text/plain`), for endpoint
+///   registration; other requests go on.
+/// - A body over the limit (1 MiB by default) is answered 413 without being read further: a
+///   declared `Content-Length` is checked before reading, and the bytes are counted as they
+///   stream in otherwise.
+/// - A bad signature is answered 401 `{"error":"<kind>"}`; an authentic body that is not an
+///   event, 400.
+/// - Otherwise the request reaches the inner service with the body intact and a
+///   [`VerifiedBody`] in its extensions, which the [`VerifiedEvent`](crate::VerifiedEvent) and
+///   [`VerifiedBody`] extractors read.
+///
+/// Each request logs one line (target `kxp_webhooks`) with `event_id`, `verification`,
+/// `outcome`, `status` and `duration_ms`.
+#[derive(Debug, Clone)]
+pub struct VerifyLayer {
+    receiver: Receiver,
+}
+
+impl VerifyLayer {
+    /// A layer checking requests with `receiver`'s secrets, limit and clock.
+    pub fn new(receiver: Receiver) -> VerifyLayer {
+        VerifyLayer { receiver }
+    }
+
+    /// A layer whose secrets are the comma-separated list in the environment variable `var`.
+    pub fn from_env(var: &str) -> Result<VerifyLayer, kxp_receiver::FromEnvError> {
+        Receiver::from_env(var).map(VerifyLayer::new)
+    }
+}
+
+impl<S> Layer<S> for VerifyLayer {
+    type Service = Verify<S>;
+
+    fn layer(&self, inner: S) -> Verify<S> {
+        Verify {
+            inner,
+            receiver: self.receiver.clone(),
+        }
+    }
+}
+
+/// The service [`VerifyLayer`] wraps around `S`.
+#[derive(Debug, Clone)]
+pub struct Verify<S> {
+    inner: S,
+    receiver: Receiver,
+}
+
+impl<S> Service<Request> for Verify<S>
+where
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // The clone is the ready one for this call (tower's "clone and swap" rule).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let receiver = self.receiver.clone();
+        Box::pin(handle(inner, receiver, request))
+    }
+}
+
+async fn handle<S>(mut inner: S, receiver: Receiver, request: Request) -> Result<Response, S::Error>
+where
+    S: Service<Request, Response = Response>,
+{
+    let log = RequestLog::start();
+    if request.method() == Method::GET {
+        if let Some(token) = challenge_token(request.uri().query()) {
+            return Ok(match token {
+                Ok(token) => {
+                    log.finish("", "not_attempted", "challenge", 200);
+                    challenge_response(token)
+                }
+                Err(rejection) => reject(log, rejection),
+            });
+        }
+    }
+
+    let (parts, body) = request.into_parts();
+    let body = match read_body(&receiver, &parts.headers, body).await {
+        Ok(body) => body,
+        Err(rejection) => return Ok(reject(log, rejection)),
+    };
+    let signature = parts
+        .headers
+        .get(SIGNATURE_HEADER)
+        .map_or(&b""[..], |v| v.as_bytes());
+    let accepted = match receiver.check(signature, body.clone()) {
+        Ok(accepted) => accepted,
+        Err(rejection) => return Ok(reject(log, rejection)),
+    };
+
+    let event_id = accepted.event_id().to_owned();
+    let mut request = Request::from_parts(parts, Body::from(body));
+    request.extensions_mut().insert(VerifiedBody::new(accepted));
+    let response = inner.call(request).await?;
+
+    let status = response.status().as_u16();
+    let outcome = response
+        .extensions()
+        .get::<HandlerOutcome>()
+        .map_or_else(|| outcome_for_status(status), |o| o.0);
+    log.finish(&event_id, "ok", outcome, status);
+    Ok(response)
+}
+
+/// Set by the dedup glue on its responses, so the log says `duplicate` rather than guessing
+/// `processed` from the 200.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandlerOutcome(pub(crate) &'static str);
+
+async fn read_body(
+    receiver: &Receiver,
+    headers: &http::HeaderMap,
+    body: Body,
+) -> Result<Bytes, Rejection> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(rejection) = receiver.too_large(declared) {
+        return Err(rejection);
+    }
+    match Limited::new(body, receiver.limit()).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<LengthLimitError>() => Err(Rejection::PayloadTooLarge {
+            limit: receiver.limit(),
+        }),
+        Err(_) => Err(Rejection::BodyUnreadable),
+    }
+}
+
+fn reject(log: RequestLog, rejection: Rejection) -> Response {
+    log.finish("", rejection.verification(), "rejected", rejection.status());
+    WebhookRejection(rejection).into_response()
+}
+
+fn challenge_response(token: &str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        token.to_owned(),
+    )
+        .into_response()
+}

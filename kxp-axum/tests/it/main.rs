@@ -1,0 +1,7 @@
+//! Integration tests of kxp-axum over real HTTP on 127.0.0.1.
+
+// Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
+#![allow(clippy::unwrap_used)]
+
+mod harness;
+mod verification;

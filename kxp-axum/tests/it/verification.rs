@@ -1,0 +1,304 @@
+//! What the layer answers before any handler runs: vectors, limits, envelopes, the challenge,
+//! rotation, and the log line.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::post;
+use bytes::Bytes;
+use kxp_axum::{Receiver, VerifiedBody, VerifiedEvent};
+use kxp_testkit::{check_all, vectors};
+use kxp_verify::{Secret, Verifier};
+
+use crate::harness::{Logs, NOW, SECRET, event_body, post as send, receiver, serve, sign};
+
+fn counting_routes(calls: Arc<AtomicUsize>) -> Router {
+    Router::new().route(
+        "/webhooks",
+        post(move |_: VerifiedBody| async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            "handled"
+        }),
+    )
+}
+
+#[tokio::test]
+async fn every_vector_over_http() {
+    let logs = Logs::default();
+    let _guard = logs.install();
+    let mut skipped = Vec::new();
+    let mut verdicts = std::collections::HashMap::new();
+    for vector in vectors() {
+        if vector.header.contains('\0') {
+            // HTTP header values cannot carry NUL; the client refuses to send it at all.
+            skipped.push(vector.name.clone());
+            verdicts.insert(vector.name.clone(), vector.expect.clone());
+            continue;
+        }
+        let secrets = vector.secrets.iter().map(|s| Secret::new(s).unwrap());
+        let verifier = Verifier::with_secrets(secrets).unwrap();
+        let now = vector.now;
+        let receiver = Receiver::new(verifier)
+            .tolerance(Duration::from_secs(vector.tolerance_s))
+            .clock(move || now);
+        let url = serve(counting_routes(Arc::default()), receiver).await;
+        let header = (!vector.header.is_empty()).then_some(vector.header.as_str());
+        let (status, body) = send(&url, header, vector.body.clone()).await;
+        let verdict = match status {
+            401 => serde_json::from_str::<serde_json::Value>(&body).unwrap()["error"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            // Authentic; the binary and empty bodies then fail the envelope check.
+            200 | 400 => "ok".to_owned(),
+            other => panic!("{}: status {other} {body}", vector.name),
+        };
+        let logged = logs.requests().last().unwrap()["verification"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            logged, verdict,
+            "{}: log line disagrees with the response",
+            vector.name
+        );
+        verdicts.insert(vector.name.clone(), verdict);
+    }
+    check_all(|v| verdicts[&v.name].clone());
+    assert_eq!(skipped, ["malformed_nul_byte"]);
+    for secret in vectors().iter().flat_map(|v| v.secrets.clone()) {
+        assert!(!logs.text().contains(&secret), "a secret reached the logs");
+    }
+}
+
+#[tokio::test]
+async fn an_empty_header_value_is_a_missing_header() {
+    let url = serve(counting_routes(Arc::default()), receiver()).await;
+    let (status, body) = send(&url, Some(""), event_body("e1")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (401, r#"{"error":"missing_header"}"#)
+    );
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused_unread() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let url = serve(counting_routes(calls.clone()), receiver().body_limit(1024)).await;
+
+    let big = vec![b'x'; 2000];
+    let (status, body) = send(&url, Some(&sign(SECRET, &big)), big.clone()).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (413, r#"{"error":"payload_too_large"}"#)
+    );
+
+    // Without a Content-Length the bytes are counted as they stream in.
+    let chunks: Vec<Result<Bytes, std::io::Error>> = big
+        .chunks(100)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    let stream = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let (status, _) = send(&url, Some(&sign(SECRET, &big)), stream).await;
+    assert_eq!(status, 413);
+
+    // Exactly at the limit is fine (then refused as not JSON, which proves it was read).
+    let exact = vec![b'x'; 1024];
+    let (status, body) = send(&url, Some(&sign(SECRET, &exact)), exact.clone()).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (400, r#"{"error":"invalid_json"}"#)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn authentic_bodies_that_are_not_events_are_400() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let url = serve(counting_routes(calls.clone()), receiver()).await;
+    for (body, code) in [
+        ("not json", "invalid_json"),
+        (
+            r#"{"type":"payment.succeeded","api_version":"v","created_at":"c","data":{}}"#,
+            "invalid_envelope",
+        ),
+        (
+            r#"{"id":"","type":"t","api_version":"v","created_at":"c","data":{}}"#,
+            "invalid_envelope",
+        ),
+        ("[1,2,3]", "invalid_envelope"),
+    ] {
+        let (status, answer) = send(&url, Some(&sign(SECRET, body.as_bytes())), body).await;
+        assert_eq!(
+            (status, answer),
+            (400, format!(r#"{{"error":"{code}"}}"#)),
+            "{body}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn the_handler_gets_the_raw_bytes_and_the_typed_event() {
+    #[derive(serde::Deserialize)]
+    struct Payment {
+        amount: u64,
+    }
+    let routes = Router::new().route(
+        "/webhooks",
+        post(
+            |raw: VerifiedBody, event: VerifiedEvent<Payment>, body: Bytes| async move {
+                assert_eq!(raw.bytes(), &body, "the body reaches the handler unchanged");
+                assert_eq!(raw.event_id(), event.id());
+                format!("{} {}", event.id(), event.data().amount)
+            },
+        ),
+    );
+    let url = serve(routes, receiver()).await;
+    // Odd spacing and key order survive: the signature covers these exact bytes.
+    let body = r#"{ "data":{"amount":1999},"id":"evt_raw","type":"payment.succeeded","api_version":"v","created_at":"c" }"#;
+    let (status, answer) = send(&url, Some(&sign(SECRET, body.as_bytes())), body).await;
+    assert_eq!((status, answer.as_str()), (200, "evt_raw 1999"));
+}
+
+#[tokio::test]
+async fn a_handler_without_the_layer_refuses_rather_than_trusts() {
+    let app = Router::new().route(
+        "/webhooks",
+        post(|event: VerifiedEvent| async move { event.id().to_owned() }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let body = event_body("e1");
+    let (status, answer) = send(&url, Some(&sign(SECRET, body.as_bytes())), body).await;
+    assert_eq!(
+        (status, answer.as_str()),
+        (500, r#"{"error":"not_verified"}"#)
+    );
+}
+
+#[tokio::test]
+async fn the_challenge_echoes_a_safe_token_only() {
+    let logs = Logs::default();
+    let _guard = logs.install();
+    let url = serve(counting_routes(Arc::default()), receiver()).await;
+    let client = reqwest::Client::new();
+
+    let response = client
+        .get(format!("{url}/webhooks?challenge=a1B2-c3_d4"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(response.text().await.unwrap(), "a1B2-c3_d4");
+
+    let response = client
+        .get(format!("{url}/webhooks?challenge=%3Cscript%3E"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+
+    // Any other request behind the layer must be signed, GET or not.
+    let response = client.get(format!("{url}/webhooks")).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+
+    let lines = logs.requests();
+    assert_eq!(lines[0]["verification"], "not_attempted");
+    assert_eq!(lines[0]["outcome"], "challenge");
+    assert_eq!(lines[1]["status"], 400);
+}
+
+#[tokio::test]
+async fn rotation_accepts_either_secret_during_the_overlap() {
+    let url = serve(
+        counting_routes(Arc::default()),
+        Receiver::new(Verifier::from_secret_list("new-secret,old-secret").unwrap()).clock(|| NOW),
+    )
+    .await;
+    let body = event_body("evt_rot");
+    for secret in ["new-secret", "old-secret"] {
+        let (status, _) = send(&url, Some(&sign(secret, body.as_bytes())), body.clone()).await;
+        assert_eq!(status, 200, "signed with {secret}");
+    }
+    // What a rotating sender emits: one v1 per live secret, newest first.
+    let both = kxp_verify::Signer::from_secret_list("newer-secret,new-secret")
+        .unwrap()
+        .sign(NOW, body.as_bytes())
+        .to_string();
+    assert_eq!(send(&url, Some(&both), body.clone()).await.0, 200);
+    let (status, answer) = send(&url, Some(&sign("retired-secret", body.as_bytes())), body).await;
+    assert_eq!(
+        (status, answer.as_str()),
+        (401, r#"{"error":"signature_mismatch"}"#)
+    );
+}
+
+#[tokio::test]
+async fn one_log_line_per_request_with_the_contract_fields_and_no_secrets() {
+    let logs = Logs::default();
+    let _guard = logs.install();
+    let url = serve(counting_routes(Arc::default()), receiver().body_limit(4096)).await;
+    let body = event_body("evt_log");
+    let header = sign(SECRET, body.as_bytes());
+    send(&url, Some(&header), body.clone()).await;
+    send(&url, Some(&sign("wrong", body.as_bytes())), body.clone()).await;
+    send(&url, Some(&header), vec![b'x'; 5000]).await;
+    let stale = kxp_verify::Signer::from_secret_list(SECRET)
+        .unwrap()
+        .sign(NOW - 301, body.as_bytes())
+        .to_string();
+    send(&url, Some(&stale), body.clone()).await;
+
+    let lines = logs.requests();
+    assert_eq!(lines.len(), 4, "{}", logs.text());
+    let fields = |i: usize| {
+        let l = &lines[i];
+        (
+            l["event_id"].as_str().unwrap().to_owned(),
+            l["verification"].as_str().unwrap().to_owned(),
+            l["outcome"].as_str().unwrap().to_owned(),
+            l["status"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(
+        fields(0),
+        ("evt_log".into(), "ok".into(), "processed".into(), 200)
+    );
+    assert_eq!(
+        fields(1),
+        (
+            "".into(),
+            "signature_mismatch".into(),
+            "rejected".into(),
+            401
+        )
+    );
+    assert_eq!(
+        fields(2),
+        ("".into(), "not_attempted".into(), "rejected".into(), 413)
+    );
+    assert_eq!(
+        fields(3),
+        (
+            "".into(),
+            "timestamp_too_old".into(),
+            "rejected".into(),
+            401
+        )
+    );
+    assert!(lines.iter().all(|l| l["duration_ms"].is_u64()));
+
+    let text = logs.text();
+    assert!(!text.contains(SECRET));
+    let v1 = header.rsplit("v1=").next().unwrap();
+    assert!(!text.contains(v1), "a signature reached the logs");
+    assert!(!text.contains("1999"), "the body reached the logs");
+}

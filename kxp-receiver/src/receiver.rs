@@ -1,0 +1,175 @@
+//! The configured checks: body limit, signature, envelope.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kxp_verify::{ConfigError, Event, VerifiedBuf, Verifier};
+use serde::de::IgnoredAny;
+
+use crate::rejection::Rejection;
+
+/// The default body limit: 1 MiB, far above any real event, low enough that a flood of large
+/// bodies cannot exhaust memory.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// A receiver's configuration: the secrets (in a [`Verifier`]), the body limit and the clock.
+///
+/// Cheap to clone (the state is shared), so an adapter keeps one per route.
+#[derive(Clone)]
+pub struct Receiver {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    verifier: Verifier,
+    body_limit: usize,
+    clock: Arc<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl Receiver {
+    /// A receiver with the default body limit and the system clock.
+    pub fn new(verifier: Verifier) -> Receiver {
+        Receiver {
+            inner: Arc::new(Inner {
+                verifier,
+                body_limit: DEFAULT_BODY_LIMIT,
+                clock: Arc::new(system_clock),
+            }),
+        }
+    }
+
+    /// A receiver whose secrets are the comma-separated list in the environment variable `var`
+    /// (conventionally `KXP_WEBHOOK_SECRET`), so rotating is a matter of setting `new,old`.
+    pub fn from_env(var: &str) -> Result<Receiver, FromEnvError> {
+        let list = std::env::var(var).map_err(|_| FromEnvError::Missing(var.to_owned()))?;
+        let verifier =
+            Verifier::from_secret_list(&list).map_err(|error| FromEnvError::Invalid {
+                var: var.to_owned(),
+                error,
+            })?;
+        Ok(Receiver::new(verifier))
+    }
+
+    /// Sets the largest body accepted, in bytes; larger ones are answered 413 unread.
+    #[must_use]
+    pub fn body_limit(self, bytes: usize) -> Receiver {
+        self.rebuild(|inner| inner.body_limit = bytes)
+    }
+
+    /// Sets the timestamp tolerance (default five minutes).
+    #[must_use]
+    pub fn tolerance(self, tolerance: Duration) -> Receiver {
+        self.rebuild(|inner| inner.verifier = inner.verifier.clone().with_tolerance(tolerance))
+    }
+
+    /// Replaces the clock (Unix seconds): tests pin time with it.
+    #[must_use]
+    pub fn clock(self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Receiver {
+        self.rebuild(|inner| inner.clock = Arc::new(clock))
+    }
+
+    /// The body limit in bytes.
+    pub fn limit(&self) -> usize {
+        self.inner.body_limit
+    }
+
+    /// Whether a declared `Content-Length` is already over the limit, so the body need not be
+    /// read at all.
+    pub fn too_large(&self, content_length: Option<u64>) -> Option<Rejection> {
+        let limit = self.inner.body_limit;
+        let over = content_length.is_some_and(|len| len > u64::try_from(limit).unwrap_or(u64::MAX));
+        over.then_some(Rejection::PayloadTooLarge { limit })
+    }
+
+    /// Verifies `header` (empty when absent) over `body`, then checks the envelope so the
+    /// handler is only reached with a usable event id.
+    pub fn check<B: AsRef<[u8]>>(&self, header: &[u8], body: B) -> Result<Accepted<B>, Rejection> {
+        let now = (self.inner.clock)();
+        let verified = self
+            .inner
+            .verifier
+            .verify_owned(header, body, now)
+            .map_err(Rejection::Signature)?;
+        let event: Event<IgnoredAny> = verified.verified().parse().map_err(Rejection::Envelope)?;
+        let event_id = event.id().to_owned();
+        Ok(Accepted { verified, event_id })
+    }
+
+    fn rebuild(self, change: impl FnOnce(&mut Inner)) -> Receiver {
+        let mut inner = Arc::unwrap_or_clone(self.inner);
+        change(&mut inner);
+        Receiver {
+            inner: Arc::new(inner),
+        }
+    }
+}
+
+impl fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver")
+            .field("verifier", &self.inner.verifier)
+            .field("body_limit", &self.inner.body_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+fn system_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A request that passed every check: the verified body and the event id read from it.
+#[derive(Debug, Clone)]
+pub struct Accepted<B> {
+    verified: VerifiedBuf<B>,
+    event_id: String,
+}
+
+impl<B: AsRef<[u8]>> Accepted<B> {
+    /// The event id from the verified body: the dedup key.
+    pub fn event_id(&self) -> &str {
+        &self.event_id
+    }
+
+    /// The verified body.
+    pub fn verified(&self) -> &VerifiedBuf<B> {
+        &self.verified
+    }
+
+    /// Both parts, by value.
+    pub fn into_parts(self) -> (VerifiedBuf<B>, String) {
+        (self.verified, self.event_id)
+    }
+}
+
+/// The secrets could not be read from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FromEnvError {
+    /// The variable is not set (or not Unicode).
+    Missing(String),
+    /// The variable's list of secrets is unusable.
+    Invalid {
+        /// The variable's name.
+        var: String,
+        /// What is wrong with the list (never the secrets themselves).
+        error: ConfigError,
+    },
+}
+
+impl fmt::Display for FromEnvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FromEnvError::Missing(var) => write!(
+                f,
+                "{var} is not set: it must hold the webhook secret(s), comma-separated"
+            ),
+            FromEnvError::Invalid { var, error } => write!(f, "{var}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for FromEnvError {}
