@@ -1,6 +1,7 @@
 //! Test helpers shared by every crate that signs or verifies: the signature vectors of
 //! `testdata/vectors/signatures.json` (a copy of the project's shared vectors; `.ci/run` checks
-//! that the copy is current).
+//! that the copy is current) and `testdata/vectors/extra.json` (rules the shared set leaves
+//! unpinned; made by `make-extra.py` beside it).
 //!
 //! It knows nothing of `kxp-verify`, so each implementation under test (the core, the CLI, the
 //! adapters, the snippets in other languages) is checked against the same data by the same loader.
@@ -49,6 +50,25 @@ impl Vector {
             .collect()
     }
 
+    /// Whether an HTTP header value carries exactly these bytes. Control characters (NUL,
+    /// newline, DEL) cannot be sent at all, and whitespace at either end is not part of a field
+    /// value (HTTP strips it), so HTTP tests skip such vectors and say which.
+    pub fn fits_http(&self) -> bool {
+        let bytes = self.header.as_bytes();
+        let controls = bytes.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f);
+        let padded = bytes.first().is_some_and(|b| *b == b' ' || *b == b'\t')
+            || bytes.last().is_some_and(|b| *b == b' ' || *b == b'\t');
+        !controls && !padded
+    }
+
+    /// Whether a signer could have produced this header's `t`: a signer writes the number
+    /// without leading zeros, so a vector with `t=000…` is only reachable by hand.
+    pub fn has_canonical_timestamp(&self) -> bool {
+        self.timestamp().is_some_and(|t| {
+            self.header.contains(&format!("t={t},")) || self.header.ends_with(&format!("t={t}"))
+        })
+    }
+
     /// The `t` value of the header, if it is a number.
     pub fn timestamp(&self) -> Option<u64> {
         self.header
@@ -70,24 +90,29 @@ fn base64_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Er
         .map_err(serde::de::Error::custom)
 }
 
-/// Where the vectors file lives in this repository.
-pub fn vectors_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/vectors/signatures.json")
+/// The vector files: the shared set, then this repository's extra set. Implementations in other
+/// languages read these paths directly.
+pub fn vector_paths() -> [PathBuf; 2] {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/vectors");
+    [dir.join("signatures.json"), dir.join("extra.json")]
 }
 
-/// Loads every vector. Panics with a clear message if the file is missing or invalid: a test
-/// that cannot read its data must fail, not pass vacuously.
+/// Loads every vector of both files. Panics with a clear message if a file is missing or
+/// invalid: a test that cannot read its data must fail, not pass vacuously.
 pub fn vectors() -> Vec<Vector> {
-    let path = vectors_path();
-    let text = std::fs::read_to_string(&path)
+    let [shared, extra] = vector_paths();
+    let shared = load(&shared);
+    assert_eq!(shared.len(), 49, "the shared vector set has 49 vectors");
+    let extra = load(&extra);
+    assert!(extra.len() >= 20, "the extra vector set is incomplete");
+    shared.into_iter().chain(extra).collect()
+}
+
+fn load(path: &std::path::Path) -> Vec<Vector> {
+    let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let file: File = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("invalid vectors file {}: {e}", path.display()));
-    assert_eq!(
-        file.vectors.len(),
-        49,
-        "the shared vector set has 49 vectors"
-    );
     file.vectors
 }
 

@@ -54,20 +54,57 @@ pub async fn post(
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-/// Collects the JSON log lines written while it is the thread's default subscriber. Tests run
-/// on a current-thread runtime, so the server's tasks log into the test's own capture.
+/// Collects the JSON log lines a test's server writes.
+///
+/// One global subscriber serves the whole test binary (per-test scoped subscribers race with
+/// tracing's global callsite-interest cache and drop lines now and then); it writes each line to
+/// the buffer of the thread that logged it. Tests run on a current-thread runtime, so the
+/// server's tasks log into the test's own buffer.
 #[derive(Clone, Default)]
 pub struct Logs(Arc<Mutex<Vec<u8>>>);
 
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Logs>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Stops capturing into a test's buffer when the test ends.
+pub struct Capturing;
+
+impl Drop for Capturing {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| c.borrow_mut().take());
+    }
+}
+
+struct ThreadWriter;
+
+impl Write for ThreadWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURE.with(|c| {
+            if let Some(logs) = c.borrow().as_ref() {
+                logs.0.lock().unwrap().extend_from_slice(buf);
+            }
+        });
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Logs {
-    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let sink = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .flatten_event(true)
-            .with_writer(move || sink.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
+    pub fn install(&self) -> Capturing {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_writer(|| ThreadWriter)
+                .init();
+        });
+        CAPTURE.with(|c| *c.borrow_mut() = Some(self.clone()));
+        Capturing
     }
 
     pub fn text(&self) -> String {
@@ -81,16 +118,5 @@ impl Logs {
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
             .filter(|l| l["target"] == "kxp_webhooks")
             .collect()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }

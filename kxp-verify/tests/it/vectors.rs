@@ -19,7 +19,10 @@ fn every_vector_reaches_its_verdict() {
 #[test]
 fn the_signer_reproduces_every_valid_signature() {
     let mut exact_headers = 0;
-    for vector in vectors().iter().filter(|v| v.is_ok()) {
+    for vector in vectors()
+        .iter()
+        .filter(|v| v.is_ok() && v.has_canonical_timestamp())
+    {
         let t = vector.timestamp().unwrap();
         let header_v1: Vec<String> = vector
             .v1_values()

@@ -1,0 +1,351 @@
+//! Runs the Node.js, Python and Go snippets of `docs/verify-in-other-languages.md` against every
+//! shared signature vector.
+//!
+//! The code under test is read from the doc itself (the fenced blocks marked `kxp-verify`), never
+//! from a copy, so the doc cannot drift from what passes. Each snippet is written to a temporary
+//! directory next to a small harness that prints one `name<TAB>verdict` line per vector; the
+//! verdicts are then compared by `kxp_testkit::check_all`. Blocks marked `kxp-example` (the
+//! framework glue) are syntax-checked, or for Go compiled and vetted with the snippet.
+//!
+//! Node.js and Python are required: a missing interpreter fails the test unless
+//! `KXP_SKIP_OTHER_LANGUAGES=1` is set. Go runs only where `go` is on the `PATH`.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const DOC: &str = "docs/verify-in-other-languages.md";
+
+/// Appended to the Node.js snippet; a block keeps its names out of the snippet's scope.
+const NODE_HARNESS: &str = r#"
+// ---- test harness appended by kxp-testkit/tests/other_languages.rs ----
+{
+  for (const path of process.argv.slice(2)) {
+    const file = JSON.parse(require('node:fs').readFileSync(path, 'utf8'));
+    for (const v of file.vectors) {
+      const body = Buffer.from(v.body_b64, 'base64');
+      const verdict = verify(v.header, body, v.secrets, v.now, v.tolerance_s);
+      process.stdout.write(`${v.name}\t${verdict}\n`);
+    }
+  }
+}
+"#;
+
+/// Appended to the Python snippet.
+const PYTHON_HARNESS: &str = r#"
+
+# ---- test harness appended by kxp-testkit/tests/other_languages.rs ----
+def _kxp_run_vectors():
+    import base64
+    import json
+    import sys
+
+    vectors = []
+    for path in sys.argv[1:]:
+        with open(path, encoding="utf-8") as f:
+            vectors += json.load(f)["vectors"]
+    for v in vectors:
+        body = base64.b64decode(v["body_b64"], validate=True)
+        verdict = verify(v["header"], body, v["secrets"], v["now"], v["tolerance_s"])
+        print(f"{v['name']}\t{verdict}")
+
+
+if __name__ == "__main__":
+    _kxp_run_vectors()
+"#;
+
+/// The Go harness: `package main` in the module root, importing the snippet's package (whose
+/// name replaces `SNIPPET_PACKAGE`), so the snippet stays byte-for-byte the doc's.
+const GO_HARNESS: &str = r#"// Test harness written by kxp-testkit/tests/other_languages.rs.
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	snippet "kxpharness/SNIPPET_PACKAGE"
+)
+
+func main() {
+	for _, path := range os.Args[1:] {
+		run(path)
+	}
+}
+
+func run(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	var file struct {
+		Vectors []struct {
+			Name       string   `json:"name"`
+			Secrets    []string `json:"secrets"`
+			Header     string   `json:"header"`
+			BodyB64    string   `json:"body_b64"`
+			Now        int64    `json:"now"`
+			ToleranceS int64    `json:"tolerance_s"`
+		} `json:"vectors"`
+	}
+	if err := json.Unmarshal(data, &file); err != nil {
+		panic(err)
+	}
+	for _, v := range file.Vectors {
+		body, err := base64.StdEncoding.DecodeString(v.BodyB64)
+		if err != nil {
+			panic(err)
+		}
+		tolerance := time.Duration(v.ToleranceS) * time.Second
+		verdict := snippet.Verify(v.Header, body, v.Secrets, time.Unix(v.Now, 0), tolerance)
+		fmt.Printf("%s\t%s\n", v.Name, verdict)
+	}
+}
+"#;
+
+#[test]
+fn node_snippet_passes_all_vectors() {
+    let dir = scratch_dir("node");
+    let snippet = dir.join("kxp-verify.js");
+    write(
+        &snippet,
+        &format!("{}{NODE_HARNESS}", block("js", "kxp-verify")),
+    );
+    let example = dir.join("example.js");
+    write(&example, &block("js", "kxp-example"));
+
+    let Some(check) = run_required("node", Command::new("node").arg("--check").arg(&example))
+    else {
+        return;
+    };
+    expect_success("node --check on the Express example", &check);
+
+    let out = run_required(
+        "node",
+        Command::new("node")
+            .arg(&snippet)
+            .args(kxp_testkit::vector_paths()),
+    )
+    .expect("node ran a moment ago");
+    check_verdicts("node", &out);
+}
+
+#[test]
+fn python_snippet_passes_all_vectors() {
+    let dir = scratch_dir("python");
+    let snippet = dir.join("kxp_verify.py");
+    write(
+        &snippet,
+        &format!("{}{PYTHON_HARNESS}", block("python", "kxp-verify")),
+    );
+    let example = dir.join("example.py");
+    write(&example, &block("python", "kxp-example"));
+
+    // `compile` checks the syntax without importing Flask; -I keeps the user's environment out.
+    let Some(check) = run_required(
+        "python3",
+        Command::new("python3")
+            .args([
+                "-I",
+                "-c",
+                "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')",
+            ])
+            .arg(&example),
+    ) else {
+        return;
+    };
+    expect_success("python3 compile of the Flask example", &check);
+
+    let out = run_required(
+        "python3",
+        Command::new("python3")
+            .args(["-I", "-B"])
+            .arg(&snippet)
+            .args(kxp_testkit::vector_paths()),
+    )
+    .expect("python3 ran a moment ago");
+    check_verdicts("python3", &out);
+}
+
+#[test]
+fn go_snippet_passes_all_vectors_if_go_is_installed() {
+    match Command::new("go").arg("version").output() {
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            loud("SKIPPED: go not installed; the Go snippet was not run");
+            return;
+        }
+        Err(e) => panic!("cannot run `go version`: {e}"),
+        Ok(out) => expect_success("go version", &out),
+    }
+
+    let code = block("go", "kxp-verify");
+    let package = code
+        .lines()
+        .find_map(|line| line.strip_prefix("package "))
+        .map(str::trim)
+        .expect("the Go snippet has a package clause");
+    let dir = scratch_dir("go");
+    write(&dir.join("go.mod"), "module kxpharness\n\ngo 1.19\n");
+    write(&dir.join(package).join("verify.go"), &code);
+    write(
+        &dir.join(package).join("example.go"),
+        &block("go", "kxp-example"),
+    );
+    write(
+        &dir.join("main.go"),
+        &GO_HARNESS.replace("SNIPPET_PACKAGE", package),
+    );
+
+    let go = |args: &[&str]| {
+        let mut cmd = Command::new("go");
+        cmd.args(args)
+            .current_dir(&dir)
+            // Standard library only: never download a module or a toolchain.
+            .env("GOPROXY", "off")
+            .env("GOTOOLCHAIN", "local");
+        cmd.output().expect("go ran a moment ago")
+    };
+    expect_success(
+        "go vet (the snippet and the net/http example)",
+        &go(&["vet", "./..."]),
+    );
+    let paths = kxp_testkit::vector_paths().map(|p| p.to_string_lossy().into_owned());
+    let out = go(&["run", ".", &paths[0], &paths[1]]);
+    check_verdicts("go", &out);
+}
+
+/// The one fenced block of `DOC` whose info string is `<lang> <tag>`, e.g. ```` ```js kxp-verify ````.
+fn block(lang: &str, tag: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(DOC);
+    let doc = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let mut found = Vec::new();
+    let mut current: Option<(bool, String)> = None; // (is the wanted block, its text so far)
+    for line in doc.lines() {
+        match (&mut current, line.strip_prefix("```")) {
+            (None, Some(info)) => {
+                let mut words = info.split_whitespace();
+                let wanted = words.next() == Some(lang) && words.any(|word| word == tag);
+                current = Some((wanted, String::new()));
+            }
+            (Some(_), Some(rest)) if rest.trim().is_empty() => {
+                if let Some((true, text)) = current.take() {
+                    found.push(text);
+                }
+            }
+            (Some((_, text)), _) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    assert!(current.is_none(), "{DOC}: a code block is not closed");
+    assert_eq!(
+        found.len(),
+        1,
+        "{DOC} must have exactly one block marked ```{lang} {tag}"
+    );
+    found.remove(0)
+}
+
+/// Runs `cmd` whose program must be installed; `None` means it is not and
+/// `KXP_SKIP_OTHER_LANGUAGES=1` allows that (said loudly).
+fn run_required(program: &str, cmd: &mut Command) -> Option<Output> {
+    match cmd.output() {
+        Ok(out) => Some(out),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            if std::env::var("KXP_SKIP_OTHER_LANGUAGES").as_deref() == Ok("1") {
+                loud(&format!(
+                    "SKIPPED: {program} not installed and KXP_SKIP_OTHER_LANGUAGES=1; \
+                     the {program} snippet of {DOC} was NOT tested"
+                ));
+                None
+            } else {
+                panic!(
+                    "`{program}` is not installed, so the {program} snippet of {DOC} cannot be \
+                     tested. Install it, or set KXP_SKIP_OTHER_LANGUAGES=1 to skip (loudly)."
+                )
+            }
+        }
+        Err(e) => panic!("cannot run `{program}`: {e}"),
+    }
+}
+
+/// Prints to the real stderr: libtest captures `eprintln!` of passing tests, and a skip must be
+/// seen.
+fn loud(message: &str) {
+    let _ = writeln!(std::io::stderr(), "\n*** {message} ***\n");
+}
+
+fn expect_success(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+}
+
+/// Parses the harness's `name<TAB>verdict` lines and compares them with every vector.
+fn check_verdicts(language: &str, out: &Output) {
+    expect_success(&format!("the {language} harness"), out);
+    let stdout = std::str::from_utf8(&out.stdout)
+        .unwrap_or_else(|e| panic!("{language} printed invalid UTF-8: {e}"));
+    let mut verdicts = HashMap::new();
+    for line in stdout.lines() {
+        let (name, verdict) = line
+            .split_once('\t')
+            .unwrap_or_else(|| panic!("{language} printed an unexpected line: {line:?}"));
+        let previous = verdicts.insert(name.to_owned(), verdict.to_owned());
+        assert!(previous.is_none(), "{language} printed {name} twice");
+    }
+    kxp_testkit::check_all(|v| {
+        verdicts
+            .get(&v.name)
+            .cloned()
+            .unwrap_or_else(|| format!("<no verdict printed by {language}>"))
+    });
+    // Every vector has its verdict; now make sure nothing else was printed.
+    let vectors = kxp_testkit::vectors();
+    assert_eq!(
+        verdicts.len(),
+        vectors.len(),
+        "{language} printed {} verdicts for {} vectors:\n{stdout}",
+        verdicts.len(),
+        vectors.len()
+    );
+    eprintln!(
+        "{language}: {} of {} vectors pass",
+        vectors.len(),
+        vectors.len()
+    );
+}
+
+/// A fresh directory for one language under Cargo's scratch space for integration tests.
+fn scratch_dir(language: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("other-languages")
+        .join(language);
+    match std::fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != ErrorKind::NotFound => {
+            panic!("cannot clear {}: {e}", dir.display())
+        }
+        _ => {}
+    }
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+fn write(path: &Path, text: &str) {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+    }
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
