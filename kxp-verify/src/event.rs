@@ -106,7 +106,27 @@ impl Verified<'_> {
     /// Unknown top-level fields are ignored (versions evolve by adding fields). The `id` must be
     /// 1 to 255 bytes of printable ASCII.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<Event<T>, EnvelopeError> {
-        let wire: Wire<T> = serde_json::from_slice(self.body()).map_err(|e| {
+        let body = self.body();
+        // serde_json skips the bytes of fields it does not know without checking them, and
+        // a derived Deserialize also takes a JSON array; an event is a UTF-8 JSON object.
+        let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        if core::str::from_utf8(body).is_err() {
+            return Err(EnvelopeError::because(
+                EnvelopeErrorKind::InvalidJson,
+                "the body is not UTF-8",
+            ));
+        }
+        if !is_object {
+            let kind = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Ok(_) => EnvelopeErrorKind::InvalidEnvelope,
+                Err(_) => EnvelopeErrorKind::InvalidJson,
+            };
+            return Err(EnvelopeError::because(
+                kind,
+                "the body is not a JSON object",
+            ));
+        }
+        let wire: Wire<T> = serde_json::from_slice(body).map_err(|e| {
             let kind = match e.classify() {
                 serde_json::error::Category::Data => EnvelopeErrorKind::InvalidEnvelope,
                 _ => EnvelopeErrorKind::InvalidJson,
@@ -122,12 +142,10 @@ impl Verified<'_> {
             && wire.id.len() <= MAX_ID_LEN
             && wire.id.bytes().all(|b| (b'!'..=b'~').contains(&b));
         if !id_ok {
-            return Err(EnvelopeError {
-                kind: EnvelopeErrorKind::InvalidEnvelope,
-                line: 0,
-                column: 0,
-                reason: Some("`id` must be 1 to 255 bytes of printable ASCII"),
-            });
+            return Err(EnvelopeError::because(
+                EnvelopeErrorKind::InvalidEnvelope,
+                "`id` must be 1 to 255 bytes of printable ASCII",
+            ));
         }
         Ok(Event {
             id: wire.id,
@@ -189,6 +207,15 @@ pub struct EnvelopeError {
 }
 
 impl EnvelopeError {
+    fn because(kind: EnvelopeErrorKind, reason: &'static str) -> EnvelopeError {
+        EnvelopeError {
+            kind,
+            line: 0,
+            column: 0,
+            reason: Some(reason),
+        }
+    }
+
     /// The stable kind.
     pub fn kind(&self) -> EnvelopeErrorKind {
         self.kind

@@ -28,6 +28,9 @@ pub struct Signer {
 }
 
 impl Signer {
+    /// The largest `t` the header grammar allows: 19 digits.
+    pub const MAX_TIMESTAMP: u64 = 9_999_999_999_999_999_999;
+
     /// A signer with one secret.
     pub fn new(secret: Secret) -> Signer {
         Signer {
@@ -47,7 +50,13 @@ impl Signer {
 
     /// Signs `body` as sent at `timestamp` (Unix seconds). The result's `Display` is the header
     /// value.
+    ///
+    /// The header's `t` has at most 19 digits, so a timestamp past
+    /// [`MAX_TIMESTAMP`](Signer::MAX_TIMESTAMP) (some 300 billion years from now) is written as
+    /// that value: the header stays well-formed, and any receiver calls it
+    /// `timestamp_in_future`.
     pub fn sign(&self, timestamp: u64, body: &[u8]) -> SignedHeader {
+        let timestamp = timestamp.min(Signer::MAX_TIMESTAMP);
         let mut digits = [0u8; 20];
         let digits = decimal(timestamp, &mut digits);
         let mut macs = [[0u8; 32]; MAX_SECRETS];

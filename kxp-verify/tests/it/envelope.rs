@@ -92,3 +92,24 @@ fn sender_side_events_serialize_to_the_wire_form() {
             "created_at":"2026-11-30T01:02:03Z","data":7})
     );
 }
+
+#[test]
+fn only_a_utf8_json_object_is_an_event() {
+    // Found by fuzzing: serde accepts an array for a struct, and skips unknown fields unchecked.
+    let array = br#"["evt_1","payment.succeeded","2026-11-01","2026-11-30T01:02:03Z",{}]"#;
+    assert_eq!(
+        parse::<serde_json::Value>(array).unwrap_err().kind(),
+        EnvelopeErrorKind::InvalidEnvelope
+    );
+    let mut invalid_utf8 =
+        br#"{"id":"e","type":"t","api_version":"v","created_at":"c","data":{},"x":""#.to_vec();
+    invalid_utf8.extend_from_slice(&[0xff, 0xfe, b'"', b'}']);
+    assert_eq!(
+        parse::<serde_json::Value>(&invalid_utf8)
+            .unwrap_err()
+            .kind(),
+        EnvelopeErrorKind::InvalidJson
+    );
+    let padded = b"  \n {\"id\":\"e\",\"type\":\"t\",\"api_version\":\"v\",\"created_at\":\"c\",\"data\":{}}";
+    assert!(parse::<serde_json::Value>(padded).is_ok());
+}

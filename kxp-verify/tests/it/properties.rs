@@ -138,3 +138,20 @@ fn debug_output_never_shows_key_material() {
         assert!(!kind.as_str().is_empty());
     }
 }
+
+#[test]
+fn timestamps_past_nineteen_digits_are_signed_as_the_largest_one() {
+    // Found by fuzzing: a 20-digit `t` would be a header the verifier calls malformed.
+    let signer = Signer::new(Secret::new("s").unwrap());
+    let header = signer.sign(u64::MAX, b"").to_string();
+    assert!(header.starts_with("t=9999999999999999999,"));
+    let error = verifier("s")
+        .verify(&header, b"", 1_764_464_523)
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::TimestampInFuture);
+    assert!(
+        verifier("s")
+            .verify(&header, b"", Signer::MAX_TIMESTAMP)
+            .is_ok()
+    );
+}

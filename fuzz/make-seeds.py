@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Rebuild fuzz/corpus/<target>/ from the shared vectors (testdata/vectors/signatures.json).
+
+Each seed is one vector in the input layout of its target, named after the vector, so a seed
+that libFuzzer reports or minimizes can be traced back to the rule it exercises:
+
+  header    the header bytes
+  verify    now (u64 LE) | header length (u16 LE) | header | body   (see fuzz_targets/verify.rs)
+  envelope  the body bytes
+
+Deterministic (same vectors, same files) and stdlib only, so it runs anywhere CI has python3.
+The seed directories are emptied first: a seed whose vector was renamed or removed must not
+linger. Bodies over MAX_BODY are skipped: libFuzzer mutates within its -max_len, which it
+derives from the largest seed, and big seeds slow every run without covering anything a small
+one does not.
+
+Usage: fuzz/make-seeds.py   (from any directory)
+"""
+
+import base64
+import json
+import struct
+import sys
+from pathlib import Path
+
+FUZZ_DIR = Path(__file__).resolve().parent
+VECTORS = FUZZ_DIR.parent / "testdata" / "vectors" / "signatures.json"
+CORPUS = FUZZ_DIR / "corpus"
+MAX_BODY = 4096
+# A seed longer than this would not fit the verify layout's u16 header length.
+MAX_HEADER = 0xFFFF
+
+
+def seeds(vector):
+    """The (target, bytes) seeds of one vector, or none if it is too big to be useful."""
+    header = vector["header"].encode("utf-8")
+    body = base64.b64decode(vector["body_b64"], validate=True)
+    if len(body) > MAX_BODY or len(header) > MAX_HEADER:
+        return []
+    verify = struct.pack("<QH", vector["now"], len(header)) + header + body
+    return [("header", header), ("verify", verify), ("envelope", body)]
+
+
+def main():
+    vectors = json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"]
+    names = [v["name"] for v in vectors]
+    if len(set(names)) != len(names):
+        sys.exit("make-seeds: vector names are not unique, seeds would overwrite each other")
+
+    written = {}
+    seen = {}
+    for target in ("header", "verify", "envelope"):
+        directory = CORPUS / target
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.iterdir():
+            old.unlink()
+        written[target] = 0
+        seen[target] = set()
+
+    skipped = []
+    for vector in vectors:
+        pairs = seeds(vector)
+        if not pairs:
+            skipped.append(vector["name"])
+        for target, data in pairs:
+            # Many vectors share a body (or a header): one copy is enough for libFuzzer, which
+            # would drop the duplicates anyway. The first vector's name is kept.
+            if data in seen[target]:
+                continue
+            seen[target].add(data)
+            (CORPUS / target / vector["name"]).write_bytes(data)
+            written[target] += 1
+
+    for target, count in written.items():
+        print(f"corpus/{target}: {count} seeds")
+    if skipped:
+        print(f"skipped (body over {MAX_BODY} bytes): {', '.join(skipped)}")
+
+
+if __name__ == "__main__":
+    main()
