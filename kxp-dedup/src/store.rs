@@ -1,0 +1,625 @@
+//! The store: a pool of either backend, its migrations, and the claim / complete / fail / purge
+//! statements.
+//!
+//! Every time that is compared lives in the database and is computed there (`now()` on
+//! PostgreSQL, `unixepoch('subsec')` on SQLite): receivers on several machines with skewed
+//! clocks still agree on when a lease ends, because only the database's clock is ever read.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Connection, PgConnection};
+
+use crate::error::{Redactor, StoreError};
+use crate::tx::Tx;
+use crate::util::{millis, retry_after_from_millis};
+
+/// How long a pool waits for a free connection (or for the server) before the operation fails
+/// as `unavailable`. Below the sender's 5 s request timeout, so the sender reads a 503 rather
+/// than a timeout.
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long a SQLite connection waits for the write lock before `SQLITE_BUSY`.
+pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long [`Store::connect`] waits for PostgreSQL to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A dedup store on SQLite or PostgreSQL. Cheap to clone: clones share one connection pool.
+///
+/// Its `Debug` shows the backend only, never connection settings.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) pool: Pool,
+}
+
+/// The pool of one backend: two small implementations side by side rather than `sqlx::Any`,
+/// which would lose the native types, or generics over `sqlx::Database`, which have no
+/// `rows_affected()`.
+#[derive(Clone)]
+pub(crate) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Which database a [`Store`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// SQLite: a file (WAL mode) or an in-memory database.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+}
+
+impl Backend {
+    /// `"sqlite"` or `"postgres"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`Store::claim`] decided for a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller holds the event until the lease ends: process it, then
+    /// [`complete`](Store::complete) or [`fail`](Store::fail).
+    Claimed,
+    /// Processed before: answer 200 without processing again.
+    AlreadyDone,
+    /// Another caller holds a live lease on it: answer 409 and let the sender come back.
+    InProgress {
+        /// What is left of that lease, rounded up to whole seconds, at least 1 s: a ready
+        /// `Retry-After` value.
+        retry_after: Duration,
+    },
+}
+
+/// The state of one event id, as [`Store::record`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventRecord {
+    /// Where the event stands.
+    pub status: EventStatus,
+    /// How many times it was claimed (or marked in in-transaction mode).
+    pub attempts: u32,
+    /// The most recent handler error, kept after a later success.
+    pub last_error: Option<String>,
+}
+
+/// The `status` column of `kxp_processed_events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventStatus {
+    /// `processing`: claimed; another claim succeeds only after the lease ends.
+    Processing,
+    /// `done`: processed; never processed again.
+    Done,
+    /// `failed`: the handler failed; the next claim takes it.
+    Failed,
+}
+
+impl EventStatus {
+    /// The value stored in the `status` column.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Processing => "processing",
+            EventStatus::Done => "done",
+            EventStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> Result<EventStatus, StoreError> {
+        match text {
+            "processing" => Ok(EventStatus::Processing),
+            "done" => Ok(EventStatus::Done),
+            "failed" => Ok(EventStatus::Failed),
+            other => Err(StoreError::Query {
+                cause: sqlx::Error::Decode(
+                    format!("unknown kxp_processed_events.status {other:?}").into(),
+                ),
+            }),
+        }
+    }
+}
+
+/// The claim statement's result before it becomes a public [`Claim`]: the inbox needs the
+/// attempt number for its back-off.
+pub(crate) enum ClaimState {
+    Claimed { attempts: u32 },
+    AlreadyDone,
+    InProgress { retry_after: Duration },
+}
+
+// One `now` per statement on SQLite: a sub-select computed once, in milliseconds.
+const SQLITE_CLAIM: &str = "
+INSERT INTO kxp_processed_events
+    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
+SELECT ?1, 'processing', 1, now.ms + ?2, now.ms, now.ms
+FROM (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS ms) AS now
+WHERE true
+ON CONFLICT (event_id) DO UPDATE SET
+    status = 'processing',
+    attempts = kxp_processed_events.attempts + 1,
+    locked_until = excluded.locked_until,
+    updated_at = excluded.updated_at
+WHERE kxp_processed_events.status = 'failed'
+   OR (kxp_processed_events.status = 'processing'
+       AND kxp_processed_events.locked_until < excluded.updated_at)
+RETURNING attempts";
+
+const PG_CLAIM: &str = "
+INSERT INTO kxp_processed_events
+    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
+VALUES ($1, 'processing', 1, now() + $2::bigint * interval '1 millisecond', now(), now())
+ON CONFLICT (event_id) DO UPDATE SET
+    status = 'processing',
+    attempts = kxp_processed_events.attempts + 1,
+    locked_until = excluded.locked_until,
+    updated_at = excluded.updated_at
+WHERE kxp_processed_events.status = 'failed'
+   OR (kxp_processed_events.status = 'processing'
+       AND kxp_processed_events.locked_until < excluded.updated_at)
+RETURNING attempts";
+
+// The status and the milliseconds left on the lease (0 when none or expired).
+pub(crate) const SQLITE_STATE: &str = "
+SELECT status,
+       MAX(COALESCE(locked_until, 0) - CAST(unixepoch('subsec') * 1000 AS INTEGER), 0)
+FROM kxp_processed_events WHERE event_id = ?1";
+
+pub(crate) const PG_STATE: &str = "
+SELECT status,
+       COALESCE(GREATEST(CEIL(EXTRACT(EPOCH FROM (locked_until - now())) * 1000), 0), 0)::bigint
+FROM kxp_processed_events WHERE event_id = $1";
+
+impl Store {
+    /// Connects to `url` and applies the crate's migrations.
+    ///
+    /// - `sqlite://path/to/file.db`: the file is created if missing; WAL mode, `synchronous =
+    ///   FULL` (a recorded event survives a power cut), a 5 s busy timeout.
+    /// - `sqlite::memory:`: one in-memory database shared by the whole store (the pool holds a
+    ///   single connection that never closes). For tests and examples: it is not durable.
+    /// - `postgres://…` or `postgresql://…`: one connection is opened at once, so a server that
+    ///   is down is reported right away (kind `unavailable`) instead of after the pool's
+    ///   retries; the pool then opens connections on demand.
+    ///
+    /// Pools built here wait at most 3 s for a connection, so a request fails with
+    /// `unavailable` before the sender's 5 s timeout. Errors never contain the URL's password.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        let redactor = Redactor::for_url(url);
+        if url.starts_with("sqlite:") {
+            Store::connect_sqlite(url, &redactor).await
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Store::connect_postgres(url, &redactor).await
+        } else {
+            Err(StoreError::invalid_url(
+                "expected a URL starting with sqlite:, postgres:// or postgresql://",
+            ))
+        }
+    }
+
+    async fn connect_sqlite(url: &str, redactor: &Redactor) -> Result<Store, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| redactor.connect_error("SQLite", e))?
+            .busy_timeout(SQLITE_BUSY_TIMEOUT)
+            // FULL is SQLite's default; stated because the 200 depends on it: with NORMAL a
+            // power cut can lose the last commits in WAL mode.
+            .synchronous(SqliteSynchronous::Full);
+        let after_scheme = url.trim_start_matches("sqlite:").trim_start_matches("//");
+        let in_memory = after_scheme.starts_with(":memory:") || url.contains("mode=memory");
+        let pool = if in_memory {
+            // sqlx gives `:memory:` a shared-cache name, but the database still vanishes when
+            // its last connection closes: keep exactly one, forever.
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await
+        } else {
+            SqlitePoolOptions::new()
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(
+                    options
+                        .create_if_missing(true)
+                        .journal_mode(SqliteJournalMode::Wal),
+                )
+                .await
+        }
+        .map_err(|e| redactor.connect_error("SQLite", e))?;
+        Store::from_sqlite_pool(pool)
+            .await
+            .map_err(|e| redactor.scrub_error(e))
+    }
+
+    async fn connect_postgres(url: &str, redactor: &Redactor) -> Result<Store, StoreError> {
+        let options =
+            PgConnectOptions::from_str(url).map_err(|e| redactor.connect_error("PostgreSQL", e))?;
+        // A pool retries a refused connection until its acquire timeout and then reports only
+        // "pool timed out"; one direct connection fails at once with the real cause. It also
+        // runs the migrations, then closes.
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| {
+                StoreError::unavailable(format!(
+                    "cannot connect to PostgreSQL: no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(|e| redactor.connect_error("PostgreSQL", e))?;
+        let migrated = postgres_migrator()
+            .run(&mut conn)
+            .await
+            .map_err(|e| redactor.scrub_error(e.into()));
+        // Closing is a courtesy to the server; a failure to say goodbye changes nothing.
+        let _ = conn.close().await;
+        migrated?;
+        let pool = PgPoolOptions::new()
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options);
+        Ok(Store {
+            pool: Pool::Postgres(pool),
+        })
+    }
+
+    /// A store over an existing SQLite pool (for instance the application's own, so that
+    /// in-transaction mode shares its database); applies the migrations.
+    ///
+    /// Give its connections a busy timeout (sqlx's default is 5 s) and prefer WAL mode:
+    /// concurrent claims wait for SQLite's single write lock.
+    pub async fn from_sqlite_pool(pool: SqlitePool) -> Result<Store, StoreError> {
+        let store = Store {
+            pool: Pool::Sqlite(pool),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// A store over an existing PostgreSQL pool; applies the migrations.
+    pub async fn from_postgres_pool(pool: PgPool) -> Result<Store, StoreError> {
+        let store = Store {
+            pool: Pool::Postgres(pool),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Applies the crate's migrations (`migrations/sqlite/` or `migrations/postgres/`) that are
+    /// not applied yet. Safe to run at every start, by several processes at once on PostgreSQL
+    /// (sqlx takes an advisory lock).
+    ///
+    /// sqlx 0.8 records migrations in one `_sqlx_migrations` table per database (or schema), so
+    /// the migrator ignores versions it does not know: an application that runs its own sqlx
+    /// migrations in the same database does not break this one. The application's migrator
+    /// needs `set_ignore_missing(true)` in turn, or kxp-dedup can live in its own PostgreSQL
+    /// schema (`?options=-c search_path=kxp`), which keeps a separate migrations table.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => sqlite_migrator().run(pool).await?,
+            Pool::Postgres(pool) => postgres_migrator().run(pool).await?,
+        }
+        Ok(())
+    }
+
+    /// Which database this store uses.
+    pub fn backend(&self) -> Backend {
+        match &self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// The SQLite pool, when the store is on SQLite: run the application's own queries on the
+    /// same database.
+    pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Some(pool),
+            Pool::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL pool, when the store is on PostgreSQL.
+    pub fn postgres_pool(&self) -> Option<&PgPool> {
+        match &self.pool {
+            Pool::Sqlite(_) => None,
+            Pool::Postgres(pool) => Some(pool),
+        }
+    }
+
+    /// Closes the pool: waits for connections in use to come back, then closes them all. Every
+    /// later operation (on every clone) fails with `unavailable`.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+    }
+
+    /// Claims `event_id` for `lease`, in one statement:
+    ///
+    /// ```sql
+    /// INSERT … ON CONFLICT (event_id) DO UPDATE SET status = 'processing', attempts = attempts + 1, …
+    /// WHERE status = 'failed' OR (status = 'processing' AND locked_until < now) RETURNING …
+    /// ```
+    ///
+    /// A new event id, a failed one, or one whose lease ran out (its process died) is
+    /// [`Claimed`](Claim::Claimed); concurrent claims of the same id serialize in the database
+    /// and exactly one wins. Otherwise the row is read to tell
+    /// [`AlreadyDone`](Claim::AlreadyDone) from [`InProgress`](Claim::InProgress).
+    ///
+    /// The lease should outlast the handler: a claim whose lease ran out can be taken by another
+    /// delivery while the first handler still runs.
+    pub async fn claim(&self, event_id: &str, lease: Duration) -> Result<Claim, StoreError> {
+        Ok(match self.claim_inner(event_id, lease).await? {
+            ClaimState::Claimed { .. } => Claim::Claimed,
+            ClaimState::AlreadyDone => Claim::AlreadyDone,
+            ClaimState::InProgress { retry_after } => Claim::InProgress { retry_after },
+        })
+    }
+
+    pub(crate) async fn claim_inner(
+        &self,
+        event_id: &str,
+        lease: Duration,
+    ) -> Result<ClaimState, StoreError> {
+        let lease_ms = millis(lease);
+        // The row may change between the claim and the read (failed, expired or purged in
+        // between); then the claim is simply tried again.
+        for _ in 0..3 {
+            let attempts: Option<i64> = match &self.pool {
+                Pool::Sqlite(pool) => {
+                    sqlx::query_scalar(SQLITE_CLAIM)
+                        .bind(event_id)
+                        .bind(lease_ms)
+                        .fetch_optional(pool)
+                        .await?
+                }
+                Pool::Postgres(pool) => sqlx::query_scalar::<_, i32>(PG_CLAIM)
+                    .bind(event_id)
+                    .bind(lease_ms)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(i64::from),
+            };
+            if let Some(attempts) = attempts {
+                let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
+                return Ok(ClaimState::Claimed { attempts });
+            }
+            let state: Option<(String, i64)> = match &self.pool {
+                Pool::Sqlite(pool) => {
+                    sqlx::query_as(SQLITE_STATE)
+                        .bind(event_id)
+                        .fetch_optional(pool)
+                        .await?
+                }
+                Pool::Postgres(pool) => {
+                    sqlx::query_as(PG_STATE)
+                        .bind(event_id)
+                        .fetch_optional(pool)
+                        .await?
+                }
+            };
+            match state {
+                Some((status, _)) if status == "done" => {
+                    return Ok(ClaimState::AlreadyDone);
+                }
+                Some((status, left_ms)) if status == "processing" && left_ms > 0 => {
+                    return Ok(ClaimState::InProgress {
+                        retry_after: retry_after_from_millis(left_ms),
+                    });
+                }
+                _ => continue,
+            }
+        }
+        // Three races lost in a row: somebody else is busy with this id right now.
+        Ok(ClaimState::InProgress {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// Marks a claimed event done: every later claim answers
+    /// [`AlreadyDone`](Claim::AlreadyDone). Call it only once the handler's effect is durable.
+    ///
+    /// Fails with `not_claimed` when there is no row for `event_id`.
+    pub async fn complete(&self, event_id: &str) -> Result<(), StoreError> {
+        let updated = match &self.pool {
+            Pool::Sqlite(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'done', locked_until = NULL,
+                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
+                 WHERE event_id = ?1",
+            )
+            .bind(event_id)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+            Pool::Postgres(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'done', locked_until = NULL, updated_at = now()
+                 WHERE event_id = $1",
+            )
+            .bind(event_id)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+        };
+        if updated == 0 {
+            return Err(StoreError::NotClaimed {
+                event_id: event_id.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Marks a claimed event failed and records `error` (cut to
+    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes) as `last_error`: the next delivery claims
+    /// it again without waiting for the lease.
+    ///
+    /// A done event stays done (another delivery may have completed it after this one's lease
+    /// ran out). Fails with `not_claimed` when there is no row for `event_id`.
+    pub async fn fail(&self, event_id: &str, error: &str) -> Result<(), StoreError> {
+        let error = crate::util::truncate(error, crate::MAX_ERROR_LEN);
+        let updated = match &self.pool {
+            Pool::Sqlite(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'failed', locked_until = NULL, last_error = ?2,
+                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
+                 WHERE event_id = ?1 AND status <> 'done'",
+            )
+            .bind(event_id)
+            .bind(error)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+            Pool::Postgres(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'failed', locked_until = NULL, last_error = $2, updated_at = now()
+                 WHERE event_id = $1 AND status <> 'done'",
+            )
+            .bind(event_id)
+            .bind(error)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+        };
+        if updated == 0 && self.record(event_id).await?.is_none() {
+            return Err(StoreError::NotClaimed {
+                event_id: event_id.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes what is older than `older_than` ([`DEFAULT_RETENTION`](crate::DEFAULT_RETENTION)
+    /// is 30 days): event rows whose last change is older, and processed inbox items done
+    /// before then. Returns how many rows went, from both tables.
+    ///
+    /// Inbox items that are not processed yet are never deleted. A delivery of a purged event
+    /// id is processed again, so keep the age longer than the sender's retry span (about a day)
+    /// plus the time within which anyone might replay an event.
+    pub async fn purge(&self, older_than: Duration) -> Result<u64, StoreError> {
+        let age_ms = millis(older_than);
+        let deleted = match &self.pool {
+            Pool::Sqlite(pool) => {
+                let events = sqlx::query(
+                    "DELETE FROM kxp_processed_events
+                     WHERE updated_at < CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?1",
+                )
+                .bind(age_ms)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                let inbox = sqlx::query(
+                    "DELETE FROM kxp_inbox
+                     WHERE done_at < CAST(unixepoch('subsec') * 1000 AS INTEGER) - ?1",
+                )
+                .bind(age_ms)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                events + inbox
+            }
+            Pool::Postgres(pool) => {
+                let events = sqlx::query(
+                    "DELETE FROM kxp_processed_events
+                     WHERE updated_at < now() - $1::bigint * interval '1 millisecond'",
+                )
+                .bind(age_ms)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                let inbox = sqlx::query(
+                    "DELETE FROM kxp_inbox
+                     WHERE done_at < now() - $1::bigint * interval '1 millisecond'",
+                )
+                .bind(age_ms)
+                .execute(pool)
+                .await?
+                .rows_affected();
+                events + inbox
+            }
+        };
+        Ok(deleted)
+    }
+
+    /// The stored state of `event_id`, or `None` if it was never seen (or purged).
+    pub async fn record(&self, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        let row: Option<(String, i64, Option<String>)> = match &self.pool {
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(
+                    "SELECT status, attempts, last_error FROM kxp_processed_events
+                     WHERE event_id = ?1",
+                )
+                .bind(event_id)
+                .fetch_optional(pool)
+                .await?
+            }
+            Pool::Postgres(pool) => {
+                sqlx::query_as(
+                    "SELECT status, attempts::bigint, last_error FROM kxp_processed_events
+                     WHERE event_id = $1",
+                )
+                .bind(event_id)
+                .fetch_optional(pool)
+                .await?
+            }
+        };
+        row.map(|(status, attempts, last_error)| {
+            Ok(EventRecord {
+                status: EventStatus::parse(&status)?,
+                attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                last_error,
+            })
+        })
+        .transpose()
+    }
+
+    /// Begins a transaction for in-transaction mode: call [`Tx::mark_processed`], run the side
+    /// effect on [`Tx::sqlite`] / [`Tx::postgres`], then [`Tx::commit`].
+    ///
+    /// On SQLite the transaction is `BEGIN IMMEDIATE`: it takes the single write lock at once,
+    /// so concurrent deliveries of one event wait their turn (up to the busy timeout) instead
+    /// of failing with `SQLITE_BUSY` when a read lock would have to be upgraded.
+    pub async fn begin(&self) -> Result<Tx, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Ok(Tx::sqlite_tx(pool.begin_with("BEGIN IMMEDIATE").await?)),
+            Pool::Postgres(pool) => Ok(Tx::postgres_tx(pool.begin().await?)),
+        }
+    }
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Connect options hold the password: show nothing of them.
+        f.debug_struct("Store")
+            .field("backend", &self.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+fn sqlite_migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/sqlite");
+    migrator.set_ignore_missing(true);
+    migrator
+}
+
+fn postgres_migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("./migrations/postgres");
+    migrator.set_ignore_missing(true);
+    migrator
+}

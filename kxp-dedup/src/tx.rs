@@ -1,0 +1,166 @@
+//! In-transaction mode: the "processed" mark and the caller's side effect commit together.
+
+use std::fmt;
+
+use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+
+use crate::StoreError;
+use crate::store::{Claim, PG_STATE, SQLITE_STATE};
+use crate::util::retry_after_from_millis;
+
+/// A database transaction on the store's database, from [`Store::begin`](crate::Store::begin).
+///
+/// Dropping it without [`commit`](Tx::commit) rolls back the mark and everything the caller did
+/// on it, which is what makes a failed handler retryable.
+pub struct Tx {
+    inner: Inner,
+}
+
+enum Inner {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+// The mark takes over a failed row or one whose lease ran out, like a claim, but goes straight
+// to 'done': inside the transaction, "processed" and "the effect happened" are the same fact.
+const SQLITE_MARK: &str = "
+INSERT INTO kxp_processed_events
+    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
+SELECT ?1, 'done', 1, NULL, now.ms, now.ms
+FROM (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS ms) AS now
+WHERE true
+ON CONFLICT (event_id) DO UPDATE SET
+    status = 'done',
+    attempts = kxp_processed_events.attempts + 1,
+    locked_until = NULL,
+    updated_at = excluded.updated_at
+WHERE kxp_processed_events.status = 'failed'
+   OR (kxp_processed_events.status = 'processing'
+       AND kxp_processed_events.locked_until < excluded.updated_at)
+RETURNING attempts";
+
+const PG_MARK: &str = "
+INSERT INTO kxp_processed_events
+    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
+VALUES ($1, 'done', 1, NULL, now(), now())
+ON CONFLICT (event_id) DO UPDATE SET
+    status = 'done',
+    attempts = kxp_processed_events.attempts + 1,
+    locked_until = NULL,
+    updated_at = excluded.updated_at
+WHERE kxp_processed_events.status = 'failed'
+   OR (kxp_processed_events.status = 'processing'
+       AND kxp_processed_events.locked_until < excluded.updated_at)
+RETURNING attempts";
+
+impl Tx {
+    pub(crate) fn sqlite_tx(tx: Transaction<'static, Sqlite>) -> Tx {
+        Tx {
+            inner: Inner::Sqlite(tx),
+        }
+    }
+
+    pub(crate) fn postgres_tx(tx: Transaction<'static, Postgres>) -> Tx {
+        Tx {
+            inner: Inner::Postgres(tx),
+        }
+    }
+
+    /// Records `event_id` as processed, inside this transaction. `true`: first time, go ahead
+    /// with the side effect; `false`: a duplicate, roll back and answer 200.
+    ///
+    /// On PostgreSQL a concurrent transaction marking the same id waits on the primary key
+    /// until this one ends: after a commit it sees the row and gets `false`; after a rollback
+    /// its own insert goes through. On SQLite the transaction already holds the write lock
+    /// (`BEGIN IMMEDIATE`), so the others wait before they start.
+    pub async fn mark_processed(&mut self, event_id: &str) -> Result<bool, StoreError> {
+        let attempts: Option<i64> = match &mut self.inner {
+            Inner::Sqlite(tx) => {
+                sqlx::query_scalar(SQLITE_MARK)
+                    .bind(event_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            }
+            Inner::Postgres(tx) => sqlx::query_scalar::<_, i32>(PG_MARK)
+                .bind(event_id)
+                .fetch_optional(&mut **tx)
+                .await?
+                .map(i64::from),
+        };
+        Ok(attempts.is_some())
+    }
+
+    /// After a `false` from [`mark_processed`](Tx::mark_processed): done, or held by a live
+    /// claim of claim/complete mode (only when both modes are used for one id).
+    pub(crate) async fn why_not_marked(&mut self, event_id: &str) -> Result<Claim, StoreError> {
+        let state: Option<(String, i64)> = match &mut self.inner {
+            Inner::Sqlite(tx) => {
+                sqlx::query_as(SQLITE_STATE)
+                    .bind(event_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            }
+            Inner::Postgres(tx) => {
+                sqlx::query_as(PG_STATE)
+                    .bind(event_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            }
+        };
+        Ok(match state {
+            Some((status, left_ms)) if status == "processing" => Claim::InProgress {
+                retry_after: retry_after_from_millis(left_ms),
+            },
+            _ => Claim::AlreadyDone,
+        })
+    }
+
+    /// The connection of a SQLite transaction, for the caller's own statements; `None` on
+    /// PostgreSQL.
+    pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => Some(&mut **tx),
+            Inner::Postgres(_) => None,
+        }
+    }
+
+    /// The connection of a PostgreSQL transaction, for the caller's own statements; `None` on
+    /// SQLite.
+    pub fn postgres(&mut self) -> Option<&mut PgConnection> {
+        match &mut self.inner {
+            Inner::Sqlite(_) => None,
+            Inner::Postgres(tx) => Some(&mut **tx),
+        }
+    }
+
+    /// Commits the mark and the caller's statements together.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self.inner {
+            Inner::Sqlite(tx) => tx.commit().await?,
+            Inner::Postgres(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+
+    /// Rolls back the mark and the caller's statements. Dropping the `Tx` does the same without
+    /// waiting for the database's answer.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self.inner {
+            Inner::Sqlite(tx) => tx.rollback().await?,
+            Inner::Postgres(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Tx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend = match self.inner {
+            Inner::Sqlite(_) => "sqlite",
+            Inner::Postgres(_) => "postgres",
+        };
+        f.debug_struct("Tx")
+            .field("backend", &backend)
+            .finish_non_exhaustive()
+    }
+}
