@@ -81,7 +81,7 @@ pub(crate) fn verify(args: VerifyArgs) -> ExitCode {
 }
 
 impl Secrets {
-    fn load(self) -> Vec<Secret> {
+    pub(crate) fn load(self) -> Vec<Secret> {
         let texts = if self.secrets.is_empty() {
             match std::env::var(SECRET_ENV) {
                 Ok(list) => list.split(',').map(|s| s.trim().to_owned()).collect(),
@@ -109,7 +109,7 @@ fn read_body(path: &PathBuf) -> Vec<u8> {
 
 /// Exits 2 with clap's formatting, like any other argument error. The message never contains a
 /// secret: `ConfigError` only names what is wrong.
-fn usage_error(message: impl std::fmt::Display) -> ! {
+pub(crate) fn usage_error(message: impl std::fmt::Display) -> ! {
     crate::Cli::command()
         .error(ErrorKind::ValueValidation, message)
         .exit()

@@ -2,6 +2,8 @@
 //! lives in its own module.
 
 mod debug;
+mod send;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -23,11 +25,22 @@ enum Command {
     ///
     /// Exits 0 and prints `ok` when valid; otherwise exits 1 and prints the error kind and why.
     Verify(debug::VerifyArgs),
+    /// Build a test event, sign it and POST it to an endpoint; print each answer.
+    ///
+    /// `--repeat N` sends the same event (same id, same bytes) N times, to test the receiver's
+    /// dedup. Exits 0 when every send got a 2xx answer, 1 otherwise.
+    Send(send::SendArgs),
+    /// Run the delivery service: the HTTP API and the workers.
+    ///
+    /// On first start with no KXP_API_KEY, an account is created and its API key printed once.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Sign(args) => debug::sign(args),
         Command::Verify(args) => debug::verify(args),
+        Command::Send(args) => send::send(args),
+        Command::Serve(args) => serve::serve(args),
     }
 }

@@ -39,14 +39,17 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
         .to_string()
 }
 
+/// An HTTP client for the tests (plain HTTP on loopback).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
 pub async fn post(
     url: &str,
     header: Option<&str>,
     body: impl Into<reqwest::Body>,
 ) -> (u16, String) {
-    let mut request = reqwest::Client::new()
-        .post(format!("{url}/webhooks"))
-        .body(body);
+    let mut request = client().post(format!("{url}/webhooks")).body(body);
     if let Some(header) = header {
         request = request.header("X-Kxp-Signature", header);
     }

@@ -4,3 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod debug_commands;
+mod ingestion;
+mod pipeline;
+mod send;
+mod support;

@@ -1,0 +1,675 @@
+//! The HTTP API: JSON over `Authorization: Bearer <api key>`, every route scoped to the
+//! caller's account (another account's ids answer 404, exactly like ids that do not exist).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::db::{Db, sha256_hex};
+use crate::store::{
+    Account, Attempt, Delivery, DeliveryFilter, Endpoint, Ingested, StoreError, rfc3339,
+};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub db: Db,
+    /// Poked after ingestion and replays, so in-process workers start at once.
+    pub wake: Arc<Notify>,
+    /// Policy for new endpoints.
+    pub settings: Arc<ApiSettings>,
+}
+
+/// Policy the API enforces.
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    /// Development mode: `http://` and loopback endpoint URLs are accepted.
+    pub dev: bool,
+    /// The timeout of an endpoint created without one.
+    pub default_timeout: Duration,
+}
+
+/// The longest per-endpoint timeout: long enough for a receiver on another continent.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+
+const DEFAULT_PAGE: i64 = 50;
+const MAX_PAGE: i64 = 500;
+
+/// The router: `/v1/…`, and `/healthz`.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/endpoints", post(create_endpoint).get(list_endpoints))
+        .route("/v1/endpoints/{id}", get(get_endpoint))
+        .route("/v1/endpoints/{id}/replay", post(replay_endpoint))
+        .route("/v1/events", post(create_event))
+        .route("/v1/events/{id}", get(get_event))
+        .route("/v1/events/{id}/deliveries", get(event_deliveries))
+        .route("/v1/deliveries", get(list_deliveries))
+        .route("/v1/deliveries/{id}/attempts", get(delivery_attempts))
+        .route("/v1/deliveries/{id}/replay", post(replay_delivery))
+        .with_state(state)
+}
+
+// ---- errors ----
+
+/// An API error: `{"error": "<code>", "message": "…"}` with its status.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": self.code, "message": self.message})),
+        )
+            .into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match error {
+            StoreError::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+            }
+            StoreError::Database(e) => {
+                tracing::error!(target: "kxp_sender", error = %e, "database error in the API");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "the database is unavailable; retry",
+                )
+            }
+        }
+    }
+}
+
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let code = if e.is_data() {
+            "invalid_request"
+        } else {
+            "invalid_json"
+        };
+        let status = if e.is_data() {
+            StatusCode::UNPROCESSABLE_ENTITY
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        ApiError::new(status, code, e.to_string())
+    })
+}
+
+// ---- authentication ----
+
+/// The caller's account, from `Authorization: Bearer <key>`.
+pub struct Authed(pub Account);
+
+impl FromRequestParts<AppState> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let unauthorized = || {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid `Authorization: Bearer <api key>` header is required",
+            )
+        };
+        let key = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(unauthorized)?;
+        state
+            .db
+            .account_by_key(key)
+            .await?
+            .map(Authed)
+            .ok_or_else(unauthorized)
+    }
+}
+
+// ---- pagination ----
+
+#[derive(Deserialize)]
+struct Page {
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+impl Page {
+    fn limit(&self) -> Result<i64, ApiError> {
+        match self.limit {
+            None => Ok(DEFAULT_PAGE),
+            Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+            Some(_) => Err(ApiError::invalid(format!(
+                "limit must be between 1 and {MAX_PAGE}"
+            ))),
+        }
+    }
+}
+
+fn list<T: Serialize>(items: Vec<T>, limit: i64, cursor: impl Fn(&T) -> String) -> Json<Value> {
+    let full = i64::try_from(items.len()).unwrap_or(i64::MAX) >= limit;
+    let next = if full {
+        items.last().map(&cursor)
+    } else {
+        None
+    };
+    Json(json!({"data": items, "next_cursor": next}))
+}
+
+// ---- health ----
+
+async fn healthz(State(state): State<AppState>) -> Response {
+    match state.db.account_count().await {
+        Ok(_) => Json(json!({"status": "ok", "database": state.db.backend()})).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+// ---- endpoints ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewEndpoint {
+    url: String,
+    event_types: Option<Vec<String>>,
+    description: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct EndpointView {
+    id: String,
+    url: String,
+    description: String,
+    event_types: Vec<String>,
+    timeout_ms: i64,
+    status: String,
+    created_at: String,
+    updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    secret: Option<String>,
+}
+
+impl EndpointView {
+    fn of(endpoint: Endpoint, secret: Option<String>) -> EndpointView {
+        EndpointView {
+            event_types: endpoint.types(),
+            id: endpoint.id,
+            url: endpoint.url,
+            description: endpoint.description,
+            timeout_ms: endpoint.timeout_ms,
+            status: endpoint.status,
+            created_at: rfc3339(endpoint.created_at),
+            updated_at: rfc3339(endpoint.updated_at),
+            secret,
+        }
+    }
+}
+
+async fn create_endpoint(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let new: NewEndpoint = parse(&body)?;
+    let url = check_url(&new.url, state.settings.dev)?;
+    let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);
+    check_event_types(&event_types)?;
+    let description = new.description.unwrap_or_default();
+    if description.len() > 512 {
+        return Err(ApiError::invalid("description must be at most 512 bytes"));
+    }
+    let timeout = match new.timeout_ms {
+        None => state.settings.default_timeout,
+        Some(ms)
+            if (100..=u64::try_from(MAX_TIMEOUT.as_millis()).unwrap_or(30_000)).contains(&ms) =>
+        {
+            Duration::from_millis(ms)
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(format!(
+                "timeout_ms must be between 100 and {}",
+                MAX_TIMEOUT.as_millis()
+            )));
+        }
+    };
+    let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(5000);
+    let (endpoint, secret) = state
+        .db
+        .create_endpoint(
+            &account,
+            url.as_str(),
+            &event_types,
+            &description,
+            timeout_ms,
+        )
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(EndpointView::of(endpoint, Some(secret))),
+    )
+        .into_response())
+}
+
+/// Endpoint URLs: `https://` with a host, no credentials; `http://` and loopback hosts only in
+/// development mode.
+fn check_url(text: &str, dev: bool) -> Result<reqwest::Url, ApiError> {
+    let url = reqwest::Url::parse(text).map_err(|e| ApiError::invalid(format!("url: {e}")))?;
+    match url.scheme() {
+        "https" => {}
+        "http" if dev => {}
+        "http" => {
+            return Err(ApiError::invalid(
+                "url must be https:// (http:// is accepted only with `kxp serve --dev`)",
+            ));
+        }
+        other => {
+            return Err(ApiError::invalid(format!(
+                "url scheme `{other}` is not http(s)"
+            )));
+        }
+    }
+    let Some(host) = url.host_str() else {
+        return Err(ApiError::invalid("url has no host"));
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(ApiError::invalid(
+            "url must not carry credentials; authenticate with the signature",
+        ));
+    }
+    let loopback = host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback && !dev {
+        return Err(ApiError::invalid(
+            "url points at this machine (loopback), accepted only with `kxp serve --dev`",
+        ));
+    }
+    Ok(url)
+}
+
+fn check_event_types(types: &[String]) -> Result<(), ApiError> {
+    if types.is_empty() {
+        return Err(ApiError::invalid(
+            "event_types must not be empty (use [\"*\"] for every type)",
+        ));
+    }
+    for t in types {
+        let body = t.strip_suffix('*').unwrap_or(t);
+        let ok = t.len() <= 128
+            && !t.is_empty()
+            && body
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !ok {
+            return Err(ApiError::invalid(format!(
+                "event type pattern `{t}` is not letters, digits, . _ - with an optional trailing *"
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn list_endpoints(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Query(page): Query<Page>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = page.limit()?;
+    let endpoints = state
+        .db
+        .endpoints(&account.id, page.cursor.as_deref(), limit)
+        .await?;
+    let views: Vec<EndpointView> = endpoints
+        .into_iter()
+        .map(|e| EndpointView::of(e, None))
+        .collect();
+    Ok(list(views, limit, |e| e.id.clone()))
+}
+
+async fn get_endpoint(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointView>, ApiError> {
+    Ok(Json(EndpointView::of(
+        state.db.endpoint(&account.id, &id).await?,
+        None,
+    )))
+}
+
+// ---- events ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewEvent<'a> {
+    #[serde(rename = "type")]
+    event_type: String,
+    #[serde(borrow)]
+    data: &'a RawValue,
+    api_version: Option<String>,
+}
+
+async fn create_event(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let new: NewEvent<'_> = parse(&body)?;
+    check_name("type", &new.event_type, 128)?;
+    let api_version = new
+        .api_version
+        .unwrap_or_else(|| account.default_api_version.clone());
+    check_name("api_version", &api_version, 64)?;
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => {
+            let key = value.to_str().ok().filter(|k| {
+                (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic())
+            });
+            Some(key.ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_idempotency_key",
+                    "Idempotency-Key must be 1 to 255 printable ASCII characters",
+                )
+            })?)
+        }
+    };
+    let hash = sha256_hex(&body);
+    let ingested = state
+        .db
+        .ingest(
+            &account,
+            &new.event_type,
+            &api_version,
+            new.data,
+            key.map(|k| (k, hash.as_str())),
+        )
+        .await?;
+    let event = match ingested {
+        Ingested::Created(event, queued) => {
+            if queued > 0 {
+                state.wake.notify_waiters();
+            }
+            event
+        }
+        Ingested::Replayed(event) => event,
+        Ingested::KeyReused => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used with a different request",
+            ));
+        }
+    };
+    Ok((StatusCode::ACCEPTED, raw_json(event.payload)).into_response())
+}
+
+fn check_name(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "{field} must be 1 to {max} letters, digits, . _ -"
+        )))
+    }
+}
+
+/// The stored envelope, sent as it is: the API shows exactly what receivers get.
+fn raw_json(payload: String) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        payload,
+    )
+        .into_response()
+}
+
+async fn get_event(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(raw_json(state.db.event(&account.id, &id).await?.payload))
+}
+
+// ---- deliveries ----
+
+#[derive(Serialize)]
+struct DeliveryView {
+    id: String,
+    event_id: String,
+    endpoint_id: String,
+    status: String,
+    attempts: i64,
+    next_attempt_at: Option<String>,
+    last_status: Option<i64>,
+    last_error: Option<String>,
+    replayed_by: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<Delivery> for DeliveryView {
+    fn from(d: Delivery) -> DeliveryView {
+        DeliveryView {
+            next_attempt_at: (d.status == "pending").then(|| rfc3339(d.next_attempt_at)),
+            id: d.id,
+            event_id: d.event_id,
+            endpoint_id: d.endpoint_id,
+            status: d.status,
+            attempts: d.attempts,
+            last_status: d.last_status,
+            last_error: d.last_error,
+            replayed_by: d.replayed_by,
+            created_at: rfc3339(d.created_at),
+            updated_at: rfc3339(d.updated_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct AttemptView {
+    attempt: i64,
+    started_at: String,
+    duration_ms: i64,
+    status_code: Option<i64>,
+    error: Option<String>,
+    response_snippet: Option<String>,
+}
+
+impl From<Attempt> for AttemptView {
+    fn from(a: Attempt) -> AttemptView {
+        AttemptView {
+            attempt: a.attempt,
+            started_at: rfc3339(a.started_at),
+            duration_ms: a.duration_ms,
+            status_code: a.status_code,
+            error: a.error,
+            response_snippet: a.response_snippet,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct DeliveryQuery {
+    status: Option<String>,
+    endpoint_id: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+const STATUSES: [&str; 4] = ["pending", "delivering", "delivered", "dead"];
+
+fn filter(
+    status: Option<String>,
+    endpoint_id: Option<String>,
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<DeliveryFilter, ApiError> {
+    if let Some(status) = &status
+        && !STATUSES.contains(&status.as_str())
+    {
+        return Err(ApiError::invalid(format!(
+            "status must be one of {}",
+            STATUSES.join(", ")
+        )));
+    }
+    Ok(DeliveryFilter {
+        status,
+        endpoint_id,
+        since: since.map(parse_time).transpose()?,
+        until: until.map(parse_time).transpose()?,
+    })
+}
+
+fn parse_time(text: &str) -> Result<i64, ApiError> {
+    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| {
+            ApiError::invalid(format!(
+                "`{text}` is not an RFC 3339 time such as 2026-11-30T01:02:03Z"
+            ))
+        })?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
+        .map_err(|_| ApiError::invalid("time out of range"))
+}
+
+async fn list_deliveries(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Query(q): Query<DeliveryQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let page = Page {
+        cursor: q.cursor,
+        limit: q.limit,
+    };
+    let limit = page.limit()?;
+    let filter = filter(
+        q.status,
+        q.endpoint_id,
+        q.since.as_deref(),
+        q.until.as_deref(),
+    )?;
+    let items = state
+        .db
+        .deliveries(&account.id, &filter, page.cursor.as_deref(), limit)
+        .await?;
+    let views: Vec<DeliveryView> = items.into_iter().map(DeliveryView::from).collect();
+    Ok(list(views, limit, |d| d.id.clone()))
+}
+
+async fn event_deliveries(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let items = state.db.event_deliveries(&account.id, &id).await?;
+    let views: Vec<DeliveryView> = items.into_iter().map(DeliveryView::from).collect();
+    Ok(Json(json!({"data": views, "next_cursor": null})))
+}
+
+async fn delivery_attempts(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let items = state.db.attempts(&account.id, &id).await?;
+    let views: Vec<AttemptView> = items.into_iter().map(AttemptView::from).collect();
+    Ok(Json(json!({"data": views, "next_cursor": null})))
+}
+
+async fn replay_delivery(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let delivery = state.db.replay(&account.id, &id).await?;
+    state.wake.notify_waiters();
+    Ok((StatusCode::ACCEPTED, Json(DeliveryView::from(delivery))).into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct BulkReplay {
+    status: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+}
+
+async fn replay_endpoint(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: BulkReplay = if body.is_empty() {
+        BulkReplay::default()
+    } else {
+        parse(&body)?
+    };
+    if matches!(request.status.as_deref(), Some("pending" | "delivering")) {
+        return Err(ApiError::invalid(
+            "only dead or delivered deliveries can be replayed",
+        ));
+    }
+    let filter = filter(
+        request.status,
+        None,
+        request.since.as_deref(),
+        request.until.as_deref(),
+    )?;
+    let queued = state.db.replay_endpoint(&account.id, &id, &filter).await?;
+    if queued > 0 {
+        state.wake.notify_waiters();
+    }
+    Ok((StatusCode::ACCEPTED, Json(json!({"queued": queued}))).into_response())
+}

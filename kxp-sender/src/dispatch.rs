@@ -1,0 +1,243 @@
+//! One HTTP attempt: sign, POST, follow redirects by the sender's rules, and classify what
+//! came back. No database here: the worker records what this returns.
+
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderValue, StatusCode};
+use kxp_verify::{Secret, Signer};
+use reqwest::{Client, Url};
+
+/// How many redirects an attempt follows; one more fails the attempt.
+pub const MAX_REDIRECTS: usize = 2;
+
+/// How much of a response body is kept with the attempt: enough to see an error message, never
+/// enough to store a whole page.
+pub const SNIPPET_BYTES: usize = 1024;
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A 2xx.
+    Delivered {
+        /// The status.
+        status: u16,
+        /// The start of the body.
+        snippet: String,
+    },
+    /// A response, but not a 2xx (after redirects).
+    Rejected {
+        /// The status.
+        status: u16,
+        /// The start of the body.
+        snippet: String,
+        /// `Retry-After` of a 429 or 503, if it gave one.
+        retry_after: Option<Duration>,
+    },
+    /// No usable response: connection refused, timeout, TLS, too many redirects, a refused
+    /// address.
+    Failed {
+        /// A stable code first (`timeout`, `connect`, `too_many_redirects`, …), then detail.
+        error: String,
+    },
+}
+
+impl Outcome {
+    /// The HTTP status, when a response came.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Outcome::Delivered { status, .. } | Outcome::Rejected { status, .. } => Some(*status),
+            Outcome::Failed { .. } => None,
+        }
+    }
+}
+
+/// The request an attempt sends.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// Where.
+    pub url: &'a str,
+    /// The envelope bytes.
+    pub payload: &'a str,
+    /// The event id, for `X-Kxp-Event-Id`.
+    pub event_id: &'a str,
+    /// The event type, for `X-Kxp-Event-Type`.
+    pub event_type: &'a str,
+    /// The delivery id, for `X-Kxp-Delivery-Id`.
+    pub delivery_id: &'a str,
+    /// 1-based, for `X-Kxp-Attempt`.
+    pub attempt: i64,
+    /// The endpoint's live secrets, newest first: one `v1` each.
+    pub secrets: &'a [String],
+    /// The whole attempt, redirects included, must end within this.
+    pub timeout: Duration,
+    /// Whether `https` → `http` redirects are allowed (development only).
+    pub allow_http: bool,
+}
+
+/// The shared HTTP client: no automatic redirects (they would turn a POST into a GET), no
+/// proxy from the environment.
+pub fn client() -> Client {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .user_agent(concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .unwrap_or_else(|_| Client::new())
+}
+
+/// Sends one attempt and says how it went, within `request.timeout` overall.
+pub async fn send(client: &Client, request: &Request<'_>) -> (Outcome, Duration) {
+    let started = Instant::now();
+    let outcome = match tokio::time::timeout(request.timeout, follow(client, request)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::Failed {
+            error: format!(
+                "timeout: no answer within {} ms",
+                request.timeout.as_millis()
+            ),
+        },
+    };
+    (outcome, started.elapsed())
+}
+
+async fn follow(client: &Client, request: &Request<'_>) -> Outcome {
+    let headers = match headers(request) {
+        Ok(headers) => headers,
+        Err(error) => return Outcome::Failed { error },
+    };
+    let mut url = match Url::parse(request.url) {
+        Ok(url) => url,
+        Err(e) => {
+            return Outcome::Failed {
+                error: format!("invalid_url: {e}"),
+            };
+        }
+    };
+    for hop in 0..=MAX_REDIRECTS {
+        let response = match client
+            .post(url.clone())
+            .headers(headers.clone())
+            .body(request.payload.to_owned())
+            .send()
+            .await
+        {
+            Ok(response) => response,
+            Err(e) => {
+                return Outcome::Failed {
+                    error: describe(&e),
+                };
+            }
+        };
+        let status = response.status();
+        if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
+            let Some(next) = location(&url, response.headers()) else {
+                return rejected(response).await;
+            };
+            if hop == MAX_REDIRECTS {
+                return Outcome::Failed {
+                    error: format!("too_many_redirects: more than {MAX_REDIRECTS} redirects"),
+                };
+            }
+            if url.scheme() == "https" && next.scheme() != "https" && !request.allow_http {
+                return Outcome::Failed {
+                    error: "insecure_redirect: https redirected to http".to_owned(),
+                };
+            }
+            url = next;
+            continue;
+        }
+        if status.is_success() {
+            return Outcome::Delivered {
+                status: status.as_u16(),
+                snippet: snippet(response).await,
+            };
+        }
+        return rejected(response).await;
+    }
+    Outcome::Failed {
+        error: format!("too_many_redirects: more than {MAX_REDIRECTS} redirects"),
+    }
+}
+
+fn headers(request: &Request<'_>) -> Result<HeaderMap, String> {
+    let secrets = request
+        .secrets
+        .iter()
+        .map(Secret::new)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("no_secret: {e}"))?;
+    let signer = Signer::with_secrets(secrets).map_err(|e| format!("no_secret: {e}"))?;
+    let signature = signer.sign_now(request.payload.as_bytes()).to_string();
+    let mut headers = HeaderMap::new();
+    let mut put = |name: &'static str, value: &str| -> Result<(), String> {
+        let value = HeaderValue::from_str(value).map_err(|_| format!("invalid_header: {name}"))?;
+        headers.insert(name, value);
+        Ok(())
+    };
+    put("x-kxp-signature", &signature)?;
+    put("x-kxp-event-id", request.event_id)?;
+    put("x-kxp-event-type", request.event_type)?;
+    put("x-kxp-delivery-id", request.delivery_id)?;
+    put("x-kxp-attempt", &request.attempt.to_string())?;
+    put("content-type", "application/json")?;
+    Ok(headers)
+}
+
+fn location(base: &Url, headers: &HeaderMap) -> Option<Url> {
+    let location = headers.get(http::header::LOCATION)?.to_str().ok()?;
+    base.join(location).ok()
+}
+
+async fn rejected(response: reqwest::Response) -> Outcome {
+    let status = response.status();
+    let retry_after = matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    )
+    .then(|| retry_after(response.headers()))
+    .flatten();
+    Outcome::Rejected {
+        status: status.as_u16(),
+        snippet: snippet(response).await,
+        retry_after,
+    }
+}
+
+/// `Retry-After` in seconds. (The HTTP-date form is rare from webhook receivers and is ignored:
+/// the schedule's own delay applies then.)
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// The first [`SNIPPET_BYTES`] of the body; the rest is never read.
+async fn snippet(mut response: reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < SNIPPET_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    bytes.truncate(SNIPPET_BYTES);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn describe(error: &reqwest::Error) -> String {
+    let code = if error.is_timeout() {
+        "timeout"
+    } else if error.is_connect() {
+        "connect"
+    } else {
+        "request"
+    };
+    // reqwest's Display names the URL, which holds nothing secret (secrets travel in headers).
+    let mut text = format!("{code}: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,221 @@
+//! The kxp sender: a durable webhook delivery service, as a library and as `kxp serve`.
+//!
+//! Events come in through the HTTP API ([`api::app`]), are stored with one delivery per
+//! subscribed endpoint in a single transaction ([`Db::ingest`](db::Db)), and are sent by
+//! workers ([`worker::run`]) that claim due deliveries under a lease, sign each attempt with
+//! every live secret of the endpoint, and record every try. A failed delivery is retried on a
+//! jittered [`schedule`], then lands in the dead-letter queue, where it stays until replayed.
+//! A process killed at any instant loses nothing: a delivery is marked delivered only after
+//! the 2xx, and a lease that runs out makes its delivery claimable again.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = kxp_sender::Config { database_url: "sqlite://kxp.db".into(), ..Default::default() };
+//! let server = kxp_sender::start(config).await?;
+//! println!("listening on {}", server.addr());
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod api;
+pub mod db;
+pub mod dispatch;
+pub mod schedule;
+pub mod store;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+pub use db::Db;
+pub use schedule::Schedule;
+
+/// Everything `kxp serve` can be told.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `sqlite://path` (created if missing) or `postgres://…`.
+    pub database_url: String,
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// Development mode: `http://` and loopback endpoint URLs are allowed.
+    pub dev: bool,
+    /// When failed deliveries are tried again.
+    pub schedule: Schedule,
+    /// The timeout of endpoints created without one.
+    pub delivery_timeout: Duration,
+    /// Attempts in flight at once in this process.
+    pub workers: usize,
+    /// Attempts in flight at once to one endpoint, from this process.
+    pub per_endpoint_concurrency: usize,
+    /// How long a lease outlives its endpoint's timeout.
+    pub lease_extra: Duration,
+    /// How often idle workers look for due deliveries.
+    pub poll_interval: Duration,
+    /// The bootstrap account's API key; generated on first start (and printed once) if absent.
+    pub api_key: Option<String>,
+    /// Whether to run workers in this process (an API-only process sets false).
+    pub run_workers: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            database_url: "sqlite://kxp.db".to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            dev: false,
+            schedule: Schedule::default(),
+            delivery_timeout: Duration::from_secs(5),
+            workers: 64,
+            per_endpoint_concurrency: 8,
+            lease_extra: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(250),
+            api_key: None,
+            run_workers: true,
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The database could not be opened or migrated.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A query failed while bootstrapping.
+    #[error("{0}")]
+    Store(#[from] store::StoreError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running sender.
+pub struct Server {
+    addr: SocketAddr,
+    db: Db,
+    new_api_key: Option<String>,
+    stop: watch::Sender<bool>,
+    http: JoinHandle<()>,
+    workers: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Where the API listens (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The API key generated at this start for a new bootstrap account, if one was.
+    pub fn new_api_key(&self) -> Option<&str> {
+        self.new_api_key.as_deref()
+    }
+
+    /// Stops taking requests and claims, lets in-flight attempts finish (or puts them back),
+    /// and returns when everything has stopped.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Some(workers) = self.workers {
+            let _ = workers.await;
+        }
+        let _ = self.http.await;
+        self.db.close().await;
+    }
+
+    /// Waits until the server stops by itself (it does not, short of a panic).
+    pub async fn wait(&mut self) {
+        let _ = (&mut self.http).await;
+    }
+}
+
+/// Opens the database, bootstraps the first account, and starts the API and the workers.
+pub async fn start(config: Config) -> Result<Server, StartError> {
+    let db = Db::connect(&config.database_url).await?;
+    let new_api_key = bootstrap(&db, config.api_key.as_deref()).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Listen {
+        addr: config.listen,
+        source,
+    })?;
+
+    let wake = Arc::new(Notify::new());
+    let (stop, stopped) = watch::channel(false);
+    let state = api::AppState {
+        db: db.clone(),
+        wake: wake.clone(),
+        settings: Arc::new(api::ApiSettings {
+            dev: config.dev,
+            default_timeout: config.delivery_timeout,
+        }),
+    };
+    let mut http_stopped = stopped.clone();
+    let http = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = http_stopped.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = axum::serve(listener, api::app(state))
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(target: "kxp_sender", error = %e, "the API server stopped");
+        }
+    });
+    let workers = config.run_workers.then(|| {
+        let worker_config = worker::WorkerConfig {
+            schedule: config.schedule.clone(),
+            workers: config.workers,
+            per_endpoint: config.per_endpoint_concurrency.max(1),
+            lease_extra: config.lease_extra,
+            poll_interval: config.poll_interval,
+            dev: config.dev,
+        };
+        // In-flight attempts end by their own timeouts; wait that long before putting back.
+        let grace = api::MAX_TIMEOUT + Duration::from_secs(1);
+        tokio::spawn(worker::run(db.clone(), worker_config, wake, stopped, grace))
+    });
+    Ok(Server {
+        addr,
+        db,
+        new_api_key,
+        stop,
+        http,
+        workers,
+    })
+}
+
+/// Makes sure an account exists: with `api_key` when given (the same key on every start), or
+/// with a generated key on the very first start, which is returned to be shown once.
+async fn bootstrap(db: &Db, api_key: Option<&str>) -> Result<Option<String>, StartError> {
+    match api_key {
+        Some(key) => {
+            if db.account_by_key(key).await?.is_none() {
+                db.create_account("default", Some(key)).await?;
+            }
+            Ok(None)
+        }
+        None if db.account_count().await? == 0 => {
+            let (_, key) = db.create_account("default", None).await?;
+            Ok(Some(key))
+        }
+        None => Ok(None),
+    }
+}

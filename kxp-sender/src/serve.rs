@@ -1,0 +1,176 @@
+//! `kxp serve`: the delivery service, until SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use kxp_sender::schedule::parse_duration;
+use kxp_sender::{Config, Schedule};
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// `sqlite://path` (created if missing) or `postgres://user@host/db`.
+    #[arg(long, env = "KXP_DATABASE_URL", default_value = "sqlite://kxp.db")]
+    database_url: String,
+    /// Where the API listens.
+    #[arg(long, env = "KXP_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Development mode: accept http:// and loopback endpoint URLs. Never in production.
+    #[arg(long)]
+    dev: bool,
+    /// Offsets from the first try, comma-separated.
+    #[arg(long, value_name = "OFFSETS", default_value = "0s,10s,30s,1m,5m,15m,1h,6h,1d", value_parser = parse_schedule)]
+    retry_schedule: Schedule,
+    /// How much each gap between tries is randomly stretched or shrunk (0 to 1).
+    #[arg(long, default_value_t = kxp_sender::schedule::DEFAULT_JITTER)]
+    jitter: f64,
+    /// Per-attempt timeout of endpoints that do not set their own.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_timeout)]
+    delivery_timeout: Duration,
+    /// Attempts in flight at once in this process.
+    #[arg(long, default_value_t = 64)]
+    workers: usize,
+    /// Attempts in flight at once to one endpoint, from this process.
+    #[arg(long, default_value_t = 8)]
+    per_endpoint_concurrency: usize,
+    /// Log lines as JSON objects instead of text.
+    #[arg(long)]
+    json_logs: bool,
+}
+
+fn parse_schedule(text: &str) -> Result<Schedule, String> {
+    text.parse()
+        .map_err(|e: kxp_sender::schedule::ScheduleError| e.to_string())
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(100) || d > kxp_sender::api::MAX_TIMEOUT {
+        return Err("the timeout must be between 100ms and 30s".to_owned());
+    }
+    Ok(d)
+}
+
+pub(crate) fn serve(args: ServeArgs) -> ExitCode {
+    init_logs(args.json_logs);
+    let schedule = match args.retry_schedule.with_jitter(args.jitter) {
+        Ok(schedule) => schedule,
+        Err(e) => {
+            eprintln!("error: --jitter: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = Config {
+        database_url: args.database_url,
+        listen: args.listen,
+        dev: args.dev,
+        schedule,
+        delivery_timeout: args.delivery_timeout,
+        workers: args.workers.max(1),
+        per_endpoint_concurrency: args.per_endpoint_concurrency.max(1),
+        api_key: std::env::var("KXP_API_KEY").ok().filter(|k| !k.is_empty()),
+        ..Config::default()
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let server = match kxp_sender::start(config).await {
+            Ok(server) => server,
+            Err(e) => {
+                // sqlx errors can quote the URL; never print the database password.
+                eprintln!("error: {}", redact(&e.to_string()));
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Some(key) = server.new_api_key() {
+            println!("Created the first account. Its API key, shown only this once:\n\n    {key}\n");
+            println!("Use it as `Authorization: Bearer <key>`, or set KXP_API_KEY to choose your own.");
+        }
+        tracing::info!(target: "kxp_sender", addr = %server.addr(), database = server.db().backend(), "kxp serve is listening");
+        println!("kxp serve listening on http://{}", server.addr());
+        stop_signal().await;
+        tracing::info!(target: "kxp_sender", "shutting down: finishing in-flight attempts");
+        server.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Replaces the password of any `scheme://user:password@` in `text`.
+fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":[redacted]");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_in_urls_are_redacted() {
+        assert_eq!(
+            redact("error connecting to postgres://kxp:hunter2@db:5432/kxp: refused"),
+            "error connecting to postgres://kxp:[redacted]@db:5432/kxp: refused"
+        );
+        assert_eq!(redact("postgres://kxp@db/kxp"), "postgres://kxp@db/kxp");
+        assert_eq!(redact("no url here"), "no url here");
+    }
+}

@@ -1,0 +1,295 @@
+//! The delivery loop: claim due deliveries, send each in its own task, record the outcome.
+//!
+//! Every attempt runs concurrently with the others, bounded by a global worker count and a
+//! per-endpoint limit, so an endpoint that hangs until its timeout holds at most its own share
+//! of the workers and never delays deliveries to healthy endpoints.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::Client;
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::db::{Db, ms, new_id, now_ms};
+use crate::dispatch::{self, Outcome};
+use crate::schedule::{AfterFailure, Schedule};
+use crate::store::{AttemptRecord, NextState};
+
+/// How the workers behave.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The retry schedule.
+    pub schedule: Schedule,
+    /// Attempts in flight at once, over all endpoints.
+    pub workers: usize,
+    /// Attempts in flight at once to one endpoint.
+    pub per_endpoint: usize,
+    /// How long a lease outlives its endpoint's timeout.
+    pub lease_extra: Duration,
+    /// How often to look for due deliveries when nothing wakes the loop sooner.
+    pub poll_interval: Duration,
+    /// Development mode: `https` → `http` redirects allowed.
+    pub dev: bool,
+}
+
+/// Shared state of the in-flight attempts.
+#[derive(Default)]
+struct InFlight {
+    per_endpoint: HashMap<String, usize>,
+    deliveries: HashSet<String>,
+}
+
+/// Runs until `shutdown` turns true, then lets in-flight attempts finish (they are bounded by
+/// their timeouts) for up to `grace`, and puts back whatever is still running.
+pub async fn run(
+    db: Db,
+    config: WorkerConfig,
+    wake: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let owner = new_id("wrk");
+    let client = dispatch::client();
+    let permits = Arc::new(Semaphore::new(config.workers.max(1)));
+    let in_flight = Arc::new(Mutex::new(InFlight::default()));
+    let mut tasks = JoinSet::new();
+    let mut last_reclaim = tokio::time::Instant::now();
+    reclaim(&db).await;
+
+    while !*shutdown.borrow() {
+        while tasks.try_join_next().is_some() {}
+        if last_reclaim.elapsed() >= Duration::from_secs(1) {
+            reclaim(&db).await;
+            last_reclaim = tokio::time::Instant::now();
+        }
+        let free = permits.available_permits();
+        let claimed = if free == 0 {
+            Vec::new()
+        } else {
+            let skip: Vec<String> = lock(&in_flight)
+                .per_endpoint
+                .iter()
+                .filter(|(_, n)| **n >= config.per_endpoint)
+                .map(|(id, _)| id.clone())
+                .collect();
+            let limit = i64::try_from(free.min(100)).unwrap_or(100);
+            match db.claim(&owner, ms(config.lease_extra), limit, &skip).await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed");
+                    Vec::new()
+                }
+            }
+        };
+        if claimed.is_empty() {
+            tokio::select! {
+                _ = tokio::time::sleep(config.poll_interval) => {}
+                _ = wake.notified() => {}
+                _ = shutdown.changed() => {}
+                Some(_) = tasks.join_next() => {}
+            }
+            continue;
+        }
+        for id in claimed {
+            let job = match db.job(&id).await {
+                Ok(job) => job,
+                Err(e) => {
+                    tracing::error!(target: "kxp_sender", delivery_id = %id, error = %e, "loading a claimed delivery failed");
+                    continue;
+                }
+            };
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                release(&db, &job.id, &owner).await;
+                continue;
+            };
+            let admitted = {
+                let mut state = lock(&in_flight);
+                let count = state
+                    .per_endpoint
+                    .entry(job.endpoint_id.clone())
+                    .or_insert(0);
+                let admitted = *count < config.per_endpoint;
+                if admitted {
+                    *count += 1;
+                    state.deliveries.insert(job.id.clone());
+                }
+                admitted
+            };
+            if !admitted {
+                // The batch held more for this endpoint than it may take at once.
+                release(&db, &job.id, &owner).await;
+                continue;
+            }
+            let (db, client, owner, config, in_flight) = (
+                db.clone(),
+                client.clone(),
+                owner.clone(),
+                config.clone(),
+                in_flight.clone(),
+            );
+            tasks.spawn(async move {
+                attempt(&db, &client, &owner, &config, &job).await;
+                let mut state = lock(&in_flight);
+                state.deliveries.remove(&job.id);
+                if let Some(count) = state.per_endpoint.get_mut(&job.endpoint_id) {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        state.per_endpoint.remove(&job.endpoint_id);
+                    }
+                }
+                drop(permit);
+            });
+        }
+    }
+
+    // Shutdown: no new claims. Attempts end by their timeouts; whatever outlives the grace
+    // period is aborted and put back, so another process can take it at once.
+    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
+    let left: Vec<String> = lock(&in_flight).deliveries.iter().cloned().collect();
+    for id in left {
+        release(&db, &id, &owner).await;
+    }
+}
+
+async fn attempt(
+    db: &Db,
+    client: &Client,
+    owner: &str,
+    config: &WorkerConfig,
+    job: &crate::store::Job,
+) {
+    let secrets = match db.live_secrets(&job.endpoint_id).await {
+        Ok(secrets) => secrets,
+        Err(e) => {
+            tracing::error!(target: "kxp_sender", delivery_id = %job.id, error = %e, "loading secrets failed");
+            return release(db, &job.id, owner).await;
+        }
+    };
+    let number = job.attempts + 1;
+    let started_at = now_ms();
+    let request = dispatch::Request {
+        url: &job.url,
+        payload: &job.payload,
+        event_id: &job.event_id,
+        event_type: &job.event_type,
+        delivery_id: &job.id,
+        attempt: number,
+        secrets: &secrets,
+        timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
+        allow_http: config.dev,
+    };
+    let (outcome, took) = dispatch::send(client, &request).await;
+
+    let next = match &outcome {
+        Outcome::Delivered { .. } => NextState::Delivered,
+        Outcome::Rejected { retry_after, .. } => after_failure(config, number, *retry_after),
+        Outcome::Failed { .. } => after_failure(config, number, None),
+    };
+    let (snippet, error) = match &outcome {
+        Outcome::Delivered { snippet, .. } => (Some(snippet.clone()), None),
+        Outcome::Rejected {
+            status, snippet, ..
+        } => (Some(snippet.clone()), Some(format!("http_{status}"))),
+        Outcome::Failed { error } => (None, Some(error.clone())),
+    };
+    log(job, number, &outcome, next, took);
+    let record = AttemptRecord {
+        started_at,
+        duration_ms: ms(took),
+        status_code: outcome.status(),
+        error,
+        response_snippet: snippet,
+    };
+    match db
+        .finish_attempt(&job.id, owner, number, &record, next)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            target: "kxp_sender", delivery_id = %job.id,
+            "lease expired during the attempt; another worker owns the delivery now"
+        ),
+        // The lease will run out and the delivery will be tried again: at least once, never lost.
+        Err(e) => {
+            tracing::error!(target: "kxp_sender", delivery_id = %job.id, error = %e, "recording an attempt failed")
+        }
+    }
+}
+
+fn after_failure(
+    config: &WorkerConfig,
+    attempts_made: i64,
+    retry_after: Option<Duration>,
+) -> NextState {
+    let made = u32::try_from(attempts_made).unwrap_or(u32::MAX);
+    match config.schedule.after_failure(made, draw(), retry_after) {
+        AfterFailure::RetryIn(delay) => NextState::RetryAt(now_ms().saturating_add(ms(delay))),
+        AfterFailure::Dead => NextState::Dead,
+    }
+}
+
+fn log(job: &crate::store::Job, attempt: i64, outcome: &Outcome, next: NextState, took: Duration) {
+    let took_ms = ms(took);
+    let next = match next {
+        NextState::Delivered => "delivered".to_owned(),
+        NextState::RetryAt(at) => format!("retry in {} ms", at.saturating_sub(now_ms()).max(0)),
+        NextState::Dead => "dead".to_owned(),
+    };
+    match outcome {
+        Outcome::Delivered { status, .. } => tracing::info!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, status, duration_ms = took_ms, "delivered"
+        ),
+        // A 4xx usually means the receiver is misconfigured (wrong secret, wrong route): loud.
+        Outcome::Rejected { status, .. } if (400..500).contains(status) => tracing::warn!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, status, duration_ms = took_ms, next = %next, "endpoint refused the delivery"
+        ),
+        Outcome::Rejected { status, .. } => tracing::info!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, status, duration_ms = took_ms, next = %next, "endpoint failed"
+        ),
+        Outcome::Failed { error } => tracing::info!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, error = %error, duration_ms = took_ms, next = %next, "attempt failed"
+        ),
+    }
+}
+
+async fn reclaim(db: &Db) {
+    match db.reclaim_expired().await {
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::warn!(target: "kxp_sender", deliveries = n, "reclaimed deliveries whose worker stopped")
+        }
+        Err(e) => {
+            tracing::error!(target: "kxp_sender", error = %e, "reclaiming expired leases failed")
+        }
+    }
+}
+
+async fn release(db: &Db, id: &str, owner: &str) {
+    if let Err(e) = db.release(id, owner).await {
+        // Not fatal: the lease runs out and the delivery is reclaimed then.
+        tracing::error!(target: "kxp_sender", delivery_id = %id, error = %e, "releasing a delivery failed");
+    }
+}
+
+fn lock(state: &Mutex<InFlight>) -> std::sync::MutexGuard<'_, InFlight> {
+    // A panic while holding this lock leaves only counters behind; keep going with them.
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A uniform draw in `0.0..1.0` from the OS generator, for jitter.
+fn draw() -> f64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.5;
+    }
+    (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
+}

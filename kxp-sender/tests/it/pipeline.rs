@@ -1,0 +1,354 @@
+//! The delivery pipeline end to end over loopback: the real sender (in-process, SQLite)
+//! delivering to scripted receivers.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Receiver, Reply, sender, verifies};
+
+const SECS_10: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_delivery_carries_the_envelope_headers_and_a_valid_signature() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![]).await;
+    let (endpoint_id, secret) = s.api.endpoint(&receiver.url, json!({})).await;
+    let event_id = s
+        .api
+        .emit(
+            "payment.succeeded",
+            json!({"amount": 1999, "currency": "CNY"}),
+        )
+        .await;
+    let delivery = s.api.wait_for(&event_id, "delivered", SECS_10).await;
+
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 1);
+    let request = &seen[0];
+    assert!(
+        verifies(request, &secret),
+        "the signature must verify with the endpoint's secret"
+    );
+    let envelope: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(envelope["id"], event_id.as_str());
+    assert_eq!(envelope["type"], "payment.succeeded");
+    assert_eq!(envelope["api_version"], "2026-11-01");
+    assert_eq!(envelope["data"], json!({"amount": 1999, "currency": "CNY"}));
+    assert!(uuid::Uuid::parse_str(&event_id).unwrap().get_version_num() == 4);
+    assert_eq!(request.header("x-kxp-event-id"), event_id);
+    assert_eq!(request.header("x-kxp-event-type"), "payment.succeeded");
+    assert_eq!(
+        request.header("x-kxp-delivery-id"),
+        delivery["id"].as_str().unwrap()
+    );
+    assert_eq!(request.header("x-kxp-attempt"), "1");
+    assert_eq!(request.header("content-type"), "application/json");
+    assert!(request.header("user-agent").starts_with("kxp-webhooks/"));
+    assert_eq!(delivery["endpoint_id"], endpoint_id.as_str());
+    // The API shows exactly the bytes receivers get.
+    let (_, event) = s
+        .api
+        .call("GET", &format!("/v1/events/{event_id}"), None)
+        .await;
+    assert_eq!(event, envelope);
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn failures_follow_the_schedule_then_succeed_with_identical_bytes() {
+    let s = sender("0s,200ms,600ms").await;
+    let receiver = Receiver::start(vec![Reply::Status(500), Reply::Status(502)]).await;
+    let (_, secret) = s.api.endpoint(&receiver.url, json!({})).await;
+    let event_id = s.api.emit("payment.succeeded", json!({"n": 1})).await;
+    let delivery = s.api.wait_for(&event_id, "delivered", SECS_10).await;
+
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen.iter().all(|r| r.body == seen[0].body),
+        "every attempt sends the same bytes"
+    );
+    assert!(seen.iter().all(|r| verifies(r, &secret)));
+    let attempts: Vec<String> = seen.iter().map(|r| r.header("x-kxp-attempt")).collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    // Gaps of the schedule (jitter 0): 200 ms, then 400 ms.
+    assert!(
+        seen[1].at - seen[0].at >= Duration::from_millis(190),
+        "{:?}",
+        seen[1].at - seen[0].at
+    );
+    assert!(
+        seen[2].at - seen[1].at >= Duration::from_millis(390),
+        "{:?}",
+        seen[2].at - seen[1].at
+    );
+
+    let attempts = s.api.attempts(delivery["id"].as_str().unwrap()).await;
+    let statuses: Vec<i64> = attempts
+        .iter()
+        .map(|a| a["status_code"].as_i64().unwrap())
+        .collect();
+    assert_eq!(statuses, [500, 502, 200]);
+    assert_eq!(delivery["attempts"], 3);
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn nine_failures_make_a_dead_delivery_and_a_replay_delivers_the_same_event() {
+    let s = sender("0s,10ms,20ms,30ms,40ms,50ms,60ms,70ms,80ms").await;
+    let receiver = Receiver::start(vec![Reply::Status(500); 9]).await;
+    let (endpoint_id, _) = s.api.endpoint(&receiver.url, json!({})).await;
+    let event_id = s.api.emit("payment.failed", json!({})).await;
+    let dead = s.api.wait_for(&event_id, "dead", SECS_10).await;
+    let dead_id = dead["id"].as_str().unwrap().to_owned();
+    assert_eq!(dead["attempts"], 9);
+    assert_eq!(s.api.attempts(&dead_id).await.len(), 9);
+    assert_eq!(receiver.seen().len(), 9);
+
+    // The dead-letter queue lists it.
+    let (_, dlq) = s
+        .api
+        .call(
+            "GET",
+            &format!("/v1/deliveries?status=dead&endpoint_id={endpoint_id}"),
+            None,
+        )
+        .await;
+    let listed: Vec<&str> = dlq["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [dead_id.as_str()]);
+
+    // Replay: a new delivery of the same event id, which now gets through.
+    let (status, replay) = s
+        .api
+        .call("POST", &format!("/v1/deliveries/{dead_id}/replay"), None)
+        .await;
+    assert_eq!(status, 202, "{replay}");
+    assert_ne!(replay["id"], dead_id.as_str());
+    s.api.wait_for(&event_id, "delivered", SECS_10).await;
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 10);
+    assert_eq!(
+        seen[9].event_id(),
+        event_id,
+        "a replay delivers the same event id"
+    );
+    assert_eq!(seen[9].body, seen[0].body);
+
+    // Replayed deliveries leave the queue, and the history keeps both.
+    let (_, dlq) = s.api.call("GET", "/v1/deliveries?status=dead", None).await;
+    assert!(dlq["data"].as_array().unwrap().is_empty(), "{dlq}");
+    let history = s.api.deliveries_of(&event_id).await;
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0]["replayed_by"], replay["id"]);
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bulk_replay_queues_every_dead_delivery_of_an_endpoint() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![Reply::Status(500); 3]).await;
+    let (endpoint_id, _) = s.api.endpoint(&receiver.url, json!({})).await;
+    let mut events = Vec::new();
+    for n in 0..3 {
+        let id = s.api.emit("payment.failed", json!({"n": n})).await;
+        s.api.wait_for(&id, "dead", SECS_10).await;
+        events.push(id);
+    }
+    let (status, body) = s
+        .api
+        .call(
+            "POST",
+            &format!("/v1/endpoints/{endpoint_id}/replay"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!((status, body["queued"].as_u64()), (202, Some(3)));
+    for id in &events {
+        s.api.wait_for(id, "delivered", SECS_10).await;
+    }
+    // A second bulk replay finds nothing left in the queue.
+    let (_, body) = s
+        .api
+        .call("POST", &format!("/v1/endpoints/{endpoint_id}/replay"), None)
+        .await;
+    assert_eq!(body["queued"], 0);
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn redirects_are_followed_twice_with_the_same_post_and_a_third_fails() {
+    let s = sender("0s,50ms").await;
+    let target = Receiver::start(vec![]).await;
+    let hop2 = Receiver::start(vec![Reply::Redirect(308, target.url.clone())]).await;
+    let hop1 = Receiver::start(vec![Reply::Redirect(302, hop2.url.clone())]).await;
+    let (_, secret) = s.api.endpoint(&hop1.url, json!({})).await;
+    let event_id = s.api.emit("payment.succeeded", json!({})).await;
+    s.api.wait_for(&event_id, "delivered", SECS_10).await;
+    let arrived = &target.seen()[0];
+    assert!(
+        verifies(arrived, &secret),
+        "re-POSTed with the same body and signature headers"
+    );
+    assert_eq!(arrived.event_id(), event_id);
+    assert_eq!(arrived.header("x-kxp-event-id"), event_id);
+
+    // Three hops: the attempt fails, and is retried.
+    let r3 = Receiver::start(vec![]).await;
+    let r2 = Receiver::start(vec![Reply::Redirect(307, r3.url.clone())]).await;
+    let r1 = Receiver::start(vec![Reply::Redirect(307, r2.url.clone())]).await;
+    let r0 = Receiver::start(vec![
+        Reply::Redirect(307, r1.url.clone()),
+        Reply::Status(200),
+    ])
+    .await;
+    s.api
+        .endpoint(&r0.url, json!({"event_types": ["refund.created"]}))
+        .await;
+    let event_id = s.api.emit("refund.created", json!({})).await;
+    let delivery = s.api.wait_for(&event_id, "delivered", SECS_10).await;
+    let attempts = s.api.attempts(delivery["id"].as_str().unwrap()).await;
+    assert!(
+        attempts[0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("too_many_redirects"),
+        "{attempts:?}"
+    );
+    assert!(r3.seen().is_empty(), "the third redirect is not followed");
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_4xx_is_retried_and_a_timeout_is_a_failed_attempt() {
+    let s = sender("0s,50ms,100ms").await;
+    let receiver = Receiver::start(vec![
+        Reply::Status(400),
+        Reply::Hang(Duration::from_secs(3)),
+    ])
+    .await;
+    s.api
+        .endpoint(&receiver.url, json!({"timeout_ms": 300}))
+        .await;
+    let event_id = s.api.emit("payment.succeeded", json!({})).await;
+    let delivery = s.api.wait_for(&event_id, "delivered", SECS_10).await;
+    let attempts = s.api.attempts(delivery["id"].as_str().unwrap()).await;
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    assert_eq!(attempts[0]["status_code"], 400);
+    assert!(
+        attempts[1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("timeout"),
+        "{attempts:?}"
+    );
+    assert!(attempts[1]["duration_ms"].as_i64().unwrap() < 2000);
+    assert_eq!(attempts[2]["status_code"], 200);
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn retry_after_on_429_and_503_delays_the_next_try() {
+    let s = sender("0s,10ms,20ms").await;
+    let receiver =
+        Receiver::start(vec![Reply::RetryAfter(429, 1), Reply::RetryAfter(503, 1)]).await;
+    s.api.endpoint(&receiver.url, json!({})).await;
+    let event_id = s.api.emit("payment.succeeded", json!({})).await;
+    s.api.wait_for(&event_id, "delivered", SECS_10).await;
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen[1].at - seen[0].at >= Duration::from_millis(990),
+        "{:?}",
+        seen[1].at - seen[0].at
+    );
+    assert!(
+        seen[2].at - seen[1].at >= Duration::from_millis(990),
+        "{:?}",
+        seen[2].at - seen[1].at
+    );
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hanging_endpoint_does_not_hold_back_a_healthy_one() {
+    let s = sender_small_pool().await;
+    let slow = Receiver::start(vec![Reply::Hang(Duration::from_secs(5)); 20]).await;
+    let fast = Receiver::start(vec![]).await;
+    s.api
+        .endpoint(
+            &slow.url,
+            json!({"event_types": ["slow.*"], "timeout_ms": 2000}),
+        )
+        .await;
+    s.api
+        .endpoint(&fast.url, json!({"event_types": ["fast.*"]}))
+        .await;
+    for n in 0..20 {
+        s.api.emit("slow.event", json!({"n": n})).await;
+    }
+    let started = std::time::Instant::now();
+    let mut fast_events = Vec::new();
+    for n in 0..10 {
+        fast_events.push(s.api.emit("fast.event", json!({"n": n})).await);
+    }
+    for id in &fast_events {
+        s.api.wait_for(id, "delivered", SECS_10).await;
+    }
+    // All ten arrived while the slow endpoint's attempts were still hanging (2 s timeout).
+    assert!(
+        started.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(fast.seen().len(), 10);
+    s.server.shutdown().await;
+}
+
+async fn sender_small_pool() -> crate::support::Sender {
+    crate::support::sender_with("0s,1m", |c| {
+        c.workers = 8;
+        c.per_endpoint_concurrency = 4;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn events_go_only_to_endpoints_subscribed_to_their_type() {
+    let s = sender("0s").await;
+    let payments = Receiver::start(vec![]).await;
+    let refunds = Receiver::start(vec![]).await;
+    let everything = Receiver::start(vec![]).await;
+    s.api
+        .endpoint(&payments.url, json!({"event_types": ["payment.*"]}))
+        .await;
+    s.api
+        .endpoint(&refunds.url, json!({"event_types": ["refund.created"]}))
+        .await;
+    s.api.endpoint(&everything.url, json!({})).await;
+    let paid = s.api.emit("payment.succeeded", json!({})).await;
+    let refunded = s.api.emit("refund.created", json!({})).await;
+    let other = s.api.emit("refund.failed", json!({})).await;
+    for id in [&paid, &refunded, &other] {
+        let deliveries = s.api.deliveries_of(id).await;
+        for d in &deliveries {
+            s.api
+                .wait_for(d["event_id"].as_str().unwrap(), "delivered", SECS_10)
+                .await;
+        }
+    }
+    let ids = |r: &Receiver| r.seen().iter().map(|s| s.event_id()).collect::<Vec<_>>();
+    assert_eq!(ids(&payments), std::slice::from_ref(&paid));
+    assert_eq!(ids(&refunds), std::slice::from_ref(&refunded));
+    let mut all = ids(&everything);
+    all.sort();
+    let mut expected = vec![paid, refunded, other];
+    expected.sort();
+    assert_eq!(all, expected);
+    s.server.shutdown().await;
+}
