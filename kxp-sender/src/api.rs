@@ -18,7 +18,8 @@ use tokio::sync::Notify;
 
 use crate::db::{Db, sha256_hex};
 use crate::store::{
-    Account, Attempt, Delivery, DeliveryFilter, Endpoint, Ingested, StoreError, rfc3339,
+    Account, Attempt, Delivery, DeliveryFilter, Endpoint, Ingested, StoreError, parse_rfc3339,
+    rfc3339,
 };
 
 /// What the handlers share.
@@ -573,14 +574,11 @@ fn filter(
 }
 
 fn parse_time(text: &str) -> Result<i64, ApiError> {
-    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .map_err(|_| {
-            ApiError::invalid(format!(
-                "`{text}` is not an RFC 3339 time such as 2026-11-30T01:02:03Z"
-            ))
-        })?;
-    i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
-        .map_err(|_| ApiError::invalid("time out of range"))
+    parse_rfc3339(text).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "`{text}` is not an RFC 3339 time such as 2026-11-30T01:02:03Z"
+        ))
+    })
 }
 
 async fn list_deliveries(

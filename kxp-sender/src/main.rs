@@ -1,6 +1,7 @@
 //! `kxp`: the command line of kxp-webhooks. This file only parses arguments; each subcommand
 //! lives in its own module.
 
+mod admin;
 mod debug;
 mod send;
 mod serve;
@@ -34,6 +35,12 @@ enum Command {
     ///
     /// On first start with no KXP_API_KEY, an account is created and its API key printed once.
     Serve(serve::ServeArgs),
+    /// List the dead-letter queue: deliveries that failed every try and await a replay.
+    Dlq(admin::DlqArgs),
+    /// Replay deliveries: one by id, or in bulk for an endpoint (dead ones by default).
+    ///
+    /// A replay is a new delivery of the same event id.
+    Replay(admin::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,5 +49,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => debug::verify(args),
         Command::Send(args) => send::send(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Dlq(args) => admin::dlq(args),
+        Command::Replay(args) => admin::replay(args),
     }
 }

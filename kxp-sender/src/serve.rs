@@ -34,6 +34,10 @@ pub(crate) struct ServeArgs {
     /// Attempts in flight at once to one endpoint, from this process.
     #[arg(long, default_value_t = 8)]
     per_endpoint_concurrency: usize,
+    /// How long a claimed delivery's lease outlives its endpoint's timeout: after a crash, its
+    /// deliveries are taken over this long after their attempts could have ended.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_lease_extra)]
+    lease_extra: Duration,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     json_logs: bool,
@@ -42,6 +46,10 @@ pub(crate) struct ServeArgs {
 fn parse_schedule(text: &str) -> Result<Schedule, String> {
     text.parse()
         .map_err(|e: kxp_sender::schedule::ScheduleError| e.to_string())
+}
+
+fn parse_lease_extra(text: &str) -> Result<Duration, String> {
+    parse_duration(text).map_err(|e| e.to_string())
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -69,6 +77,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         delivery_timeout: args.delivery_timeout,
         workers: args.workers.max(1),
         per_endpoint_concurrency: args.per_endpoint_concurrency.max(1),
+        lease_extra: args.lease_extra,
         api_key: std::env::var("KXP_API_KEY").ok().filter(|k| !k.is_empty()),
         ..Config::default()
     };

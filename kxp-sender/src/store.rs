@@ -850,6 +850,13 @@ struct Envelope<'a> {
     data: &'a RawValue,
 }
 
+/// An RFC 3339 time as Unix ms; `None` when it is not one.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let t =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 /// Unix ms as RFC 3339 UTC with second precision, the envelope's `created_at` form.
 pub fn rfc3339(ms: i64) -> String {
     let seconds = ms.div_euclid(1000);

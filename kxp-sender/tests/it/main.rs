@@ -3,8 +3,12 @@
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
+mod admin;
+mod crash;
 mod debug_commands;
 mod ingestion;
+mod pg;
 mod pipeline;
+mod postgres;
 mod send;
 mod support;

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 pub struct Sender {
     pub server: Server,
     pub api: Api,
+    pub database_url: String,
     _dir: tempfile::TempDir,
 }
 
@@ -43,6 +44,7 @@ pub async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sen
         ..Config::default()
     };
     tweak(&mut config);
+    let database_url = config.database_url.clone();
     let server = kxp_sender::start(config).await.unwrap();
     let api = Api {
         base: format!("http://{}", server.addr()),
@@ -52,6 +54,7 @@ pub async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sen
     Sender {
         server,
         api,
+        database_url,
         _dir: dir,
     }
 }

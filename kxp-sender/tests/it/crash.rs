@@ -1,0 +1,271 @@
+//! Crash safety with real processes: `kxp serve` is SIGKILLed again and again while events are
+//! emitted and delivered, then restarted; every acknowledged event must reach the receiver.
+//! On PostgreSQL, two `kxp serve` processes share one database.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use serde_json::json;
+
+const KEY: &str = "kxp_crash_test_key";
+
+/// A `kxp serve` process, killed when dropped.
+struct Serve {
+    child: Child,
+    base: String,
+}
+
+impl Serve {
+    fn start(database_url: &str) -> Serve {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kxp"))
+            .args(["serve", "--dev", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--database-url", database_url])
+            .args([
+                "--retry-schedule",
+                "0s,100ms,200ms,400ms,800ms,1s,1s,2s,5s",
+                "--jitter",
+                "0.1",
+            ])
+            .args(["--delivery-timeout", "1s", "--lease-extra", "500ms"])
+            .env("KXP_API_KEY", KEY)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|line| line.contains("listening on"));
+        assert!(ready, "kxp serve did not start");
+        // Keep draining stdout so the process never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Serve {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the receiver saw: per event, how many times; per delivery, whether one is in flight.
+#[derive(Clone, Default)]
+struct Seen {
+    events: Arc<Mutex<HashMap<String, usize>>>,
+    in_flight: Arc<Mutex<HashSet<String>>>,
+    overlaps: Arc<Mutex<Vec<String>>>,
+}
+
+async fn receive(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> &'static str {
+    let delivery = headers["x-kxp-delivery-id"].to_str().unwrap().to_owned();
+    if !seen.in_flight.lock().unwrap().insert(delivery.clone()) {
+        seen.overlaps.lock().unwrap().push(delivery.clone());
+    }
+    // Hold each request a little, so two workers holding one delivery would overlap here.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    *seen
+        .events
+        .lock()
+        .unwrap()
+        .entry(event["id"].as_str().unwrap().to_owned())
+        .or_default() += 1;
+    seen.in_flight.lock().unwrap().remove(&delivery);
+    "ok"
+}
+
+async fn receiver() -> (String, Seen) {
+    let seen = Seen::default();
+    let app = Router::new().fallback(receive).with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+async fn create_endpoint(base: &str, url: &str) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/endpoints"))
+        .bearer_auth(KEY)
+        .json(&json!({"url": url, "timeout_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+}
+
+/// Emits `count` events to whichever server answers; returns the ids the sender acknowledged
+/// (202). A request cut off by a kill is not acknowledged, and the sender owes nothing for it.
+async fn emit(bases: &[String], count: usize, tag: &str) -> Vec<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut acknowledged = Vec::new();
+    for n in 0..count {
+        let base = &bases[n % bases.len()];
+        let sent = client
+            .post(format!("{base}/v1/events"))
+            .bearer_auth(KEY)
+            .header("Idempotency-Key", format!("{tag}-{n}"))
+            .json(&json!({"type": "payment.succeeded", "data": {"n": n}}))
+            .send()
+            .await;
+        if let Ok(response) = sent
+            && response.status() == 202
+        {
+            let event: serde_json::Value = response.json().await.unwrap();
+            acknowledged.push(event["id"].as_str().unwrap().to_owned());
+        }
+    }
+    acknowledged
+}
+
+async fn wait_until_all_arrive(seen: &Seen, ids: &[String], within: Duration) {
+    let start = Instant::now();
+    loop {
+        let missing: Vec<String> = {
+            let events = seen.events.lock().unwrap();
+            ids.iter()
+                .filter(|id| !events.contains_key(*id))
+                .cloned()
+                .collect()
+        };
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{} of {} events never arrived: {:?}",
+            missing.len(),
+            ids.len(),
+            &missing[..missing.len().min(5)]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Emits in rounds, killing the sender at a different moment of each, restarting it after.
+async fn kill_loop(
+    database_url: &str,
+    processes: usize,
+    seen: &Seen,
+    rounds: usize,
+) -> Vec<String> {
+    let mut acknowledged = Vec::new();
+    for round in 0..rounds {
+        let servers: Vec<Serve> = (0..processes).map(|_| Serve::start(database_url)).collect();
+        let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+        let emitting = tokio::spawn({
+            let bases = bases.clone();
+            async move { emit(&bases, 30, &format!("round{round}")).await }
+        });
+        // Kill mid-flight: while events are still being emitted and delivered.
+        tokio::time::sleep(Duration::from_millis(150 + 120 * round as u64)).await;
+        for server in servers {
+            tokio::task::spawn_blocking(move || server.kill())
+                .await
+                .unwrap();
+        }
+        acknowledged.extend(emitting.await.unwrap());
+    }
+    // A last start finishes the work: leases of killed workers expire and are reclaimed.
+    let survivors: Vec<Serve> = (0..processes).map(|_| Serve::start(database_url)).collect();
+    wait_until_all_arrive(seen, &acknowledged, Duration::from_secs(60)).await;
+    drop(survivors);
+    acknowledged
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_any_moment_loses_no_event_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = format!("sqlite://{}", dir.path().join("kxp.db").display());
+    let (url, seen) = receiver().await;
+    {
+        let first = Serve::start(&database_url);
+        create_endpoint(&first.base, &url).await;
+        first.kill();
+    }
+    let acknowledged = kill_loop(&database_url, 1, &seen, 5).await;
+    assert!(
+        acknowledged.len() >= 50,
+        "too few events got through to test anything: {}",
+        acknowledged.len()
+    );
+    eprintln!(
+        "sqlite: {} acknowledged events, all delivered after 5 kills",
+        acknowledged.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_postgresql_share_the_work_and_survive_kills() {
+    let Some(admin_url) = std::env::var("KXP_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED (PostgreSQL): KXP_TEST_DATABASE_URL is not set"
+        );
+        return;
+    };
+    let database = crate::pg::Database::create(&admin_url, "kxp_sender_crash").await;
+    let (url, seen) = receiver().await;
+
+    // Two processes, no kills: every delivery is sent exactly once, never by both at once.
+    let a = Serve::start(database.url());
+    let b = Serve::start(database.url());
+    create_endpoint(&a.base, &url).await;
+    let ids = emit(&[a.base.clone(), b.base.clone()], 100, "calm").await;
+    assert_eq!(ids.len(), 100);
+    wait_until_all_arrive(&seen, &ids, Duration::from_secs(60)).await;
+    {
+        let events = seen.events.lock().unwrap();
+        let twice: Vec<_> = ids.iter().filter(|id| events[*id] != 1).collect();
+        assert!(
+            twice.is_empty(),
+            "delivered more than once without any crash: {twice:?}"
+        );
+    }
+    assert!(
+        seen.overlaps.lock().unwrap().is_empty(),
+        "two workers held one delivery at once"
+    );
+    drop((a, b));
+
+    // Then kills: nothing acknowledged is lost.
+    let acknowledged = kill_loop(database.url(), 2, &seen, 4).await;
+    assert!(
+        acknowledged.len() >= 40,
+        "too few events got through: {}",
+        acknowledged.len()
+    );
+    database.drop().await;
+}
