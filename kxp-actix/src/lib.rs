@@ -1,1 +1,12 @@
-//! Verify kxp webhooks in actix-web (work in progress: see issue 3).
+#![doc = include_str!("../README.md")]
+
+mod extract;
+mod middleware;
+
+#[cfg(feature = "dedup")]
+pub mod dedup;
+
+// The public interface.
+pub use extract::{VerifiedBody, VerifiedEvent, WebhookRejection};
+pub use kxp_receiver::{DEFAULT_BODY_LIMIT, FromEnvError, Receiver, Rejection};
+pub use middleware::{VerifyMiddleware, VerifyService};

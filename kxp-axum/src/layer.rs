@@ -95,16 +95,16 @@ where
     S: Service<Request, Response = Response>,
 {
     let log = RequestLog::start();
-    if request.method() == Method::GET {
-        if let Some(token) = challenge_token(request.uri().query()) {
-            return Ok(match token {
-                Ok(token) => {
-                    log.finish("", "not_attempted", "challenge", 200);
-                    challenge_response(token)
-                }
-                Err(rejection) => reject(log, rejection),
-            });
-        }
+    if request.method() == Method::GET
+        && let Some(token) = challenge_token(request.uri().query())
+    {
+        return Ok(match token {
+            Ok(token) => {
+                log.finish("", "not_attempted", "challenge", 200);
+                challenge_response(token)
+            }
+            Err(rejection) => reject(log, rejection),
+        });
     }
 
     let (parts, body) = request.into_parts();
