@@ -1,0 +1,80 @@
+//! A complete kxp webhook receiver on actix-web: it checks `X-Kxp-Signature`, answers the
+//! endpoint challenge, and records each payment exactly once, however often it is delivered.
+//!
+//! ```sh
+//! KXP_WEBHOOK_SECRET=… cargo run -p kxp-examples --bin actix-receiver
+//! ```
+//!
+//! Settings (see `kxp_examples::Config`): `KXP_WEBHOOK_SECRET` (required; `new,old` while
+//! rotating), `KXP_LISTEN` (default `127.0.0.1:3000`), `DATABASE_URL` (default
+//! `sqlite://kxp-receiver.db`; `postgres://…` works the same).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, web};
+use kxp_actix::dedup::{self, Handled, Store};
+use kxp_actix::{VerifiedEvent, VerifyMiddleware};
+use kxp_examples::{Config, Payment};
+
+/// What the handler needs: the dedup store (also this app's database) and the testing aid.
+struct AppState {
+    store: Store,
+    slow: Option<Duration>,
+}
+
+/// `POST /webhooks`, reached only with a verified event. In one transaction: mark the event id
+/// processed and insert the payment. A duplicate answers 200 without running the closure; an
+/// error rolls both back and answers 500, so the sender's retry runs it again.
+async fn webhook(app: web::Data<AppState>, event: VerifiedEvent<Payment>) -> Handled {
+    dedup::process_in_transaction(&app.store, &event, |tx| {
+        kxp_examples::record_payment(tx, &event, app.slow)
+    })
+    .await
+}
+
+#[actix_web::main]
+async fn main() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("actix-receiver: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    kxp_examples::init_logging();
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("actix-receiver: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let store = kxp_examples::open_database(&config.database_url).await?;
+    let state = web::Data::new(AppState {
+        store: store.clone(),
+        slow: config.slow,
+    });
+    // Built once, here: the factory below runs on every worker thread and clones it.
+    let verify = VerifyMiddleware::new(config.receiver);
+    let server = HttpServer::new(move || {
+        App::new().app_data(state.clone()).service(
+            // The middleware wraps the resource, and also answers `GET /webhooks?challenge=…`;
+            // every other request to it must be signed.
+            web::resource("/webhooks")
+                .wrap(verify.clone())
+                .route(web::post().to(webhook)),
+        )
+    })
+    .bind(config.listen)?;
+    for addr in server.addrs() {
+        kxp_examples::log_listening(addr, &store);
+    }
+    // Runs until Ctrl-C or SIGTERM, then finishes the requests in flight.
+    server.run().await?;
+    store.close().await;
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! A complete kxp webhook receiver on axum: it checks `X-Kxp-Signature`, answers the endpoint
+//! challenge, and records each payment exactly once, however often it is delivered.
+//!
+//! ```sh
+//! KXP_WEBHOOK_SECRET=… cargo run -p kxp-examples --bin axum-receiver
+//! ```
+//!
+//! Settings (see `kxp_examples::Config`): `KXP_WEBHOOK_SECRET` (required; `new,old` while
+//! rotating), `KXP_LISTEN` (default `127.0.0.1:3000`), `DATABASE_URL` (default
+//! `sqlite://kxp-receiver.db`; `postgres://…` works the same).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use kxp_axum::dedup::{self, Handled, Store};
+use kxp_axum::{VerifiedEvent, VerifyLayer};
+use kxp_examples::{Config, Payment};
+
+/// What the handler needs: the dedup store (also this app's database) and the testing aid.
+#[derive(Clone)]
+struct AppState {
+    store: Store,
+    slow: Option<Duration>,
+}
+
+/// `POST /webhooks`, reached only with a verified event. In one transaction: mark the event id
+/// processed and insert the payment. A duplicate answers 200 without running the closure; an
+/// error rolls both back and answers 500, so the sender's retry runs it again.
+async fn webhook(State(app): State<AppState>, event: VerifiedEvent<Payment>) -> Handled {
+    dedup::process_in_transaction(&app.store, &event, |tx| {
+        kxp_examples::record_payment(tx, &event, app.slow)
+    })
+    .await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("axum-receiver: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    kxp_examples::init_logging();
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("axum-receiver: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let store = kxp_examples::open_database(&config.database_url).await?;
+    let app = Router::new()
+        // The layer also answers `GET /webhooks?challenge=…`; every other request must be signed.
+        .route("/webhooks", post(webhook))
+        .layer(VerifyLayer::new(config.receiver))
+        .with_state(AppState {
+            store: store.clone(),
+            slow: config.slow,
+        });
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    kxp_examples::log_listening(listener.local_addr()?, &store);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            // Ctrl-C: finish the requests in flight, then stop. Any other end loses nothing
+            // either: an unfinished transaction rolls back, and the sender delivers again.
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    store.close().await;
+    Ok(())
+}
