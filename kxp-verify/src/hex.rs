@@ -1,19 +1,50 @@
 //! Lowercase hex for 32-byte MACs, without tables or allocation.
 
+/// Each byte's value as a hex digit, or `INVALID`: one lookup per digit instead of three range
+/// comparisons, on the verify hot path.
+// Evaluated at compile time: an index out of range would fail the build, not a request.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+const NIBBLES: [u8; 256] = {
+    let mut table = [INVALID; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+const INVALID: u8 = 0xff;
+
+fn nibble(c: u8) -> u8 {
+    NIBBLES.get(usize::from(c)).copied().unwrap_or(INVALID)
+}
+
+/// Whether `digits` is exactly 64 hex digits (either case).
+pub(crate) fn is_hex_64(digits: &[u8]) -> bool {
+    digits.len() == 64 && digits.iter().all(|&c| nibble(c) != INVALID)
+}
+
 /// Decodes exactly 64 hex digits (either case); anything else is `None`.
 pub(crate) fn decode_32(digits: &[u8]) -> Option<[u8; 32]> {
     if digits.len() != 64 {
         return None;
     }
     let mut out = [0u8; 32];
+    let mut bad = 0u8;
     for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        let mut pair = pair.iter().map(|&c| nibble(c));
-        let (Some(Some(hi)), Some(Some(lo))) = (pair.next(), pair.next()) else {
-            return None;
-        };
-        *byte = (hi << 4) | lo;
+        let [hi, lo] = pair else { return None };
+        let (hi, lo) = (nibble(*hi), nibble(*lo));
+        // INVALID has its high bit set; no digit does. One check at the end, not 64 branches.
+        bad |= hi | lo;
+        *byte = (hi << 4) | (lo & 0x0f);
     }
-    Some(out)
+    (bad & 0x80 == 0).then_some(out)
 }
 
 /// Encodes 32 bytes as 64 lowercase hex digits.
@@ -25,15 +56,6 @@ pub(crate) fn encode_32(bytes: &[u8; 32]) -> [u8; 64] {
         }
     }
     out
-}
-
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c.wrapping_sub(b'0')),
-        b'a'..=b'f' => Some(c.wrapping_sub(b'a').wrapping_add(10)),
-        b'A'..=b'F' => Some(c.wrapping_sub(b'A').wrapping_add(10)),
-        _ => None,
-    }
 }
 
 fn digit(n: u8) -> u8 {
