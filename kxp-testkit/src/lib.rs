@@ -5,8 +5,14 @@
 //!
 //! It knows nothing of `kxp-verify`, so each implementation under test (the core, the CLI, the
 //! adapters, the snippets in other languages) is checked against the same data by the same loader.
+//!
+//! With the feature `db`, the module `db` gives each test a fresh PostgreSQL database or SQLite
+//! file. The crate depends on none of the project's own, so every crate can use it in its tests.
 
 use std::path::PathBuf;
+
+#[cfg(feature = "db")]
+pub mod db;
 
 /// The top-level README's Rust examples, run as doctests so the front page cannot drift.
 #[cfg(doctest)]

@@ -1,13 +1,13 @@
 //! Starting a receiver binary, talking to it, and reading what it wrote and stored.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use kxp_dedup::sqlx::{self, Connection, SqliteConnection};
+use kxp_testkit::db::SqliteFile;
 use kxp_verify::Signer;
 
 /// The secret every test receiver is started with.
@@ -32,41 +32,23 @@ impl Bin {
     }
 }
 
-/// A fresh directory under the system's temporary directory, removed on drop.
-pub struct TempDir(PathBuf);
+/// A fresh directory under the system's temporary directory, removed on drop: a receiver's
+/// working directory.
+pub struct TempDir(SqliteFile);
 
 impl TempDir {
     pub fn new() -> TempDir {
-        let dir = std::env::temp_dir().join(unique_name("kxp-examples"));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        TempDir(SqliteFile::new("kxp-receiver.db"))
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        self.0.dir()
     }
 
     /// The database the receivers use by default: `kxp-receiver.db` in their working directory.
     pub fn default_database(&self) -> String {
-        format!("sqlite://{}", self.0.join("kxp-receiver.db").display())
+        self.0.url().to_owned()
     }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A name no other test, and no other run, uses.
-pub fn unique_name(prefix: &str) -> String {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}_{}_{nanos}_{n}", std::process::id())
 }
 
 /// A port nobody listens on right now: bound, read, released. Another process could take it

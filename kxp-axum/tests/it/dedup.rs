@@ -6,12 +6,10 @@
 //! do. Without `KXP_TEST_DATABASE_URL` the PostgreSQL half says SKIPPED on stderr and passes.
 
 use std::future::Future;
-use std::io::Write;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -19,13 +17,11 @@ use axum::routing::post;
 use futures_util::FutureExt;
 use kxp_axum::VerifiedEvent;
 use kxp_axum::dedup::{self, Store, Tx};
-use kxp_dedup::sqlx::{self, Connection, PgConnection};
+use kxp_dedup::sqlx;
 use kxp_dedup::{Claim, EventStatus};
+use kxp_testkit::db::{Backend as Db, TestDatabase};
 
 use crate::harness::{Logs, SECRET, client, event_body, receiver, serve, sign};
-
-/// The environment variable that enables the PostgreSQL half.
-const PG_ENV: &str = "KXP_TEST_DATABASE_URL";
 
 /// The lease of the claim/complete handlers: far longer than any test.
 const LEASE: Duration = Duration::from_secs(60);
@@ -61,40 +57,6 @@ both_backends!(
 
 // --- Fresh databases -------------------------------------------------------------------------
 
-enum Db {
-    Sqlite,
-    Postgres,
-}
-
-enum Cleanup {
-    Dir(PathBuf),
-    Database { admin_url: String, name: String },
-}
-
-/// A name no other test, and no other run, uses.
-fn unique_name(prefix: &str) -> String {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}_{}_{nanos}_{n}", std::process::id())
-}
-
-/// `admin_url` with its database name replaced by `name`, query string kept.
-fn with_database(admin_url: &str, name: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (admin_url, String::new()),
-    };
-    let authority_start = base.find("://").unwrap() + 3;
-    let authority_end = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    format!("{}/{name}{query}", &base[..authority_end])
-}
-
 /// Runs `scenario` on a fresh database of `db`, then deletes that database, also when the
 /// scenario panics (the panic is re-raised afterwards).
 async fn run<F, Fut>(db: Db, scenario: F)
@@ -102,56 +64,15 @@ where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let (url, cleanup) = match db {
-        Db::Sqlite => {
-            let dir = std::env::temp_dir().join(unique_name("kxp-axum-test"));
-            std::fs::create_dir_all(&dir).unwrap();
-            (
-                format!("sqlite://{}/dedup.db", dir.display()),
-                Cleanup::Dir(dir),
-            )
-        }
-        Db::Postgres => {
-            let Ok(admin_url) = std::env::var(PG_ENV) else {
-                // Straight to stderr, not `eprintln!`: libtest captures the macro's output of a
-                // passing test, and a skip nobody sees is a silent pass.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED (PostgreSQL): {PG_ENV} is not set"
-                );
-                return;
-            };
-            let name = unique_name("kxp_axum");
-            let mut admin = PgConnection::connect(&admin_url).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE \"{name}\""))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-            admin.close().await.unwrap();
-            (
-                with_database(&admin_url, &name),
-                Cleanup::Database { admin_url, name },
-            )
-        }
+    let Some(database) = TestDatabase::create(db, "kxp_axum").await else {
+        return;
     };
-    let store = Store::connect(&url).await.unwrap();
+    let store = Store::connect(database.url()).await.unwrap();
     let result = AssertUnwindSafe(scenario(store.clone()))
         .catch_unwind()
         .await;
     store.close().await;
-    match cleanup {
-        Cleanup::Dir(dir) => {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        Cleanup::Database { admin_url, name } => {
-            let mut admin = PgConnection::connect(&admin_url).await.unwrap();
-            sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-            admin.close().await.unwrap();
-        }
-    }
+    database.drop().await;
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }

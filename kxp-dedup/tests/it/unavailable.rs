@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use kxp_dedup::{Backend, Outcome, STORE_UNAVAILABLE_RETRY_AFTER, Store, process};
 use kxp_dedup::{process_in_transaction, sqlx};
 
-use crate::support::sqlite_url;
+use kxp_testkit::db::SqliteFile;
 
 both_backends!(closed_store_answers_store_unavailable);
 
@@ -57,19 +57,19 @@ async fn urls_of_other_databases_are_invalid() {
 
 #[tokio::test]
 async fn sqlite_in_a_missing_directory_is_unavailable() {
-    let (_, dir) = sqlite_url().await;
-    let url = format!("sqlite://{}/no/such/dir/dedup.db", dir.display());
+    let file = SqliteFile::new("dedup.db");
+    let url = format!("sqlite://{}/no/such/dir/dedup.db", file.dir().display());
     let err = Store::connect(&url).await.unwrap_err();
     assert_eq!(err.kind(), "unavailable", "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A file database is WAL, created on first use, and reconnecting keeps its rows (the
 /// migrations run again as a no-op).
 #[tokio::test]
 async fn sqlite_file_is_wal_and_survives_reconnect() {
-    let (url, dir) = sqlite_url().await;
-    let store = Store::connect(&url).await.unwrap();
+    let file = SqliteFile::new("dedup.db");
+    let url = file.url();
+    let store = Store::connect(url).await.unwrap();
     assert_eq!(store.backend(), Backend::Sqlite);
     assert_eq!(format!("{store:?}"), "Store { backend: Sqlite, .. }");
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
@@ -84,14 +84,13 @@ async fn sqlite_file_is_wal_and_survives_reconnect() {
     assert_eq!(first, Outcome::Processed);
     store.close().await;
 
-    let store = Store::connect(&url).await.unwrap();
+    let store = Store::connect(url).await.unwrap();
     let again = process(&store, "evt_durable", Duration::from_secs(30), || async {
         Err::<(), _>("must not run")
     })
     .await;
     assert_eq!(again, Outcome::Duplicate);
     store.close().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `sqlite::memory:` is one database for the whole store, across its pool.
