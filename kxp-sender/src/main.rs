@@ -3,6 +3,7 @@
 
 mod admin;
 mod debug;
+mod demo;
 mod send;
 mod serve;
 
@@ -20,6 +21,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the sender and a deliberately flaky receiver end to end, and check that every event
+    /// is processed exactly once.
+    ///
+    /// Everything runs in this process on 127.0.0.1, with temporary SQLite files. Exits 0
+    /// when every emitted event was processed exactly once, 1 otherwise.
+    Demo(demo::DemoArgs),
     /// Print the X-Kxp-Signature value for a body, as the sender would compute it.
     Sign(debug::SignArgs),
     /// Check an X-Kxp-Signature value against a body, as a receiver would.
@@ -45,6 +52,7 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Demo(args) => demo::demo(args),
         Command::Sign(args) => debug::sign(args),
         Command::Verify(args) => debug::verify(args),
         Command::Send(args) => send::send(args),

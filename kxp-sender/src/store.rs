@@ -1,4 +1,4 @@
-//! Every query the sender runs. Each is written once, for both backends (see [`on_db!`]),
+//! Every query the sender runs. Each is written once, for both backends (see `on_db!` in `db`),
 //! except the claim, which differs in how PostgreSQL skips rows other workers hold.
 
 use serde::Serialize;

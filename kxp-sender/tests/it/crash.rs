@@ -12,6 +12,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
+use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
 const KEY: &str = "kxp_crash_test_key";
@@ -225,18 +226,9 @@ async fn sigkill_at_any_moment_loses_no_event_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_postgresql_share_the_work_and_survive_kills() {
-    let Some(admin_url) = std::env::var("KXP_TEST_DATABASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED (PostgreSQL): KXP_TEST_DATABASE_URL is not set"
-        );
+    let Some(database) = PgDatabase::create("kxp_sender_crash").await else {
         return;
     };
-    let database = crate::pg::Database::create(&admin_url, "kxp_sender_crash").await;
     let (url, seen) = receiver().await;
 
     // Two processes, no kills: every delivery is sent exactly once, never by both at once.

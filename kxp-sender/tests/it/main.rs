@@ -6,8 +6,8 @@
 mod admin;
 mod crash;
 mod debug_commands;
+mod demo;
 mod ingestion;
-mod pg;
 mod pipeline;
 mod postgres;
 mod send;

@@ -3,25 +3,16 @@
 
 use std::time::Duration;
 
+use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-use crate::pg::Database;
 use crate::support::{Receiver, Reply, sender_with};
 
 #[tokio::test]
 async fn retries_dead_letters_replays_and_idempotency_on_postgresql() {
-    let Some(admin_url) = std::env::var("KXP_TEST_DATABASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED (PostgreSQL): KXP_TEST_DATABASE_URL is not set"
-        );
+    let Some(database) = PgDatabase::create("kxp_sender_pipeline").await else {
         return;
     };
-    let database = Database::create(&admin_url, "kxp_sender_pipeline").await;
     let url = database.url().to_owned();
     let s = sender_with("0s,20ms,40ms", move |c| c.database_url = url).await;
     let (_, health) = s.api.call("GET", "/healthz", None).await;

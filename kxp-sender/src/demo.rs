@@ -1,0 +1,447 @@
+//! `kxp demo`: the whole system on one machine in about twenty seconds, with nothing to install.
+//!
+//! The real sender ([`kxp_sender::start`]: SQLite in a temporary folder, development mode, the
+//! retry schedule shrunk from a day and a half to six seconds) delivers a few hundred events,
+//! emitted through its public HTTP API as a payment platform's code would, to an in-process
+//! receiver built from kxp-axum and kxp-dedup that misbehaves on purpose ([`receiver`]): down,
+//! then flaky, with one endpoint broken until the demo fixes it and replays its dead letters.
+//! The receiver's ledger is the evidence: the command exits non-zero unless every emitted event
+//! was processed exactly once ([`report::verdict`]).
+
+mod api;
+mod receiver;
+mod report;
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use kxp_sender::{Config, Schedule};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use self::api::Api;
+use self::receiver::{ENDPOINT_TIMEOUT, FlakyReceiver, Phase, Reserved};
+use self::report::{Deliveries, Live, Progress};
+
+#[derive(Args)]
+pub(crate) struct DemoArgs {
+    /// How many events to emit; every tenth is a refund, for the endpoint that is broken at
+    /// first.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    events: u64,
+    /// Seed of the receiver's flaky pattern (random by default, and printed, so that a run
+    /// can be repeated).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print a plain progress line every second instead of a progress bar (automatic when
+    /// stdout is not a terminal).
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// The demo's retry schedule: the default's nine tries, over six seconds instead of a day and
+/// a half, with the default ±25 % jitter.
+const SCHEDULE: &str = "0s,200ms,500ms,1s,2s,3s,4s,5s,6s";
+
+/// Events are emitted at this pace (a payment every 40 ms), over at most [`MAX_EMISSION`].
+const EMIT_EVERY: Duration = Duration::from_millis(40);
+const MAX_EMISSION: Duration = Duration::from_secs(15);
+
+/// After the last event is emitted, everything must settle within this.
+const SETTLE_WITHIN: Duration = Duration::from_secs(40);
+
+/// Rounds of "replay what is dead" before giving up.
+const MAX_REPLAY_ROUNDS: u32 = 3;
+
+pub(crate) fn demo(args: DemoArgs) -> ExitCode {
+    let bar = !args.no_progress && std::io::stdout().is_terminal();
+    let mut progress = Progress::new(bar, args.events);
+    // The progress display is the interface: logs only for problems (warn and up), above the
+    // bar. The receiver's one line per request is left out: the table counts them.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kxp_webhooks=off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(progress.log_writer())
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        tokio::select! {
+            result = run(&args, &mut progress) => Some(result),
+            // Dropping the run removes its temporary folder.
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    progress.finish();
+    // Answers the receiver still holds back (late acknowledgements) are abandoned.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    let Some(result) = result else {
+        eprintln!("interrupted");
+        return ExitCode::from(130);
+    };
+    match result {
+        Ok(summary) => {
+            println!();
+            print!("{}", report::table(&summary));
+            println!();
+            match report::verdict(&summary) {
+                Ok(()) => {
+                    println!(
+                        "OK: {0}/{0} events processed exactly once.",
+                        summary.emitted
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(why) => {
+                    println!("FAILED: {why}.");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary, String> {
+    let began = Instant::now();
+    let seed = args.seed.unwrap_or_else(random_seed);
+    let dir = TempDir::new()?;
+
+    let schedule: Schedule = SCHEDULE
+        .parse()
+        .map_err(|e| format!("the demo's schedule: {e}"))?;
+    let config = Config {
+        database_url: dir.sqlite_url("sender.db"),
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        dev: true,
+        schedule,
+        delivery_timeout: ENDPOINT_TIMEOUT,
+        poll_interval: Duration::from_millis(50),
+        // Fresh and random for this run; the demo keeps it to itself.
+        api_key: Some(kxp_sender::db::random_hex_32()),
+        ..Config::default()
+    };
+    let api_key = config.api_key.clone().unwrap_or_default();
+    let sender = kxp_sender::start(config)
+        .await
+        .map_err(|e| format!("cannot start the sender: {e}"))?;
+    let api = Api::new(sender.addr(), api_key)?;
+
+    let reserved = Reserved::new()?;
+    let base = format!("http://{}", reserved.addr());
+    let payments = api
+        .create_endpoint(
+            &format!("{base}/webhooks/payments"),
+            "payment.*",
+            "kxp demo: the shop (flaky)",
+            ENDPOINT_TIMEOUT,
+        )
+        .await?;
+    let refunds = api
+        .create_endpoint(
+            &format!("{base}/webhooks/refunds"),
+            "refund.*",
+            "kxp demo: bookkeeping (broken until fixed)",
+            ENDPOINT_TIMEOUT,
+        )
+        .await?;
+    let receiver = FlakyReceiver::start(
+        reserved,
+        &dir.sqlite_url("receiver.db"),
+        seed,
+        &payments.secret,
+        &refunds.secret,
+    )
+    .await?;
+    drop((payments.secret, refunds.secret));
+
+    progress.say(&format!(
+        "kxp demo: {} events through the real sender to a receiver that misbehaves on purpose (seed {seed})",
+        args.events
+    ));
+    progress.say(&format!(
+        "  sender    {} · SQLite in {} · tries at {SCHEDULE} (±25 %)",
+        api.base(),
+        dir.path.display()
+    ));
+    progress.say(&format!(
+        "  payments  {base}/webhooks/payments · kxp-axum + kxp-dedup · refuses connections for {:.1}s, answers 503 until {:.1}s, then flaky",
+        receiver::NOT_LISTENING_FOR.as_secs_f64(),
+        receiver::STARTING_UNTIL.as_secs_f64()
+    ));
+    progress.say(&format!(
+        "  refunds   {base}/webhooks/refunds · every 10th event · answers 500 to everything until fixed"
+    ));
+
+    let emitted = Arc::new(Mutex::new(Vec::new()));
+    let pace = EMIT_EVERY.min(MAX_EMISSION / u32::try_from(args.events).unwrap_or(u32::MAX));
+    let emission = tokio::spawn(emit_all(api.clone(), args.events, pace, emitted.clone()));
+
+    let mut watch = Watch {
+        api: &api,
+        receiver: &receiver,
+        refunds_endpoint: &refunds.id,
+        progress,
+        requested: args.events,
+        emitted: &emitted,
+    };
+    let settled = watch.until_settled(emission).await?;
+
+    let deliveries = Deliveries::of(&api.deliveries().await?);
+    let ledger = receiver.ledger().await?;
+    let counts = receiver.counts();
+    let ids = lock(&emitted).clone();
+    let summary = report::summarize(
+        args.events,
+        &ids,
+        &deliveries,
+        &counts,
+        &ledger,
+        settled,
+        began.elapsed(),
+    );
+
+    let stopped = receiver.stop().await;
+    sender.shutdown().await;
+    stopped?;
+    Ok(summary)
+}
+
+/// Emits `n` events at `pace`: payments, and a refund every tenth. Each has an idempotency key,
+/// so a retried POST never makes a second event.
+async fn emit_all(
+    api: Api,
+    n: u64,
+    pace: Duration,
+    emitted: Arc<Mutex<Vec<String>>>,
+) -> Result<(), String> {
+    let mut ticker = tokio::time::interval(pace.max(Duration::from_millis(1)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for seq in 0..n {
+        ticker.tick().await;
+        let amount = 500 + (seq * 7919) % 20_000;
+        let (kind, data) = if seq % 10 == 9 {
+            (
+                "refund.created",
+                json!({"refund_id": format!("re_demo_{seq:05}"), "seq": seq, "amount": amount, "currency": "EUR"}),
+            )
+        } else {
+            (
+                "payment.succeeded",
+                json!({"payment_id": format!("pay_demo_{seq:05}"), "seq": seq, "amount": amount, "currency": "EUR"}),
+            )
+        };
+        let id = api.emit(&format!("demo-{seq}"), kind, data).await?;
+        lock(&emitted).push(id);
+    }
+    Ok(())
+}
+
+/// Watches the run: shows progress, narrates, and replays dead deliveries once the first round
+/// has settled.
+struct Watch<'a> {
+    api: &'a Api,
+    receiver: &'a FlakyReceiver,
+    refunds_endpoint: &'a str,
+    progress: &'a mut Progress,
+    requested: u64,
+    emitted: &'a Mutex<Vec<String>>,
+}
+
+impl Watch<'_> {
+    /// Returns whether everything settled (every delivery delivered or dead, with nothing left
+    /// to replay) before the deadline.
+    async fn until_settled(
+        &mut self,
+        emission: JoinHandle<Result<(), String>>,
+    ) -> Result<bool, String> {
+        let started = self.receiver.started();
+        let mut emission = Some(emission);
+        let mut emitted_at: Option<Duration> = None;
+        let mut phase = Phase::NotListening;
+        let mut rounds = 0;
+        let mut last_poll: Option<Instant> = None;
+        let mut view = Deliveries::default();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let elapsed = started.elapsed();
+            let stamp = format!("[{:>5.1}s]", elapsed.as_secs_f64());
+            let now = Phase::at(elapsed);
+            if now != phase {
+                phase = now;
+                self.progress.say(&match now {
+                    Phase::Starting => {
+                        format!("{stamp} receiver listening, but answering 503 while it starts")
+                    }
+                    _ => format!(
+                        "{stamp} receiver up, but flaky: 500s, slow answers, acknowledgements lost after processing"
+                    ),
+                });
+            }
+            if let Some(failure) = self.receiver.failure() {
+                return Err(failure);
+            }
+            if let Some(handle) = emission.take_if(|h| h.is_finished()) {
+                emitted_at = Some(elapsed);
+                match handle.await {
+                    Ok(Ok(())) => self.progress.say(&format!(
+                        "{stamp} all {} events emitted (POST /v1/events, one Idempotency-Key each)",
+                        self.requested
+                    )),
+                    Ok(Err(e)) => self.progress.say(&format!("{stamp} emitting stopped: {e}")),
+                    Err(e) => self.progress.say(&format!("{stamp} emitting stopped: {e}")),
+                }
+            }
+            if last_poll.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
+                last_poll = Some(Instant::now());
+                view = Deliveries::of(&self.api.deliveries().await?);
+                if emitted_at.is_some() && view.in_flight == 0 {
+                    if view.dead == 0 || rounds == MAX_REPLAY_ROUNDS {
+                        self.show(elapsed, &view);
+                        self.progress.say(&if view.dead == 0 {
+                            format!("{stamp} settled: nothing pending, nothing dead")
+                        } else {
+                            format!(
+                                "{stamp} settled, but {} deliveries are still dead after {rounds} replays",
+                                view.dead
+                            )
+                        });
+                        return Ok(view.dead == 0);
+                    }
+                    rounds += 1;
+                    self.replay_dead(&stamp).await?;
+                    // The next look must see the replays, not this listing.
+                    last_poll = None;
+                }
+            }
+            self.show(elapsed, &view);
+            // Emitting has its own bound (MAX_EMISSION at the demo's pace); a stuck API gets
+            // a few times that.
+            let deadline = emitted_at.map_or(MAX_EMISSION * 4, |at| at + SETTLE_WITHIN);
+            if elapsed > deadline {
+                self.progress.say(&format!(
+                    "{stamp} gave up waiting: deliveries still in flight"
+                ));
+                if let Some(handle) = emission {
+                    handle.abort();
+                }
+                return Ok(false);
+            }
+        }
+    }
+
+    fn show(&mut self, elapsed: Duration, view: &Deliveries) {
+        let live = Live {
+            elapsed,
+            emitted: lock(self.emitted).len() as u64,
+            requested: self.requested,
+            counts: self.receiver.counts(),
+            dead: view.dead,
+            receiver: Phase::at(elapsed).describe(),
+        };
+        self.progress.update(&live);
+    }
+
+    /// Fixes the refunds route, then replays the dead deliveries of every endpoint that has
+    /// some, through the API.
+    async fn replay_dead(&mut self, stamp: &str) -> Result<(), String> {
+        let rows = self.api.deliveries().await?;
+        let mut dead_by_endpoint: Vec<(String, u64)> = Vec::new();
+        for d in rows
+            .iter()
+            .filter(|d| d.status == "dead" && d.replayed_by.is_none())
+        {
+            match dead_by_endpoint
+                .iter_mut()
+                .find(|(id, _)| *id == d.endpoint_id)
+            {
+                Some((_, n)) => *n += 1,
+                None => dead_by_endpoint.push((d.endpoint_id.clone(), 1)),
+            }
+        }
+        for (endpoint, dead) in dead_by_endpoint {
+            if endpoint == self.refunds_endpoint {
+                self.progress.say(&format!(
+                    "{stamp} {dead} refund deliveries are dead: the refunds handler failed all of their tries"
+                ));
+                self.receiver.fix_refunds();
+                self.progress.say(&format!(
+                    "{stamp} refunds handler fixed; replaying its dead letters"
+                ));
+            } else {
+                self.progress.say(&format!(
+                    "{stamp} {dead} deliveries to {endpoint} are dead; replaying them"
+                ));
+            }
+            let queued = self.api.replay_endpoint(&endpoint).await?;
+            self.progress.say(&format!(
+                "{stamp} POST /v1/endpoints/{endpoint}/replay → {queued} deliveries queued again (same event ids)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn random_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes) % 1_000_000,
+        // Only the flaky pattern depends on it: the clock is random enough.
+        Err(_) => u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos(),
+        ),
+    }
+}
+
+/// A folder of its own under the system's temporary directory, removed when dropped.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Result<TempDir, String> {
+        let mut bytes = [0u8; 6];
+        getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a folder name: {e}"))?;
+        let path = std::env::temp_dir().join(format!(
+            "kxp-demo-{}-{}",
+            std::process::id(),
+            hex::encode(bytes)
+        ));
+        std::fs::create_dir(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        Ok(TempDir { path })
+    }
+
+    fn sqlite_url(&self, file: &str) -> String {
+        format!("sqlite://{}", self.path.join(file).display())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
