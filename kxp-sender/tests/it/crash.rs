@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -122,7 +123,12 @@ async fn create_endpoint(base: &str, url: &str) {
 
 /// Emits `count` events to whichever server answers; returns the ids the sender acknowledged
 /// (202). A request cut off by a kill is not acknowledged, and the sender owes nothing for it.
-async fn emit(bases: &[String], count: usize, tag: &str) -> Vec<String> {
+async fn emit(
+    bases: &[String],
+    count: usize,
+    tag: &str,
+    progress: Arc<AtomicUsize>,
+) -> Vec<String> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
@@ -142,6 +148,7 @@ async fn emit(bases: &[String], count: usize, tag: &str) -> Vec<String> {
         {
             let event: serde_json::Value = response.json().await.unwrap();
             acknowledged.push(event["id"].as_str().unwrap().to_owned());
+            progress.fetch_add(1, Ordering::SeqCst);
         }
     }
     acknowledged
@@ -182,12 +189,21 @@ async fn kill_loop(
     for round in 0..rounds {
         let servers: Vec<Serve> = (0..processes).map(|_| Serve::start(database_url)).collect();
         let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+        let progress = Arc::new(AtomicUsize::new(0));
         let emitting = tokio::spawn({
-            let bases = bases.clone();
-            async move { emit(&bases, 30, &format!("round{round}")).await }
+            let (bases, progress) = (bases.clone(), progress.clone());
+            async move { emit(&bases, 30, &format!("round{round}"), progress).await }
         });
-        // Kill mid-flight: while events are still being emitted and delivered.
-        tokio::time::sleep(Duration::from_millis(150 + 120 * round as u64)).await;
+        // Kill mid-flight, at a different point of each round: once this round has had a few
+        // events acknowledged (so the test means something however slow the machine is), and
+        // while the rest are still being emitted and delivered.
+        let target = 4 + 5 * round;
+        let started = Instant::now();
+        while progress.load(Ordering::SeqCst) < target
+            && started.elapsed() < Duration::from_secs(20)
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         for server in servers {
             tokio::task::spawn_blocking(move || server.kill())
                 .await
@@ -235,7 +251,13 @@ async fn two_processes_on_postgresql_share_the_work_and_survive_kills() {
     let a = Serve::start(database.url());
     let b = Serve::start(database.url());
     create_endpoint(&a.base, &url).await;
-    let ids = emit(&[a.base.clone(), b.base.clone()], 100, "calm").await;
+    let ids = emit(
+        &[a.base.clone(), b.base.clone()],
+        100,
+        "calm",
+        Arc::default(),
+    )
+    .await;
     assert_eq!(ids.len(), 100);
     wait_until_all_arrive(&seen, &ids, Duration::from_secs(60)).await;
     {
