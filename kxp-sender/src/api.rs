@@ -1,6 +1,7 @@
 //! The HTTP API: JSON over `Authorization: Bearer <api key>`, every route scoped to the
 //! caller's account (another account's ids answer 404, exactly like ids that do not exist).
 
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::db::{Db, sha256_hex};
+use crate::guard::{AddressGuard, Blocked};
 use crate::store::{
     Account, Attempt, Delivery, DeliveryFilter, Endpoint, Ingested, StoreError, parse_rfc3339,
     rfc3339,
@@ -36,8 +38,11 @@ pub struct AppState {
 /// Policy the API enforces.
 #[derive(Debug, Clone)]
 pub struct ApiSettings {
-    /// Development mode: `http://` and loopback endpoint URLs are accepted.
+    /// Development mode: `http://` endpoint URLs are accepted (and the guard lets loopback
+    /// through).
     pub dev: bool,
+    /// Refuses endpoint URLs whose host is an address in a blocked range.
+    pub guard: AddressGuard,
     /// The timeout of an endpoint created without one.
     pub default_timeout: Duration,
 }
@@ -251,7 +256,7 @@ async fn create_endpoint(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let new: NewEndpoint = parse(&body)?;
-    let url = check_url(&new.url, state.settings.dev)?;
+    let url = check_url(&new.url, &state.settings)?;
     let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);
     check_event_types(&event_types)?;
     let description = new.description.unwrap_or_default();
@@ -290,13 +295,15 @@ async fn create_endpoint(
         .into_response())
 }
 
-/// Endpoint URLs: `https://` with a host, no credentials; `http://` and loopback hosts only in
-/// development mode.
-fn check_url(text: &str, dev: bool) -> Result<reqwest::Url, ApiError> {
+/// Endpoint URLs: `https://` with a host, no credentials (`http://` only in development
+/// mode); an IP-literal host must pass the address guard, and so must loopback names
+/// (`localhost`, `*.localhost`). Other host names are checked when resolved, at every attempt:
+/// what a name resolves to today says nothing about tomorrow.
+fn check_url(text: &str, settings: &ApiSettings) -> Result<reqwest::Url, ApiError> {
     let url = reqwest::Url::parse(text).map_err(|e| ApiError::invalid(format!("url: {e}")))?;
     match url.scheme() {
         "https" => {}
-        "http" if dev => {}
+        "http" if settings.dev => {}
         "http" => {
             return Err(ApiError::invalid(
                 "url must be https:// (http:// is accepted only with `kxp serve --dev`)",
@@ -316,16 +323,34 @@ fn check_url(text: &str, dev: bool) -> Result<reqwest::Url, ApiError> {
             "url must not carry credentials; authenticate with the signature",
         ));
     }
-    let loopback = host == "localhost"
-        || host.ends_with(".localhost")
-        || host
-            .trim_matches(['[', ']'])
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if loopback && !dev {
-        return Err(ApiError::invalid(
-            "url points at this machine (loopback), accepted only with `kxp serve --dev`",
-        ));
+    let blocked = |blocked: Blocked| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "blocked_address",
+            format!(
+                "url host {blocked}; deliveries never go there (an operator can allow a range \
+                 with `kxp serve --allow-address CIDR`; `--dev` allows loopback)"
+            ),
+        )
+    };
+    settings.guard.check_url(&url).map_err(blocked)?;
+    // Loopback names (RFC 6761) resolve to this machine wherever they are used: refuse them
+    // now unless the guard lets loopback through, rather than fail every attempt later.
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name == "localhost" || name.ends_with(".localhost") {
+        let v4 = settings.guard.check(IpAddr::from([127, 0, 0, 1]));
+        let v6 = settings.guard.check(IpAddr::from(Ipv6Addr::LOCALHOST));
+        if let (Err(refused), Err(_)) = (v4, v6) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "blocked_address",
+                format!(
+                    "url host `{host}` is this machine ({}), accepted only with `kxp serve --dev` \
+                     or an `--allow-address` covering it",
+                    refused.range()
+                ),
+            ));
+        }
     }
     Ok(url)
 }

@@ -1,11 +1,18 @@
 //! One HTTP attempt: sign, POST, follow redirects by the sender's rules, and classify what
 //! came back. No database here: the worker records what this returns.
+//!
+//! Every connection goes through the [address guard](crate::guard): IP-literal hosts (the
+//! first URL and every redirect hop) are checked before the request is sent, and host names
+//! by the client's resolver, which connects only to the addresses it checked. A refused
+//! address fails the attempt with `blocked_address`, and nothing is sent.
 
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderValue, StatusCode};
 use kxp_verify::{Secret, Signer};
 use reqwest::{Client, Url};
+
+use crate::guard::{AddressGuard, BlockedName, GuardedResolver};
 
 /// How many redirects an attempt follows; one more fails the attempt.
 pub const MAX_REDIRECTS: usize = 2;
@@ -74,19 +81,37 @@ pub struct Request<'a> {
     pub allow_http: bool,
 }
 
-/// The shared HTTP client: no automatic redirects (they would turn a POST into a GET), no
-/// proxy from the environment.
-pub fn client() -> Client {
-    Client::builder()
+/// The shared HTTP client, with the address guard it enforces: no automatic redirects (they
+/// would turn a POST into a GET, and [`send`] checks each hop itself), no proxy from the
+/// environment (a proxy would resolve names beyond the guard's reach), and a DNS resolver that
+/// hands over only addresses the guard let through. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct GuardedClient {
+    http: Client,
+    guard: AddressGuard,
+}
+
+impl GuardedClient {
+    /// The address guard this client enforces.
+    pub fn guard(&self) -> &AddressGuard {
+        &self.guard
+    }
+}
+
+/// Builds the shared HTTP client around `guard`. There is no fallback to an unguarded client:
+/// if this fails, nothing is sent.
+pub fn client(guard: AddressGuard) -> Result<GuardedClient, reqwest::Error> {
+    let http = Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
+        .dns_resolver(GuardedResolver::new(guard.clone()))
         .user_agent(concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .unwrap_or_else(|_| Client::new())
+        .build()?;
+    Ok(GuardedClient { http, guard })
 }
 
 /// Sends one attempt and says how it went, within `request.timeout` overall.
-pub async fn send(client: &Client, request: &Request<'_>) -> (Outcome, Duration) {
+pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Duration) {
     let started = Instant::now();
     let outcome = match tokio::time::timeout(request.timeout, follow(client, request)).await {
         Ok(outcome) => outcome,
@@ -100,7 +125,7 @@ pub async fn send(client: &Client, request: &Request<'_>) -> (Outcome, Duration)
     (outcome, started.elapsed())
 }
 
-async fn follow(client: &Client, request: &Request<'_>) -> Outcome {
+async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
     let headers = match headers(request) {
         Ok(headers) => headers,
         Err(error) => return Outcome::Failed { error },
@@ -114,7 +139,17 @@ async fn follow(client: &Client, request: &Request<'_>) -> Outcome {
         }
     };
     for hop in 0..=MAX_REDIRECTS {
+        // IP-literal hosts never reach the resolver: check them here, before anything is sent.
+        if let Err(blocked) = client.guard.check_url(&url) {
+            let error = if hop == 0 {
+                format!("blocked_address: {blocked}")
+            } else {
+                format!("blocked_address: redirect {hop}: {blocked}")
+            };
+            return Outcome::Failed { error };
+        }
         let response = match client
+            .http
             .post(url.clone())
             .headers(headers.clone())
             .body(request.payload.to_owned())
@@ -141,6 +176,14 @@ async fn follow(client: &Client, request: &Request<'_>) -> Outcome {
             if url.scheme() == "https" && next.scheme() != "https" && !request.allow_http {
                 return Outcome::Failed {
                     error: "insecure_redirect: https redirected to http".to_owned(),
+                };
+            }
+            if !matches!(next.scheme(), "http" | "https") {
+                return Outcome::Failed {
+                    error: format!(
+                        "invalid_redirect: scheme `{}` is not http(s)",
+                        next.scheme()
+                    ),
                 };
             }
             url = next;
@@ -224,6 +267,14 @@ async fn snippet(mut response: reqwest::Response) -> String {
 }
 
 fn describe(error: &reqwest::Error) -> String {
+    // A name the resolver refused: its error says so first, and nothing was connected.
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(blocked) = cause.downcast_ref::<BlockedName>() {
+            return blocked.to_string();
+        }
+        source = cause.source();
+    }
     let code = if error.is_timeout() {
         "timeout"
     } else if error.is_connect() {

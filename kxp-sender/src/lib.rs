@@ -6,7 +6,8 @@
 //! every live secret of the endpoint, and record every try. A failed delivery is retried on a
 //! jittered [`schedule`], then lands in the dead-letter queue, where it stays until replayed.
 //! A process killed at any instant loses nothing: a delivery is marked delivered only after
-//! the 2xx, and a lease that runs out makes its delivery claimable again.
+//! the 2xx, and a lease that runs out makes its delivery claimable again. Every connection
+//! passes the [address guard](guard) first: merchants' URLs never reach private networks.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,6 +21,7 @@
 pub mod api;
 pub mod db;
 pub mod dispatch;
+pub mod guard;
 pub mod schedule;
 pub mod store;
 pub mod worker;
@@ -41,8 +43,13 @@ pub struct Config {
     pub database_url: String,
     /// Where the API listens.
     pub listen: SocketAddr,
-    /// Development mode: `http://` and loopback endpoint URLs are allowed.
+    /// Development mode: `http://` endpoint URLs are allowed, and so are loopback addresses
+    /// (`127.0.0.0/8`, `::1`) — loopback only: other private ranges still need
+    /// [`allow_addresses`](Config::allow_addresses).
     pub dev: bool,
+    /// Blocks the address guard lets through although they are private, loopback, link-local…
+    /// (`kxp serve --allow-address CIDR`). See [`guard`].
+    pub allow_addresses: Vec<guard::Cidr>,
     /// When failed deliveries are tried again.
     pub schedule: Schedule,
     /// The timeout of endpoints created without one.
@@ -67,6 +74,7 @@ impl Default for Config {
             database_url: "sqlite://kxp.db".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             dev: false,
+            allow_addresses: Vec::new(),
             schedule: Schedule::default(),
             delivery_timeout: Duration::from_secs(5),
             workers: 64,
@@ -157,6 +165,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         source,
     })?;
 
+    let guard = guard::AddressGuard::new(config.dev, config.allow_addresses.clone());
     let wake = Arc::new(Notify::new());
     let (stop, stopped) = watch::channel(false);
     let state = api::AppState {
@@ -164,6 +173,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         wake: wake.clone(),
         settings: Arc::new(api::ApiSettings {
             dev: config.dev,
+            guard: guard.clone(),
             default_timeout: config.delivery_timeout,
         }),
     };
@@ -187,6 +197,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             lease_extra: config.lease_extra,
             poll_interval: config.poll_interval,
             dev: config.dev,
+            guard,
         };
         // In-flight attempts end by their own timeouts; wait that long before putting back.
         let grace = api::MAX_TIMEOUT + Duration::from_secs(1);

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use kxp_sender::guard::Cidr;
 use kxp_sender::schedule::parse_duration;
 use kxp_sender::{Config, Schedule};
 
@@ -16,9 +17,14 @@ pub(crate) struct ServeArgs {
     /// Where the API listens.
     #[arg(long, env = "KXP_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Development mode: accept http:// and loopback endpoint URLs. Never in production.
+    /// Development mode: accept http:// endpoint URLs and let deliveries reach loopback
+    /// (127.0.0.0/8, ::1) — loopback only. Never in production.
     #[arg(long)]
     dev: bool,
+    /// Let deliveries reach this block although the address guard refuses it (private,
+    /// loopback, link-local…), e.g. `10.20.0.0/16` or `fd00:1::/64`. Repeatable.
+    #[arg(long = "allow-address", value_name = "CIDR", value_parser = parse_cidr)]
+    allow_address: Vec<Cidr>,
     /// Offsets from the first try, comma-separated.
     #[arg(long, value_name = "OFFSETS", default_value = "0s,10s,30s,1m,5m,15m,1h,6h,1d", value_parser = parse_schedule)]
     retry_schedule: Schedule,
@@ -48,6 +54,11 @@ fn parse_schedule(text: &str) -> Result<Schedule, String> {
         .map_err(|e: kxp_sender::schedule::ScheduleError| e.to_string())
 }
 
+fn parse_cidr(text: &str) -> Result<Cidr, String> {
+    text.parse()
+        .map_err(|e: kxp_sender::guard::CidrError| e.to_string())
+}
+
 fn parse_lease_extra(text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|e| e.to_string())
 }
@@ -73,6 +84,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         database_url: args.database_url,
         listen: args.listen,
         dev: args.dev,
+        allow_addresses: args.allow_address,
         schedule,
         delivery_timeout: args.delivery_timeout,
         workers: args.workers.max(1),
@@ -88,6 +100,14 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let dev = config.dev;
+    let allowed = config
+        .allow_addresses
+        .iter()
+        .map(ToString::to_string)
+        .chain(dev.then(|| "loopback (--dev)".to_owned()))
+        .collect::<Vec<_>>()
+        .join(", ");
     runtime.block_on(async move {
         let server = match kxp_sender::start(config).await {
             Ok(server) => server,
@@ -102,6 +122,10 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
             println!("Use it as `Authorization: Bearer <key>`, or set KXP_API_KEY to choose your own.");
         }
         tracing::info!(target: "kxp_sender", addr = %server.addr(), database = server.db().backend(), "kxp serve is listening");
+        if !allowed.is_empty() {
+            // Holes in the address guard are worth a line in every log.
+            tracing::warn!(target: "kxp_sender", allow_addresses = %allowed, dev, "the address guard lets deliveries reach these non-public addresses");
+        }
         println!("kxp serve listening on http://{}", server.addr());
         stop_signal().await;
         tracing::info!(target: "kxp_sender", "shutting down: finishing in-flight attempts");

@@ -8,12 +8,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest::Client;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::db::{Db, ms, new_id, now_ms};
-use crate::dispatch::{self, Outcome};
+use crate::dispatch::{self, GuardedClient, Outcome};
+use crate::guard::AddressGuard;
 use crate::schedule::{AfterFailure, Schedule};
 use crate::store::{AttemptRecord, NextState};
 
@@ -32,6 +32,8 @@ pub struct WorkerConfig {
     pub poll_interval: Duration,
     /// Development mode: `https` → `http` redirects allowed.
     pub dev: bool,
+    /// Which addresses attempts may connect to.
+    pub guard: AddressGuard,
 }
 
 /// Shared state of the in-flight attempts.
@@ -50,8 +52,15 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
+    let client = match dispatch::client(config.guard.clone()) {
+        Ok(client) => client,
+        Err(e) => {
+            // Never fall back to a client without the address guard: deliver nothing instead.
+            tracing::error!(target: "kxp_sender", error = %e, "cannot build the HTTP client; no deliveries will be attempted");
+            return;
+        }
+    };
     let owner = new_id("wrk");
-    let client = dispatch::client();
     let permits = Arc::new(Semaphore::new(config.workers.max(1)));
     let in_flight = Arc::new(Mutex::new(InFlight::default()));
     let mut tasks = JoinSet::new();
@@ -156,7 +165,7 @@ pub async fn run(
 
 async fn attempt(
     db: &Db,
-    client: &Client,
+    client: &GuardedClient,
     owner: &str,
     config: &WorkerConfig,
     job: &crate::store::Job,

@@ -7,6 +7,7 @@ mod admin;
 mod crash;
 mod debug_commands;
 mod demo;
+mod guard;
 mod ingestion;
 mod pipeline;
 mod postgres;

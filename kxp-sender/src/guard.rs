@@ -1,0 +1,982 @@
+//! The address guard (SSRF): which IP addresses the sender may connect to.
+//!
+//! Endpoint URLs come from merchants, so without a guard anyone holding an API key could make
+//! the sender POST to `http://169.254.169.254/` (cloud metadata), to the database next door, or
+//! to the sender's own admin ports. Every address the sender is about to connect to goes
+//! through [`AddressGuard::check`]: loopback, private, shared (CGNAT), link-local, multicast,
+//! unspecified, broadcast, documentation and reserved ranges are refused, in IPv4 and IPv6 and
+//! in every IPv6 form that embeds an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4),
+//! unless an operator allow-lists them (`kxp serve --allow-address CIDR`). Development mode
+//! (`--dev`) lets loopback through, and nothing else.
+//!
+//! Two doors lead to a connection, and both are guarded:
+//! - host names go through [`GuardedResolver`], the HTTP client's DNS resolver: it refuses the
+//!   whole name if **any** address it resolves to is blocked, and hands the client only the
+//!   addresses it checked, so the address connected to is the address checked (no DNS
+//!   rebinding window between a check and a second lookup);
+//! - IP-literal URLs never reach a resolver, so [`AddressGuard::check_url`] checks the URL's
+//!   host before anything is sent: the first URL and every redirect hop. The `url` crate has
+//!   already turned odd IPv4 spellings (`http://2130706433/`, `http://0x7f.1/`,
+//!   `http://0177.0.0.1/`) into the address they mean.
+//!
+//! Everything here except [`GuardedResolver`]'s lookup is pure: tests check decisions
+//! without connecting anywhere.
+//!
+//! ```
+//! use std::net::IpAddr;
+//! use kxp_sender::guard::{AddressGuard, Cidr, Range};
+//!
+//! let guard = AddressGuard::new(false, vec!["10.1.0.0/16".parse::<Cidr>()?]);
+//! let metadata: IpAddr = "169.254.169.254".parse()?;
+//! assert_eq!(guard.check(metadata).unwrap_err().range(), Range::LinkLocal);
+//! assert!(guard.check("10.1.2.3".parse()?).is_ok()); // allow-listed
+//! assert!(guard.check("10.2.0.1".parse()?).is_err()); // private, not allow-listed
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+/// The ranges the guard refuses. Each names a class of addresses a webhook has no business
+/// reaching; [`Range::name`] is what error messages say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Range {
+    /// `0.0.0.0` and `::`: connecting to them reaches this very machine on most systems.
+    Unspecified,
+    /// `0.0.0.0/8` ("this network"), apart from `0.0.0.0` itself.
+    ThisNetwork,
+    /// `127.0.0.0/8` and `::1`: this machine.
+    Loopback,
+    /// `10.0.0.0/8`, `172.16.0.0/12`, `192.168.0.0/16` (RFC 1918).
+    Private,
+    /// `100.64.0.0/10`, shared address space (carrier-grade NAT, RFC 6598).
+    SharedAddressSpace,
+    /// `169.254.0.0/16` and `fe80::/10`: link-local, where cloud metadata services live.
+    LinkLocal,
+    /// `192.0.0.0/24` and `2001::/23` (Teredo included): IETF protocol assignments.
+    IetfProtocol,
+    /// `192.0.2.0/24`, `198.51.100.0/24`, `203.0.113.0/24`, `2001:db8::/32`, `3fff::/20`.
+    Documentation,
+    /// `198.18.0.0/15`: network benchmarking (RFC 2544).
+    Benchmarking,
+    /// `224.0.0.0/4` and `ff00::/8`.
+    Multicast,
+    /// `240.0.0.0/4`, reserved (apart from the broadcast address).
+    Reserved,
+    /// `255.255.255.255`.
+    Broadcast,
+    /// `fc00::/7`: unique local addresses, IPv6's private ranges.
+    UniqueLocal,
+    /// `fec0::/10`: site-local, deprecated but still routed inside some networks.
+    SiteLocal,
+    /// `100::/64`: discard-only.
+    Discard,
+    /// `64:ff9b:1::/48`: local-use NAT64 (RFC 8215), a translator inside the network.
+    LocalNat64,
+    /// IPv6 outside `2000::/3`, the only block allocated for global unicast.
+    NotGlobalUnicast,
+}
+
+impl Range {
+    /// What the range is, for error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Range::Unspecified => "unspecified",
+            Range::ThisNetwork => "\"this network\" (0.0.0.0/8)",
+            Range::Loopback => "loopback",
+            Range::Private => "private (RFC 1918)",
+            Range::SharedAddressSpace => "shared address space / CGNAT (100.64.0.0/10)",
+            Range::LinkLocal => "cloud metadata / link-local",
+            Range::IetfProtocol => "IETF protocol assignments (192.0.0.0/24, 2001::/23)",
+            Range::Documentation => "documentation",
+            Range::Benchmarking => "benchmarking (198.18.0.0/15)",
+            Range::Multicast => "multicast",
+            Range::Reserved => "reserved (240.0.0.0/4)",
+            Range::Broadcast => "broadcast",
+            Range::UniqueLocal => "unique local (fc00::/7)",
+            Range::SiteLocal => "site-local (fec0::/10)",
+            Range::Discard => "discard-only (100::/64)",
+            Range::LocalNat64 => "local-use NAT64 (64:ff9b:1::/48)",
+            Range::NotGlobalUnicast => "reserved (IPv6 outside 2000::/3)",
+        }
+    }
+}
+
+impl fmt::Display for Range {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An IPv6 form that carries an IPv4 address; the guard judges the IPv4 address inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Embedding {
+    /// `::ffff:a.b.c.d`: the kernel connects to `a.b.c.d` itself.
+    Mapped,
+    /// `::a.b.c.d` (deprecated IPv4-compatible).
+    Compatible,
+    /// `64:ff9b::a.b.c.d`: a NAT64 gateway connects to `a.b.c.d`.
+    Nat64,
+    /// `2002:aabb:ccdd::/48`: 6to4, tunnelled to `a.b.c.d`.
+    SixToFour,
+}
+
+impl Embedding {
+    /// What the form is, for error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Embedding::Mapped => "IPv4-mapped",
+            Embedding::Compatible => "IPv4-compatible",
+            Embedding::Nat64 => "NAT64",
+            Embedding::SixToFour => "6to4",
+        }
+    }
+}
+
+/// Why an address was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked {
+    ip: IpAddr,
+    range: Range,
+    embedded: Option<(Embedding, Ipv4Addr)>,
+}
+
+impl Blocked {
+    /// The refused address, as given.
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// The range it falls in (for an embedding form: the range of the embedded IPv4 address).
+    pub fn range(&self) -> Range {
+        self.range
+    }
+
+    /// The IPv6 form and the IPv4 address it carries, when the verdict is about that address.
+    pub fn embedded(&self) -> Option<(Embedding, Ipv4Addr)> {
+        self.embedded
+    }
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.embedded {
+            None => write!(f, "{} is in a blocked range: {}", self.ip, self.range),
+            Some((form, v4)) => write!(
+                f,
+                "{} ({} form of {v4}) is in a blocked range: {}",
+                self.ip,
+                form.name(),
+                self.range
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Blocked {}
+
+/// A host name refused because one of its addresses is blocked. Its text starts with
+/// `blocked_address:`, the attempt's error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("blocked_address: {name}: {blocked}")]
+pub struct BlockedName {
+    /// The name that was resolved.
+    pub name: String,
+    /// The first blocked address among its addresses.
+    pub blocked: Blocked,
+}
+
+/// Which range `ip` is in, if a blocked one, without regard to any allow-list. Public
+/// addresses answer `None`.
+pub fn classify(ip: IpAddr) -> Option<Blocked> {
+    match ip {
+        IpAddr::V4(v4) => v4_range(v4).map(|range| Blocked {
+            ip,
+            range,
+            embedded: None,
+        }),
+        IpAddr::V6(v6) => match v6_class(v6) {
+            V6Class::Public => None,
+            V6Class::Blocked(range) => Some(Blocked {
+                ip,
+                range,
+                embedded: None,
+            }),
+            V6Class::Embeds(form, v4) => v4_range(v4).map(|range| Blocked {
+                ip,
+                range,
+                embedded: Some((form, v4)),
+            }),
+        },
+    }
+}
+
+fn v4_range(ip: Ipv4Addr) -> Option<Range> {
+    let [a, b, c, _] = ip.octets();
+    let range = if ip.is_unspecified() {
+        Range::Unspecified
+    } else if a == 0 {
+        Range::ThisNetwork
+    } else if a == 127 {
+        Range::Loopback
+    } else if a == 10 || (a == 172 && (16..=31).contains(&b)) || (a == 192 && b == 168) {
+        Range::Private
+    } else if a == 100 && (64..=127).contains(&b) {
+        Range::SharedAddressSpace
+    } else if a == 169 && b == 254 {
+        Range::LinkLocal
+    } else if (a, b, c) == (192, 0, 0) {
+        Range::IetfProtocol
+    } else if matches!((a, b, c), (192, 0, 2) | (198, 51, 100) | (203, 0, 113)) {
+        Range::Documentation
+    } else if a == 198 && (b == 18 || b == 19) {
+        Range::Benchmarking
+    } else if (224..=239).contains(&a) {
+        Range::Multicast
+    } else if ip.is_broadcast() {
+        Range::Broadcast
+    } else if a >= 240 {
+        Range::Reserved
+    } else {
+        return None;
+    };
+    Some(range)
+}
+
+enum V6Class {
+    Public,
+    Blocked(Range),
+    Embeds(Embedding, Ipv4Addr),
+}
+
+fn v6_class(ip: Ipv6Addr) -> V6Class {
+    let s = ip.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    let range = if ip.is_unspecified() {
+        Range::Unspecified
+    } else if ip.is_loopback() {
+        Range::Loopback
+    } else if s[..6] == [0, 0, 0, 0, 0, 0xffff] {
+        return V6Class::Embeds(Embedding::Mapped, v4(s[6], s[7]));
+    } else if s[..6] == [0; 6] {
+        return V6Class::Embeds(Embedding::Compatible, v4(s[6], s[7]));
+    } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return V6Class::Embeds(Embedding::Nat64, v4(s[6], s[7]));
+    } else if s[0] == 0x2002 {
+        return V6Class::Embeds(Embedding::SixToFour, v4(s[1], s[2]));
+    } else if s[..3] == [0x64, 0xff9b, 1] {
+        Range::LocalNat64
+    } else if s[0] & 0xff00 == 0xff00 {
+        Range::Multicast
+    } else if s[0] & 0xfe00 == 0xfc00 {
+        Range::UniqueLocal
+    } else if s[0] & 0xffc0 == 0xfe80 {
+        Range::LinkLocal
+    } else if s[0] & 0xffc0 == 0xfec0 {
+        Range::SiteLocal
+    } else if s[..4] == [0x100, 0, 0, 0] {
+        Range::Discard
+    } else if s[0] == 0x2001 && s[1] < 0x200 {
+        Range::IetfProtocol
+    } else if (s[0] == 0x2001 && s[1] == 0xdb8) || (s[0] == 0x3fff && s[1] < 0x1000) {
+        Range::Documentation
+    } else if s[0] & 0xe000 != 0x2000 {
+        Range::NotGlobalUnicast
+    } else {
+        return V6Class::Public;
+    };
+    V6Class::Blocked(range)
+}
+
+/// An address block, `10.0.0.0/8` or `fd00::/8`; a bare address is a block of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+/// Why a CIDR block did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid CIDR block `{text}`: {why}")]
+pub struct CidrError {
+    text: String,
+    why: String,
+}
+
+impl Cidr {
+    /// The block of `prefix` leading bits of `network`; the other bits must be zero.
+    pub fn new(network: IpAddr, prefix: u8) -> Result<Cidr, CidrError> {
+        let error = |why: String| CidrError {
+            text: format!("{network}/{prefix}"),
+            why,
+        };
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(error(format!("the prefix length is at most {max}")));
+        }
+        let cidr = Cidr { network, prefix };
+        if cidr.truncated() != network {
+            return Err(error(format!(
+                "bits are set after the first {prefix}; did you mean {}/{prefix}?",
+                cidr.truncated()
+            )));
+        }
+        Ok(cidr)
+    }
+
+    /// The first address of the block.
+    pub fn network(&self) -> IpAddr {
+        self.network
+    }
+
+    /// How many leading bits are fixed.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `ip` is in the block (an IPv4 block holds no IPv6 address, and the other way
+    /// round; [`AddressGuard`] tries IPv4-mapped addresses as their IPv4 address too).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.network.is_ipv4() && self.mask(ip) == self.mask(self.network)
+    }
+
+    fn mask(&self, ip: IpAddr) -> u128 {
+        match ip {
+            IpAddr::V4(v4) => {
+                let bits = u128::from(u32::from(v4));
+                let keep = 32 - u32::from(self.prefix.min(32));
+                bits.checked_shr(keep).unwrap_or(0)
+            }
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let keep = 128 - u32::from(self.prefix.min(128));
+                bits.checked_shr(keep).unwrap_or(0)
+            }
+        }
+    }
+
+    fn truncated(&self) -> IpAddr {
+        match self.network {
+            IpAddr::V4(v4) => {
+                let keep = 32 - u32::from(self.prefix.min(32));
+                let bits = u32::from(v4).checked_shr(keep).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(bits.checked_shl(keep).unwrap_or(0)))
+            }
+            IpAddr::V6(v6) => {
+                let keep = 128 - u32::from(self.prefix.min(128));
+                let bits = u128::from(v6).checked_shr(keep).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(bits.checked_shl(keep).unwrap_or(0)))
+            }
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(text: &str) -> Result<Cidr, CidrError> {
+        let error = |why: &str| CidrError {
+            text: text.to_owned(),
+            why: why.to_owned(),
+        };
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (text, None),
+        };
+        // std's parser takes dotted decimal only: no `0x7f.1` or `010.0.0.1` ambiguity here.
+        let network: IpAddr = address
+            .parse()
+            .map_err(|_| error("not an IPv4 or IPv6 address"))?;
+        let prefix = match prefix {
+            None if network.is_ipv4() => 32,
+            None => 128,
+            Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p
+                .parse::<u8>()
+                .map_err(|_| error("the prefix length is not a number from 0 to 128"))?,
+            Some(_) => return Err(error("the prefix length is not a number from 0 to 128")),
+        };
+        Cidr::new(network, prefix).map_err(|e| CidrError {
+            text: text.to_owned(),
+            why: e.why,
+        })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+/// The policy: the blocked ranges, minus the allow-list, minus loopback in development mode.
+/// Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct AddressGuard {
+    dev: bool,
+    allow: Arc<[Cidr]>,
+}
+
+impl AddressGuard {
+    /// A guard that lets through public addresses, the blocks in `allow`, and with `dev`
+    /// loopback (`127.0.0.0/8`, `::1`, and `::ffff:127.0.0.0/104`) too.
+    pub fn new(dev: bool, allow: Vec<Cidr>) -> AddressGuard {
+        AddressGuard {
+            dev,
+            allow: allow.into(),
+        }
+    }
+
+    /// The allow-listed blocks.
+    pub fn allowed(&self) -> &[Cidr] {
+        &self.allow
+    }
+
+    /// Whether `ip` may be connected to. An IPv4-mapped address (`::ffff:a.b.c.d`) is matched
+    /// against the allow-list as `a.b.c.d` too: the kernel connects to that very address.
+    pub fn check(&self, ip: IpAddr) -> Result<(), Blocked> {
+        let canonical = ip.to_canonical();
+        if self
+            .allow
+            .iter()
+            .any(|cidr| cidr.contains(ip) || cidr.contains(canonical))
+        {
+            return Ok(());
+        }
+        let Some(blocked) = classify(ip) else {
+            return Ok(());
+        };
+        let loopback_itself = blocked.range == Range::Loopback
+            && matches!(blocked.embedded, None | Some((Embedding::Mapped, _)));
+        if self.dev && loopback_itself {
+            return Ok(());
+        }
+        Err(blocked)
+    }
+
+    /// The IP address of an IP-literal URL host, or `None` for a host name (checked when it
+    /// is resolved, by [`GuardedResolver`]). For `http` and `https` URLs the `url` crate has
+    /// parsed the host already, odd IPv4 spellings included (`2130706433`, `0x7f.1`,
+    /// `0177.0.0.1`, `127.1`), and serializes an IP host in its one canonical form; a host
+    /// name never looks like an address (a name whose last label is a number is parsed as
+    /// IPv4 or refused).
+    pub fn url_ip(url: &Url) -> Option<IpAddr> {
+        // `Url::host()` says the same (Host::Ipv4 / Host::Ipv6 / Host::Domain), but naming
+        // `url::Host` needs the `url` crate as a direct dependency; the canonical text of
+        // those variants is exactly what `host_str` returns.
+        let host = url.host_str()?;
+        match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(v6) => v6.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
+            None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
+        }
+    }
+
+    /// Checks the host of `url` when it is an IP literal (which no resolver ever sees); host
+    /// names pass here and are checked when resolved.
+    pub fn check_url(&self, url: &Url) -> Result<(), Blocked> {
+        match AddressGuard::url_ip(url) {
+            Some(ip) => self.check(ip),
+            None => Ok(()),
+        }
+    }
+
+    /// All of `addrs` when every one passes; the name is refused as a whole if any is
+    /// blocked (one blocked address among public ones is how DNS tricks reach a private
+    /// network).
+    pub fn check_resolved(
+        &self,
+        name: &str,
+        addrs: Vec<SocketAddr>,
+    ) -> Result<Vec<SocketAddr>, BlockedName> {
+        for addr in &addrs {
+            if let Err(blocked) = self.check(addr.ip()) {
+                return Err(BlockedName {
+                    name: name.to_owned(),
+                    blocked,
+                });
+            }
+        }
+        Ok(addrs)
+    }
+}
+
+/// The HTTP client's DNS resolver: resolves with the system resolver (through tokio), then
+/// refuses the name if any address is blocked, and otherwise hands over only the addresses it
+/// checked, which are the ones connected to.
+#[derive(Debug, Clone)]
+pub struct GuardedResolver {
+    guard: AddressGuard,
+}
+
+impl GuardedResolver {
+    /// A resolver enforcing `guard`.
+    pub fn new(guard: AddressGuard) -> GuardedResolver {
+        GuardedResolver { guard }
+    }
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let guard = self.guard.clone();
+        let name = name.as_str().to_owned();
+        Box::pin(async move {
+            type BoxError = Box<dyn std::error::Error + Send + Sync>;
+            // Port 0: the connector puts the URL's port on every address.
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let addrs = guard.check_resolved(&name, addrs)?;
+            let addrs: Addrs = Box::new(addrs.into_iter());
+            Ok::<Addrs, BoxError>(addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    fn strict() -> AddressGuard {
+        AddressGuard::new(false, vec![])
+    }
+
+    /// Every blocked range with addresses at its edges, and public neighbours.
+    const TABLE: &[(&str, Option<Range>)] = &[
+        // IPv4
+        ("0.0.0.0", Some(Range::Unspecified)),
+        ("0.0.0.1", Some(Range::ThisNetwork)),
+        ("0.255.255.255", Some(Range::ThisNetwork)),
+        ("127.0.0.1", Some(Range::Loopback)),
+        ("127.0.0.2", Some(Range::Loopback)),
+        ("127.255.255.255", Some(Range::Loopback)),
+        ("10.0.0.0", Some(Range::Private)),
+        ("10.255.255.255", Some(Range::Private)),
+        ("172.16.0.0", Some(Range::Private)),
+        ("172.31.255.255", Some(Range::Private)),
+        ("192.168.0.1", Some(Range::Private)),
+        ("192.168.255.255", Some(Range::Private)),
+        ("100.64.0.0", Some(Range::SharedAddressSpace)),
+        ("100.127.255.255", Some(Range::SharedAddressSpace)),
+        ("169.254.0.0", Some(Range::LinkLocal)),
+        ("169.254.169.254", Some(Range::LinkLocal)),
+        ("169.254.255.255", Some(Range::LinkLocal)),
+        ("192.0.0.0", Some(Range::IetfProtocol)),
+        ("192.0.0.170", Some(Range::IetfProtocol)),
+        ("192.0.0.255", Some(Range::IetfProtocol)),
+        ("192.0.2.1", Some(Range::Documentation)),
+        ("198.51.100.7", Some(Range::Documentation)),
+        ("203.0.113.255", Some(Range::Documentation)),
+        ("198.18.0.0", Some(Range::Benchmarking)),
+        ("198.19.255.255", Some(Range::Benchmarking)),
+        ("224.0.0.1", Some(Range::Multicast)),
+        ("239.255.255.255", Some(Range::Multicast)),
+        ("240.0.0.0", Some(Range::Reserved)),
+        ("255.255.255.254", Some(Range::Reserved)),
+        ("255.255.255.255", Some(Range::Broadcast)),
+        // IPv4 neighbours that are public
+        ("1.1.1.1", None),
+        ("8.8.8.8", None),
+        ("9.255.255.255", None),
+        ("11.0.0.0", None),
+        ("172.15.255.255", None),
+        ("172.32.0.0", None),
+        ("192.167.255.255", None),
+        ("192.169.0.0", None),
+        ("100.63.255.255", None),
+        ("100.128.0.0", None),
+        ("126.255.255.255", None),
+        ("128.0.0.0", None),
+        ("169.253.255.255", None),
+        ("169.255.0.0", None),
+        ("192.0.1.255", None),
+        ("192.0.3.0", None),
+        ("198.17.255.255", None),
+        ("198.20.0.0", None),
+        ("198.51.99.255", None),
+        ("203.0.112.255", None),
+        ("223.255.255.255", None),
+        // IPv6
+        ("::", Some(Range::Unspecified)),
+        ("::1", Some(Range::Loopback)),
+        ("fc00::", Some(Range::UniqueLocal)),
+        ("fd00:ec2::254", Some(Range::UniqueLocal)),
+        (
+            "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            Some(Range::UniqueLocal),
+        ),
+        ("fe80::1", Some(Range::LinkLocal)),
+        ("febf:ffff::1", Some(Range::LinkLocal)),
+        ("fec0::1", Some(Range::SiteLocal)),
+        ("ff00::", Some(Range::Multicast)),
+        ("ff02::1", Some(Range::Multicast)),
+        ("ff0e::1", Some(Range::Multicast)),
+        ("2001:db8::1", Some(Range::Documentation)),
+        (
+            "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
+            Some(Range::Documentation),
+        ),
+        ("3fff::1", Some(Range::Documentation)),
+        ("3fff:fff::1", Some(Range::Documentation)),
+        ("2001::1", Some(Range::IetfProtocol)),
+        (
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            Some(Range::IetfProtocol),
+        ),
+        ("2001:1ff::1", Some(Range::IetfProtocol)),
+        ("100::1", Some(Range::Discard)),
+        ("64:ff9b:1::a00:1", Some(Range::LocalNat64)),
+        ("1::", Some(Range::NotGlobalUnicast)),
+        ("4000::1", Some(Range::NotGlobalUnicast)),
+        ("5f00::1", Some(Range::NotGlobalUnicast)),
+        ("::ffff:0:a00:1", Some(Range::NotGlobalUnicast)),
+        // IPv6 that is public, embedding forms of public IPv4 included
+        ("2606:4700:4700::1111", None),
+        ("2001:4860:4860::8888", None),
+        ("2001:200::1", None),
+        ("2a00:1450:4001::1", None),
+        ("3ffe::1", None),
+        ("3fff:1000::1", None),
+        ("::ffff:1.1.1.1", None),
+        ("::8.8.8.8", None),
+        ("64:ff9b::1.1.1.1", None),
+        ("2002:808:808::1", None),
+    ];
+
+    #[test]
+    fn every_range_is_classified() {
+        let guard = strict();
+        for (text, expected) in TABLE {
+            let got = classify(ip(text)).map(|b| b.range());
+            assert_eq!(got, *expected, "{text}");
+            assert_eq!(guard.check(ip(text)).is_ok(), expected.is_none(), "{text}");
+            if let Some(blocked) = classify(ip(text)) {
+                assert_eq!(blocked.ip(), ip(text));
+                assert_eq!(blocked.embedded(), None, "{text}");
+            }
+        }
+    }
+
+    /// Every IPv6 form that carries an IPv4 address inherits the IPv4 verdict.
+    #[test]
+    fn embedded_ipv4_is_judged_in_every_form() {
+        let guard = strict();
+        for (text, expected) in TABLE {
+            let IpAddr::V4(v4) = ip(text) else { continue };
+            let [a, b, c, d] = v4.octets();
+            let (hi, lo) = (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]));
+            let mut forms = vec![
+                (
+                    Embedding::Mapped,
+                    Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, hi, lo),
+                ),
+                (
+                    Embedding::Nat64,
+                    Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, hi, lo),
+                ),
+                (
+                    Embedding::SixToFour,
+                    Ipv6Addr::new(0x2002, hi, lo, 0, 0, 0, 0, 1),
+                ),
+            ];
+            // `::` and `::1` are the unspecified and loopback addresses, not IPv4-compatible.
+            if u32::from(v4) > 1 {
+                forms.push((
+                    Embedding::Compatible,
+                    Ipv6Addr::new(0, 0, 0, 0, 0, 0, hi, lo),
+                ));
+            }
+            for (form, v6) in forms {
+                let v6 = IpAddr::V6(v6);
+                let verdict = classify(v6);
+                assert_eq!(verdict.map(|b| b.range()), *expected, "{v6} ({text})");
+                assert_eq!(guard.check(v6).is_ok(), expected.is_none(), "{v6}");
+                if let Some(blocked) = verdict {
+                    assert_eq!(blocked.embedded(), Some((form, v4)), "{v6}");
+                    assert_eq!(blocked.ip(), v6);
+                }
+            }
+        }
+        // The text spellings reach the same verdicts.
+        for (text, range) in [
+            ("::ffff:127.0.0.1", Range::Loopback),
+            ("::ffff:169.254.169.254", Range::LinkLocal),
+            ("::ffff:a9fe:a9fe", Range::LinkLocal),
+            ("::10.0.0.1", Range::Private),
+            ("64:ff9b::192.168.1.1", Range::Private),
+            ("64:ff9b::100.64.0.1", Range::SharedAddressSpace),
+            ("2002:a9fe:a9fe::", Range::LinkLocal),
+            ("2002:7f00:1::1", Range::Loopback),
+            ("::ffff:0.0.0.0", Range::Unspecified),
+            ("::ffff:255.255.255.255", Range::Broadcast),
+        ] {
+            assert_eq!(classify(ip(text)).map(|b| b.range()), Some(range), "{text}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_range_and_the_form() {
+        let guard = strict();
+        assert_eq!(
+            guard.check(ip("10.1.2.3")).unwrap_err().to_string(),
+            "10.1.2.3 is in a blocked range: private (RFC 1918)"
+        );
+        assert_eq!(
+            guard.check(ip("169.254.169.254")).unwrap_err().to_string(),
+            "169.254.169.254 is in a blocked range: cloud metadata / link-local"
+        );
+        assert_eq!(
+            guard.check(ip("::ffff:10.1.2.3")).unwrap_err().to_string(),
+            "::ffff:10.1.2.3 (IPv4-mapped form of 10.1.2.3) is in a blocked range: private (RFC 1918)"
+        );
+        let refused = guard
+            .check_resolved(
+                "intranet.example",
+                vec![
+                    SocketAddr::from(([1, 1, 1, 1], 0)),
+                    SocketAddr::from(([10, 0, 0, 5], 0)),
+                ],
+            )
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .starts_with("blocked_address: intranet.example: 10.0.0.5 ")
+        );
+    }
+
+    #[test]
+    fn dev_mode_allows_loopback_and_nothing_else() {
+        let dev = AddressGuard::new(true, vec![]);
+        for allowed in [
+            "127.0.0.1",
+            "127.0.0.2",
+            "127.255.255.254",
+            "::1",
+            "::ffff:127.0.0.1",
+            "8.8.8.8",
+        ] {
+            assert!(dev.check(ip(allowed)).is_ok(), "{allowed}");
+        }
+        for (text, expected) in TABLE {
+            if expected.is_some() && *expected != Some(Range::Loopback) {
+                assert!(
+                    dev.check(ip(text)).is_err(),
+                    "{text} must stay blocked in dev mode"
+                );
+            }
+        }
+        // Forms that only carry loopback somewhere else (a NAT64 gateway's or a 6to4 relay's
+        // loopback) are not this machine's loopback.
+        for blocked in [
+            "64:ff9b::127.0.0.1",
+            "2002:7f00:1::1",
+            "::127.0.0.1",
+            "0.0.0.0",
+            "::",
+        ] {
+            assert!(dev.check(ip(blocked)).is_err(), "{blocked}");
+        }
+    }
+
+    #[test]
+    fn the_allow_list_overrides_exactly_its_blocks() {
+        let guard = AddressGuard::new(
+            false,
+            vec![
+                "10.1.0.0/16".parse().unwrap(),
+                "127.0.0.1".parse().unwrap(),
+                "fd00:1234::/32".parse().unwrap(),
+                "169.254.169.254/32".parse().unwrap(),
+            ],
+        );
+        for allowed in [
+            "10.1.0.0",
+            "10.1.255.255",
+            "127.0.0.1",
+            "::ffff:10.1.2.3",
+            "::ffff:127.0.0.1",
+            "fd00:1234::1",
+            "fd00:1234:ffff::1",
+            "169.254.169.254",
+            "1.1.1.1",
+        ] {
+            assert!(guard.check(ip(allowed)).is_ok(), "{allowed}");
+        }
+        for blocked in [
+            "10.0.255.255",
+            "10.2.0.0",
+            "127.0.0.2",
+            "::1",
+            "fd00:1235::1",
+            "169.254.169.253",
+            "192.168.1.1",
+            // An IPv4 block says nothing about what a NAT64 gateway or 6to4 relay reaches.
+            "64:ff9b::10.1.2.3",
+            "2002:a01:203::1",
+        ] {
+            assert!(guard.check(ip(blocked)).is_err(), "{blocked}");
+        }
+        assert!(
+            AddressGuard::new(false, vec!["0.0.0.0/0".parse().unwrap()])
+                .check(ip("10.0.0.1"))
+                .is_ok()
+        );
+        assert!(
+            AddressGuard::new(false, vec!["::/0".parse().unwrap()])
+                .check(ip("fe80::1"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn cidr_blocks_parse_strictly() {
+        for (text, shown) in [
+            ("10.0.0.0/8", "10.0.0.0/8"),
+            ("127.0.0.1", "127.0.0.1/32"),
+            ("0.0.0.0/0", "0.0.0.0/0"),
+            ("::1", "::1/128"),
+            ("fd00::/8", "fd00::/8"),
+            ("::/0", "::/0"),
+        ] {
+            assert_eq!(text.parse::<Cidr>().unwrap().to_string(), shown);
+        }
+        for bad in [
+            "10.0.0.1/8",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "10.0.0.0/08x",
+            "0x7f.0.0.1/32",
+            "010.0.0.0/8",
+            "localhost",
+            "",
+            "[::1]/128",
+        ] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+        let error = "10.1.2.3/8".parse::<Cidr>().unwrap_err().to_string();
+        assert!(error.contains("did you mean 10.0.0.0/8?"), "{error}");
+        let c: Cidr = "192.168.0.0/23".parse().unwrap();
+        assert!(c.contains(ip("192.168.1.255")));
+        assert!(!c.contains(ip("192.168.2.0")));
+        assert!(!c.contains(ip("::ffff:192.168.1.1")));
+    }
+
+    #[test]
+    fn odd_ipv4_spellings_in_urls_are_the_address_they_mean() {
+        let guard = strict();
+        for (url, means) in [
+            ("http://2130706433/", "127.0.0.1"),
+            ("http://0x7f.1/", "127.0.0.1"),
+            ("http://0X7F.0.0.1/", "127.0.0.1"),
+            ("http://0x7f000001/", "127.0.0.1"),
+            ("http://0177.0.0.1/", "127.0.0.1"),
+            ("http://017700000001/", "127.0.0.1"),
+            ("http://127.1/", "127.0.0.1"),
+            ("http://127.0.0.1./", "127.0.0.1"),
+            ("http://%31%32%37.0.0.1/", "127.0.0.1"),
+            ("http://\u{ff11}\u{ff12}\u{ff17}.0.0.1/", "127.0.0.1"),
+            ("http://127\u{3002}0\u{3002}0\u{3002}1/", "127.0.0.1"),
+            ("https://0x7f.0.0.2:8443/x", "127.0.0.2"),
+            ("http://2852039166/latest/meta-data/", "169.254.169.254"),
+            ("http://0xa9.0xfe.0xa9.0xfe/", "169.254.169.254"),
+            ("http://0251.0376.0251.0376/", "169.254.169.254"),
+            ("http://0xa9fea9fe/", "169.254.169.254"),
+            ("http://10.1/", "10.0.0.1"),
+            ("http://0/", "0.0.0.0"),
+            ("http://[::ffff:7f00:1]/", "::ffff:127.0.0.1"),
+            (
+                "http://[0:0:0:0:0:ffff:a9fe:a9fe]/",
+                "::ffff:169.254.169.254",
+            ),
+            ("http://[::1]:8080/", "::1"),
+            ("http://[FE80::1]/", "fe80::1"),
+        ] {
+            let parsed = Url::parse(url).unwrap();
+            assert_eq!(AddressGuard::url_ip(&parsed), Some(ip(means)), "{url}");
+            assert!(guard.check_url(&parsed).is_err(), "{url} must be refused");
+        }
+        // Loopback spellings pass in dev mode, because they are loopback.
+        let dev = AddressGuard::new(true, vec![]);
+        assert!(
+            dev.check_url(&Url::parse("http://0x7f.1:9/").unwrap())
+                .is_ok()
+        );
+        assert!(
+            dev.check_url(&Url::parse("http://0xa9fea9fe/").unwrap())
+                .is_err()
+        );
+        // Public literals pass; names are left to the resolver.
+        for url in [
+            "https://1.1.1.1/hook",
+            "https://16843009/hook",
+            "https://[2606:4700:4700::1111]/hook",
+            "https://merchant.example/hook",
+            "http://localhost/",
+            "http://0x7f.1.example/",
+        ] {
+            let parsed = Url::parse(url).unwrap();
+            assert!(guard.check_url(&parsed).is_ok(), "{url}");
+        }
+        assert_eq!(
+            AddressGuard::url_ip(&Url::parse("http://localhost/").unwrap()),
+            None
+        );
+        // A name ending in a number is an address or nothing: never a name.
+        assert!(Url::parse("http://example.0x7f/").is_err());
+    }
+
+    #[test]
+    fn one_blocked_address_refuses_the_whole_name() {
+        let guard = strict();
+        let public = vec![
+            SocketAddr::from(([1, 1, 1, 1], 0)),
+            SocketAddr::from((ip("2606:4700:4700::1111"), 0)),
+        ];
+        assert_eq!(
+            guard.check_resolved("a.example", public.clone()).unwrap(),
+            public
+        );
+        for bad in ["169.254.169.254", "::1", "::ffff:10.0.0.1", "fd00::1"] {
+            let mut addrs = public.clone();
+            addrs.insert(1, SocketAddr::from((ip(bad), 0)));
+            let refused = guard.check_resolved("a.example", addrs).unwrap_err();
+            assert_eq!(refused.blocked.ip(), ip(bad));
+        }
+    }
+
+    /// The resolver itself, on the one name that resolves without the network: /etc/hosts'
+    /// `localhost`.
+    #[tokio::test]
+    async fn the_resolver_refuses_localhost_outside_dev_mode() {
+        let name = |text: &str| text.parse::<Name>().unwrap();
+        let error = GuardedResolver::new(strict())
+            .resolve(name("localhost"))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            error
+                .to_string()
+                .starts_with("blocked_address: localhost: "),
+            "{error}"
+        );
+        let addrs: Vec<SocketAddr> = GuardedResolver::new(AddressGuard::new(true, vec![]))
+            .resolve(name("localhost"))
+            .await
+            .unwrap()
+            .collect();
+        assert!(!addrs.is_empty());
+        assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
+    }
+}
