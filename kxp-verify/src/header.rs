@@ -26,6 +26,9 @@ pub struct SignatureHeader<'a> {
     /// them during the one parsing pass spares a second pass to find them.
     signatures_at: [u16; MAX_SIGNATURES],
     signature_count: u8,
+    /// The first `v1`, decoded while it was validated: almost every header has one `v1` only,
+    /// and decoding it once instead of twice is a measurable share of a verification.
+    first_signature: [u8; 32],
 }
 
 /// The most `v1` items a header within [`MAX_HEADER_LEN`] can hold (`v1=` + 64 digits + `,`).
@@ -53,14 +56,17 @@ impl<'a> SignatureHeader<'a> {
     /// The decoded `v1` signatures, in header order.
     pub fn signatures(&self) -> impl Iterator<Item = [u8; 32]> + '_ {
         let raw = self.raw;
-        self.signatures_at
+        let rest = self
+            .signatures_at
             .iter()
             .take(usize::from(self.signature_count))
+            .skip(1)
             .filter_map(move |&at| {
                 let start = usize::from(at);
                 raw.get(start..start.wrapping_add(64))
                     .and_then(hex::decode_32)
-            })
+            });
+        core::iter::once(self.first_signature).chain(rest)
     }
 
     /// The `t` digits exactly as sent: they, not a re-formatting of the number, are what was
@@ -89,6 +95,7 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
     let mut timestamp = None;
     let mut signatures_at = [0u16; MAX_SIGNATURES];
     let mut signature_count = 0usize;
+    let mut first_signature = [0u8; 32];
     let mut item_start = 0usize;
     for item in raw.split(|&b| b == b',') {
         let (key, value_start, value) = split_item(item).map_err(Error::malformed)?;
@@ -109,9 +116,15 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
                 timestamp = Some((t, span));
             }
             b"v1" => {
-                if !hex::is_hex_64(value) {
+                let decoded = if signature_count == 0 {
+                    hex::decode_32(value)
+                } else {
+                    hex::is_hex_64(value).then_some(first_signature)
+                };
+                let Some(decoded) = decoded else {
                     return Err(Error::malformed(Malformed::InvalidSignature));
-                }
+                };
+                first_signature = decoded;
                 if let Some(slot) = signatures_at.get_mut(signature_count) {
                     *slot = at as u16;
                     signature_count = signature_count.wrapping_add(1);
@@ -132,6 +145,7 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
         timestamp_at,
         signatures_at,
         signature_count: signature_count as u8,
+        first_signature,
     })
 }
 
@@ -146,10 +160,14 @@ fn parse_canonical(raw: &[u8]) -> Option<SignatureHeader<'_>> {
     let mut signatures = rest.get(digits..)?;
     let mut signatures_at = [0u16; MAX_SIGNATURES];
     let mut count = 0usize;
+    let mut first_signature = [0u8; 32];
     let mut at = digits.wrapping_add(2);
     while !signatures.is_empty() {
         let value = signatures.strip_prefix(b",v1=")?;
-        if !hex::is_hex_64(value.get(..64)?) {
+        let hex_digits = value.get(..64)?;
+        if count == 0 {
+            first_signature = hex::decode_32(hex_digits)?;
+        } else if !hex::is_hex_64(hex_digits) {
             return None;
         }
         *signatures_at.get_mut(count)? = u16::try_from(at.wrapping_add(4)).ok()?;
@@ -169,6 +187,7 @@ fn parse_canonical(raw: &[u8]) -> Option<SignatureHeader<'_>> {
         },
         signatures_at,
         signature_count: u8::try_from(count).ok()?,
+        first_signature,
     })
 }
 
@@ -200,13 +219,17 @@ fn parse_timestamp(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 19 {
         return None;
     }
-    // 19 digits never overflow a u64 (its maximum has 20), so `checked_*` only proves it.
-    digits.iter().try_fold(0u64, |acc, &d| {
-        let d = d
-            .is_ascii_digit()
-            .then(|| u64::from(d.wrapping_sub(b'0')))?;
-        acc.checked_mul(10)?.checked_add(d)
-    })
+    // 19 digits never overflow a u64 (its maximum has 20), so plain wrapping arithmetic is exact.
+    let mut value = 0u64;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        value = value
+            .wrapping_mul(10)
+            .wrapping_add(u64::from(d.wrapping_sub(b'0')));
+    }
+    Some(value)
 }
 
 #[cfg(test)]
