@@ -226,9 +226,12 @@ async fn api(
 }
 
 async fn open(url: &str, api_key: &str) -> Result<(Db, String), String> {
-    let db = Db::connect(url)
-        .await
-        .map_err(|e| format!("database: {e}"))?;
+    let db = Db::connect(url).await.map_err(|e| {
+        format!(
+            "database: {}",
+            kxp_sender::db::redact_passwords(&e.to_string())
+        )
+    })?;
     let account = db
         .account_by_key(api_key)
         .await

@@ -12,16 +12,19 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde::Deserializer;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::db::{Db, sha256_hex};
+use crate::db::{Db, ms, sha256_hex};
+use crate::dispatch::{self, GuardedClient};
 use crate::guard::{AddressGuard, Blocked};
+use crate::schedule::parse_duration;
 use crate::store::{
-    Account, Attempt, Delivery, DeliveryFilter, Endpoint, Ingested, StoreError, parse_rfc3339,
-    rfc3339,
+    Account, Attempt, Delivery, DeliveryFilter, Endpoint, EndpointChanges, HELD, Ingested,
+    NewEndpoint as StoredEndpoint, StoreError, parse_rfc3339, rfc3339,
 };
 
 /// What the handlers share.
@@ -43,12 +46,28 @@ pub struct ApiSettings {
     pub dev: bool,
     /// Refuses endpoint URLs whose host is an address in a blocked range.
     pub guard: AddressGuard,
+    /// The HTTP client of the endpoint challenge, built around the same guard as the workers'
+    /// ([`dispatch::client`]).
+    pub client: GuardedClient,
     /// The timeout of an endpoint created without one.
     pub default_timeout: Duration,
 }
 
 /// The longest per-endpoint timeout: long enough for a receiver on another continent.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The shortest per-endpoint timeout.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The longest overlap of a secret rotation: a week to deploy the new secret everywhere. A
+/// secret that stays valid longer is not rotated, only shared.
+pub const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// The overlap of a rotation that names none.
+pub const DEFAULT_OVERLAP: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The highest `rate_limit_per_second` an endpoint can be given.
+pub const MAX_RATE_LIMIT: i64 = 10_000;
 
 const DEFAULT_PAGE: i64 = 50;
 const MAX_PAGE: i64 = 500;
@@ -58,7 +77,15 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/endpoints", post(create_endpoint).get(list_endpoints))
-        .route("/v1/endpoints/{id}", get(get_endpoint))
+        .route(
+            "/v1/endpoints/{id}",
+            get(get_endpoint)
+                .patch(patch_endpoint)
+                .delete(delete_endpoint),
+        )
+        .route("/v1/endpoints/{id}/pause", post(pause_endpoint))
+        .route("/v1/endpoints/{id}/resume", post(resume_endpoint))
+        .route("/v1/endpoints/{id}/rotate-secret", post(rotate_secret))
         .route("/v1/endpoints/{id}/replay", post(replay_endpoint))
         .route("/v1/events", post(create_event))
         .route("/v1/events/{id}", get(get_event))
@@ -108,6 +135,9 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::NotFound => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+            }
+            StoreError::Conflict { code, message } => {
+                ApiError::new(StatusCode::CONFLICT, code, message)
             }
             StoreError::Database(e) => {
                 tracing::error!(target: "kxp_sender", error = %e, "database error in the API");
@@ -218,6 +248,43 @@ struct NewEndpoint {
     event_types: Option<Vec<String>>,
     description: Option<String>,
     timeout_ms: Option<u64>,
+    api_version: Option<String>,
+    rate_limit_per_second: Option<i64>,
+    #[serde(default)]
+    skip_challenge: bool,
+}
+
+/// `PATCH /v1/endpoints/{id}`: a field left out stays as it is. `null` clears the two nullable
+/// settings and is refused for the others.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndpointPatch {
+    #[serde(default, deserialize_with = "present")]
+    url: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    event_types: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    description: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "nullable")]
+    api_version: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    rate_limit_per_second: Option<Option<i64>>,
+    #[serde(default)]
+    skip_challenge: bool,
+}
+
+/// A field that may be left out but, when given, is not `null`.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// A field that may be left out (`None`), cleared (`Some(None)`) or set.
+fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Serialize)]
@@ -228,6 +295,8 @@ struct EndpointView {
     event_types: Vec<String>,
     timeout_ms: i64,
     status: String,
+    api_version: Option<String>,
+    rate_limit_per_second: Option<i64>,
     created_at: String,
     updated_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -243,6 +312,8 @@ impl EndpointView {
             description: endpoint.description,
             timeout_ms: endpoint.timeout_ms,
             status: endpoint.status,
+            api_version: endpoint.api_version,
+            rate_limit_per_second: endpoint.rate_limit_per_second,
             created_at: rfc3339(endpoint.created_at),
             updated_at: rfc3339(endpoint.updated_at),
             secret,
@@ -260,32 +331,33 @@ async fn create_endpoint(
     let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);
     check_event_types(&event_types)?;
     let description = new.description.unwrap_or_default();
-    if description.len() > 512 {
-        return Err(ApiError::invalid("description must be at most 512 bytes"));
-    }
+    check_description(&description)?;
     let timeout = match new.timeout_ms {
         None => state.settings.default_timeout,
-        Some(ms)
-            if (100..=u64::try_from(MAX_TIMEOUT.as_millis()).unwrap_or(30_000)).contains(&ms) =>
-        {
-            Duration::from_millis(ms)
-        }
-        Some(_) => {
-            return Err(ApiError::invalid(format!(
-                "timeout_ms must be between 100 and {}",
-                MAX_TIMEOUT.as_millis()
-            )));
-        }
+        Some(ms) => check_timeout(ms)?,
     };
-    let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(5000);
+    if let Some(version) = &new.api_version {
+        check_name("api_version", version, 64)?;
+    }
+    if let Some(limit) = new.rate_limit_per_second {
+        check_rate_limit(limit)?;
+    }
+    // Last, once everything else is known to be acceptable: the only check that connects.
+    if !new.skip_challenge {
+        challenge(&state.settings, &url, timeout).await?;
+    }
     let (endpoint, secret) = state
         .db
-        .create_endpoint(
+        .create_endpoint_with(
             &account,
-            url.as_str(),
-            &event_types,
-            &description,
-            timeout_ms,
+            &StoredEndpoint {
+                url: url.as_str(),
+                event_types: &event_types,
+                description: &description,
+                timeout_ms: ms(timeout),
+                api_version: new.api_version.as_deref(),
+                rate_limit_per_second: new.rate_limit_per_second,
+            },
         )
         .await?;
     Ok((
@@ -293,6 +365,59 @@ async fn create_endpoint(
         Json(EndpointView::of(endpoint, Some(secret))),
     )
         .into_response())
+}
+
+/// Runs the endpoint challenge ([`dispatch::challenge`]) against `url`; a failure is 422
+/// `challenge_failed` saying what came back.
+async fn challenge(
+    settings: &ApiSettings,
+    url: &reqwest::Url,
+    timeout: Duration,
+) -> Result<(), ApiError> {
+    dispatch::challenge(&settings.client, url.as_str(), timeout)
+        .await
+        .map_err(|why| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "challenge_failed",
+                format!(
+                    "the endpoint challenge of {url} failed: {why}. The endpoint must answer \
+                     `GET <url>?challenge=<token>` with a 2xx and the token as the whole body, \
+                     as kxp receivers (kxp-axum, kxp-actix) do; send \"skip_challenge\": true \
+                     to register it without the check"
+                ),
+            )
+        })
+}
+
+fn check_description(description: &str) -> Result<(), ApiError> {
+    if description.len() > 512 {
+        return Err(ApiError::invalid("description must be at most 512 bytes"));
+    }
+    Ok(())
+}
+
+fn check_timeout(ms: u64) -> Result<Duration, ApiError> {
+    let timeout = Duration::from_millis(ms);
+    if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&timeout) {
+        Ok(timeout)
+    } else {
+        Err(ApiError::invalid(format!(
+            "timeout_ms must be between {} and {}",
+            MIN_TIMEOUT.as_millis(),
+            MAX_TIMEOUT.as_millis()
+        )))
+    }
+}
+
+fn check_rate_limit(limit: i64) -> Result<(), ApiError> {
+    if (1..=MAX_RATE_LIMIT).contains(&limit) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "rate_limit_per_second must be between 1 and {MAX_RATE_LIMIT} (null for no limit)"
+        )))
+    }
 }
 
 /// Endpoint URLs: `https://` with a host, no credentials (`http://` only in development
@@ -403,6 +528,145 @@ async fn get_endpoint(
         state.db.endpoint(&account.id, &id).await?,
         None,
     )))
+}
+
+async fn patch_endpoint(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<EndpointView>, ApiError> {
+    let patch: EndpointPatch = parse(&body)?;
+    let url = patch
+        .url
+        .as_deref()
+        .map(|url| check_url(url, &state.settings))
+        .transpose()?;
+    if let Some(types) = &patch.event_types {
+        check_event_types(types)?;
+    }
+    if let Some(description) = &patch.description {
+        check_description(description)?;
+    }
+    let timeout = patch.timeout_ms.map(check_timeout).transpose()?;
+    if let Some(Some(version)) = &patch.api_version {
+        check_name("api_version", version, 64)?;
+    }
+    if let Some(Some(limit)) = patch.rate_limit_per_second {
+        check_rate_limit(limit)?;
+    }
+    let current = state.db.endpoint(&account.id, &id).await?;
+    if let Some(url) = &url
+        && url.as_str() != current.url
+        && !patch.skip_challenge
+    {
+        let timeout = timeout.unwrap_or_else(|| {
+            Duration::from_millis(u64::try_from(current.timeout_ms).unwrap_or(5000))
+        });
+        challenge(&state.settings, url, timeout).await?;
+    }
+    let changes = EndpointChanges {
+        url: url.map(String::from),
+        event_types: patch.event_types,
+        description: patch.description,
+        timeout_ms: timeout.map(ms),
+        api_version: patch.api_version,
+        rate_limit_per_second: patch.rate_limit_per_second,
+    };
+    let endpoint = state.db.update_endpoint(&account.id, &id, &changes).await?;
+    Ok(Json(EndpointView::of(endpoint, None)))
+}
+
+async fn delete_endpoint(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ended = state.db.delete_endpoint(&account.id, &id).await?;
+    tracing::info!(
+        target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,
+        "endpoint deleted; its pending deliveries are dead with endpoint_deleted"
+    );
+    Ok(Json(
+        json!({"id": id, "status": "deleted", "dead_deliveries": ended}),
+    ))
+}
+
+async fn pause_endpoint(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointView>, ApiError> {
+    let (endpoint, held) = state.db.pause_endpoint(&account.id, &id).await?;
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused");
+    Ok(Json(EndpointView::of(endpoint, None)))
+}
+
+async fn resume_endpoint(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointView>, ApiError> {
+    let (endpoint, due) = state.db.resume_endpoint(&account.id, &id).await?;
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed");
+    if due > 0 {
+        state.wake.notify_waiters();
+    }
+    Ok(Json(EndpointView::of(endpoint, None)))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Rotation {
+    overlap: Option<Value>,
+}
+
+async fn rotate_secret(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let request: Rotation = if body.is_empty() {
+        Rotation::default()
+    } else {
+        parse(&body)?
+    };
+    let overlap = match &request.overlap {
+        None => DEFAULT_OVERLAP,
+        Some(Value::String(text)) => parse_overlap(text)?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "overlap must be a duration string such as \"30m\", \"24h\" or \"0s\"",
+            ));
+        }
+    };
+    let rotated = state
+        .db
+        .rotate_secret(&account.id, &id, ms(overlap))
+        .await?;
+    tracing::info!(
+        target: "kxp_sender", endpoint_id = %id, overlap_ms = ms(overlap),
+        "endpoint secret rotated"
+    );
+    Ok(Json(json!({
+        "secret": rotated.secret,
+        "previous_expires_at": rfc3339(rotated.previous_expires_at),
+    })))
+}
+
+fn parse_overlap(text: &str) -> Result<Duration, ApiError> {
+    let overlap = parse_duration(text).map_err(|_| {
+        ApiError::invalid(format!(
+            "overlap `{text}` is not a duration such as 30m, 24h or 0s"
+        ))
+    })?;
+    if overlap > MAX_OVERLAP {
+        return Err(ApiError::invalid(
+            "overlap must be at most 7d: a secret kept valid longer is not rotated",
+        ));
+    }
+    Ok(overlap)
 }
 
 // ---- events ----
@@ -526,7 +790,9 @@ struct DeliveryView {
 impl From<Delivery> for DeliveryView {
     fn from(d: Delivery) -> DeliveryView {
         DeliveryView {
-            next_attempt_at: (d.status == "pending").then(|| rfc3339(d.next_attempt_at)),
+            // Held for a paused endpoint: no time until it is resumed.
+            next_attempt_at: (d.status == "pending" && d.next_attempt_at != HELD)
+                .then(|| rfc3339(d.next_attempt_at)),
             id: d.id,
             event_id: d.event_id,
             endpoint_id: d.endpoint_id,

@@ -127,3 +127,44 @@ pub fn sha256_hex(data: &[u8]) -> String {
     use sha2_std::Digest;
     hex::encode(sha2_std::Sha256::digest(data))
 }
+
+/// Replaces the password of any `scheme://user:password@` in `text`: sqlx errors can quote a
+/// database URL, and a password must never reach a terminal or a log.
+pub fn redact_passwords(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":[redacted]");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_passwords as redact;
+
+    #[test]
+    fn passwords_in_urls_are_redacted() {
+        assert_eq!(
+            redact("error connecting to postgres://kxp:hunter2@db:5432/kxp: refused"),
+            "error connecting to postgres://kxp:[redacted]@db:5432/kxp: refused"
+        );
+        assert_eq!(redact("postgres://kxp@db/kxp"), "postgres://kxp@db/kxp");
+        assert_eq!(redact("no url here"), "no url here");
+    }
+}

@@ -202,6 +202,67 @@ async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
     }
 }
 
+/// How much of a refused challenge's answer the error quotes.
+pub const CHALLENGE_QUOTE_BYTES: usize = 200;
+
+/// The endpoint challenge: `GET <url>?challenge=<token>` (`&challenge=` when the URL already has
+/// a query) with a fresh token of 32 hex digits, through the guarded client, within `timeout`.
+/// The endpoint passes when it answers 2xx with the token as the whole body (trailing
+/// whitespace aside), which kxp receivers do; redirects are not followed. On failure, says what
+/// came back: the status and the start of the body, or why nothing did.
+pub async fn challenge(client: &GuardedClient, url: &str, timeout: Duration) -> Result<(), String> {
+    let mut url = Url::parse(url).map_err(|e| format!("invalid_url: {e}"))?;
+    let token = challenge_token();
+    url.query_pairs_mut().append_pair("challenge", &token);
+    match tokio::time::timeout(timeout, ask(client, url, &token)).await {
+        Ok(answer) => answer,
+        Err(_) => Err(format!(
+            "timeout: no answer within {} ms",
+            timeout.as_millis()
+        )),
+    }
+}
+
+async fn ask(client: &GuardedClient, url: Url, token: &str) -> Result<(), String> {
+    client
+        .guard
+        .check_url(&url)
+        .map_err(|blocked| format!("blocked_address: {blocked}"))?;
+    let response = client
+        .http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| describe(&e))?;
+    let status = response.status();
+    let body = snippet(response).await;
+    if status.is_success() && body.trim_end() == token {
+        return Ok(());
+    }
+    let mut end = body.len().min(CHALLENGE_QUOTE_BYTES);
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < body.len() { "…" } else { "" };
+    let redirect = if status.is_redirection() {
+        " (redirects are not followed: register the final URL)"
+    } else {
+        ""
+    };
+    Err(format!(
+        "answered {status}{redirect} with body {:?}{more}, not the challenge token",
+        &body[..end]
+    ))
+}
+
+/// 16 bytes from the OS CSPRNG as 32 hex digits: unguessable, and URL-safe as it is.
+fn challenge_token() -> String {
+    let mut bytes = [0u8; 16];
+    // As for secrets: with no OS randomness there is nothing sensible left to do.
+    getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
+    hex::encode(bytes)
+}
+
 fn headers(request: &Request<'_>) -> Result<HeaderMap, String> {
     let secrets = request
         .secrets

@@ -97,6 +97,9 @@ pub enum StartError {
     /// A query failed while bootstrapping.
     #[error("{0}")]
     Store(#[from] store::StoreError),
+    /// The HTTP client (the endpoint challenge's) could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -166,6 +169,8 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     })?;
 
     let guard = guard::AddressGuard::new(config.dev, config.allow_addresses.clone());
+    // Never an unguarded client: the challenge connects to merchants' URLs like deliveries do.
+    let client = dispatch::client(guard.clone())?;
     let wake = Arc::new(Notify::new());
     let (stop, stopped) = watch::channel(false);
     let state = api::AppState {
@@ -174,6 +179,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         settings: Arc::new(api::ApiSettings {
             dev: config.dev,
             guard: guard.clone(),
+            client,
             default_timeout: config.delivery_timeout,
         }),
     };

@@ -1,6 +1,7 @@
 //! `kxp`: the command line of kxp-webhooks. This file only parses arguments; each subcommand
 //! lives in its own module.
 
+mod accounts;
 mod admin;
 mod debug;
 mod demo;
@@ -48,6 +49,9 @@ enum Command {
     ///
     /// A replay is a new delivery of the same event id.
     Replay(admin::ReplayArgs),
+    /// Create accounts (each with its own API key, printed once) and list them, straight on
+    /// the database.
+    Accounts(accounts::AccountsArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,5 +63,6 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve(args),
         Command::Dlq(args) => admin::dlq(args),
         Command::Replay(args) => admin::replay(args),
+        Command::Accounts(args) => accounts::accounts(args),
     }
 }

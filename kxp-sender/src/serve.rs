@@ -113,7 +113,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
             Ok(server) => server,
             Err(e) => {
                 // sqlx errors can quote the URL; never print the database password.
-                eprintln!("error: {}", redact(&e.to_string()));
+                eprintln!("error: {}", kxp_sender::db::redact_passwords(&e.to_string()));
                 return ExitCode::FAILURE;
             }
         };
@@ -165,45 +165,5 @@ fn init_logs(json: bool) {
         builder.json().flatten_event(true).init();
     } else {
         builder.init();
-    }
-}
-
-/// Replaces the password of any `scheme://user:password@` in `text`.
-fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let (head, tail) = rest.split_at(at + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace())
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match (authority.rfind('@'), authority.find(':')) {
-            (Some(at), Some(colon)) if colon < at => {
-                out.push_str(&authority[..colon]);
-                out.push_str(":[redacted]");
-                out.push_str(&authority[at..]);
-            }
-            _ => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn passwords_in_urls_are_redacted() {
-        assert_eq!(
-            redact("error connecting to postgres://kxp:hunter2@db:5432/kxp: refused"),
-            "error connecting to postgres://kxp:[redacted]@db:5432/kxp: refused"
-        );
-        assert_eq!(redact("postgres://kxp@db/kxp"), "postgres://kxp@db/kxp");
-        assert_eq!(redact("no url here"), "no url here");
     }
 }

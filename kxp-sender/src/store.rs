@@ -7,19 +7,20 @@ use sqlx::FromRow;
 
 use crate::db::{Db, new_id, now_ms, on_db, random_hex_32, sha256_hex};
 
-/// Inserts a pending delivery due now (a macro: the statement must compile for each backend's
-/// transaction type).
+/// Inserts a pending delivery created at `$now` and due at `$due` ([`HELD`] for a paused
+/// endpoint). A macro: the statement must compile for each backend's transaction type.
 macro_rules! insert_delivery {
-    ($tx:expr, $id:expr, $account_id:expr, $event_id:expr, $endpoint_id:expr, $now:expr) => {
+    ($tx:expr, $id:expr, $account_id:expr, $event_id:expr, $endpoint_id:expr, $now:expr, $due:expr) => {
         sqlx::query(
             "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5, $5)",
+             VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5)",
         )
         .bind($id)
         .bind($account_id)
         .bind($event_id)
         .bind($endpoint_id)
         .bind($now)
+        .bind($due)
         .execute(&mut *$tx)
         .await
     };
@@ -46,6 +47,15 @@ pub enum StoreError {
     /// The row does not exist for this account (another account's ids look the same).
     #[error("not found")]
     NotFound,
+    /// The request contradicts the row's state (a replay to a deleted endpoint, one rotation
+    /// too many): nothing was written.
+    #[error("{message}")]
+    Conflict {
+        /// A stable code for the API's `error` field.
+        code: &'static str,
+        /// What is wrong, and what to do instead.
+        message: String,
+    },
 }
 
 /// An account: the unit of isolation. Every row below belongs to one.
@@ -80,12 +90,79 @@ pub struct Endpoint {
     pub event_types: String,
     /// Per-attempt timeout.
     pub timeout_ms: i64,
-    /// `active` (only state so far).
+    /// `active`; `paused` (deliveries are held, events still queue for it); `deleted` (soft:
+    /// the row stays for its deliveries' history, the API answers 404).
     pub status: String,
+    /// The schema version pinned for this endpoint, if any (stored; enforced later).
+    pub api_version: Option<String>,
+    /// Deliveries per second allowed to this endpoint, if limited (stored; enforced later).
+    pub rate_limit_per_second: Option<i64>,
     /// Unix ms.
     pub created_at: i64,
     /// Unix ms.
     pub updated_at: i64,
+}
+
+/// The `next_attempt_at` of a delivery held for a paused endpoint: past every real time, so
+/// held deliveries sit outside the range the claim scans (`next_attempt_at <= now` on the
+/// `kxp_deliveries_due` index), however many pile up while the endpoint is paused. Resuming
+/// sets them due at once.
+pub const HELD: i64 = i64::MAX;
+
+/// What a new endpoint is made of (all checked by the caller).
+#[derive(Debug, Clone)]
+pub struct NewEndpoint<'a> {
+    /// Where deliveries go.
+    pub url: &'a str,
+    /// Subscribed types.
+    pub event_types: &'a [String],
+    /// Free text.
+    pub description: &'a str,
+    /// Per-attempt timeout.
+    pub timeout_ms: i64,
+    /// Pinned schema version.
+    pub api_version: Option<&'a str>,
+    /// Rate limit.
+    pub rate_limit_per_second: Option<i64>,
+}
+
+/// Changes to an endpoint: `None` leaves a field as it is; for the two nullable settings,
+/// `Some(None)` clears them.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointChanges {
+    /// A new URL.
+    pub url: Option<String>,
+    /// New subscribed types.
+    pub event_types: Option<Vec<String>>,
+    /// A new description.
+    pub description: Option<String>,
+    /// A new per-attempt timeout.
+    pub timeout_ms: Option<i64>,
+    /// Pin (`Some(Some)`) or unpin (`Some(None)`) a schema version.
+    pub api_version: Option<Option<String>>,
+    /// Set (`Some(Some)`) or lift (`Some(None)`) the rate limit.
+    pub rate_limit_per_second: Option<Option<i64>>,
+}
+
+impl EndpointChanges {
+    /// Whether nothing would change.
+    pub fn is_empty(&self) -> bool {
+        self.url.is_none()
+            && self.event_types.is_none()
+            && self.description.is_none()
+            && self.timeout_ms.is_none()
+            && self.api_version.is_none()
+            && self.rate_limit_per_second.is_none()
+    }
+}
+
+/// A secret rotation's result.
+#[derive(Debug, Clone)]
+pub struct Rotated {
+    /// The new secret, shown once.
+    pub secret: String,
+    /// When the secrets it replaces stop signing (Unix ms; now, for an overlap of zero).
+    pub previous_expires_at: i64,
 }
 
 impl Endpoint {
@@ -188,6 +265,8 @@ pub struct Job {
     pub timeout_ms: i64,
     /// Tries before this one.
     pub attempts: i64,
+    /// The endpoint's status now: only an `active` endpoint's deliveries are sent.
+    pub endpoint_status: String,
 }
 
 const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
@@ -298,6 +377,17 @@ impl Db {
         }))
     }
 
+    /// Every account, oldest first (`kxp accounts list`). Key hashes are not read.
+    pub async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Account>(
+                "SELECT id, name, default_api_version, created_at FROM kxp_accounts ORDER BY id",
+            )
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
     // ---- endpoints ----
 
     /// Creates an endpoint with a fresh secret; returns both.
@@ -309,16 +399,37 @@ impl Db {
         description: &str,
         timeout_ms: i64,
     ) -> Result<(Endpoint, String), StoreError> {
+        self.create_endpoint_with(
+            account,
+            &NewEndpoint {
+                url,
+                event_types,
+                description,
+                timeout_ms,
+                api_version: None,
+                rate_limit_per_second: None,
+            },
+        )
+        .await
+    }
+
+    /// Creates an endpoint with every setting, and a fresh secret; returns both.
+    pub async fn create_endpoint_with(
+        &self,
+        account: &Account,
+        new: &NewEndpoint<'_>,
+    ) -> Result<(Endpoint, String), StoreError> {
         let now = now_ms();
         let endpoint = Endpoint {
             id: new_id("ep"),
             account_id: account.id.clone(),
-            url: url.to_owned(),
-            description: description.to_owned(),
-            event_types: serde_json::to_string(event_types)
-                .unwrap_or_else(|_| "[\"*\"]".to_owned()),
-            timeout_ms,
+            url: new.url.to_owned(),
+            description: new.description.to_owned(),
+            event_types: types_json(new.event_types),
+            timeout_ms: new.timeout_ms,
             status: "active".to_owned(),
+            api_version: new.api_version.map(str::to_owned),
+            rate_limit_per_second: new.rate_limit_per_second,
             created_at: now,
             updated_at: now,
         };
@@ -326,8 +437,9 @@ impl Db {
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             sqlx::query(
-                "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
+                 api_version, rate_limit_per_second, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -336,6 +448,8 @@ impl Db {
             .bind(&endpoint.event_types)
             .bind(endpoint.timeout_ms)
             .bind(&endpoint.status)
+            .bind(&endpoint.api_version)
+            .bind(endpoint.rate_limit_per_second)
             .bind(now)
             .bind(now)
             .execute(&mut *tx)
@@ -351,11 +465,11 @@ impl Db {
         Ok((endpoint, secret))
     }
 
-    /// One endpoint of the account.
+    /// One endpoint of the account (a deleted one is not found).
     pub async fn endpoint(&self, account_id: &str, id: &str) -> Result<Endpoint, StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Endpoint>(
-                "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND id = $2",
+                "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND id = $2 AND status <> 'deleted'",
             )
             .bind(account_id)
             .bind(id)
@@ -365,7 +479,7 @@ impl Db {
         .ok_or(StoreError::NotFound)
     }
 
-    /// A page of the account's endpoints, by id, after `cursor`.
+    /// A page of the account's endpoints (deleted ones left out), by id, after `cursor`.
     pub async fn endpoints(
         &self,
         account_id: &str,
@@ -374,8 +488,8 @@ impl Db {
     ) -> Result<Vec<Endpoint>, StoreError> {
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Endpoint>(
-                "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND (CAST($2 AS TEXT) IS NULL OR id > $2) \
-                 ORDER BY id LIMIT $3",
+                "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status <> 'deleted' \
+                 AND (CAST($2 AS TEXT) IS NULL OR id > $2) ORDER BY id LIMIT $3",
             )
             .bind(account_id)
             .bind(cursor)
@@ -383,6 +497,258 @@ impl Db {
             .fetch_all(pool)
             .await?
         }))
+    }
+
+    /// Applies `changes` (all checked by the caller) to one of the account's endpoints, in one
+    /// statement that sets only the fields given, so concurrent changes to other fields are
+    /// kept. Pending deliveries pick up the new URL and timeout at their next try.
+    pub async fn update_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+        changes: &EndpointChanges,
+    ) -> Result<Endpoint, StoreError> {
+        if changes.is_empty() {
+            return self.endpoint(account_id, id).await;
+        }
+        enum Value<'a> {
+            Text(Option<&'a str>),
+            Int(Option<i64>),
+        }
+        let event_types = changes.event_types.as_deref().map(types_json);
+        let mut values: Vec<(&str, Value<'_>)> = Vec::new();
+        if let Some(url) = &changes.url {
+            values.push(("url", Value::Text(Some(url.as_str()))));
+        }
+        if let Some(types) = &event_types {
+            values.push(("event_types", Value::Text(Some(types.as_str()))));
+        }
+        if let Some(description) = &changes.description {
+            values.push(("description", Value::Text(Some(description.as_str()))));
+        }
+        if let Some(timeout_ms) = changes.timeout_ms {
+            values.push(("timeout_ms", Value::Int(Some(timeout_ms))));
+        }
+        if let Some(api_version) = &changes.api_version {
+            values.push(("api_version", Value::Text(api_version.as_deref())));
+        }
+        if let Some(limit) = changes.rate_limit_per_second {
+            values.push(("rate_limit_per_second", Value::Int(limit)));
+        }
+        values.push(("updated_at", Value::Int(Some(now_ms()))));
+        let sets: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(n, (column, _))| format!("{column} = ${}", n + 1))
+            .collect();
+        let sql = format!(
+            "UPDATE kxp_endpoints SET {} WHERE account_id = ${} AND id = ${} AND status <> 'deleted' RETURNING *",
+            sets.join(", "),
+            values.len() + 1,
+            values.len() + 2,
+        );
+        on_db!(self, |pool, _begin| {
+            let mut query = sqlx::query_as::<_, Endpoint>(&sql);
+            for (_, value) in &values {
+                query = match value {
+                    Value::Text(text) => query.bind(*text),
+                    Value::Int(n) => query.bind(*n),
+                };
+            }
+            query.bind(account_id).bind(id).fetch_optional(pool).await?
+        })
+        .ok_or(StoreError::NotFound)
+    }
+
+    /// Pauses one of the account's endpoints: its pending deliveries are held (they stay
+    /// pending, are not claimed and burn no attempt) until [`resume_endpoint`](Db::resume_endpoint).
+    /// Returns the endpoint and how many deliveries were put on hold. Idempotent.
+    pub async fn pause_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+    ) -> Result<(Endpoint, u64), StoreError> {
+        self.set_status(account_id, id, "paused").await
+    }
+
+    /// Resumes one of the account's endpoints: its held deliveries are due at once. Returns the
+    /// endpoint and how many deliveries it released. Idempotent.
+    pub async fn resume_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+    ) -> Result<(Endpoint, u64), StoreError> {
+        self.set_status(account_id, id, "active").await
+    }
+
+    async fn set_status(
+        &self,
+        account_id: &str,
+        id: &str,
+        status: &str,
+    ) -> Result<(Endpoint, u64), StoreError> {
+        let now = now_ms();
+        // Changing the endpoint row first locks it (PostgreSQL) or the database (SQLite) until
+        // commit, and ingestion and replays read the status under a share lock: no delivery
+        // can be queued by the old status after the deliveries below are moved.
+        let moved = if status == "paused" {
+            "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $2 \
+             WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at <> $1"
+        } else {
+            "UPDATE kxp_deliveries SET next_attempt_at = $2, updated_at = $2 \
+             WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at = $1"
+        };
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let endpoint = sqlx::query_as::<_, Endpoint>(
+                "UPDATE kxp_endpoints SET status = $1, updated_at = $2 \
+                 WHERE account_id = $3 AND id = $4 AND status <> 'deleted' RETURNING *",
+            )
+            .bind(status)
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+            let moved = sqlx::query(moved)
+                .bind(HELD)
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            Ok((endpoint, moved))
+        })
+    }
+
+    /// Deletes one of the account's endpoints (softly: the row stays for its deliveries'
+    /// history). No delivery is queued for it any more; its pending deliveries become dead with
+    /// `last_error = endpoint_deleted`, where the dead-letter queue shows them; its secrets are
+    /// erased. Returns how many deliveries it ended.
+    pub async fn delete_endpoint(&self, account_id: &str, id: &str) -> Result<u64, StoreError> {
+        let now = now_ms();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let deleted = sqlx::query(
+                "UPDATE kxp_endpoints SET status = 'deleted', updated_at = $1 \
+                 WHERE account_id = $2 AND id = $3 AND status <> 'deleted'",
+            )
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if deleted == 0 {
+                return Err(StoreError::NotFound);
+            }
+            let ended = sqlx::query(
+                "UPDATE kxp_deliveries SET status = 'dead', last_error = 'endpoint_deleted', \
+                 next_attempt_at = $1, updated_at = $1 WHERE endpoint_id = $2 AND status = 'pending'",
+            )
+            .bind(now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            sqlx::query("DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(ended)
+        })
+    }
+
+    /// Gives one of the account's endpoints a new secret. The secrets it had stop signing
+    /// `overlap_ms` from now (never later than they were already due to), and meanwhile every
+    /// delivery carries one `v1` per live secret, newest first. Refused with
+    /// [`StoreError::Conflict`] `too_many_secrets` when the endpoint would have more than
+    /// [`kxp_verify::MAX_SECRETS`] live secrets: one more could not be signed with.
+    pub async fn rotate_secret(
+        &self,
+        account_id: &str,
+        id: &str,
+        overlap_ms: i64,
+    ) -> Result<Rotated, StoreError> {
+        let now = now_ms();
+        let expires_at = now.saturating_add(overlap_ms.max(0));
+        let secret = random_hex_32();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            // Touching the endpoint row serializes rotations of one endpoint (PostgreSQL locks
+            // the row; SQLite's write lock is already held).
+            let found = sqlx::query(
+                "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted'",
+            )
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if found == 0 {
+                return Err(StoreError::NotFound);
+            }
+            sqlx::query(
+                "DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1 AND expires_at IS NOT NULL AND expires_at <= $2",
+            )
+            .bind(id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            let live = sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT expires_at FROM kxp_endpoint_secrets WHERE endpoint_id = $1",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let kept = if expires_at > now { live.len() } else { 0 };
+            if kept + 1 > kxp_verify::MAX_SECRETS {
+                let soonest = live.iter().flatten().min().copied().unwrap_or(now);
+                return Err(StoreError::Conflict {
+                    code: "too_many_secrets",
+                    message: format!(
+                        "endpoint {id} already has {} live secrets, the most a signature carries; \
+                         the oldest stops signing at {}: rotate after that, or with \
+                         \"overlap\": \"0s\" to retire every previous secret now",
+                        live.len(),
+                        rfc3339(soonest),
+                    ),
+                });
+            }
+            sqlx::query(
+                "UPDATE kxp_endpoint_secrets SET expires_at = $1 \
+                 WHERE endpoint_id = $2 AND (expires_at IS NULL OR expires_at > $1)",
+            )
+            .bind(expires_at)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3)")
+                .bind(id)
+                .bind(&secret)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Rotated {
+                secret,
+                previous_expires_at: expires_at,
+            })
+        })
+    }
+
+    /// `FOR SHARE` on PostgreSQL, for a read whose answer decides what a transaction writes:
+    /// it waits for a pause, resume or delete of the same endpoint in progress, and holds the
+    /// next one off until commit. (On SQLite the write transaction already holds the lock.)
+    fn share_lock(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "",
+            Db::Postgres(_) => " FOR SHARE",
+        }
     }
 
     /// The endpoint's live secrets, newest first: what each attempt signs with.
@@ -458,6 +824,10 @@ impl Db {
             created_at: now,
             request_hash: idempotency.map(|(_, hash)| hash.to_owned()),
         };
+        let subscribers = format!(
+            "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status IN ('active', 'paused'){}",
+            self.share_lock()
+        );
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             if let Some((key, hash)) = idempotency {
@@ -491,15 +861,27 @@ impl Db {
             .bind(&event.request_hash)
             .execute(&mut *tx)
             .await?;
-            let endpoints = sqlx::query_as::<_, Endpoint>(
-                "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status = 'active'",
-            )
-            .bind(&account.id)
-            .fetch_all(&mut *tx)
-            .await?;
+            // A paused endpoint gets its deliveries too, held: nothing is lost while it rests.
+            let endpoints = sqlx::query_as::<_, Endpoint>(&subscribers)
+                .bind(&account.id)
+                .fetch_all(&mut *tx)
+                .await?;
             let mut queued = 0;
             for endpoint in endpoints.iter().filter(|e| e.subscribes_to(event_type)) {
-                insert_delivery!(tx, new_id("dlv"), &account.id, &event.id, &endpoint.id, now)?;
+                let due = if endpoint.status == "active" {
+                    now
+                } else {
+                    HELD
+                };
+                insert_delivery!(
+                    tx,
+                    new_id("dlv"),
+                    &account.id,
+                    &event.id,
+                    &endpoint.id,
+                    now,
+                    due
+                )?;
                 queued += 1;
             }
             tx.commit().await?;
@@ -525,7 +907,10 @@ impl Db {
     // ---- deliveries: the worker's side ----
 
     /// Claims up to `limit` due deliveries for `owner`, skipping endpoints in `skip` (those this
-    /// worker already keeps as busy as allowed). Each is leased for its endpoint's timeout plus
+    /// worker already keeps as busy as allowed) and endpoints that are not active (paused or
+    /// deleted). The scan stays on the `kxp_deliveries_due` index in due order, with one primary
+    /// key probe per candidate; a paused endpoint's held deliveries are outside its range
+    /// altogether ([`HELD`]). Each is leased for its endpoint's timeout plus
     /// `lease_extra_ms`: if the worker dies, the delivery is claimable again soon after any
     /// attempt of its could have ended.
     pub async fn claim(
@@ -542,8 +927,10 @@ impl Db {
                 sqlx::query_scalar::<_, String>(
                     "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
                        lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
-                     WHERE id IN (SELECT id FROM kxp_deliveries WHERE status = 'pending' AND next_attempt_at <= $3 \
-                       AND endpoint_id NOT IN (SELECT value FROM json_each($4)) ORDER BY next_attempt_at LIMIT $5) \
+                     WHERE id IN (SELECT d.id FROM kxp_deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $3 \
+                       AND d.endpoint_id NOT IN (SELECT value FROM json_each($4)) \
+                       AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active') \
+                       ORDER BY d.next_attempt_at LIMIT $5) \
                      RETURNING id",
                 )
                 .bind(lease_extra_ms)
@@ -560,8 +947,10 @@ impl Db {
                 sqlx::query_scalar::<_, String>(
                     "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
                        lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
-                     WHERE id IN (SELECT id FROM kxp_deliveries WHERE status = 'pending' AND next_attempt_at <= $3 \
-                       AND NOT (endpoint_id = ANY($4)) ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) \
+                     WHERE id IN (SELECT d.id FROM kxp_deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $3 \
+                       AND NOT (d.endpoint_id = ANY($4)) \
+                       AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active') \
+                       ORDER BY d.next_attempt_at LIMIT $5 FOR UPDATE OF d SKIP LOCKED) \
                      RETURNING id",
                 )
                 .bind(lease_extra_ms)
@@ -580,7 +969,8 @@ impl Db {
     pub async fn job(&self, delivery_id: &str) -> Result<Job, StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Job>(
-                "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts \
+                "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts, \
+                 p.status AS endpoint_status \
                  FROM kxp_deliveries d JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id \
                  WHERE d.id = $1",
             )
@@ -608,25 +998,29 @@ impl Db {
             NextState::RetryAt(at) => ("pending", at),
             NextState::Dead => ("dead", now),
         };
+        // A retry for an endpoint deleted during the attempt ends the delivery instead.
+        let sql = format!(
+            "UPDATE kxp_deliveries SET status = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'dead' ELSE $1 END, \
+             attempts = $2, first_attempt_at = COALESCE(first_attempt_at, $3), \
+             next_attempt_at = $4, lease_until = NULL, lease_owner = NULL, last_status = $5, \
+             last_error = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE $6 END, updated_at = $7 \
+             WHERE id = $8 AND lease_owner = $9 AND status = 'delivering'"
+        );
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
-            let updated = sqlx::query(
-                "UPDATE kxp_deliveries SET status = $1, attempts = $2, first_attempt_at = COALESCE(first_attempt_at, $3), \
-                 next_attempt_at = $4, lease_until = NULL, lease_owner = NULL, last_status = $5, last_error = $6, updated_at = $7 \
-                 WHERE id = $8 AND lease_owner = $9 AND status = 'delivering'",
-            )
-            .bind(status)
-            .bind(attempt)
-            .bind(record.started_at)
-            .bind(next_at)
-            .bind(record.status_code.map(i64::from))
-            .bind(&record.error)
-            .bind(now)
-            .bind(delivery_id)
-            .bind(owner)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            let updated = sqlx::query(&sql)
+                .bind(status)
+                .bind(attempt)
+                .bind(record.started_at)
+                .bind(next_at)
+                .bind(record.status_code.map(i64::from))
+                .bind(&record.error)
+                .bind(now)
+                .bind(delivery_id)
+                .bind(owner)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             if updated == 0 {
                 tx.rollback().await?;
                 return Ok(false);
@@ -649,35 +1043,43 @@ impl Db {
         })
     }
 
-    /// Puts a claimed delivery back, untried (shutdown, or more claimed than an endpoint may
-    /// take at once).
+    /// Puts a claimed delivery back, untried (shutdown, more claimed than an endpoint may take
+    /// at once, or an endpoint paused since the claim); if its endpoint was deleted meanwhile,
+    /// it ends dead with `endpoint_deleted` instead.
     pub async fn release(&self, delivery_id: &str, owner: &str) -> Result<(), StoreError> {
+        let sql = format!(
+            "UPDATE kxp_deliveries SET status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
+             last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
+             lease_until = NULL, lease_owner = NULL, updated_at = $1 \
+             WHERE id = $2 AND lease_owner = $3 AND status = 'delivering'"
+        );
         on_db!(self, |pool, _begin| {
-            sqlx::query(
-                "UPDATE kxp_deliveries SET status = 'pending', lease_until = NULL, lease_owner = NULL, updated_at = $1 \
-                 WHERE id = $2 AND lease_owner = $3 AND status = 'delivering'",
-            )
-            .bind(now_ms())
-            .bind(delivery_id)
-            .bind(owner)
-            .execute(pool)
-            .await?;
+            sqlx::query(&sql)
+                .bind(now_ms())
+                .bind(delivery_id)
+                .bind(owner)
+                .execute(pool)
+                .await?;
         });
         Ok(())
     }
 
-    /// Makes deliveries whose lease ran out (their worker died) claimable again.
+    /// Makes deliveries whose lease ran out (their worker died) claimable again (or dead with
+    /// `endpoint_deleted`, if their endpoint was deleted meanwhile).
     pub async fn reclaim_expired(&self) -> Result<u64, StoreError> {
         let now = now_ms();
+        let sql = format!(
+            "UPDATE kxp_deliveries SET status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
+             last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
+             lease_until = NULL, lease_owner = NULL, next_attempt_at = $1, updated_at = $1 \
+             WHERE status = 'delivering' AND lease_until < $1"
+        );
         Ok(on_db!(self, |pool, _begin| {
-            sqlx::query(
-                "UPDATE kxp_deliveries SET status = 'pending', lease_until = NULL, lease_owner = NULL, \
-                 next_attempt_at = $1, updated_at = $1 WHERE status = 'delivering' AND lease_until < $1",
-            )
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected()
+            sqlx::query(&sql)
+                .bind(now)
+                .execute(pool)
+                .await?
+                .rows_affected()
         }))
     }
 
@@ -775,20 +1177,36 @@ impl Db {
     ) -> Result<Delivery, StoreError> {
         let old = self.delivery(account_id, delivery_id).await?;
         let new_id = new_id("dlv");
+        let status_sql = self.endpoint_status_sql();
+        let now = now_ms();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
+            let status = sqlx::query_scalar::<_, String>(&status_sql)
+                .bind(&old.endpoint_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let due = due_for(status.as_deref(), &old.endpoint_id, now)?;
             insert_delivery!(
                 tx,
                 &new_id,
                 account_id,
                 &old.event_id,
                 &old.endpoint_id,
-                now_ms()
+                now,
+                due
             )?;
             mark_replayed!(tx, &old.id, &new_id)?;
             tx.commit().await?;
         });
         self.delivery(account_id, &new_id).await
+    }
+
+    /// The status of an endpoint, read under [`share_lock`](Db::share_lock).
+    fn endpoint_status_sql(&self) -> String {
+        format!(
+            "SELECT status FROM kxp_endpoints WHERE id = $1{}",
+            self.share_lock()
+        )
     }
 
     /// Replays every matching delivery of one endpoint (dead ones by default) that has not been
@@ -805,6 +1223,7 @@ impl Db {
             endpoint_id: Some(endpoint_id.to_owned()),
             ..filter.clone()
         };
+        let status_sql = self.endpoint_status_sql();
         let mut queued = 0;
         let mut cursor: Option<String> = None;
         loop {
@@ -816,6 +1235,11 @@ impl Db {
             let now = now_ms();
             on_db!(self, |pool, begin| {
                 let mut tx = pool.begin_with(begin).await?;
+                let status = sqlx::query_scalar::<_, String>(&status_sql)
+                    .bind(endpoint_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let due = due_for(status.as_deref(), endpoint_id, now)?;
                 for old in page.iter().filter(|d| {
                     d.replayed_by.is_none() && d.status != "delivering" && d.status != "pending"
                 }) {
@@ -826,7 +1250,8 @@ impl Db {
                         account_id,
                         &old.event_id,
                         &old.endpoint_id,
-                        now
+                        now,
+                        due
                     )?;
                     mark_replayed!(tx, &old.id, &new_id)?;
                     queued += 1;
@@ -837,6 +1262,29 @@ impl Db {
         Ok(queued)
     }
 }
+
+/// When a replay to an endpoint in `status` is due: now if it is active, [`HELD`] while it is
+/// paused; a deleted endpoint takes no deliveries.
+fn due_for(status: Option<&str>, endpoint_id: &str, now: i64) -> Result<i64, StoreError> {
+    match status {
+        Some("active") => Ok(now),
+        Some("paused") => Ok(HELD),
+        _ => Err(StoreError::Conflict {
+            code: "endpoint_deleted",
+            message: format!("endpoint {endpoint_id} was deleted: nothing can be delivered to it"),
+        }),
+    }
+}
+
+/// Subscribed types as stored: a JSON array.
+fn types_json(types: &[String]) -> String {
+    serde_json::to_string(types).unwrap_or_else(|_| "[\"*\"]".to_owned())
+}
+
+/// True when the row's endpoint is deleted, in an `UPDATE kxp_deliveries`: a delivery that
+/// would go back to pending then ends dead instead, as the deletion made its siblings.
+const ENDPOINT_DELETED: &str =
+    "(SELECT p.status FROM kxp_endpoints p WHERE p.id = kxp_deliveries.endpoint_id) = 'deleted'";
 
 /// The wire envelope, serialized once at ingestion with `data` byte for byte as the caller sent
 /// it.

@@ -109,6 +109,12 @@ pub async fn run(
                     continue;
                 }
             };
+            if job.endpoint_status != "active" {
+                // Paused or deleted between the claim and now: put it back untried (a deleted
+                // endpoint's delivery ends dead there). No attempt is spent.
+                release(&db, &job.id, &owner).await;
+                continue;
+            }
             let Ok(permit) = permits.clone().try_acquire_owned() else {
                 release(&db, &job.id, &owner).await;
                 continue;

@@ -114,7 +114,7 @@ async fn create_endpoint(base: &str, url: &str) {
     let response = reqwest::Client::new()
         .post(format!("{base}/v1/endpoints"))
         .bearer_auth(KEY)
-        .json(&json!({"url": url, "timeout_ms": 1000}))
+        .json(&json!({"url": url, "timeout_ms": 1000, "skip_challenge": true}))
         .send()
         .await
         .unwrap();

@@ -189,13 +189,14 @@ async fn outside_dev_mode_only_https_non_loopback_urls_are_accepted() {
             .await;
         assert_eq!(status, 422, "{url}: {error}");
     }
-    // Registration never connects, so a public-looking https URL is accepted without traffic.
+    // Without the challenge, registration never connects, so a public-looking https URL is
+    // accepted without traffic.
     let (status, created) = s
         .api
         .call(
             "POST",
             "/v1/endpoints",
-            Some(json!({"url": "https://merchant.example/webhooks"})),
+            Some(json!({"url": "https://merchant.example/webhooks", "skip_challenge": true})),
         )
         .await;
     assert_eq!(status, 201, "{created}");

@@ -3,13 +3,17 @@
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
+mod accounts;
 mod admin;
 mod crash;
 mod debug_commands;
 mod demo;
 mod guard;
 mod ingestion;
+mod isolation;
+mod lifecycle;
 mod pipeline;
 mod postgres;
+mod rotation;
 mod send;
 mod support;

@@ -1,0 +1,162 @@
+//! `kxp accounts create` and `kxp accounts list`: accounts straight on the database, with or
+//! without a running server. A new account's API key is printed once; only its SHA-256 hash is
+//! stored.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use kxp_sender::Db;
+use kxp_sender::store::rfc3339;
+use serde_json::json;
+
+/// Shown under `kxp accounts --help`.
+const USAGE: &str = "\
+Accounts are the unit of isolation: every /v1 route sees only the caller's own endpoints,
+events and deliveries. Another account's ids answer 404, exactly like ids that do not exist;
+a missing or bad API key answers 401.
+
+`kxp accounts create --name NAME` creates an account and prints its API key once. Store it
+then: the database keeps only the key's SHA-256 hash, so the key cannot be shown again.
+`kxp accounts list` shows ids, names and creation times, never keys or hashes. Both act on
+the database directly (--database-url, or KXP_DATABASE_URL), with or without a running
+`kxp serve`.
+
+Examples:
+  kxp accounts create --database-url sqlite://kxp.db --name acme
+  kxp accounts list --database-url sqlite://kxp.db";
+
+/// The longest account name.
+const MAX_NAME: usize = 128;
+
+#[derive(Args)]
+#[command(after_help = USAGE)]
+pub(crate) struct AccountsArgs {
+    #[command(subcommand)]
+    command: AccountsCommand,
+}
+
+#[derive(Subcommand)]
+enum AccountsCommand {
+    /// Create an account and print its API key, once: store it now, it is not shown again.
+    Create(CreateArgs),
+    /// List the accounts: id, name and creation time (never keys or their hashes).
+    List(ListArgs),
+}
+
+/// The database the command acts on.
+#[derive(Args)]
+struct Database {
+    /// The sender's database, as given to `kxp serve` (`sqlite://…` or `postgres://…`).
+    #[arg(long, env = "KXP_DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+}
+
+#[derive(Args)]
+struct CreateArgs {
+    #[command(flatten)]
+    database: Database,
+    /// A human name for the account (1 to 128 characters), e.g. the merchant's.
+    #[arg(long)]
+    name: String,
+    /// Print one JSON object (`id`, `name`, `created_at`, `api_key`) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    #[command(flatten)]
+    database: Database,
+    /// One JSON object per line (`id`, `name`, `created_at`) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn accounts(args: AccountsArgs) -> ExitCode {
+    run(async move {
+        match args.command {
+            AccountsCommand::Create(args) => create(args).await,
+            AccountsCommand::List(args) => list(args).await,
+        }
+    })
+}
+
+async fn create(args: CreateArgs) -> Result<(), String> {
+    let name = args.name.trim();
+    if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
+        return Err(format!(
+            "--name must be 1 to {MAX_NAME} characters, without control characters"
+        ));
+    }
+    let db = open(&args.database.database_url).await?;
+    let created = db.create_account(name, None).await;
+    db.close().await;
+    let (account, key) = created.map_err(|e| e.to_string())?;
+    let warning = "Store this API key now: it is not shown again \
+                   (the database keeps only its SHA-256 hash).";
+    if args.json {
+        let line = json!({
+            "id": account.id, "name": account.name,
+            "created_at": rfc3339(account.created_at), "api_key": key,
+        });
+        println!("{line}");
+        eprintln!("{warning}");
+    } else {
+        println!("Created account {} ({}).", account.id, account.name);
+        println!("API key: {key}");
+        println!("{warning}");
+        println!("Use it as `Authorization: Bearer <key>`, or as --api-key / KXP_API_KEY.");
+    }
+    Ok(())
+}
+
+async fn list(args: ListArgs) -> Result<(), String> {
+    let db = open(&args.database.database_url).await?;
+    let accounts = db.accounts().await;
+    db.close().await;
+    let accounts = accounts.map_err(|e| e.to_string())?;
+    if args.json {
+        for account in &accounts {
+            let line = json!({
+                "id": account.id, "name": account.name, "created_at": rfc3339(account.created_at),
+            });
+            println!("{line}");
+        }
+    } else if accounts.is_empty() {
+        println!("No accounts yet. Create one with `kxp accounts create --name NAME`.");
+    } else {
+        println!("{:<36}  {:<20}  NAME", "ACCOUNT", "CREATED");
+        for account in &accounts {
+            println!(
+                "{:<36}  {:<20}  {}",
+                account.id,
+                rfc3339(account.created_at),
+                account.name
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn open(url: &str) -> Result<Db, String> {
+    Db::connect(url).await.map_err(|e| {
+        format!(
+            "database: {}",
+            kxp_sender::db::redact_passwords(&e.to_string())
+        )
+    })
+}
+
+/// Runs `work` on a runtime; an error is printed and exits 1.
+fn run(work: impl std::future::Future<Output = Result<(), String>>) -> ExitCode {
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(work));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
