@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use kxp_sender::Db;
 use kxp_sender::store::rfc3339;
 use serde_json::json;
 
@@ -73,7 +72,7 @@ struct ListArgs {
 }
 
 pub(crate) fn accounts(args: AccountsArgs) -> ExitCode {
-    run(async move {
+    crate::admin::run(async move {
         match args.command {
             AccountsCommand::Create(args) => create(args).await,
             AccountsCommand::List(args) => list(args).await,
@@ -88,7 +87,7 @@ async fn create(args: CreateArgs) -> Result<(), String> {
             "--name must be 1 to {MAX_NAME} characters, without control characters"
         ));
     }
-    let db = open(&args.database.database_url).await?;
+    let db = crate::admin::connect(&args.database.database_url).await?;
     let created = db.create_account(name, None).await;
     db.close().await;
     let (account, key) = created.map_err(|e| e.to_string())?;
@@ -111,7 +110,7 @@ async fn create(args: CreateArgs) -> Result<(), String> {
 }
 
 async fn list(args: ListArgs) -> Result<(), String> {
-    let db = open(&args.database.database_url).await?;
+    let db = crate::admin::connect(&args.database.database_url).await?;
     let accounts = db.accounts().await;
     db.close().await;
     let accounts = accounts.map_err(|e| e.to_string())?;
@@ -136,27 +135,4 @@ async fn list(args: ListArgs) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-async fn open(url: &str) -> Result<Db, String> {
-    Db::connect(url).await.map_err(|e| {
-        format!(
-            "database: {}",
-            kxp_sender::db::redact_passwords(&e.to_string())
-        )
-    })
-}
-
-/// Runs `work` on a runtime; an error is printed and exits 1.
-fn run(work: impl std::future::Future<Output = Result<(), String>>) -> ExitCode {
-    let result = tokio::runtime::Runtime::new()
-        .map_err(|e| e.to_string())
-        .and_then(|rt| rt.block_on(work));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
-    }
 }

@@ -180,7 +180,7 @@ pub(crate) fn replay(args: ReplayArgs) -> ExitCode {
 }
 
 /// Runs `work` on a runtime; an error is printed and exits 1.
-fn run(work: impl std::future::Future<Output = Result<(), String>>) -> ExitCode {
+pub(crate) fn run(work: impl std::future::Future<Output = Result<(), String>>) -> ExitCode {
     let result = tokio::runtime::Runtime::new()
         .map_err(|e| e.to_string())
         .and_then(|rt| rt.block_on(work));
@@ -225,13 +225,18 @@ async fn api(
     }
 }
 
-async fn open(url: &str, api_key: &str) -> Result<(Db, String), String> {
-    let db = Db::connect(url).await.map_err(|e| {
+/// Connects to the database, with any password redacted from the error.
+pub(crate) async fn connect(url: &str) -> Result<Db, String> {
+    Db::connect(url).await.map_err(|e| {
         format!(
             "database: {}",
             kxp_sender::db::redact_passwords(&e.to_string())
         )
-    })?;
+    })
+}
+
+async fn open(url: &str, api_key: &str) -> Result<(Db, String), String> {
+    let db = connect(url).await?;
     let account = db
         .account_by_key(api_key)
         .await
