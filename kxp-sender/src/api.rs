@@ -22,6 +22,7 @@ use crate::db::{Db, ms, sha256_hex};
 use crate::dispatch::{self, GuardedClient};
 use crate::guard::{AddressGuard, Blocked};
 use crate::schedule::parse_duration;
+use crate::schemas::{Schema, SchemaCache};
 use crate::store::{
     Account, Attempt, Delivery, DeliveryFilter, Endpoint, EndpointChanges, HELD, Ingested,
     NewEndpoint as StoredEndpoint, StoreError, parse_rfc3339, rfc3339,
@@ -36,6 +37,8 @@ pub struct AppState {
     pub wake: Arc<Notify>,
     /// Policy for new endpoints.
     pub settings: Arc<ApiSettings>,
+    /// Compiled event schemas.
+    pub schemas: Arc<SchemaCache>,
 }
 
 /// Policy the API enforces.
@@ -87,12 +90,18 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/endpoints/{id}/resume", post(resume_endpoint))
         .route("/v1/endpoints/{id}/rotate-secret", post(rotate_secret))
         .route("/v1/endpoints/{id}/replay", post(replay_endpoint))
+        .route("/v1/endpoints/{id}/health", get(endpoint_health))
         .route("/v1/events", post(create_event))
         .route("/v1/events/{id}", get(get_event))
         .route("/v1/events/{id}/deliveries", get(event_deliveries))
         .route("/v1/deliveries", get(list_deliveries))
         .route("/v1/deliveries/{id}/attempts", get(delivery_attempts))
         .route("/v1/deliveries/{id}/replay", post(replay_delivery))
+        .route("/v1/schemas", get(list_schemas))
+        .route(
+            "/v1/schemas/{type}/{api_version}",
+            get(get_schema).put(put_schema).delete(delete_schema),
+        )
         .with_state(state)
 }
 
@@ -530,6 +539,14 @@ async fn get_endpoint(
     )))
 }
 
+async fn endpoint_health(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<crate::health::EndpointHealth>, ApiError> {
+    Ok(Json(state.db.endpoint_health(&account.id, &id).await?))
+}
+
 async fn patch_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
@@ -693,6 +710,11 @@ async fn create_event(
         .api_version
         .unwrap_or_else(|| account.default_api_version.clone());
     check_name("api_version", &api_version, 64)?;
+    if let Some(violation) =
+        check_schema(&state, &account, &new.event_type, &api_version, new.data).await?
+    {
+        return Ok(violation);
+    }
     let key = match headers.get("idempotency-key") {
         None => None,
         Some(value) => {
@@ -738,6 +760,32 @@ async fn create_event(
     Ok((StatusCode::ACCEPTED, raw_json(event.payload)).into_response())
 }
 
+/// Checks `data` against the schema registered for its type and version, if any: the 400
+/// `schema_violation` response when it does not fit.
+async fn check_schema(
+    state: &AppState,
+    account: &Account,
+    event_type: &str,
+    api_version: &str,
+    data: &RawValue,
+) -> Result<Option<Response>, ApiError> {
+    let violation = state
+        .schemas
+        .check(&state.db, &account.id, event_type, api_version, data)
+        .await?;
+    Ok(violation.map(|v| {
+        let message = format!(
+            "data{} does not match the schema of {event_type} {api_version}: {}",
+            v.path, v.message
+        );
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "schema_violation", "message": message, "path": v.path})),
+        )
+            .into_response()
+    }))
+}
+
 fn check_name(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     let ok = !value.is_empty()
         && value.len() <= max
@@ -768,6 +816,112 @@ async fn get_event(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     Ok(raw_json(state.db.event(&account.id, &id).await?.payload))
+}
+
+// ---- schemas ----
+
+/// The largest schema document accepted.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
+fn schema_json(schema: Schema) -> Value {
+    let document: Value = serde_json::from_str(&schema.schema).unwrap_or(Value::Null);
+    json!({
+        "id": schema.id,
+        "type": schema.event_type,
+        "api_version": schema.api_version,
+        "schema": document,
+        "created_at": rfc3339(schema.created_at),
+        "updated_at": rfc3339(schema.updated_at),
+    })
+}
+
+fn schema_key(event_type: &str, api_version: &str) -> Result<(), ApiError> {
+    check_name("type", event_type, 128)?;
+    check_name("api_version", api_version, 64)
+}
+
+async fn put_schema(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path((event_type, api_version)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    schema_key(&event_type, &api_version)?;
+    if body.len() > MAX_SCHEMA_BYTES {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_schema",
+            format!("a schema is at most {MAX_SCHEMA_BYTES} bytes"),
+        ));
+    }
+    let document: Value = parse(&body)?;
+    if !document.is_object() && !document.is_boolean() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_schema",
+            "a JSON Schema is an object or a boolean",
+        ));
+    }
+    crate::schemas::compile(&document)
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_schema", e))?;
+    let (stored, created) = state
+        .db
+        .put_schema(
+            &account.id,
+            &event_type,
+            &api_version,
+            &document.to_string(),
+        )
+        .await?;
+    state.schemas.forget(&account.id, &event_type, &api_version);
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(schema_json(stored))).into_response())
+}
+
+async fn list_schemas(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+) -> Result<Json<Value>, ApiError> {
+    let schemas: Vec<Value> = state
+        .db
+        .schemas(&account.id)
+        .await?
+        .into_iter()
+        .map(schema_json)
+        .collect();
+    Ok(Json(json!({"data": schemas, "next_cursor": null})))
+}
+
+async fn get_schema(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path((event_type, api_version)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(schema_json(
+        state
+            .db
+            .schema(&account.id, &event_type, &api_version)
+            .await?,
+    )))
+}
+
+async fn delete_schema(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path((event_type, api_version)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    state
+        .db
+        .delete_schema(&account.id, &event_type, &api_version)
+        .await?;
+    state.schemas.forget(&account.id, &event_type, &api_version);
+    Ok(Json(
+        json!({"deleted": true, "type": event_type, "api_version": api_version}),
+    ))
 }
 
 // ---- deliveries ----

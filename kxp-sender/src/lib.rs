@@ -22,7 +22,9 @@ pub mod api;
 pub mod db;
 pub mod dispatch;
 pub mod guard;
+pub mod health;
 pub mod schedule;
+pub mod schemas;
 pub mod store;
 pub mod worker;
 
@@ -176,6 +178,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     let state = api::AppState {
         db: db.clone(),
         wake: wake.clone(),
+        schemas: Arc::default(),
         settings: Arc::new(api::ApiSettings {
             dev: config.dev,
             guard: guard.clone(),

@@ -867,7 +867,12 @@ impl Db {
                 .fetch_all(&mut *tx)
                 .await?;
             let mut queued = 0;
-            for endpoint in endpoints.iter().filter(|e| e.subscribes_to(event_type)) {
+            // A pinned endpoint takes only events of its version; an unpinned one takes all.
+            let takes = |e: &&Endpoint| {
+                e.subscribes_to(event_type)
+                    && e.api_version.as_deref().is_none_or(|v| v == api_version)
+            };
+            for endpoint in endpoints.iter().filter(takes) {
                 let due = if endpoint.status == "active" {
                     now
                 } else {
@@ -1038,6 +1043,8 @@ impl Db {
             .bind(&record.response_snippet)
             .execute(&mut *tx)
             .await?;
+            // The endpoint's health statistics move on in the same transaction.
+            crate::health::record_stats!(tx, delivery_id, now, record)?;
             tx.commit().await?;
             Ok(true)
         })

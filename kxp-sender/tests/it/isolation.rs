@@ -19,8 +19,8 @@ use sqlx::SqlitePool;
 
 use crate::support::{Api, Receiver, Reply, sender};
 
-use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn};
-use Target::{DeadDelivery, DeliveredDelivery, Endpoint, Event, NoId, SpareEndpoint};
+use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnCopy};
+use Target::{DeadDelivery, DeliveredDelivery, Endpoint, Event, NoId, Schema, SpareEndpoint};
 
 /// Which of A's objects fills `{id}` in a row's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +38,8 @@ enum Target {
     DeadDelivery,
     /// A's delivered delivery (with a successful attempt).
     DeliveredDelivery,
+    /// A's schema: `{type}/{api_version}` in the path.
+    Schema,
 }
 
 /// What B, another account, must get from a row.
@@ -53,6 +55,9 @@ enum AsOther {
     /// This status, with a new object of B's own (readable at `GET <path>/<id>`): not one of
     /// A's, visible to B, 404 to A.
     CreatesOwn(u16),
+    /// This status, with an object of B's own under the same name as A's (names are per
+    /// account): A's stays as it was, which the checks of A's rows and answers below prove.
+    OwnCopy(u16),
 }
 
 /// One call of the table: a route of `api::app` with ids, query, body and headers filled in.
@@ -129,6 +134,7 @@ const ROUTES: &[Route] = &[
     row("POST /v1/endpoints/{id}/resume", Endpoint, NotFound, 200),
     row("POST /v1/endpoints/{id}/rotate-secret", Endpoint, NotFound, 200),
     row("POST /v1/endpoints/{id}/rotate-secret", Endpoint, NotFound, 200).body(r#"{"overlap":"0s"}"#),
+    row("GET /v1/endpoints/{id}/health", Endpoint, NotFound, 200),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202).body(r#"{"status":"delivered"}"#),
     // The same Idempotency-Key and body as A's event: B gets an event of its own, never A's.
@@ -143,6 +149,11 @@ const ROUTES: &[Route] = &[
     row("GET /v1/deliveries/{id}/attempts", DeliveredDelivery, NotFound, 200),
     row("POST /v1/deliveries/{id}/replay", DeadDelivery, NotFound, 202),
     row("POST /v1/deliveries/{id}/replay", DeliveredDelivery, NotFound, 202),
+    // Before B's PUT, which gives B a schema of the same name; A's DELETE, then PUT, makes it anew.
+    row("GET /v1/schemas", NoId, OnlyOwn, 200),
+    row("GET /v1/schemas/{type}/{api_version}", Schema, NotFound, 200),
+    row("DELETE /v1/schemas/{type}/{api_version}", Schema, NotFound, 200),
+    row("PUT /v1/schemas/{type}/{api_version}", Schema, OwnCopy(201), 201).body(r#"{"type":"object"}"#),
 ];
 
 /// Routes of `api::app` that take no key and show no account's data.
@@ -355,6 +366,7 @@ impl Fixture {
             Event => "event",
             DeadDelivery => "dead_delivery",
             DeliveredDelivery => "delivered_delivery",
+            Schema => "schema",
         };
         Some(self.ids[name].as_str())
     }
@@ -362,7 +374,10 @@ impl Fixture {
     /// The row's path with `id` in `{id}` (A's object unless told otherwise) and its query.
     fn path(&self, route: &Route, id: Option<&str>) -> String {
         let path = match id.or(self.id(route.target)) {
-            Some(id) => route.path().replace("{id}", id),
+            Some(id) => route
+                .path()
+                .replace("{id}", id)
+                .replace("{type}/{api_version}", id),
             None => route.path().to_owned(),
         };
         let query = route.query.replace("{endpoint}", &self.ids["endpoint"]);
@@ -452,6 +467,16 @@ async fn every_route_is_scoped_to_the_callers_account() {
         .await;
     f.ids.insert("endpoint", a_endpoint);
     f.ids.insert("spare_endpoint", a_spare);
+    // A schema of a version no event of the test uses, so it checks nothing.
+    let (status, schema) = a
+        .call(
+            "PUT",
+            "/v1/schemas/payment.failed/v-iso",
+            Some(json!({"type": "object"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{schema}");
+    f.ids.insert("schema", "payment.failed/v-iso".to_owned());
     let shared = ROUTES
         .iter()
         .find(|r| r.route == "POST /v1/events" && r.headers == SHARED_KEY)
@@ -478,6 +503,14 @@ async fn every_route_is_scoped_to_the_callers_account() {
 
     // B: the same, so that B's lists are not empty and the checks on them mean something.
     let (b_endpoint, _) = b.endpoint(&rx_b.url, json!({})).await;
+    let (status, _) = b
+        .call(
+            "PUT",
+            "/v1/schemas/payment.failed/v-b",
+            Some(json!({"type": "object"})),
+        )
+        .await;
+    assert_eq!(status, 201);
     let b_event = b.emit("payment.failed", json!({"order": 1})).await;
     b.wait_for(&b_event, "dead", Duration::from_secs(10)).await;
     let b_event_2 = b.emit("payment.succeeded", json!({"order": 2})).await;
@@ -485,7 +518,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
         .await;
 
     let a_ids = owned_ids(&f.pool, &f.a_account).await;
-    assert_eq!(a_ids.len(), 1 + 2 + 2 + 2, "{a_ids:?}");
+    assert_eq!(a_ids.len(), 1 + 2 + 2 + 2 + 1, "{a_ids:?}");
     let rows_before = rows_of(&f.pool, &a_ids).await;
     for table in [
         "kxp_accounts",
@@ -494,6 +527,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
         "kxp_events",
         "kxp_deliveries",
         "kxp_attempts",
+        "kxp_schemas",
     ] {
         assert!(rows_before.contains_key(table), "A has no row in {table}");
     }
@@ -573,6 +607,11 @@ async fn every_route_is_scoped_to_the_callers_account() {
                 assert_eq!((b_status, a_status), (200, 404), "B, {what}: {id}");
                 created.push((route.path(), id));
             }
+            OwnCopy(expected) => {
+                assert_eq!(status, expected, "B, {what}: {text}");
+                let (b_status, b_copy) = b.call("GET", &f.path(route, None), None).await;
+                assert_eq!((b_status, &b_copy["id"]), (200, &body["id"]), "B, {what}");
+            }
         }
         assert!(
             a_ids.iter().all(|id| !text.contains(id.as_str())),
@@ -642,6 +681,7 @@ fn made_up_id(target: Target) -> String {
         Endpoint | SpareEndpoint => "ep_00000000000000000000000000000000".to_owned(),
         Event => "00000000-0000-4000-8000-000000000000".to_owned(),
         DeadDelivery | DeliveredDelivery => "dlv_00000000000000000000000000000000".to_owned(),
+        Schema => "no.such.type/v0".to_owned(),
         NoId => unreachable!("a 404 row addresses an object"),
     }
 }
@@ -666,10 +706,15 @@ async fn settled(api: &Api, event_id: &str) {
     }
 }
 
-/// The account's id and the ids of every endpoint, event and delivery it owns.
+/// The account's id and the ids of every endpoint, event, delivery and schema it owns.
 async fn owned_ids(pool: &SqlitePool, account_id: &str) -> BTreeSet<String> {
     let mut ids = BTreeSet::from([account_id.to_owned()]);
-    for table in ["kxp_endpoints", "kxp_events", "kxp_deliveries"] {
+    for table in [
+        "kxp_endpoints",
+        "kxp_events",
+        "kxp_deliveries",
+        "kxp_schemas",
+    ] {
         let rows: Vec<String> =
             sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE account_id = $1"))
                 .bind(account_id)

@@ -1,0 +1,298 @@
+//! Schema versions: schemas registered per (type, api_version) checked at ingestion, the
+//! account's default version, and endpoints pinned to one version.
+
+use std::time::Duration;
+
+use kxp_sender::Db;
+use kxp_testkit::db::PgDatabase;
+use serde_json::{Value, json};
+
+use crate::support::{Api, Receiver, Sender, sender, sender_with};
+
+const VERSION: &str = "2026-11-01";
+
+fn payment_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"amount": {"type": "integer", "minimum": 0}, "note": {"type": "string"}},
+        "required": ["amount"]
+    })
+}
+
+/// Events and deliveries stored, all accounts together.
+async fn stored(db: &Db) -> (i64, i64) {
+    const EVENTS: &str = "SELECT COUNT(*) FROM kxp_events";
+    const DELIVERIES: &str = "SELECT COUNT(*) FROM kxp_deliveries";
+    match db {
+        Db::Sqlite(pool) => (
+            sqlx::query_scalar(EVENTS).fetch_one(pool).await.unwrap(),
+            sqlx::query_scalar(DELIVERIES)
+                .fetch_one(pool)
+                .await
+                .unwrap(),
+        ),
+        Db::Postgres(pool) => (
+            sqlx::query_scalar(EVENTS).fetch_one(pool).await.unwrap(),
+            sqlx::query_scalar(DELIVERIES)
+                .fetch_one(pool)
+                .await
+                .unwrap(),
+        ),
+    }
+}
+
+async fn post_event(api: &Api, body: Value) -> (u16, Value) {
+    api.call("POST", "/v1/events", Some(body)).await
+}
+
+/// Register, a valid event delivered, an invalid one refused with nothing stored, the schema
+/// replaced and deleted.
+async fn register_validate_and_deliver(s: &Sender) {
+    let receiver = Receiver::start(vec![]).await;
+    s.api.endpoint(&receiver.url, json!({})).await;
+    let path = format!("/v1/schemas/payment.succeeded/{VERSION}");
+
+    let (status, created) = s.api.call("PUT", &path, Some(payment_schema())).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["type"], "payment.succeeded");
+    assert_eq!(created["api_version"], VERSION);
+    assert_eq!(created["schema"], payment_schema());
+    let (status, got) = s.api.call("GET", &path, None).await;
+    assert_eq!((status, &got), (200, &created));
+    let (status, list) = s.api.call("GET", "/v1/schemas", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["data"], json!([created]));
+
+    // Valid (the account's default version applies): stored and delivered.
+    let id = s.api.emit("payment.succeeded", json!({"amount": 5})).await;
+    s.api
+        .wait_for(&id, "delivered", Duration::from_secs(10))
+        .await;
+    let before = stored(s.server.db()).await;
+
+    // Invalid: 400 with the path, nothing stored.
+    let (status, error) = post_event(
+        &s.api,
+        json!({"type": "payment.succeeded", "data": {"amount": "five"}}),
+    )
+    .await;
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"], "schema_violation");
+    assert_eq!(error["path"], "/amount");
+    assert!(
+        error["message"].as_str().unwrap().contains("/amount"),
+        "{error}"
+    );
+    let (status, error) = post_event(
+        &s.api,
+        json!({"type": "payment.succeeded", "api_version": VERSION, "data": {"note": "x"}}),
+    )
+    .await;
+    assert_eq!((status, error["path"].as_str()), (400, Some("")), "{error}");
+    assert!(error["message"].as_str().unwrap().contains("amount"));
+    assert_eq!(stored(s.server.db()).await, before, "no event, no delivery");
+
+    // Another version, or another type, has no schema: accepted as before.
+    let (status, _) = post_event(
+        &s.api,
+        json!({"type": "payment.succeeded", "api_version": "2027-01-01", "data": {"amount": "five"}}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    s.api
+        .emit("payment.failed", json!({"amount": "five"}))
+        .await;
+
+    // Replaced (200), then the new schema applies at once; deleted, then nothing is checked.
+    let (status, _) = s
+        .api
+        .call(
+            "PUT",
+            &path,
+            Some(json!({"type": "object", "required": ["currency"]})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, error) = post_event(
+        &s.api,
+        json!({"type": "payment.succeeded", "data": {"amount": 5}}),
+    )
+    .await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (400, Some("schema_violation"))
+    );
+    let (status, _) = s.api.call("DELETE", &path, None).await;
+    assert_eq!(status, 200);
+    let (status, _) = s.api.call("GET", &path, None).await;
+    assert_eq!(status, 404);
+    let (status, _) = s.api.call("DELETE", &path, None).await;
+    assert_eq!(status, 404);
+    s.api.emit("payment.succeeded", json!({"amount": 5})).await;
+}
+
+#[tokio::test]
+async fn a_registered_schema_checks_its_events_and_nothing_invalid_is_stored() {
+    let s = sender("0s").await;
+    register_validate_and_deliver(&s).await;
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn schemas_and_pinning_on_postgresql() {
+    let Some(database) = PgDatabase::create("kxp_sender_schemas").await else {
+        return;
+    };
+    let url = database.url().to_owned();
+    let s = sender_with("0s", move |c| c.database_url = url).await;
+    register_validate_and_deliver(&s).await;
+    pinned_and_unpinned(&s).await;
+    s.server.shutdown().await;
+    database.drop().await;
+}
+
+#[tokio::test]
+async fn an_invalid_schema_is_refused_with_the_problem() {
+    let s = sender("0s").await;
+    let path = "/v1/schemas/payment.succeeded/v1";
+    for (schema, names) in [
+        (json!({"type": "integer", "minimum": "zero"}), "minimum"),
+        (
+            json!({"properties": {"amount": {"type": "money"}}}),
+            "money",
+        ),
+        (json!(42), "object or a boolean"),
+        // Remote references are never fetched.
+        (json!({"$ref": "http://127.0.0.1:1/schema.json"}), "http"),
+        (json!({"$ref": "file:///etc/passwd"}), "file"),
+    ] {
+        let (status, error) = s.api.call("PUT", path, Some(schema.clone())).await;
+        assert_eq!(status, 422, "{schema}: {error}");
+        assert_eq!(error["error"], "invalid_schema", "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(names),
+            "{schema}: {error}"
+        );
+    }
+    let (status, _) = s
+        .api
+        .call("PUT", "/v1/schemas/bad type/v1", Some(json!({})))
+        .await;
+    assert_eq!(status, 422);
+    let (_, list) = s.api.call("GET", "/v1/schemas", None).await;
+    assert_eq!(list["data"], json!([]), "nothing stored");
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn another_account_neither_sees_nor_changes_nor_is_checked_by_your_schemas() {
+    let s = sender("0s").await;
+    let (_, b_key) = s.server.db().create_account("b", None).await.unwrap();
+    let b = Api {
+        key: b_key,
+        ..s.api.clone()
+    };
+    let path = format!("/v1/schemas/payment.succeeded/{VERSION}");
+    let (status, _) = s.api.call("PUT", &path, Some(payment_schema())).await;
+    assert_eq!(status, 201);
+
+    let (_, list) = b.call("GET", "/v1/schemas", None).await;
+    assert_eq!(list["data"], json!([]));
+    assert_eq!(b.call("GET", &path, None).await.0, 404);
+    assert_eq!(b.call("DELETE", &path, None).await.0, 404);
+    // B's events are not checked against A's schema.
+    b.emit("payment.succeeded", json!({"amount": "five"})).await;
+    // B's PUT of the same name is B's own schema; A's is untouched.
+    let (status, _) = b.call("PUT", &path, Some(json!({"type": "array"}))).await;
+    assert_eq!(status, 201);
+    let (_, a_schema) = s.api.call("GET", &path, None).await;
+    assert_eq!(a_schema["schema"], payment_schema());
+    s.api.emit("payment.succeeded", json!({"amount": 1})).await;
+    s.server.shutdown().await;
+}
+
+/// A pinned endpoint gets only its version's events, an unpinned one every version.
+async fn pinned_and_unpinned(s: &Sender) {
+    let old = Receiver::start(vec![]).await;
+    let all = Receiver::start(vec![]).await;
+    let (pinned, _) = s
+        .api
+        .endpoint(
+            &old.url,
+            json!({"api_version": VERSION, "event_types": ["order.*"]}),
+        )
+        .await;
+    let (unpinned, _) = s
+        .api
+        .endpoint(&all.url, json!({"event_types": ["order.*"]}))
+        .await;
+
+    // The account's default version is the event's when it names none.
+    let (status, v1) = post_event(&s.api, json!({"type": "order.paid", "data": {}})).await;
+    assert_eq!(status, 202);
+    assert_eq!(v1["api_version"], VERSION);
+    let (status, v2) = post_event(
+        &s.api,
+        json!({"type": "order.paid", "api_version": "2027-01-01", "data": {}}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    assert_eq!(v2["api_version"], "2027-01-01");
+
+    let (pinned, unpinned) = (&pinned, &unpinned);
+    let endpoints_of = |event: Value| async move {
+        let id = event["id"].as_str().unwrap().to_owned();
+        let mut endpoints: Vec<String> = s
+            .api
+            .deliveries_of(&id)
+            .await
+            .iter()
+            .map(|d| d["endpoint_id"].as_str().unwrap().to_owned())
+            // Endpoints of other scenarios on the same account aside.
+            .filter(|e| e == pinned || e == unpinned)
+            .collect();
+        endpoints.sort();
+        (id, endpoints)
+    };
+    let (v1_id, v1_endpoints) = endpoints_of(v1).await;
+    let (v2_id, v2_endpoints) = endpoints_of(v2).await;
+    let mut both = vec![pinned.clone(), unpinned.clone()];
+    both.sort();
+    assert_eq!(v1_endpoints, both);
+    assert_eq!(v2_endpoints, vec![unpinned.clone()]);
+
+    s.api
+        .wait_for(&v2_id, "delivered", Duration::from_secs(10))
+        .await;
+    let start = std::time::Instant::now();
+    while all.seen().len() < 2 || old.seen().is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen_by_pinned: Vec<String> = old.seen().iter().map(|r| r.event_id()).collect();
+    assert_eq!(seen_by_pinned, vec![v1_id]);
+
+    // Unpinned again (PATCH null): it takes every version.
+    let (status, _) = s
+        .api
+        .call(
+            "PATCH",
+            &format!("/v1/endpoints/{pinned}"),
+            Some(json!({"api_version": null})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, v3) = post_event(
+        &s.api,
+        json!({"type": "order.paid", "api_version": "2027-01-01", "data": {}}),
+    )
+    .await;
+    assert_eq!(endpoints_of(v3).await.1, both);
+}
+
+#[tokio::test]
+async fn a_pinned_endpoint_receives_only_its_version() {
+    let s = sender("0s").await;
+    pinned_and_unpinned(&s).await;
+    s.server.shutdown().await;
+}
