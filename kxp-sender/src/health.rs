@@ -1,7 +1,7 @@
 //! Endpoint health: statistics kept up to date as attempts finish, so reading them costs one
 //! stats row, at most 25 hourly rows and two index range counts, never a scan of attempts.
 //!
-//! [`record_stats!`] runs inside `finish_attempt`'s transaction: an attempt whose lease was lost
+//! `record_stats!` runs inside `finish_attempt`'s transaction: an attempt whose lease was lost
 //! writes neither its attempt row nor its statistics.
 
 use serde::Serialize;
