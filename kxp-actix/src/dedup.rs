@@ -58,12 +58,10 @@ impl Responder for Handled {
             StatusCode::from_u16(outcome.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut builder = HttpResponse::build(status);
         builder.content_type("application/json");
-        if let Some(after) = outcome.retry_after() {
-            // Whole seconds, rounded up: "Retry-After: 0" would invite an immediate retry.
-            let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-            builder.insert_header((header::RETRY_AFTER, seconds.max(1)));
+        if let Some(seconds) = outcome.retry_after_header() {
+            builder.insert_header((header::RETRY_AFTER, seconds));
         }
-        let mut response = builder.body(format!(r#"{{"outcome":"{}"}}"#, outcome.as_str()));
+        let mut response = builder.body(outcome.json_body());
         response
             .extensions_mut()
             .insert(HandlerOutcome(outcome.as_str()));

@@ -46,15 +46,16 @@ impl IntoResponse for Handled {
         let outcome = self.0;
         let status =
             StatusCode::from_u16(outcome.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = format!(r#"{{"outcome":"{}"}}"#, outcome.as_str());
-        let mut response =
-            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-        if let Some(after) = outcome.retry_after() {
-            // Whole seconds, rounded up: "Retry-After: 0" would invite an immediate retry.
-            let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        let mut response = (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            outcome.json_body(),
+        )
+            .into_response();
+        if let Some(seconds) = outcome.retry_after_header() {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
             .extensions_mut()

@@ -67,6 +67,22 @@ impl Outcome {
         }
     }
 
+    /// The `Retry-After` header value: whole seconds, rounded up and at least 1, since
+    /// `Retry-After: 0` would invite an immediate retry.
+    pub fn retry_after_header(&self) -> Option<u64> {
+        self.retry_after().map(|after| {
+            let seconds = after
+                .as_secs()
+                .saturating_add(u64::from(after.subsec_nanos() > 0));
+            seconds.max(1)
+        })
+    }
+
+    /// The response body both adapters send: `{"outcome":"<name>"}`.
+    pub fn json_body(&self) -> String {
+        format!(r#"{{"outcome":"{}"}}"#, self.as_str())
+    }
+
     /// True for the 2xx outcomes, after which the sender stops delivering.
     pub const fn is_success(&self) -> bool {
         matches!(self, Outcome::Processed | Outcome::Duplicate)
@@ -256,6 +272,19 @@ mod tests {
             retry_after: Duration::from_secs(5),
         },
     ];
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_and_never_zero() {
+        let in_progress = |ms| Outcome::InProgress {
+            retry_after: Duration::from_millis(ms),
+        };
+        assert_eq!(in_progress(0).retry_after_header(), Some(1));
+        assert_eq!(in_progress(1).retry_after_header(), Some(1));
+        assert_eq!(in_progress(1000).retry_after_header(), Some(1));
+        assert_eq!(in_progress(1001).retry_after_header(), Some(2));
+        assert_eq!(Outcome::Processed.retry_after_header(), None);
+        assert_eq!(Outcome::Duplicate.json_body(), r#"{"outcome":"duplicate"}"#);
+    }
 
     #[test]
     fn statuses_follow_the_architecture_table() {
