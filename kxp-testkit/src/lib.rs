@@ -7,12 +7,16 @@
 //! adapters, the snippets in other languages) is checked against the same data by the same loader.
 //!
 //! With the feature `db`, the module `db` gives each test a fresh PostgreSQL database or SQLite
-//! file. The crate depends on none of the project's own, so every crate can use it in its tests.
+//! file. With the feature `smtp`, the module `smtp` runs an SMTP server on 127.0.0.1 that records
+//! the e-mails it receives. The crate depends on none of the project's own, so every crate can use
+//! it in its tests.
 
 use std::path::PathBuf;
 
 #[cfg(feature = "db")]
 pub mod db;
+#[cfg(feature = "smtp")]
+pub mod smtp;
 
 /// The top-level README's Rust examples, run as doctests so the front page cannot drift.
 #[cfg(doctest)]
