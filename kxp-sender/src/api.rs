@@ -18,6 +18,9 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+mod account;
+
+use crate::circuit::Protection;
 use crate::db::{Db, ms, sha256_hex};
 use crate::dispatch::{self, GuardedClient};
 use crate::guard::{AddressGuard, Blocked};
@@ -54,6 +57,8 @@ pub struct ApiSettings {
     pub client: GuardedClient,
     /// The timeout of an endpoint created without one.
     pub default_timeout: Duration,
+    /// The default rate limit (resuming an endpoint releases its backlog at its rate).
+    pub protection: Protection,
 }
 
 /// The longest per-endpoint timeout: long enough for a receiver on another continent.
@@ -97,6 +102,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/deliveries", get(list_deliveries))
         .route("/v1/deliveries/{id}/attempts", get(delivery_attempts))
         .route("/v1/deliveries/{id}/replay", post(replay_delivery))
+        .route(
+            "/v1/account",
+            get(account::get_account).patch(account::patch_account),
+        )
+        .route("/v1/notifications", get(account::list_notifications))
         .route("/v1/schemas", get(list_schemas))
         .route(
             "/v1/schemas/{type}/{api_version}",
@@ -306,6 +316,7 @@ struct EndpointView {
     status: String,
     api_version: Option<String>,
     rate_limit_per_second: Option<i64>,
+    circuit_state: String,
     created_at: String,
     updated_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -323,6 +334,7 @@ impl EndpointView {
             status: endpoint.status,
             api_version: endpoint.api_version,
             rate_limit_per_second: endpoint.rate_limit_per_second,
+            circuit_state: endpoint.circuit_state,
             created_at: rfc3339(endpoint.created_at),
             updated_at: rfc3339(endpoint.updated_at),
             secret,
@@ -624,7 +636,10 @@ async fn resume_endpoint(
     Authed(account): Authed,
     Path(id): Path<String>,
 ) -> Result<Json<EndpointView>, ApiError> {
-    let (endpoint, due) = state.db.resume_endpoint(&account.id, &id).await?;
+    let (endpoint, due) = state
+        .db
+        .resume_endpoint(&account.id, &id, &state.settings.protection)
+        .await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed");
     if due > 0 {
         state.wake.notify_waiters();

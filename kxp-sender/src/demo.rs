@@ -4,7 +4,10 @@
 //! retry schedule shrunk from a day and a half to six seconds) delivers a few hundred events,
 //! emitted through its public HTTP API as a payment platform's code would, to an in-process
 //! receiver built from kxp-axum and kxp-dedup that misbehaves on purpose ([`receiver`]): down,
-//! then flaky, with one endpoint broken until the demo fixes it and replays its dead letters.
+//! then flaky, with one endpoint broken until the demo fixes it. The outage and the broken
+//! endpoint open circuit breakers: their deliveries are held without using up retries, probed,
+//! and drained at the rate limit once a probe succeeds; anything that still ends in the
+//! dead-letter queue is replayed through the API.
 //! The receiver's ledger is the evidence: the command exits non-zero unless every emitted event
 //! was processed exactly once ([`report::verdict`]).
 
@@ -20,6 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use kxp_sender::circuit::Protection;
 use kxp_sender::{Config, Schedule};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -54,6 +58,16 @@ const MAX_EMISSION: Duration = Duration::from_secs(15);
 
 /// After the last event is emitted, everything must settle within this.
 const SETTLE_WITHIN: Duration = Duration::from_secs(40);
+
+/// The circuit breaker at the demo's pace: it opens during the receiver's outage and on the
+/// broken refunds route, probes every second or two, and drains held deliveries at 100/s.
+const PROTECTION: Protection = Protection {
+    breaker_failures: 5,
+    breaker_cooldown: Duration::from_millis(500),
+    breaker_cooldown_max: Duration::from_secs(2),
+    disable_after: Duration::from_secs(3 * 24 * 60 * 60),
+    rate_limit: 100,
+};
 
 /// Rounds of "replay what is dead" before giving up.
 const MAX_REPLAY_ROUNDS: u32 = 3;
@@ -135,6 +149,7 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
         poll_interval: Duration::from_millis(50),
         // Fresh and random for this run; the demo keeps it to itself.
         api_key: Some(kxp_sender::db::random_hex_32()),
+        protection: PROTECTION,
         ..Config::default()
     };
     let api_key = config.api_key.clone().unwrap_or_default();
@@ -196,6 +211,11 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     let mut watch = Watch {
         api: &api,
         receiver: &receiver,
+        endpoints: [
+            (payments.id.clone(), "payments", "closed".to_owned()),
+            (refunds.id.clone(), "refunds", "closed".to_owned()),
+        ],
+        refunds_fixed: false,
         refunds_endpoint: &refunds.id,
         progress,
         requested: args.events,
@@ -258,6 +278,9 @@ async fn emit_all(
 struct Watch<'a> {
     api: &'a Api,
     receiver: &'a FlakyReceiver,
+    /// Each endpoint's id, name, and circuit state as last seen.
+    endpoints: [(String, &'static str, String); 2],
+    refunds_fixed: bool,
     refunds_endpoint: &'a str,
     progress: &'a mut Progress,
     requested: u64,
@@ -311,7 +334,24 @@ impl Watch<'_> {
             }
             if last_poll.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
                 last_poll = Some(Instant::now());
-                view = Deliveries::of(&self.api.deliveries().await?);
+                let rows = self.api.deliveries().await?;
+                view = Deliveries::of(&rows);
+                self.narrate_circuits(&stamp).await?;
+                let refunds_waiting = rows
+                    .iter()
+                    .filter(|d| d.endpoint_id == self.refunds_endpoint)
+                    .filter(|d| d.status == "pending" || d.status == "delivering")
+                    .count() as u64;
+                if emitted_at.is_some()
+                    && !self.refunds_fixed
+                    && view.in_flight > 0
+                    && view.in_flight == refunds_waiting
+                {
+                    self.progress.say(&format!(
+                        "{stamp} only refunds are left: {refunds_waiting} deliveries wait there, held by its open circuit without using up retries"
+                    ));
+                    self.fix_refunds(&stamp);
+                }
                 if emitted_at.is_some() && view.in_flight == 0 {
                     if view.dead == 0 || rounds == MAX_REPLAY_ROUNDS {
                         self.show(elapsed, &view);
@@ -359,6 +399,37 @@ impl Watch<'_> {
         self.progress.update(&live);
     }
 
+    fn fix_refunds(&mut self, stamp: &str) {
+        if !self.refunds_fixed {
+            self.refunds_fixed = true;
+            self.receiver.fix_refunds();
+            self.progress.say(&format!("{stamp} refunds handler fixed"));
+        }
+    }
+
+    /// Says when an endpoint's circuit breaker changes state.
+    async fn narrate_circuits(&mut self, stamp: &str) -> Result<(), String> {
+        for (id, name, seen) in &mut self.endpoints {
+            let state = self.api.circuit_state(id).await?;
+            if state == *seen {
+                continue;
+            }
+            self.progress.say(&match state.as_str() {
+                "open" => format!(
+                    "{stamp} {name}: circuit open after {} failures in a row; its deliveries are held (no retries used) and the merchant is notified",
+                    PROTECTION.breaker_failures
+                ),
+                "half_open" => format!("{stamp} {name}: circuit half-open, probing with one delivery"),
+                _ => format!(
+                    "{stamp} {name}: probe succeeded, circuit closed; held deliveries drain at {}/s",
+                    PROTECTION.rate_limit
+                ),
+            });
+            *seen = state;
+        }
+        Ok(())
+    }
+
     /// Fixes the refunds route, then replays the dead deliveries of every endpoint that has
     /// some, through the API.
     async fn replay_dead(&mut self, stamp: &str) -> Result<(), String> {
@@ -381,10 +452,9 @@ impl Watch<'_> {
                 self.progress.say(&format!(
                     "{stamp} {dead} refund deliveries are dead: the refunds handler failed all of their tries"
                 ));
-                self.receiver.fix_refunds();
-                self.progress.say(&format!(
-                    "{stamp} refunds handler fixed; replaying its dead letters"
-                ));
+                self.fix_refunds(stamp);
+                self.progress
+                    .say(&format!("{stamp} replaying the refunds' dead letters"));
             } else {
                 self.progress.say(&format!(
                     "{stamp} {dead} deliveries to {endpoint} are dead; replaying them"

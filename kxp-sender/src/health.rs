@@ -39,16 +39,18 @@ pub fn hour_of(at: i64) -> i64 {
 
 /// The statement that upserts an endpoint's running statistics after one attempt of the
 /// delivery `$1`: `$2` is 1 for a success and 0 for a failure, `$3` the time, `$4` the error.
+/// `failing_since` marks the first failure after a success: what auto-disable measures.
 pub(crate) const UPSERT_STATS: &str = "INSERT INTO kxp_endpoint_stats \
-       (endpoint_id, consecutive_failures, last_success_at, last_failure_at, last_error, updated_at) \
+       (endpoint_id, consecutive_failures, last_success_at, last_failure_at, last_error, failing_since, updated_at) \
      SELECT endpoint_id, 1 - $2, CASE WHEN $2 = 1 THEN $3 END, CASE WHEN $2 = 1 THEN NULL ELSE $3 END, \
-       CASE WHEN $2 = 1 THEN NULL ELSE $4 END, $3 \
+       CASE WHEN $2 = 1 THEN NULL ELSE $4 END, CASE WHEN $2 = 1 THEN NULL ELSE $3 END, $3 \
      FROM kxp_deliveries WHERE id = $1 \
      ON CONFLICT (endpoint_id) DO UPDATE SET \
        consecutive_failures = CASE WHEN $2 = 1 THEN 0 ELSE kxp_endpoint_stats.consecutive_failures + 1 END, \
        last_success_at = CASE WHEN $2 = 1 THEN $3 ELSE kxp_endpoint_stats.last_success_at END, \
        last_failure_at = CASE WHEN $2 = 1 THEN kxp_endpoint_stats.last_failure_at ELSE $3 END, \
        last_error = CASE WHEN $2 = 1 THEN kxp_endpoint_stats.last_error ELSE $4 END, \
+       failing_since = CASE WHEN $2 = 1 THEN NULL ELSE COALESCE(kxp_endpoint_stats.failing_since, $3) END, \
        updated_at = $3";
 
 /// The statement that adds one attempt to its endpoint's hourly bucket: `$1` the delivery,
@@ -125,6 +127,17 @@ pub struct EndpointHealth {
     pub pending: i64,
     /// Dead deliveries.
     pub dead: i64,
+    /// `active`, `paused` or `disabled` (by the sender, after failing for too long).
+    pub status: String,
+    /// The circuit breaker: `closed`, `open` (deliveries held) or `half_open` (one probing).
+    pub circuit_state: String,
+    /// RFC 3339: when the circuit opened, while it is not closed.
+    pub circuit_opened_at: Option<String>,
+    /// RFC 3339: when an open circuit is probed next.
+    pub next_probe_at: Option<String>,
+    /// RFC 3339: when the current run of failures began (auto-disable counts from here);
+    /// `null` after a success.
+    pub failing_since: Option<String>,
 }
 
 /// Attempt statistics over a window of whole clock hours.
@@ -222,7 +235,7 @@ fn window<'a>(rows: impl Iterator<Item = &'a Hourly>) -> Window {
     }
 }
 
-type StatsRow = (i64, Option<i64>, Option<i64>, Option<String>);
+type StatsRow = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
 
 impl Db {
     /// The health of one of the account's endpoints (deleted ones are not found).
@@ -236,7 +249,7 @@ impl Db {
         let since = current - 24 * HOUR_MS;
         let (stats, hourly, counts) = on_db!(self, |pool, _begin| {
             let stats = sqlx::query_as::<_, StatsRow>(
-                "SELECT consecutive_failures, last_success_at, last_failure_at, last_error \
+                "SELECT consecutive_failures, last_success_at, last_failure_at, last_error, failing_since \
                  FROM kxp_endpoint_stats WHERE endpoint_id = $1",
             )
             .bind(&endpoint.id)
@@ -267,8 +280,8 @@ impl Db {
                 .map(|(_, n)| n)
                 .sum()
         };
-        let (consecutive_failures, last_success_at, last_failure_at, last_error) =
-            stats.unwrap_or((0, None, None, None));
+        let (consecutive_failures, last_success_at, last_failure_at, last_error, failing_since) =
+            stats.unwrap_or((0, None, None, None, None));
         Ok(EndpointHealth {
             last_1h: window(hourly.iter().filter(|r| r.hour >= current - HOUR_MS)),
             last_24h: window(hourly.iter()),
@@ -279,6 +292,11 @@ impl Db {
             last_error,
             pending: count(&["pending", "delivering"]),
             dead: count(&["dead"]),
+            status: endpoint.status,
+            circuit_state: endpoint.circuit_state,
+            circuit_opened_at: endpoint.circuit_opened_at.map(rfc3339),
+            next_probe_at: endpoint.circuit_probe_at.map(rfc3339),
+            failing_since: failing_since.map(rfc3339),
         })
     }
 }

@@ -8,6 +8,9 @@
 //! A process killed at any instant loses nothing: a delivery is marked delivered only after
 //! the 2xx, and a lease that runs out makes its delivery claimable again. Every connection
 //! passes the [address guard](guard) first: merchants' URLs never reach private networks.
+//! Each endpoint is protected by a concurrency limit, a rate limit and a [circuit breaker](circuit)
+//! that holds its deliveries while it is down and disables it after a long outage; the
+//! merchant is [notified](notify) by an operational webhook and by e-mail.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,10 +22,13 @@
 //! ```
 
 pub mod api;
+pub mod circuit;
 pub mod db;
 pub mod dispatch;
 pub mod guard;
 pub mod health;
+pub mod mail;
+pub mod notify;
 pub mod schedule;
 pub mod schemas;
 pub mod store;
@@ -68,6 +74,13 @@ pub struct Config {
     pub api_key: Option<String>,
     /// Whether to run workers in this process (an API-only process sets false).
     pub run_workers: bool,
+    /// Circuit breaker, auto-disable and the default rate limit.
+    pub protection: circuit::Protection,
+    /// The SMTP server e-mail notifications go through (`smtp://`, `smtps://`, with
+    /// credentials if needed); without one, notifications are sent by webhook only.
+    pub smtp_url: Option<String>,
+    /// The sender of e-mail notifications, e.g. `kxp <ops@example.com>`.
+    pub smtp_from: String,
 }
 
 impl Default for Config {
@@ -85,6 +98,9 @@ impl Default for Config {
             poll_interval: Duration::from_millis(250),
             api_key: None,
             run_workers: true,
+            protection: circuit::Protection::default(),
+            smtp_url: None,
+            smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
         }
     }
 }
@@ -102,6 +118,9 @@ pub enum StartError {
     /// The HTTP client (the endpoint challenge's) could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
+    /// The SMTP settings are unusable.
+    #[error("e-mail notifications: {0}")]
+    Mail(#[from] mail::MailError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -157,6 +176,11 @@ impl Server {
 
 /// Opens the database, bootstraps the first account, and starts the API and the workers.
 pub async fn start(config: Config) -> Result<Server, StartError> {
+    // Checked before anything else: a bad SMTP URL should stop the start, not the first notice.
+    let mailer = match &config.smtp_url {
+        Some(url) => Some(mail::Mailer::new(url, &config.smtp_from)?),
+        None => None,
+    };
     let db = Db::connect(&config.database_url).await?;
     let new_api_key = bootstrap(&db, config.api_key.as_deref()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -182,8 +206,9 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         settings: Arc::new(api::ApiSettings {
             dev: config.dev,
             guard: guard.clone(),
-            client,
+            client: client.clone(),
             default_timeout: config.delivery_timeout,
+            protection: config.protection.clone(),
         }),
     };
     let mut http_stopped = stopped.clone();
@@ -199,6 +224,21 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         }
     });
     let workers = config.run_workers.then(|| {
+        let notices = Arc::new(Notify::new());
+        let notifier = notify::Notifier {
+            client,
+            mailer,
+            schedule: config.schedule.clone(),
+            timeout: config.delivery_timeout,
+            dev: config.dev,
+            poll_interval: config.poll_interval,
+        };
+        let notifier = tokio::spawn(notify::run(
+            db.clone(),
+            notifier,
+            notices.clone(),
+            stopped.clone(),
+        ));
         let worker_config = worker::WorkerConfig {
             schedule: config.schedule.clone(),
             workers: config.workers,
@@ -207,10 +247,16 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             poll_interval: config.poll_interval,
             dev: config.dev,
             guard,
+            protection: config.protection.clone(),
+            notifier: notices,
         };
         // In-flight attempts end by their own timeouts; wait that long before putting back.
         let grace = api::MAX_TIMEOUT + Duration::from_secs(1);
-        tokio::spawn(worker::run(db.clone(), worker_config, wake, stopped, grace))
+        let workers = worker::run(db.clone(), worker_config, wake, stopped, grace);
+        tokio::spawn(async move {
+            workers.await;
+            let _ = notifier.await;
+        })
     });
     Ok(Server {
         addr,

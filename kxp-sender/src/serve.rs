@@ -44,9 +44,45 @@ pub(crate) struct ServeArgs {
     /// deliveries are taken over this long after their attempts could have ended.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_lease_extra)]
     lease_extra: Duration,
+    /// Deliveries per second to one endpoint, for endpoints without their own
+    /// `rate_limit_per_second` (per process; 0: no default limit).
+    #[arg(long, value_name = "PER_SECOND", default_value_t = 50)]
+    rate_limit: u32,
+    /// Consecutive failed attempts that open an endpoint's circuit breaker.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    breaker_failures: u32,
+    /// How long an open circuit holds deliveries before probing with one; doubles after each
+    /// failed probe, up to --breaker-cooldown-max.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_positive)]
+    breaker_cooldown: Duration,
+    /// The longest wait between two probes of an open circuit.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_positive)]
+    breaker_cooldown_max: Duration,
+    /// Disable an endpoint that has failed every attempt for this long.
+    #[arg(long, value_name = "DURATION", default_value = "3d", value_parser = parse_positive)]
+    disable_after: Duration,
+    /// SMTP server for e-mail notifications: `smtp://host:25` (plain, e.g. a local relay),
+    /// `smtp://user:pass@host:587?tls=required` (STARTTLS) or `smtps://user:pass@host:465`.
+    #[arg(long, env = "KXP_SMTP_URL", value_name = "URL")]
+    smtp_url: Option<String>,
+    /// The From of e-mail notifications.
+    #[arg(
+        long,
+        env = "KXP_SMTP_FROM",
+        value_name = "MAILBOX",
+        default_value = "kxp-webhooks <kxp@localhost>"
+    )]
+    smtp_from: String,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     json_logs: bool,
+}
+
+fn parse_positive(text: &str) -> Result<Duration, String> {
+    match parse_duration(text).map_err(|e| e.to_string())? {
+        Duration::ZERO => Err("the duration must be above zero".to_owned()),
+        d => Ok(d),
+    }
 }
 
 fn parse_schedule(text: &str) -> Result<Schedule, String> {
@@ -91,6 +127,15 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         per_endpoint_concurrency: args.per_endpoint_concurrency.max(1),
         lease_extra: args.lease_extra,
         api_key: std::env::var("KXP_API_KEY").ok().filter(|k| !k.is_empty()),
+        protection: kxp_sender::circuit::Protection {
+            breaker_failures: args.breaker_failures,
+            breaker_cooldown: args.breaker_cooldown,
+            breaker_cooldown_max: args.breaker_cooldown_max,
+            disable_after: args.disable_after,
+            rate_limit: args.rate_limit,
+        },
+        smtp_url: args.smtp_url.filter(|url| !url.is_empty()),
+        smtp_from: args.smtp_from,
         ..Config::default()
     };
     let runtime = match tokio::runtime::Runtime::new() {

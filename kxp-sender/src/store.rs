@@ -67,10 +67,29 @@ pub struct Account {
     pub name: String,
     /// The `api_version` events get when they name none.
     pub default_api_version: String,
+    /// Where operational webhooks go (an endpoint's circuit opened, an endpoint was disabled).
+    pub ops_url: Option<String>,
+    /// Where operational e-mails go.
+    pub contact_email: Option<String>,
     /// Unix ms.
     #[serde(skip)]
     pub created_at: i64,
 }
+
+/// Changes to an account: `None` leaves a field as it is; `Some(None)` clears a nullable one.
+#[derive(Debug, Clone, Default)]
+pub struct AccountChanges {
+    /// A new name.
+    pub name: Option<String>,
+    /// A new default `api_version`.
+    pub default_api_version: Option<String>,
+    /// Set (with a new ops secret) or remove the ops URL.
+    pub ops_url: Option<Option<String>>,
+    /// Set or remove the contact address.
+    pub contact_email: Option<Option<String>>,
+}
+
+const ACCOUNT_COLUMNS: &str = "id, name, default_api_version, ops_url, contact_email, created_at";
 
 /// The API version a new account starts with.
 pub const DEFAULT_API_VERSION: &str = "2026-11-01";
@@ -90,13 +109,20 @@ pub struct Endpoint {
     pub event_types: String,
     /// Per-attempt timeout.
     pub timeout_ms: i64,
-    /// `active`; `paused` (deliveries are held, events still queue for it); `deleted` (soft:
-    /// the row stays for its deliveries' history, the API answers 404).
+    /// `active`; `paused` (deliveries are held, events still queue for it); `disabled` (held
+    /// like paused, by the sender, after failing for too long); `deleted` (soft: the row stays
+    /// for its deliveries' history, the API answers 404).
     pub status: String,
-    /// The schema version pinned for this endpoint, if any (stored; enforced later).
+    /// The schema version pinned for this endpoint, if any.
     pub api_version: Option<String>,
-    /// Deliveries per second allowed to this endpoint, if limited (stored; enforced later).
+    /// Deliveries per second allowed to this endpoint; `None`: the server's default.
     pub rate_limit_per_second: Option<i64>,
+    /// The circuit breaker: `closed`, `open` or `half_open` (see [`crate::circuit`]).
+    pub circuit_state: String,
+    /// When the circuit opened (Unix ms), while it is not closed.
+    pub circuit_opened_at: Option<i64>,
+    /// When an open circuit is probed next (Unix ms).
+    pub circuit_probe_at: Option<i64>,
     /// Unix ms.
     pub created_at: i64,
     /// Unix ms.
@@ -267,6 +293,8 @@ pub struct Job {
     pub attempts: i64,
     /// The endpoint's status now: only an `active` endpoint's deliveries are sent.
     pub endpoint_status: String,
+    /// The endpoint's own rate limit, if it has one.
+    pub rate_limit_per_second: Option<i64>,
 }
 
 const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
@@ -292,6 +320,20 @@ pub enum NextState {
     RetryAt(i64),
     /// Failed for the last time.
     Dead,
+}
+
+/// What [`Db::finish_attempt`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// The attempt and its consequences are recorded.
+    Recorded {
+        /// The change it made to its endpoint's circuit or status, if any.
+        transition: Option<crate::circuit::Transition>,
+        /// Notifications queued for that change.
+        notices: usize,
+    },
+    /// The lease had been lost: nothing was written.
+    LeaseLost,
 }
 
 /// A new attempt row.
@@ -337,6 +379,8 @@ impl Db {
             id: new_id("acc"),
             name: name.to_owned(),
             default_api_version: DEFAULT_API_VERSION.to_owned(),
+            ops_url: None,
+            contact_email: None,
             created_at: now_ms(),
         };
         on_db!(self, |pool, _begin| {
@@ -358,13 +402,12 @@ impl Db {
     /// The account an API key belongs to.
     pub async fn account_by_key(&self, key: &str) -> Result<Option<Account>, StoreError> {
         let hash = sha256_hex(key.as_bytes());
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE api_key_hash = $1");
         Ok(on_db!(self, |pool, _begin| {
-            sqlx::query_as::<_, Account>(
-                "SELECT id, name, default_api_version, created_at FROM kxp_accounts WHERE api_key_hash = $1",
-            )
-            .bind(hash)
-            .fetch_optional(pool)
-            .await?
+            sqlx::query_as::<_, Account>(&sql)
+                .bind(hash)
+                .fetch_optional(pool)
+                .await?
         }))
     }
 
@@ -379,13 +422,64 @@ impl Db {
 
     /// Every account, oldest first (`kxp accounts list`). Key hashes are not read.
     pub async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts ORDER BY id");
         Ok(on_db!(self, |pool, _begin| {
-            sqlx::query_as::<_, Account>(
-                "SELECT id, name, default_api_version, created_at FROM kxp_accounts ORDER BY id",
-            )
-            .fetch_all(pool)
-            .await?
+            sqlx::query_as::<_, Account>(&sql).fetch_all(pool).await?
         }))
+    }
+
+    /// Changes an account. Setting an ops URL gives the account a new ops secret, returned
+    /// here and shown once: operational webhooks are signed with it. Removing the URL erases
+    /// the secret.
+    pub async fn update_account(
+        &self,
+        id: &str,
+        changes: &AccountChanges,
+    ) -> Result<(Account, Option<String>), StoreError> {
+        let select = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1");
+        let new_secret = match &changes.ops_url {
+            Some(Some(_)) => Some(random_hex_32()),
+            _ => None,
+        };
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let mut account = sqlx::query_as::<_, Account>(&select)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(StoreError::NotFound)?;
+            if let Some(name) = &changes.name {
+                account.name.clone_from(name);
+            }
+            if let Some(version) = &changes.default_api_version {
+                account.default_api_version.clone_from(version);
+            }
+            if let Some(address) = &changes.contact_email {
+                account.contact_email.clone_from(address);
+            }
+            // The secret column changes only with the URL.
+            let secret_sql = match &changes.ops_url {
+                Some(url) => {
+                    account.ops_url.clone_from(url);
+                    "$4"
+                }
+                None => "ops_secret",
+            };
+            sqlx::query(&format!(
+                "UPDATE kxp_accounts SET name = $1, default_api_version = $2, ops_url = $3, \
+                 ops_secret = {secret_sql}, contact_email = $5 WHERE id = $6"
+            ))
+            .bind(&account.name)
+            .bind(&account.default_api_version)
+            .bind(&account.ops_url)
+            .bind(&new_secret)
+            .bind(&account.contact_email)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok((account, new_secret))
+        })
     }
 
     // ---- endpoints ----
@@ -430,6 +524,9 @@ impl Db {
             status: "active".to_owned(),
             api_version: new.api_version.map(str::to_owned),
             rate_limit_per_second: new.rate_limit_per_second,
+            circuit_state: "closed".to_owned(),
+            circuit_opened_at: None,
+            circuit_probe_at: None,
             created_at: now,
             updated_at: now,
         };
@@ -568,56 +665,63 @@ impl Db {
         account_id: &str,
         id: &str,
     ) -> Result<(Endpoint, u64), StoreError> {
-        self.set_status(account_id, id, "paused").await
-    }
-
-    /// Resumes one of the account's endpoints: its held deliveries are due at once. Returns the
-    /// endpoint and how many deliveries it released. Idempotent.
-    pub async fn resume_endpoint(
-        &self,
-        account_id: &str,
-        id: &str,
-    ) -> Result<(Endpoint, u64), StoreError> {
-        self.set_status(account_id, id, "active").await
-    }
-
-    async fn set_status(
-        &self,
-        account_id: &str,
-        id: &str,
-        status: &str,
-    ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
         // Changing the endpoint row first locks it (PostgreSQL) or the database (SQLite) until
         // commit, and ingestion and replays read the status under a share lock: no delivery
         // can be queued by the old status after the deliveries below are moved.
-        let moved = if status == "paused" {
-            "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $2 \
-             WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at <> $1"
-        } else {
-            "UPDATE kxp_deliveries SET next_attempt_at = $2, updated_at = $2 \
-             WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at = $1"
-        };
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             let endpoint = sqlx::query_as::<_, Endpoint>(
                 "UPDATE kxp_endpoints SET status = $1, updated_at = $2 \
                  WHERE account_id = $3 AND id = $4 AND status <> 'deleted' RETURNING *",
             )
-            .bind(status)
+            .bind("paused")
             .bind(now)
             .bind(account_id)
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(StoreError::NotFound)?;
-            let moved = sqlx::query(moved)
-                .bind(HELD)
-                .bind(now)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let moved = crate::circuit::hold_pending!(tx, id, now)?.rows_affected();
+            tx.commit().await?;
+            Ok((endpoint, moved))
+        })
+    }
+
+    /// Resumes one of the account's endpoints (paused, disabled, or active with an open
+    /// circuit: resuming says "try now"): its circuit is closed, its failure period starts
+    /// again, and its held deliveries are released spread out at its rate limit, oldest first.
+    /// Returns the endpoint and how many deliveries it released. Idempotent.
+    pub async fn resume_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+        protection: &crate::circuit::Protection,
+    ) -> Result<(Endpoint, u64), StoreError> {
+        let now = now_ms();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let endpoint = sqlx::query_as::<_, Endpoint>(
+                "UPDATE kxp_endpoints SET status = 'active', circuit_state = 'closed', circuit_opened_at = NULL, \
+                 circuit_probe_at = NULL, circuit_probe_id = NULL, circuit_failed_probes = 0, updated_at = $1 \
+                 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING *",
+            )
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+            // Auto-disable measures failures from here: a resumed endpoint gets the full period.
+            sqlx::query(
+                "UPDATE kxp_endpoint_stats SET failing_since = NULL WHERE endpoint_id = $1",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            let spacing =
+                crate::circuit::spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
+            let moved = crate::circuit::spread_held!(tx, id, now, spacing)?.rows_affected();
             tx.commit().await?;
             Ok((endpoint, moved))
         })
@@ -825,7 +929,7 @@ impl Db {
             request_hash: idempotency.map(|(_, hash)| hash.to_owned()),
         };
         let subscribers = format!(
-            "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status IN ('active', 'paused'){}",
+            "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled'){}",
             self.share_lock()
         );
         on_db!(self, |pool, begin| {
@@ -861,7 +965,8 @@ impl Db {
             .bind(&event.request_hash)
             .execute(&mut *tx)
             .await?;
-            // A paused endpoint gets its deliveries too, held: nothing is lost while it rests.
+            // A paused or disabled endpoint, or one whose circuit is open, gets its deliveries
+            // too, held: nothing is lost while it rests.
             let endpoints = sqlx::query_as::<_, Endpoint>(&subscribers)
                 .bind(&account.id)
                 .fetch_all(&mut *tx)
@@ -873,7 +978,7 @@ impl Db {
                     && e.api_version.as_deref().is_none_or(|v| v == api_version)
             };
             for endpoint in endpoints.iter().filter(takes) {
-                let due = if endpoint.status == "active" {
+                let due = if endpoint.status == "active" && endpoint.circuit_state == "closed" {
                     now
                 } else {
                     HELD
@@ -911,63 +1016,73 @@ impl Db {
 
     // ---- deliveries: the worker's side ----
 
-    /// Claims up to `limit` due deliveries for `owner`, skipping endpoints in `skip` (those this
-    /// worker already keeps as busy as allowed) and endpoints that are not active (paused or
-    /// deleted). The scan stays on the `kxp_deliveries_due` index in due order, with one primary
-    /// key probe per candidate; a paused endpoint's held deliveries are outside its range
-    /// altogether ([`HELD`]). Each is leased for its endpoint's timeout plus
-    /// `lease_extra_ms`: if the worker dies, the delivery is claimable again soon after any
-    /// attempt of its could have ended.
+    /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
+    /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
+    /// their concurrency or rate limit allows). Only deliveries of `active` endpoints with a
+    /// closed circuit are claimed, and of a half-open one only its probe.
+    ///
+    /// The scan stays on the `kxp_deliveries_due` index in due order, with one primary key probe
+    /// per candidate, over a window of `4 × limit` candidates; held deliveries (paused, disabled
+    /// or open endpoints) are outside its range altogether ([`HELD`]). Each claimed delivery is
+    /// leased for its endpoint's timeout plus `lease_extra_ms`: if the worker dies, the delivery
+    /// is claimable again soon after any attempt of its could have ended.
     pub async fn claim(
         &self,
         owner: &str,
         lease_extra_ms: i64,
         limit: i64,
-        skip: &[String],
+        caps: &[(String, usize)],
+        default_cap: usize,
     ) -> Result<Vec<String>, StoreError> {
         let now = now_ms();
-        let ids = match self {
-            Db::Sqlite(pool) => {
-                let skip = serde_json::to_string(skip).unwrap_or_else(|_| "[]".to_owned());
-                sqlx::query_scalar::<_, String>(
-                    "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
-                       lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
-                     WHERE id IN (SELECT d.id FROM kxp_deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $3 \
-                       AND d.endpoint_id NOT IN (SELECT value FROM json_each($4)) \
-                       AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active') \
-                       ORDER BY d.next_attempt_at LIMIT $5) \
-                     RETURNING id",
-                )
-                .bind(lease_extra_ms)
-                .bind(owner)
-                .bind(now)
-                .bind(skip)
-                .bind(limit)
-                .fetch_all(pool)
-                .await?
-            }
-            Db::Postgres(pool) => {
-                // SKIP LOCKED: rows another process is claiming right now are passed over
-                // rather than waited for, so workers never hold the same delivery.
-                sqlx::query_scalar::<_, String>(
-                    "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
-                       lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
-                     WHERE id IN (SELECT d.id FROM kxp_deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $3 \
-                       AND NOT (d.endpoint_id = ANY($4)) \
-                       AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active') \
-                       ORDER BY d.next_attempt_at LIMIT $5 FOR UPDATE OF d SKIP LOCKED) \
-                     RETURNING id",
-                )
-                .bind(lease_extra_ms)
-                .bind(owner)
-                .bind(now)
-                .bind(skip)
-                .bind(limit)
-                .fetch_all(pool)
-                .await?
-            }
+        let caps = serde_json::to_string(
+            &caps
+                .iter()
+                .cloned()
+                .collect::<std::collections::HashMap<_, _>>(),
+        )
+        .unwrap_or_else(|_| "{}".to_owned());
+        let default_cap = i64::try_from(default_cap).unwrap_or(i64::MAX);
+        // `cap` is the endpoint's entry in the JSON object `$4`, else `$6`.
+        let (cap_d, cap_c, lock) = match self {
+            Db::Sqlite(_) => (
+                "COALESCE(json_extract($4, '$.' || d.endpoint_id), $6)",
+                "COALESCE(json_extract($4, '$.' || c.endpoint_id), $6)",
+                "",
+            ),
+            // SKIP LOCKED: rows another process is claiming right now are passed over rather
+            // than waited for, so workers never hold the same delivery.
+            Db::Postgres(_) => (
+                "COALESCE(($4::jsonb ->> d.endpoint_id)::bigint, $6)",
+                "COALESCE(($4::jsonb ->> c.endpoint_id)::bigint, $6)",
+                " FOR UPDATE OF d SKIP LOCKED",
+            ),
         };
-        Ok(ids)
+        let sql = format!(
+            "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
+               lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
+             WHERE id IN (SELECT c.id FROM ( \
+                 SELECT w.id, w.endpoint_id, w.next_attempt_at, \
+                   ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
+                 FROM (SELECT d.id, d.endpoint_id, d.next_attempt_at FROM kxp_deliveries d \
+                   WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {cap_d} > 0 \
+                   AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active' \
+                     AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
+                   ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
+               ) c WHERE c.rn <= {cap_c} ORDER BY c.next_attempt_at LIMIT $5) \
+             RETURNING id"
+        );
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_scalar::<_, String>(&sql)
+                .bind(lease_extra_ms)
+                .bind(owner)
+                .bind(now)
+                .bind(&caps)
+                .bind(limit)
+                .bind(default_cap)
+                .fetch_all(pool)
+                .await?
+        }))
     }
 
     /// What a worker needs to send a claimed delivery.
@@ -975,7 +1090,7 @@ impl Db {
         on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Job>(
                 "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts, \
-                 p.status AS endpoint_status \
+                 p.status AS endpoint_status, p.rate_limit_per_second \
                  FROM kxp_deliveries d JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id \
                  WHERE d.id = $1",
             )
@@ -986,9 +1101,11 @@ impl Db {
         .ok_or(StoreError::NotFound)
     }
 
-    /// Records a finished attempt and moves the delivery on, if `owner` still holds its lease.
-    /// Returns `false` when the lease was lost (it expired and another worker took over): then
-    /// nothing is written, and that worker's outcome stands.
+    /// Records a finished attempt and moves the delivery on, if `owner` still holds its lease;
+    /// in the same transaction, updates the endpoint's statistics and its circuit breaker
+    /// ([`crate::circuit`]), and queues the notification a state change calls for.
+    /// [`Finished::LeaseLost`] when the lease was lost (it expired and another worker took
+    /// over): then nothing is written, and that worker's outcome stands.
     pub async fn finish_attempt(
         &self,
         delivery_id: &str,
@@ -996,7 +1113,8 @@ impl Db {
         attempt: i64,
         record: &AttemptRecord,
         next: NextState,
-    ) -> Result<bool, StoreError> {
+        protection: &crate::circuit::Protection,
+    ) -> Result<Finished, StoreError> {
         let now = now_ms();
         let (status, next_at) = match next {
             NextState::Delivered => ("delivered", now),
@@ -1028,7 +1146,7 @@ impl Db {
                 .rows_affected();
             if updated == 0 {
                 tx.rollback().await?;
-                return Ok(false);
+                return Ok(Finished::LeaseLost);
             }
             sqlx::query(
                 "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet) \
@@ -1043,10 +1161,22 @@ impl Db {
             .bind(&record.response_snippet)
             .execute(&mut *tx)
             .await?;
-            // The endpoint's health statistics move on in the same transaction.
+            // The endpoint's health statistics and its breaker move on in the same transaction.
             crate::health::record_stats!(tx, delivery_id, now, record)?;
+            let success = record.error.is_none();
+            let changed =
+                crate::circuit::after_attempt!(tx, delivery_id, success, now, protection)?;
+            let mut notices = 0;
+            if let Some((transition, endpoint)) = &changed
+                && let Some(kind) = transition.notice()
+            {
+                notices = crate::notify::queue_notices!(tx, kind, &endpoint.id, now)?;
+            }
             tx.commit().await?;
-            Ok(true)
+            Ok(Finished::Recorded {
+                transition: changed.map(|(transition, _)| transition),
+                notices,
+            })
         })
     }
 
@@ -1208,10 +1338,12 @@ impl Db {
         self.delivery(account_id, &new_id).await
     }
 
-    /// The status of an endpoint, read under [`share_lock`](Db::share_lock).
+    /// The status of an endpoint, read under [`share_lock`](Db::share_lock); `held` for an
+    /// active endpoint whose circuit is not closed.
     fn endpoint_status_sql(&self) -> String {
         format!(
-            "SELECT status FROM kxp_endpoints WHERE id = $1{}",
+            "SELECT CASE WHEN status = 'active' AND circuit_state <> 'closed' THEN 'held' ELSE status END \
+             FROM kxp_endpoints WHERE id = $1{}",
             self.share_lock()
         )
     }
@@ -1271,11 +1403,11 @@ impl Db {
 }
 
 /// When a replay to an endpoint in `status` is due: now if it is active, [`HELD`] while it is
-/// paused; a deleted endpoint takes no deliveries.
+/// paused, disabled or its circuit is open; a deleted endpoint takes no deliveries.
 fn due_for(status: Option<&str>, endpoint_id: &str, now: i64) -> Result<i64, StoreError> {
     match status {
         Some("active") => Ok(now),
-        Some("paused") => Ok(HELD),
+        Some("paused" | "disabled" | "held") => Ok(HELD),
         _ => Err(StoreError::Conflict {
             code: "endpoint_deleted",
             message: format!("endpoint {endpoint_id} was deleted: nothing can be delivered to it"),

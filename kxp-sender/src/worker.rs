@@ -1,8 +1,12 @@
 //! The delivery loop: claim due deliveries, send each in its own task, record the outcome.
 //!
-//! Every attempt runs concurrently with the others, bounded by a global worker count and a
-//! per-endpoint limit, so an endpoint that hangs until its timeout holds at most its own share
-//! of the workers and never delays deliveries to healthy endpoints.
+//! Every attempt runs concurrently with the others, bounded by a global worker count and, per
+//! endpoint, by a concurrency limit and a rate limit ([`RateLimiter`]), so an endpoint that
+//! hangs until its timeout holds at most its own share of the workers and never delays
+//! deliveries to healthy endpoints. The claim asks the database for no more of an endpoint's
+//! deliveries than it may start now, so a backlog is not claimed only to be put back.
+//! The loop also releases the probes of open circuits whose cool-down has passed
+//! ([`Db::release_probes`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -11,11 +15,12 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 
+use crate::circuit::{Protection, RateLimiter};
 use crate::db::{Db, ms, new_id, now_ms};
 use crate::dispatch::{self, GuardedClient, Outcome};
 use crate::guard::AddressGuard;
 use crate::schedule::{AfterFailure, Schedule};
-use crate::store::{AttemptRecord, NextState};
+use crate::store::{AttemptRecord, Finished, NextState};
 
 /// How the workers behave.
 #[derive(Debug, Clone)]
@@ -34,6 +39,10 @@ pub struct WorkerConfig {
     pub dev: bool,
     /// Which addresses attempts may connect to.
     pub guard: AddressGuard,
+    /// Circuit breaker, auto-disable and rate limit settings.
+    pub protection: Protection,
+    /// Woken when a state change queued a notification.
+    pub notifier: Arc<Notify>,
 }
 
 /// Shared state of the in-flight attempts.
@@ -41,6 +50,26 @@ pub struct WorkerConfig {
 struct InFlight {
     per_endpoint: HashMap<String, usize>,
     deliveries: HashSet<String>,
+    limiter: RateLimiter,
+}
+
+impl InFlight {
+    /// What the next claim may take of each endpoint this worker is limiting now: the smaller
+    /// of its free concurrency and its rate tokens. Endpoints not listed may take up to the
+    /// concurrency limit.
+    fn caps(&mut self, per_endpoint: usize) -> Vec<(String, usize)> {
+        let now = tokio::time::Instant::now();
+        let mut caps: HashMap<String, usize> = self
+            .per_endpoint
+            .iter()
+            .map(|(id, n)| (id.clone(), per_endpoint.saturating_sub(*n)))
+            .collect();
+        for (id, tokens) in self.limiter.allowances(now) {
+            let cap = caps.entry(id.to_owned()).or_insert(per_endpoint);
+            *cap = (*cap).min(tokens);
+        }
+        caps.into_iter().collect()
+    }
 }
 
 /// Runs until `shutdown` turns true, then lets in-flight attempts finish (they are bounded by
@@ -65,26 +94,34 @@ pub async fn run(
     let in_flight = Arc::new(Mutex::new(InFlight::default()));
     let mut tasks = JoinSet::new();
     let mut last_reclaim = tokio::time::Instant::now();
+    // Housekeeping (expired leases, due probes) runs this often; tests with millisecond
+    // schedules poll faster, and housekeeping keeps pace with them.
+    let housekeeping = (config.poll_interval * 4).min(Duration::from_secs(1));
     reclaim(&db).await;
 
     while !*shutdown.borrow() {
         while tasks.try_join_next().is_some() {}
-        if last_reclaim.elapsed() >= Duration::from_secs(1) {
+        if last_reclaim.elapsed() >= housekeeping {
             reclaim(&db).await;
+            probe(&db).await;
             last_reclaim = tokio::time::Instant::now();
         }
         let free = permits.available_permits();
         let claimed = if free == 0 {
             Vec::new()
         } else {
-            let skip: Vec<String> = lock(&in_flight)
-                .per_endpoint
-                .iter()
-                .filter(|(_, n)| **n >= config.per_endpoint)
-                .map(|(id, _)| id.clone())
-                .collect();
+            let caps = lock(&in_flight).caps(config.per_endpoint);
             let limit = i64::try_from(free.min(100)).unwrap_or(100);
-            match db.claim(&owner, ms(config.lease_extra), limit, &skip).await {
+            match db
+                .claim(
+                    &owner,
+                    ms(config.lease_extra),
+                    limit,
+                    &caps,
+                    config.per_endpoint,
+                )
+                .await
+            {
                 Ok(ids) => ids,
                 Err(e) => {
                     tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed");
@@ -123,17 +160,26 @@ pub async fn run(
                 let mut state = lock(&in_flight);
                 let count = state
                     .per_endpoint
-                    .entry(job.endpoint_id.clone())
-                    .or_insert(0);
-                let admitted = *count < config.per_endpoint;
+                    .get(&job.endpoint_id)
+                    .copied()
+                    .unwrap_or(0);
+                let rate = config.protection.rate_of(job.rate_limit_per_second);
+                let admitted = count < config.per_endpoint
+                    && state
+                        .limiter
+                        .try_take(&job.endpoint_id, rate, tokio::time::Instant::now());
                 if admitted {
-                    *count += 1;
+                    *state
+                        .per_endpoint
+                        .entry(job.endpoint_id.clone())
+                        .or_insert(0) += 1;
                     state.deliveries.insert(job.id.clone());
                 }
                 admitted
             };
             if !admitted {
-                // The batch held more for this endpoint than it may take at once.
+                // The batch held more for this endpoint than it may start now (the first claim
+                // of an endpoint, before its rate limit is known here).
                 release(&db, &job.id, &owner).await;
                 continue;
             }
@@ -219,11 +265,24 @@ async fn attempt(
         response_snippet: snippet,
     };
     match db
-        .finish_attempt(&job.id, owner, number, &record, next)
+        .finish_attempt(&job.id, owner, number, &record, next, &config.protection)
         .await
     {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!(
+        Ok(Finished::Recorded {
+            transition,
+            notices,
+        }) => {
+            if let Some(transition) = transition {
+                tracing::warn!(
+                    target: "kxp_sender", endpoint_id = %job.endpoint_id, transition = ?transition,
+                    notices, "endpoint state changed"
+                );
+            }
+            if notices > 0 {
+                config.notifier.notify_one();
+            }
+        }
+        Ok(Finished::LeaseLost) => tracing::warn!(
             target: "kxp_sender", delivery_id = %job.id,
             "lease expired during the attempt; another worker owns the delivery now"
         ),
@@ -283,6 +342,12 @@ async fn reclaim(db: &Db) {
         Err(e) => {
             tracing::error!(target: "kxp_sender", error = %e, "reclaiming expired leases failed")
         }
+    }
+}
+
+async fn probe(db: &Db) {
+    if let Err(e) = db.release_probes().await {
+        tracing::error!(target: "kxp_sender", error = %e, "releasing circuit probes failed");
     }
 }
 

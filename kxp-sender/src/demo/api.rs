@@ -206,6 +206,19 @@ impl Api {
         }
     }
 
+    /// An endpoint's circuit breaker state (`closed`, `open`, `half_open`).
+    pub(super) async fn circuit_state(&self, endpoint_id: &str) -> Result<String, String> {
+        let path = format!("/v1/endpoints/{endpoint_id}");
+        let (status, endpoint) = self.call(Method::GET, &path, None, None).await?;
+        if status != StatusCode::OK {
+            return Err(format!("GET {path} answered {status}: {endpoint}"));
+        }
+        endpoint["circuit_state"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("GET {path}: the answer has no `circuit_state`"))
+    }
+
     /// Replays every dead delivery of an endpoint (`POST /v1/endpoints/{id}/replay`); returns
     /// how many were queued.
     pub(super) async fn replay_endpoint(&self, endpoint_id: &str) -> Result<u64, String> {

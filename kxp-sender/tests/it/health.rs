@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use kxp_sender::Db;
+use kxp_sender::circuit::Protection;
 use kxp_sender::health::{LATENCY_BOUNDS_MS, bucket_of};
-use kxp_sender::store::{AttemptRecord, NextState};
+use kxp_sender::store::{AttemptRecord, Finished, NextState};
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
@@ -109,7 +110,11 @@ async fn scenario(s: &Sender) {
         (h["pending"].as_i64(), h["dead"].as_i64()),
         (Some(0), Some(1))
     );
-    assert!(h.get("circuit_state").is_none());
+    assert_eq!(
+        (&h["status"], &h["circuit_state"], &h["failing_since"]),
+        (&json!("active"), &json!("closed"), &Value::Null),
+        "{h}"
+    );
 
     // Percentiles: the bucket bounds of the recorded durations.
     let mut durations = Vec::new();
@@ -169,10 +174,11 @@ async fn scenario(s: &Sender) {
             2,
             &record,
             NextState::Dead,
+            &Protection::default(),
         )
         .await
         .unwrap();
-    assert!(!finished);
+    assert_eq!(finished, Finished::LeaseLost);
     assert_eq!(health(s, &endpoint_id).await, h);
     db.close().await;
 

@@ -19,7 +19,7 @@ use sqlx::SqlitePool;
 
 use crate::support::{Api, Receiver, Reply, sender};
 
-use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnCopy};
+use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnAccount, OwnCopy};
 use Target::{DeadDelivery, DeliveredDelivery, Endpoint, Event, NoId, Schema, SpareEndpoint};
 
 /// Which of A's objects fills `{id}` in a row's path.
@@ -58,6 +58,8 @@ enum AsOther {
     /// This status, with an object of B's own under the same name as A's (names are per
     /// account): A's stays as it was, which the checks of A's rows and answers below prove.
     OwnCopy(u16),
+    /// 200 with B's own account (the route addresses the caller's account).
+    OwnAccount,
 }
 
 /// One call of the table: a route of `api::app` with ids, query, body and headers filled in.
@@ -154,6 +156,10 @@ const ROUTES: &[Route] = &[
     row("GET /v1/schemas/{type}/{api_version}", Schema, NotFound, 200),
     row("DELETE /v1/schemas/{type}/{api_version}", Schema, NotFound, 200),
     row("PUT /v1/schemas/{type}/{api_version}", Schema, OwnCopy(201), 201).body(r#"{"type":"object"}"#),
+    row("GET /v1/account", NoId, OwnAccount, 200),
+    // B sets its ops URL and address: B's account changes, A's does not.
+    row("PATCH /v1/account", NoId, OwnAccount, 200).body(r#"{"name":"renamed","ops_url":"{url}","contact_email":"ops@example.com"}"#),
+    row("GET /v1/notifications", NoId, OnlyOwn, 200),
 ];
 
 /// Routes of `api::app` that take no key and show no account's data.
@@ -516,9 +522,28 @@ async fn every_route_is_scoped_to_the_callers_account() {
     let b_event_2 = b.emit("payment.succeeded", json!({"order": 2})).await;
     b.wait_for(&b_event_2, "delivered", Duration::from_secs(10))
         .await;
+    // A notification each (sent already, so the notifier leaves them be), as an open circuit
+    // would have left them.
+    for (account, endpoint) in [
+        (&f.a_account, &f.ids["endpoint"]),
+        (&f.b_account, &b_endpoint),
+    ] {
+        sqlx::query(
+            "INSERT INTO kxp_notifications (id, account_id, endpoint_id, kind, channel, target, event_id, \
+             payload, status, attempts, next_attempt_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, 'endpoint.circuit_opened', 'email', 'ops@example.com', $4, '{}', 'sent', 1, 0, 0, 0)",
+        )
+        .bind(kxp_sender::db::new_id("ntf"))
+        .bind(account)
+        .bind(endpoint)
+        .bind(uuid::Uuid::new_v4().to_string())
+        .execute(&f.pool)
+        .await
+        .unwrap();
+    }
 
     let a_ids = owned_ids(&f.pool, &f.a_account).await;
-    assert_eq!(a_ids.len(), 1 + 2 + 2 + 2 + 1, "{a_ids:?}");
+    assert_eq!(a_ids.len(), 1 + 2 + 2 + 2 + 1 + 1, "{a_ids:?}");
     let rows_before = rows_of(&f.pool, &a_ids).await;
     for table in [
         "kxp_accounts",
@@ -528,6 +553,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
         "kxp_deliveries",
         "kxp_attempts",
         "kxp_schemas",
+        "kxp_notifications",
     ] {
         assert!(rows_before.contains_key(table), "A has no row in {table}");
     }
@@ -611,6 +637,13 @@ async fn every_route_is_scoped_to_the_callers_account() {
                 assert_eq!(status, expected, "B, {what}: {text}");
                 let (b_status, b_copy) = b.call("GET", &f.path(route, None), None).await;
                 assert_eq!((b_status, &b_copy["id"]), (200, &body["id"]), "B, {what}");
+            }
+            OwnAccount => {
+                assert_eq!(
+                    (status, body["id"].as_str()),
+                    (200, Some(f.b_account.as_str())),
+                    "B, {what}: {text}"
+                );
             }
         }
         assert!(
@@ -714,6 +747,7 @@ async fn owned_ids(pool: &SqlitePool, account_id: &str) -> BTreeSet<String> {
         "kxp_events",
         "kxp_deliveries",
         "kxp_schemas",
+        "kxp_notifications",
     ] {
         let rows: Vec<String> =
             sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE account_id = $1"))

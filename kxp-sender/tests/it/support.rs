@@ -11,6 +11,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use kxp_sender::circuit::Protection;
 use kxp_sender::{Config, Schedule, Server};
 use serde_json::{Value, json};
 
@@ -41,6 +42,12 @@ pub async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sen
             .unwrap(),
         poll_interval: Duration::from_millis(20),
         api_key: Some("kxp_test_key".to_owned()),
+        // Tests of retries and the dead-letter queue fail endpoints on purpose: the breaker
+        // stays out of their way unless a test turns it on (tests/it/protection.rs).
+        protection: Protection {
+            breaker_failures: u32::MAX,
+            ..Protection::default()
+        },
         ..Config::default()
     };
     tweak(&mut config);
@@ -191,11 +198,13 @@ impl Seen {
 #[derive(Clone, Default)]
 struct Script {
     replies: Arc<Mutex<VecDeque<Reply>>>,
+    /// The status once the script runs out (200 unless changed).
+    rest: Arc<Mutex<Option<u16>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
-/// A receiver on 127.0.0.1 that answers from a script (then 200 once the script runs out)
-/// and records every request.
+/// A receiver on 127.0.0.1 that answers from a script (then 200 once the script runs out, or
+/// what [`Receiver::answer_rest_with`] says) and records every request.
 #[derive(Clone)]
 pub struct Receiver {
     pub url: String,
@@ -221,6 +230,11 @@ impl Receiver {
     pub fn seen(&self) -> Vec<Seen> {
         self.script.seen.lock().unwrap().clone()
     }
+
+    /// Answers `status` to every request once the script has run out (an outage, or its end).
+    pub fn answer_rest_with(&self, status: u16) {
+        *self.script.rest.lock().unwrap() = Some(status);
+    }
 }
 
 async fn answer(State(script): State<Script>, headers: HeaderMap, body: Bytes) -> Response {
@@ -234,7 +248,7 @@ async fn answer(State(script): State<Script>, headers: HeaderMap, body: Bytes) -
         .lock()
         .unwrap()
         .pop_front()
-        .unwrap_or(Reply::Status(200));
+        .unwrap_or_else(|| Reply::Status(script.rest.lock().unwrap().unwrap_or(200)));
     match reply {
         Reply::Status(code) => (StatusCode::from_u16(code).unwrap(), "answer").into_response(),
         Reply::RetryAfter(code, secs) => (

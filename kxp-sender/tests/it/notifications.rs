@@ -1,0 +1,260 @@
+//! Notifications: when an endpoint's circuit opens and when it is disabled, the merchant gets
+//! one signed operational webhook at the account's ops URL and one e-mail at its contact
+//! address (through a real SMTP server on 127.0.0.1), once per state change, retried when a
+//! channel fails. Also the account settings behind them (`GET`/`PATCH /v1/account`).
+
+use std::time::{Duration, Instant};
+
+use kxp_sender::circuit::Protection;
+use kxp_testkit::smtp::SmtpSink;
+use serde_json::{Value, json};
+
+use crate::support::{Receiver, Reply, Sender, sender_with, verifies};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+async fn status_of(s: &Sender, ep: &str) -> String {
+    let (_, endpoint) = s
+        .api
+        .call("GET", &format!("/v1/endpoints/{ep}"), None)
+        .await;
+    endpoint["status"].as_str().unwrap().to_owned()
+}
+
+async fn notifications(s: &Sender) -> Vec<Value> {
+    let (status, page) = s.api.call("GET", "/v1/notifications", None).await;
+    assert_eq!(status, 200, "{page}");
+    page["data"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuit_opened_and_disabled_each_notify_once_by_webhook_and_email() {
+    let smtp = SmtpSink::start().await;
+    // Each channel fails its first try: a notice is retried, not lost.
+    smtp.refuse_next(1);
+    let ops = Receiver::start(vec![Reply::Status(500)]).await;
+    let smtp_url = smtp.url();
+    let s = sender_with(
+        "0s,10ms,20ms,30ms,40ms,50ms,60ms,70ms,80ms,90ms,100ms,110ms,120ms,130ms,140ms,150ms,160ms,170ms,180ms,190ms",
+        move |c| {
+            c.smtp_url = Some(smtp_url);
+            c.smtp_from = "kxp <kxp@platform.example>".to_owned();
+            c.protection = Protection {
+                breaker_failures: 2,
+                breaker_cooldown: Duration::from_millis(50),
+                breaker_cooldown_max: Duration::from_millis(100),
+                disable_after: Duration::from_millis(1500),
+                rate_limit: 0,
+            };
+        },
+    )
+    .await;
+    let (status, account) = s
+        .api
+        .call(
+            "PATCH",
+            "/v1/account",
+            Some(json!({"ops_url": ops.url, "contact_email": "ops@shop.example"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{account}");
+    let ops_secret = account["ops_secret"].as_str().unwrap().to_owned();
+    assert_eq!(ops_secret.len(), 64);
+    // Shown once.
+    let (_, again) = s.api.call("GET", "/v1/account", None).await;
+    assert_eq!(again["ops_url"], ops.url.as_str(), "{again}");
+    assert!(again.get("ops_secret").is_none(), "{again}");
+
+    let rx = Receiver::start(vec![]).await;
+    rx.answer_rest_with(503);
+    let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
+    let event = s.api.emit("payment.succeeded", json!({"n": 1})).await;
+
+    // Open → one notice; the failed probes that follow re-open the circuit without another;
+    // disabled → the second notice.
+    let start = Instant::now();
+    while status_of(&s, &ep).await != "disabled" {
+        assert!(start.elapsed() < WITHIN, "the endpoint was not disabled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deliveries = s.api.deliveries_of(&event).await;
+    let attempts = deliveries[0]["attempts"].as_i64().unwrap();
+    assert!(
+        attempts >= 4,
+        "several probes failed before the disable: {attempts}"
+    );
+
+    let mails = smtp.wait_for(2, WITHIN).await;
+    let start = Instant::now();
+    while ops.seen().len() < 3 {
+        assert!(
+            start.elapsed() < WITHIN,
+            "ops webhooks: {:?}",
+            ops.seen().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing more comes (a look after a while: a repeat would show here).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(smtp.messages().len(), 2);
+    let hooks = ops.seen();
+    assert_eq!(hooks.len(), 3, "one refused try, then the two notices");
+
+    // The webhooks: signed with the ops secret, the same envelope shape as an event.
+    assert_eq!(
+        hooks[0].body, hooks[1].body,
+        "the retry sends the same bytes"
+    );
+    let kinds: Vec<Value> = hooks[1..]
+        .iter()
+        .map(|hook| {
+            assert!(
+                verifies(hook, &ops_secret),
+                "not signed with the ops secret"
+            );
+            let notice: Value = serde_json::from_slice(&hook.body).unwrap();
+            assert_eq!(
+                hook.header("x-kxp-event-id"),
+                notice["id"].as_str().unwrap()
+            );
+            assert_eq!(notice["data"]["endpoint_id"], ep.as_str(), "{notice}");
+            assert_eq!(notice["data"]["url"], rx.url.as_str(), "{notice}");
+            assert_eq!(notice["data"]["last_error"], "http_503", "{notice}");
+            notice["type"].clone()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [json!("endpoint.circuit_opened"), json!("endpoint.disabled")]
+    );
+
+    // The e-mails: to the contact address, from the configured sender, saying what happened.
+    for mail in &mails {
+        assert_eq!(mail.to, ["ops@shop.example"]);
+        assert_eq!(mail.from, "kxp@platform.example");
+        assert!(mail.body().contains(&ep), "{}", mail.body());
+        assert!(mail.body().contains(&rx.url), "{}", mail.body());
+    }
+    let subjects: Vec<String> = mails.iter().map(|m| m.subject().unwrap()).collect();
+    assert_eq!(
+        subjects,
+        [
+            format!("[kxp] Endpoint failing, deliveries paused: {}", rx.url),
+            format!("[kxp] Endpoint disabled: {}", rx.url),
+        ]
+    );
+    assert!(
+        mails[1]
+            .body()
+            .contains(&format!("POST /v1/endpoints/{ep}/resume"))
+    );
+
+    // The outbox as the API shows it: four notices, all sent; the first of each channel took
+    // two tries.
+    let start = Instant::now();
+    let listed = loop {
+        let listed = notifications(&s).await;
+        if listed.len() == 4 && listed.iter().all(|n| n["status"] == "sent") {
+            break listed;
+        }
+        assert!(start.elapsed() < WITHIN, "{listed:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let summary: Vec<(String, String, i64)> = listed
+        .iter()
+        .map(|n| {
+            (
+                n["kind"].as_str().unwrap().to_owned(),
+                n["channel"].as_str().unwrap().to_owned(),
+                n["attempts"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("endpoint.circuit_opened", "webhook", 2),
+        ("endpoint.circuit_opened", "email", 2),
+        ("endpoint.disabled", "webhook", 1),
+        ("endpoint.disabled", "email", 1),
+    ];
+    for (kind, channel, tries) in expected {
+        assert!(
+            summary.contains(&(kind.to_owned(), channel.to_owned(), tries)),
+            "{kind} {channel} in {tries} tries: {summary:?}"
+        );
+    }
+    // No secret in what the API lists.
+    let text = serde_json::to_string(&listed).unwrap();
+    assert!(!text.contains(&ops_secret));
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn account_settings_are_checked() {
+    let s = sender_with("0s", |_| {}).await;
+    let bad = [
+        (json!({"contact_email": "not an address"}), "contact_email"),
+        (json!({"ops_url": "ftp://shop.example/ops"}), "scheme"),
+        // --dev lets loopback through, and nothing else private.
+        (json!({"ops_url": "http://10.1.2.3/ops"}), "blocked"),
+        (
+            json!({"ops_url": "https://user:pw@shop.example/ops"}),
+            "credentials",
+        ),
+        (
+            json!({"default_api_version": "no spaces"}),
+            "default_api_version",
+        ),
+        (json!({"name": ""}), "name"),
+        (json!({"ops_secret": "mine"}), "unknown field"),
+        (json!({"name": null}), "null"),
+    ];
+    for (body, says) in bad {
+        let (status, answer) = s.api.call("PATCH", "/v1/account", Some(body.clone())).await;
+        assert!(
+            (400..500).contains(&status) && answer["message"].as_str().unwrap_or("").contains(says),
+            "{body} → {status} {answer}"
+        );
+    }
+    // Nothing of that was stored.
+    let (_, account) = s.api.call("GET", "/v1/account", None).await;
+    assert_eq!(
+        (&account["ops_url"], &account["contact_email"]),
+        (&Value::Null, &Value::Null),
+        "{account}"
+    );
+
+    // Set, then removed: the secret goes with the URL.
+    let (status, set) = s
+        .api
+        .call(
+            "PATCH",
+            "/v1/account",
+            Some(json!({"ops_url": "https://shop.example/ops", "contact_email": "a@shop.example"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{set}");
+    assert!(set["ops_secret"].is_string());
+    let (status, cleared) = s
+        .api
+        .call(
+            "PATCH",
+            "/v1/account",
+            Some(json!({"ops_url": null, "contact_email": null})),
+        )
+        .await;
+    assert_eq!(status, 200, "{cleared}");
+    assert_eq!(
+        (&cleared["ops_url"], &cleared["contact_email"]),
+        (&Value::Null, &Value::Null)
+    );
+    assert!(cleared.get("ops_secret").is_none());
+    let kxp_sender::Db::Sqlite(pool) = s.server.db() else {
+        panic!("the test sender runs on SQLite")
+    };
+    let secret: Option<String> = sqlx::query_scalar("SELECT ops_secret FROM kxp_accounts")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(secret, None);
+    s.server.shutdown().await;
+}
