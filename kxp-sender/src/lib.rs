@@ -29,6 +29,7 @@ pub mod guard;
 pub mod health;
 pub mod mail;
 pub mod notify;
+pub mod retention;
 pub mod schedule;
 pub mod schemas;
 pub mod store;
@@ -81,6 +82,9 @@ pub struct Config {
     pub smtp_url: Option<String>,
     /// The sender of e-mail notifications, e.g. `kxp <ops@example.com>`.
     pub smtp_from: String,
+    /// How long finished deliveries, their events and notifications are kept ([`retention`]);
+    /// `None`: forever.
+    pub retention: Option<Duration>,
 }
 
 impl Default for Config {
@@ -101,6 +105,7 @@ impl Default for Config {
             protection: circuit::Protection::default(),
             smtp_url: None,
             smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
+            retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
         }
     }
 }
@@ -239,6 +244,11 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             notices.clone(),
             stopped.clone(),
         ));
+        let purger = tokio::spawn(retention::run(
+            db.clone(),
+            config.retention,
+            stopped.clone(),
+        ));
         let worker_config = worker::WorkerConfig {
             schedule: config.schedule.clone(),
             workers: config.workers,
@@ -256,6 +266,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         tokio::spawn(async move {
             workers.await;
             let _ = notifier.await;
+            let _ = purger.await;
         })
     });
     Ok(Server {

@@ -360,8 +360,11 @@ async fn send_one(db: &Db, notifier: &Notifier, n: &Notification) {
         },
         other => Err(format!("unknown channel {other}")),
     };
+    // Without an SMTP server no retry can succeed: say so once and stop.
+    let hopeless = n.channel == "email" && notifier.mailer.is_none();
     let next = match &result {
         Ok(()) => NoticeNext::Sent,
+        Err(_) if hopeless => NoticeNext::Failed,
         Err(_) => {
             let made = u32::try_from(attempts).unwrap_or(u32::MAX);
             match notifier.schedule.after_failure(made, 0.5, None) {

@@ -42,7 +42,7 @@ pub(crate) struct ServeArgs {
     per_endpoint_concurrency: usize,
     /// How long a claimed delivery's lease outlives its endpoint's timeout: after a crash, its
     /// deliveries are taken over this long after their attempts could have ended.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_lease_extra)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_any_duration)]
     lease_extra: Duration,
     /// Deliveries per second to one endpoint, for endpoints without their own
     /// `rate_limit_per_second` (per process; 0: no default limit).
@@ -73,6 +73,10 @@ pub(crate) struct ServeArgs {
         default_value = "kxp-webhooks <kxp@localhost>"
     )]
     smtp_from: String,
+    /// How long finished deliveries (delivered, or dead and replayed), their events and
+    /// notifications are kept; `0` keeps them forever. Dead deliveries never replayed stay.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_any_duration)]
+    retention: Duration,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     json_logs: bool,
@@ -95,7 +99,7 @@ fn parse_cidr(text: &str) -> Result<Cidr, String> {
         .map_err(|e: kxp_sender::guard::CidrError| e.to_string())
 }
 
-fn parse_lease_extra(text: &str) -> Result<Duration, String> {
+fn parse_any_duration(text: &str) -> Result<Duration, String> {
     parse_duration(text).map_err(|e| e.to_string())
 }
 
@@ -136,6 +140,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         },
         smtp_url: args.smtp_url.filter(|url| !url.is_empty()),
         smtp_from: args.smtp_from,
+        retention: (!args.retention.is_zero()).then_some(args.retention),
         ..Config::default()
     };
     let runtime = match tokio::runtime::Runtime::new() {

@@ -17,6 +17,7 @@ mod notifications;
 mod pipeline;
 mod postgres;
 mod protection;
+mod retention;
 mod rotation;
 mod schemas;
 mod send;
