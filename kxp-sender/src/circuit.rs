@@ -261,6 +261,17 @@ impl Transition {
         }
     }
 
+    /// A name for logs: `circuit_opened`, `circuit_reopened`, `circuit_closed`, `disabled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transition::Stay => "none",
+            Transition::Open => "circuit_opened",
+            Transition::Reopen => "circuit_reopened",
+            Transition::Close => "circuit_closed",
+            Transition::Disable => "disabled",
+        }
+    }
+
     /// Whether the change schedules a probe (its statement takes the probe time as `$3`).
     pub(crate) fn schedules_probe(self) -> bool {
         matches!(self, Transition::Open | Transition::Reopen)
@@ -411,7 +422,7 @@ impl Db {
                 probe
             });
             if let Some(probe) = probe {
-                tracing::info!(target: "kxp_sender", endpoint_id = %endpoint_id, delivery_id = %probe, "circuit half-open: probing");
+                tracing::info!(target: "kxp_sender::circuit", endpoint_id = %endpoint_id, delivery_id = %probe, "circuit half-open: probing");
                 released += 1;
             }
         }

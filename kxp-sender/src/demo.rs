@@ -76,9 +76,11 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
     let bar = !args.no_progress && std::io::stdout().is_terminal();
     let mut progress = Progress::new(bar, args.events);
     // The progress display is the interface: logs only for problems (warn and up), above the
-    // bar. The receiver's one line per request is left out: the table counts them.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kxp_webhooks=off"));
+    // bar. The receiver's one line per request is left out: the table counts them, and so are
+    // circuit changes: the demo narrates them.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,kxp_webhooks=off,kxp_sender::circuit=off")
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(progress.log_writer())
@@ -176,15 +178,20 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
             ENDPOINT_TIMEOUT,
         )
         .await?;
+    // The merchant's on-call hook: told when a circuit opens or an endpoint is disabled.
+    let ops_secret = api.set_ops_url(&format!("{base}/webhooks/ops")).await?;
     let receiver = FlakyReceiver::start(
         reserved,
         &dir.sqlite_url("receiver.db"),
         seed,
-        &payments.secret,
-        &refunds.secret,
+        receiver::Secrets {
+            payments: &payments.secret,
+            refunds: &refunds.secret,
+            ops: &ops_secret,
+        },
     )
     .await?;
-    drop((payments.secret, refunds.secret));
+    drop((payments.secret, refunds.secret, ops_secret));
 
     progress.say(&format!(
         "kxp demo: {} events through the real sender to a receiver that misbehaves on purpose (seed {seed})",
@@ -203,6 +210,9 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     progress.say(&format!(
         "  refunds   {base}/webhooks/refunds · every 10th event · answers 500 to everything until fixed"
     ));
+    progress.say(&format!(
+        "  ops       {base}/webhooks/ops · the merchant's on-call hook: told when a circuit opens or an endpoint is disabled"
+    ));
 
     let emitted = Arc::new(Mutex::new(Vec::new()));
     let pace = EMIT_EVERY.min(MAX_EMISSION / u32::try_from(args.events).unwrap_or(u32::MAX));
@@ -216,6 +226,7 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
             (refunds.id.clone(), "refunds", "closed".to_owned()),
         ],
         refunds_fixed: false,
+        notices_seen: 0,
         refunds_endpoint: &refunds.id,
         progress,
         requested: args.events,
@@ -281,6 +292,8 @@ struct Watch<'a> {
     /// Each endpoint's id, name, and circuit state as last seen.
     endpoints: [(String, &'static str, String); 2],
     refunds_fixed: bool,
+    /// Operational notices already narrated.
+    notices_seen: usize,
     refunds_endpoint: &'a str,
     progress: &'a mut Progress,
     requested: u64,
@@ -416,7 +429,7 @@ impl Watch<'_> {
             }
             self.progress.say(&match state.as_str() {
                 "open" => format!(
-                    "{stamp} {name}: circuit open after {} failures in a row; its deliveries are held (no retries used) and the merchant is notified",
+                    "{stamp} {name}: circuit open after {} failures in a row; its deliveries are held (no retries used)",
                     PROTECTION.breaker_failures
                 ),
                 "half_open" => format!("{stamp} {name}: circuit half-open, probing with one delivery"),
@@ -426,6 +439,18 @@ impl Watch<'_> {
                 ),
             });
             *seen = state;
+        }
+        for notice in self.receiver.notices().iter().skip(self.notices_seen) {
+            let name = self
+                .endpoints
+                .iter()
+                .find(|(id, _, _)| *id == notice.endpoint_id)
+                .map_or("an unknown endpoint", |(_, name, _)| *name);
+            self.progress.say(&format!(
+                "{stamp} ops webhook received: {} for {name} (signed with the account's ops secret, verified)",
+                notice.kind
+            ));
+            self.notices_seen += 1;
         }
         Ok(())
     }

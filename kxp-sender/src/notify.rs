@@ -384,7 +384,8 @@ async fn send_one(db: &Db, notifier: &Notifier, n: &Notification) {
             target: "kxp_sender", notification_id = %n.id, endpoint_id = %n.endpoint_id, kind = %n.kind,
             channel = %n.channel, attempts, error = %e, "notifying the merchant failed for good"
         ),
-        (Err(e), _) => tracing::warn!(
+        // Like a failed delivery attempt: routine until the last try.
+        (Err(e), _) => tracing::info!(
             target: "kxp_sender", notification_id = %n.id, endpoint_id = %n.endpoint_id, kind = %n.kind,
             channel = %n.channel, attempts, error = %e, "notifying the merchant failed; will retry"
         ),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::circuit::{Protection, RateLimiter};
+use crate::circuit::{Protection, RateLimiter, Transition};
 use crate::db::{Db, ms, new_id, now_ms};
 use crate::dispatch::{self, GuardedClient, Outcome};
 use crate::guard::AddressGuard;
@@ -272,11 +272,16 @@ async fn attempt(
             transition,
             notices,
         }) => {
-            if let Some(transition) = transition {
-                tracing::warn!(
-                    target: "kxp_sender", endpoint_id = %job.endpoint_id, transition = ?transition,
-                    notices, "endpoint state changed"
-                );
+            match transition {
+                Some(t @ (Transition::Open | Transition::Disable)) => tracing::warn!(
+                    target: "kxp_sender::circuit", endpoint_id = %job.endpoint_id,
+                    transition = t.as_str(), notices, "endpoint state changed"
+                ),
+                Some(t) => tracing::info!(
+                    target: "kxp_sender::circuit", endpoint_id = %job.endpoint_id,
+                    transition = t.as_str(), "endpoint state changed"
+                ),
+                None => {}
             }
             if notices > 0 {
                 config.notifier.notify_one();

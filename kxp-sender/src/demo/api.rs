@@ -206,6 +206,22 @@ impl Api {
         }
     }
 
+    /// Points the account's operational webhooks at `url`; returns the ops secret they are
+    /// signed with (shown only in this answer).
+    pub(super) async fn set_ops_url(&self, url: &str) -> Result<String, String> {
+        let body = json!({"ops_url": url});
+        let (status, account) = self
+            .call(Method::PATCH, "/v1/account", Some(&body), None)
+            .await?;
+        if status != StatusCode::OK {
+            return Err(format!("PATCH /v1/account answered {status}: {account}"));
+        }
+        account["ops_secret"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| "PATCH /v1/account: the answer has no `ops_secret`".to_owned())
+    }
+
     /// An endpoint's circuit breaker state (`closed`, `open`, `half_open`).
     pub(super) async fn circuit_state(&self, endpoint_id: &str) -> Result<String, String> {
         let path = format!("/v1/endpoints/{endpoint_id}");

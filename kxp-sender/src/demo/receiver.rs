@@ -7,8 +7,10 @@
 //!   answers, and some acknowledgements lost *after* processing (a 500, or a 200 that comes
 //!   after the sender's timeout). The sender retries those events although they were
 //!   processed, and dedup answers the retry `duplicate` without running the handler again.
-//! - The refunds route answers 500 to everything until [`FlakyReceiver::fix_refunds`], so its
-//!   deliveries exhaust their tries and go dead, for the demo to replay.
+//! - The refunds route answers 500 to everything until [`FlakyReceiver::fix_refunds`]: its
+//!   circuit opens and its deliveries wait, held, until the demo fixes it.
+//! - `/webhooks/ops` is the merchant's on-call hook: it verifies the sender's operational
+//!   webhooks with the account's ops secret and records each notice once.
 //!
 //! The handlers' side effect is one row per processing in a ledger table written in the same
 //! transaction as the dedup mark (`process_in_transaction`). The table has no unique
@@ -187,6 +189,25 @@ struct Shared {
     failure: Mutex<Option<String>>,
     /// Per event id, how many of its requests reached the flaky route.
     flaky_requests: Mutex<HashMap<String, u32>>,
+    /// The operational notices received, each once.
+    notices: Mutex<Vec<Notice>>,
+}
+
+/// An operational webhook the sender sent about one of the demo's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Notice {
+    /// The notice's event id.
+    pub id: String,
+    /// `endpoint.circuit_opened` or `endpoint.disabled`.
+    pub kind: String,
+    /// The endpoint it is about.
+    pub endpoint_id: String,
+}
+
+/// The part of an operational notice's `data` the demo reads.
+#[derive(Debug, Deserialize)]
+struct NoticeData {
+    endpoint_id: String,
 }
 
 /// The part of an event's `data` the handlers read.
@@ -194,6 +215,16 @@ struct Shared {
 struct Order {
     seq: u64,
     amount: i64,
+}
+
+/// The secrets the receiver verifies with: one per endpoint, and the account's ops secret.
+pub(super) struct Secrets<'a> {
+    /// The payments endpoint's.
+    pub payments: &'a str,
+    /// The refunds endpoint's.
+    pub refunds: &'a str,
+    /// The account's, for operational webhooks.
+    pub ops: &'a str,
 }
 
 /// The port, bound but not listening yet.
@@ -231,14 +262,14 @@ pub(super) struct FlakyReceiver {
 }
 
 impl FlakyReceiver {
-    /// Opens the dedup store and the ledger at `database_url`, and serves the two routes on
-    /// `reserved` once [`NOT_LISTENING_FOR`] has passed. The phases count from the return.
+    /// Opens the dedup store and the ledger at `database_url`, and serves the two routes (and
+    /// the merchant's operational webhook route) on `reserved` once [`NOT_LISTENING_FOR`] has
+    /// passed. The phases count from the return.
     pub(super) async fn start(
         reserved: Reserved,
         database_url: &str,
         seed: u64,
-        payments_secret: &str,
-        refunds_secret: &str,
+        secrets: Secrets<'_>,
     ) -> Result<FlakyReceiver, String> {
         let store = Store::connect(database_url)
             .await
@@ -271,22 +302,29 @@ impl FlakyReceiver {
             counters: Counters::default(),
             failure: Mutex::new(None),
             flaky_requests: Mutex::new(HashMap::new()),
+            notices: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route(
                 "/webhooks/payments",
-                post(payments).layer(verify(payments_secret)?),
+                post(payments).layer(verify(secrets.payments)?),
             )
             .route(
                 "/webhooks/refunds",
-                post(refunds).layer(verify(refunds_secret)?),
+                post(refunds).layer(verify(secrets.refunds)?),
             )
+            .route("/webhooks/ops", post(ops).layer(verify(secrets.ops)?))
             .layer(middleware::from_fn_with_state(shared.clone(), front_door))
             .with_state(shared.clone());
 
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(serve(reserved, app, shared.clone(), stopped));
         Ok(FlakyReceiver { shared, stop, task })
+    }
+
+    /// The operational notices received so far, in order.
+    pub(super) fn notices(&self) -> Vec<Notice> {
+        lock(&self.shared.notices).clone()
     }
 
     /// When the phases started.
@@ -466,6 +504,20 @@ async fn refunds(State(shared): State<Arc<Shared>>, event: VerifiedEvent<Order>)
             .into_response();
     }
     process(&shared, &event).await.into_response()
+}
+
+/// The merchant's operational webhook: verified with the account's ops secret like any
+/// delivery, and recorded once per notice (a retried notice has the same id).
+async fn ops(State(shared): State<Arc<Shared>>, event: VerifiedEvent<NoticeData>) -> StatusCode {
+    let mut notices = lock(&shared.notices);
+    if !notices.iter().any(|n| n.id == event.id()) {
+        notices.push(Notice {
+            id: event.id().to_owned(),
+            kind: event.event_type().to_owned(),
+            endpoint_id: event.data().endpoint_id.clone(),
+        });
+    }
+    StatusCode::OK
 }
 
 /// Exactly once: the ledger row and the dedup mark commit together.

@@ -67,6 +67,10 @@ fn the_demo_processes_every_event_exactly_once_through_a_flaky_receiver() {
         stdout.contains("circuit closed; held deliveries drain"),
         "{context}"
     );
+    assert!(
+        stdout.contains("ops webhook received: endpoint.circuit_opened for refunds"),
+        "{context}"
+    );
     assert!(count("duplicates absorbed by dedup") > 0, "{context}");
     assert!(count("retried") > 0, "{context}");
     assert!(count("connection refused") > 0, "{context}");
@@ -77,7 +81,7 @@ fn the_demo_processes_every_event_exactly_once_through_a_flaky_receiver() {
         "something secret-shaped was printed\n{context}"
     );
     assert!(
-        !stderr.contains("INFO"),
+        !stderr.contains("INFO") && !stderr.contains("endpoint state changed"),
         "the progress display is the interface: no routine logs\n{context}"
     );
 }
