@@ -123,6 +123,9 @@ pub enum Transition {
 pub struct AfterAttempt {
     /// The breaker's state before this attempt's outcome is applied.
     pub state: CircuitState,
+    /// Whether this attempt was the half-open circuit's probe (and not an attempt that was
+    /// already in flight when the circuit opened).
+    pub probe: bool,
     /// Whether the endpoint is `active` (paused, disabled and deleted endpoints never
     /// transition).
     pub active: bool,
@@ -157,7 +160,7 @@ pub fn decide(p: &Protection, after: &AfterAttempt, now: i64) -> Transition {
         {
             Transition::Open
         }
-        CircuitState::HalfOpen => Transition::Reopen,
+        CircuitState::HalfOpen if after.probe => Transition::Reopen,
         _ => Transition::Stay,
     }
 }
@@ -216,7 +219,8 @@ pub(crate) use hold_pending;
 
 /// The endpoint columns a finished attempt reads, by the delivery's id.
 pub(crate) const ENDPOINT_OF_DELIVERY: &str = "SELECT p.id, p.status, p.circuit_state, \
-       p.circuit_failed_probes, p.rate_limit_per_second, s.consecutive_failures, s.failing_since \
+       p.circuit_failed_probes, p.circuit_probe_id, p.rate_limit_per_second, s.consecutive_failures, \
+       s.failing_since \
      FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
      LEFT JOIN kxp_endpoint_stats s ON s.endpoint_id = p.id WHERE d.id = $1";
 
@@ -227,6 +231,7 @@ pub(crate) struct EndpointRow {
     pub status: String,
     pub circuit_state: String,
     pub circuit_failed_probes: i64,
+    pub circuit_probe_id: Option<String>,
     pub rate_limit_per_second: Option<i64>,
     pub consecutive_failures: Option<i64>,
     pub failing_since: Option<i64>,
@@ -302,6 +307,7 @@ macro_rules! after_attempt {
             let state = $crate::circuit::CircuitState::parse(&row.circuit_state);
             let after = $crate::circuit::AfterAttempt {
                 state,
+                probe: row.circuit_probe_id.as_deref() == Some($delivery_id),
                 active: row.status == "active",
                 success: $success,
                 consecutive_failures: row.consecutive_failures.unwrap_or(0),
@@ -365,9 +371,13 @@ macro_rules! after_attempt {
 pub(crate) use after_attempt;
 
 impl Db {
-    /// Moves every open circuit whose cool-down has passed to `half_open`, releasing its oldest
-    /// held delivery as the probe. An open circuit with nothing held stays open until there is
-    /// something to probe with. Returns how many probes were released.
+    /// Moves every open circuit whose cool-down has passed to `half_open`, releasing one held
+    /// delivery as the probe: the one with the most tries left (the oldest of those), so a long
+    /// outage wears the backlog down evenly instead of sending its oldest delivery to the
+    /// dead-letter queue. Pending deliveries that escaped holding (put back by a worker, or
+    /// reclaimed after a crash, while the circuit was open) are held first. An open circuit
+    /// with nothing pending stays open until there is something to probe with. Returns how many
+    /// probes were released.
     pub async fn release_probes(&self) -> Result<u64, StoreError> {
         let now = now_ms();
         let due: Vec<String> = on_db!(self, |pool, _begin| {
@@ -395,10 +405,11 @@ impl Db {
                 .await?
                 .rows_affected();
                 let probe = if moved == 1 {
+                    hold_pending!(tx, &endpoint_id, now)?;
                     sqlx::query_scalar::<_, String>(
                         "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $1 WHERE id = \
                          (SELECT id FROM kxp_deliveries WHERE endpoint_id = $2 AND status = 'pending' \
-                          AND next_attempt_at = $3 ORDER BY id LIMIT 1) RETURNING id",
+                          AND next_attempt_at = $3 ORDER BY attempts, id LIMIT 1) RETURNING id",
                     )
                     .bind(now)
                     .bind(&endpoint_id)
@@ -439,11 +450,17 @@ pub struct RateLimiter {
     buckets: HashMap<String, Bucket>,
 }
 
+/// How long an unused full bucket is kept.
+const IDLE_BUCKET: Duration = Duration::from_secs(60);
+
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     tokens: f64,
     rate: u32,
+    /// When `tokens` was last brought up to date.
     at: Instant,
+    /// When a token was last asked for.
+    used: Instant,
 }
 
 impl Bucket {
@@ -471,8 +488,10 @@ impl RateLimiter {
                 tokens: f64::from(rate.max(1)),
                 rate,
                 at: now,
+                used: now,
             });
         bucket.refill(rate, now);
+        bucket.used = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
             true
@@ -485,9 +504,11 @@ impl RateLimiter {
     /// claim's per-endpoint caps. Endpoints not listed are limited only by concurrency.
     pub fn allowances(&mut self, now: Instant) -> impl Iterator<Item = (&str, usize)> {
         self.buckets.retain(|_, bucket| {
+            let idle = now.saturating_duration_since(bucket.used);
             bucket.refill(bucket.rate, now);
-            // A full bucket says nothing a fresh one would not: forget it.
-            bucket.tokens < f64::from(bucket.rate.max(1))
+            // Kept while in use, so the claim asks for no more than the rate allows; an
+            // endpoint idle for a minute is forgotten (a fresh bucket is a full one).
+            idle < IDLE_BUCKET || bucket.tokens < f64::from(bucket.rate.max(1))
         });
         self.buckets
             .iter()
@@ -517,6 +538,7 @@ mod tests {
     ) -> AfterAttempt {
         AfterAttempt {
             state,
+            probe: state == CircuitState::HalfOpen,
             active: true,
             success,
             consecutive_failures: failures,
@@ -561,6 +583,12 @@ mod tests {
             Transition::Reopen
         );
         assert_eq!(Transition::Reopen.notice(), None);
+        // A straggler (in flight since before the circuit opened) failing is not the probe.
+        let straggler = AfterAttempt {
+            probe: false,
+            ..after(half, false, 5, Some(now))
+        };
+        assert_eq!(decide(&p(), &straggler, now), Transition::Stay);
         assert_eq!(Transition::Open.notice(), Some("endpoint.circuit_opened"));
         assert_eq!(Transition::Disable.notice(), Some("endpoint.disabled"));
         // A success of an attempt that was in flight when the circuit opened closes it too.
@@ -640,8 +668,11 @@ mod tests {
             .count();
         assert_eq!(taken, 2, "0.4 s at 5/s");
         assert!(limiter.try_take("other", None, later), "unlimited");
-        // A bucket that refilled completely is forgotten.
-        let much_later = later + Duration::from_secs(5);
-        assert_eq!(limiter.allowances(much_later).count(), 0);
+        // A full bucket still caps the claim at one second's worth; an idle one is forgotten.
+        let later = later + Duration::from_secs(5);
+        let mut caps: Vec<_> = limiter.allowances(later).collect();
+        caps.sort_unstable();
+        assert_eq!(caps, vec![("ep", 5)]);
+        assert_eq!(limiter.allowances(later + IDLE_BUCKET).count(), 0);
     }
 }

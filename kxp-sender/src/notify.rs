@@ -18,7 +18,7 @@ use serde_json::Value;
 use sqlx::FromRow;
 use tokio::sync::{Notify, watch};
 
-use crate::db::{Db, ms, now_ms, on_db};
+use crate::db::{Db, ms, new_id, now_ms, on_db};
 use crate::dispatch::{self, GuardedClient, Outcome};
 use crate::mail::Mailer;
 use crate::schedule::{AfterFailure, Schedule};
@@ -191,19 +191,23 @@ pub struct Notification {
 const NOTIFICATION_COLUMNS: &str = "id, account_id, endpoint_id, kind, channel, target, event_id, payload, status, attempts, last_error, created_at";
 
 impl Db {
-    /// Leases up to `limit` due notifications for `lease_ms`.
-    pub async fn claim_notifications(
+    /// Leases the next due notification to `owner` for `lease_ms`; e-mail ones only when
+    /// `email` (this process can send e-mail), so a process without an SMTP server leaves them
+    /// to one that has.
+    pub async fn claim_notification(
         &self,
-        limit: i64,
+        owner: &str,
         lease_ms: i64,
-    ) -> Result<Vec<Notification>, StoreError> {
+        email: bool,
+    ) -> Result<Option<Notification>, StoreError> {
         let now = now_ms();
         // The lease test is repeated outside the subquery: on PostgreSQL, a second process that
         // waited for the row re-checks it against the row the first one wrote, and skips it.
         let sql = format!(
-            "UPDATE kxp_notifications SET lease_until = $2, updated_at = $1 \
+            "UPDATE kxp_notifications SET lease_until = $2, lease_owner = $3, updated_at = $1 \
              WHERE id IN (SELECT id FROM kxp_notifications WHERE status = 'pending' AND next_attempt_at <= $1 \
-               AND (lease_until IS NULL OR lease_until < $1) ORDER BY next_attempt_at LIMIT $3) \
+               AND (lease_until IS NULL OR lease_until < $1) AND (channel <> 'email' OR $4 = 1) \
+               ORDER BY next_attempt_at LIMIT 1) \
              AND status = 'pending' AND (lease_until IS NULL OR lease_until < $1) \
              RETURNING {NOTIFICATION_COLUMNS}"
         );
@@ -211,16 +215,20 @@ impl Db {
             sqlx::query_as::<_, Notification>(&sql)
                 .bind(now)
                 .bind(now.saturating_add(lease_ms))
-                .bind(limit)
-                .fetch_all(pool)
+                .bind(owner)
+                .bind(i64::from(email))
+                .fetch_optional(pool)
                 .await?
         }))
     }
 
-    /// Records a try of a notification: sent, retried at a time, or failed for good.
+    /// Records a try of a notification — sent, retried at a time, or failed for good — if
+    /// `owner` still holds its lease (else another notifier took it over, and its outcome
+    /// stands).
     pub async fn finish_notification(
         &self,
         id: &str,
+        owner: &str,
         attempts: i64,
         next: NoticeNext,
         error: Option<&str>,
@@ -234,7 +242,8 @@ impl Db {
         on_db!(self, |pool, _begin| {
             sqlx::query(
                 "UPDATE kxp_notifications SET status = $1, attempts = $2, next_attempt_at = $3, \
-                 lease_until = NULL, last_error = $4, updated_at = $5 WHERE id = $6",
+                 lease_until = NULL, lease_owner = NULL, last_error = $4, updated_at = $5 \
+                 WHERE id = $6 AND lease_owner = $7",
             )
             .bind(status)
             .bind(attempts)
@@ -242,6 +251,7 @@ impl Db {
             .bind(error)
             .bind(now)
             .bind(id)
+            .bind(owner)
             .execute(pool)
             .await?;
         });
@@ -319,32 +329,52 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     if notifier.mailer.is_none() {
-        tracing::info!(target: "kxp_sender", "no SMTP server configured (--smtp-url): e-mail notifications are not sent");
+        tracing::info!(target: "kxp_sender", "no SMTP server configured (--smtp-url): this process sends no e-mail notifications");
     }
-    let lease = ms(notifier.timeout) + 60_000;
+    let owner = new_id("nfy");
+    // One notification at a time, leased for far longer than one try can take (a webhook ends
+    // within its timeout, an SMTP exchange within a few of lettre's 10 s steps).
+    let lease = ms(notifier.timeout) + 120_000;
     while !*shutdown.borrow() {
-        let due = match db.claim_notifications(16, lease).await {
+        let due = match db
+            .claim_notification(&owner, lease, notifier.mailer.is_some())
+            .await
+        {
             Ok(due) => due,
             Err(e) => {
                 tracing::error!(target: "kxp_sender", error = %e, "claiming notifications failed");
-                Vec::new()
+                None
             }
         };
-        if due.is_empty() {
-            tokio::select! {
-                _ = tokio::time::sleep(notifier.poll_interval) => {}
-                _ = wake.notified() => {}
-                _ = shutdown.changed() => {}
+        match due {
+            Some(notification) => send_one(&db, &notifier, &owner, &notification).await,
+            None => {
+                tokio::select! {
+                    _ = tokio::time::sleep(notifier.poll_interval) => {}
+                    _ = wake.notified() => {}
+                    _ = shutdown.changed() => {}
+                }
             }
-            continue;
-        }
-        for notification in due {
-            send_one(&db, &notifier, &notification).await;
         }
     }
 }
 
-async fn send_one(db: &Db, notifier: &Notifier, n: &Notification) {
+/// Why a try failed, and whether another could succeed.
+struct Failure {
+    error: String,
+    hopeless: bool,
+}
+
+impl Failure {
+    fn retry(error: impl Into<String>) -> Failure {
+        Failure {
+            error: error.into(),
+            hopeless: false,
+        }
+    }
+}
+
+async fn send_one(db: &Db, notifier: &Notifier, owner: &str, n: &Notification) {
     let attempts = n.attempts + 1;
     let result = match n.channel.as_str() {
         "webhook" => webhook(db, notifier, n, attempts).await,
@@ -354,17 +384,19 @@ async fn send_one(db: &Db, notifier: &Notifier, n: &Notification) {
                 mailer
                     .send(&n.target, &subject, &body)
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| Failure::retry(e.to_string()))
             }
-            None => Err("smtp_not_configured: kxp serve runs without --smtp-url".to_owned()),
+            // Not claimed by a process without a mailer.
+            None => Err(Failure::retry("smtp_not_configured")),
         },
-        other => Err(format!("unknown channel {other}")),
+        other => Err(Failure {
+            error: format!("unknown channel {other}"),
+            hopeless: true,
+        }),
     };
-    // Without an SMTP server no retry can succeed: say so once and stop.
-    let hopeless = n.channel == "email" && notifier.mailer.is_none();
     let next = match &result {
         Ok(()) => NoticeNext::Sent,
-        Err(_) if hopeless => NoticeNext::Failed,
+        Err(failure) if failure.hopeless => NoticeNext::Failed,
         Err(_) => {
             let made = u32::try_from(attempts).unwrap_or(u32::MAX);
             match notifier.schedule.after_failure(made, 0.5, None) {
@@ -382,21 +414,17 @@ async fn send_one(db: &Db, notifier: &Notifier, n: &Notification) {
         ),
         (Err(e), NoticeNext::Failed) => tracing::error!(
             target: "kxp_sender", notification_id = %n.id, endpoint_id = %n.endpoint_id, kind = %n.kind,
-            channel = %n.channel, attempts, error = %e, "notifying the merchant failed for good"
+            channel = %n.channel, attempts, error = %e.error, "notifying the merchant failed for good"
         ),
         // Like a failed delivery attempt: routine until the last try.
         (Err(e), _) => tracing::info!(
             target: "kxp_sender", notification_id = %n.id, endpoint_id = %n.endpoint_id, kind = %n.kind,
-            channel = %n.channel, attempts, error = %e, "notifying the merchant failed; will retry"
+            channel = %n.channel, attempts, error = %e.error, "notifying the merchant failed; will retry"
         ),
     }
+    let error = result.as_ref().err().map(|e| e.error.as_str());
     if let Err(e) = db
-        .finish_notification(
-            &n.id,
-            attempts,
-            next,
-            result.as_ref().err().map(String::as_str),
-        )
+        .finish_notification(&n.id, owner, attempts, next, error)
         .await
     {
         // The lease runs out and the notification is tried again: at least once.
@@ -409,11 +437,16 @@ async fn webhook(
     notifier: &Notifier,
     n: &Notification,
     attempt: i64,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let secret = match db.ops_secret(&n.account_id).await {
         Ok(Some(secret)) => secret,
-        Ok(None) => return Err("no_ops_secret: the account's ops URL was removed".to_owned()),
-        Err(e) => return Err(e.to_string()),
+        Ok(None) => {
+            return Err(Failure {
+                error: "ops_url_removed: the account no longer has an ops URL".to_owned(),
+                hopeless: true,
+            });
+        }
+        Err(e) => return Err(Failure::retry(e.to_string())),
     };
     let secrets = [secret];
     let request = dispatch::Request {
@@ -429,8 +462,8 @@ async fn webhook(
     };
     match dispatch::send(&notifier.client, &request).await.0 {
         Outcome::Delivered { .. } => Ok(()),
-        Outcome::Rejected { status, .. } => Err(format!("http_{status}")),
-        Outcome::Failed { error } => Err(error),
+        Outcome::Rejected { status, .. } => Err(Failure::retry(format!("http_{status}"))),
+        Outcome::Failed { error } => Err(Failure::retry(error)),
     }
 }
 

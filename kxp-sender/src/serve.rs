@@ -12,7 +12,12 @@ use kxp_sender::{Config, Schedule};
 #[derive(Args)]
 pub(crate) struct ServeArgs {
     /// `sqlite://path` (created if missing) or `postgres://user@host/db`.
-    #[arg(long, env = "KXP_DATABASE_URL", default_value = "sqlite://kxp.db")]
+    #[arg(
+        long,
+        env = "KXP_DATABASE_URL",
+        hide_env_values = true,
+        default_value = "sqlite://kxp.db"
+    )]
     database_url: String,
     /// Where the API listens.
     #[arg(long, env = "KXP_LISTEN", default_value = "127.0.0.1:8080")]
@@ -63,7 +68,7 @@ pub(crate) struct ServeArgs {
     disable_after: Duration,
     /// SMTP server for e-mail notifications: `smtp://host:25` (plain, e.g. a local relay),
     /// `smtp://user:pass@host:587?tls=required` (STARTTLS) or `smtps://user:pass@host:465`.
-    #[arg(long, env = "KXP_SMTP_URL", value_name = "URL")]
+    #[arg(long, env = "KXP_SMTP_URL", hide_env_values = true, value_name = "URL")]
     smtp_url: Option<String>,
     /// The From of e-mail notifications.
     #[arg(

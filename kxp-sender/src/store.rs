@@ -295,6 +295,21 @@ pub struct Job {
     pub endpoint_status: String,
     /// The endpoint's own rate limit, if it has one.
     pub rate_limit_per_second: Option<i64>,
+    /// The endpoint's circuit now.
+    pub circuit_state: String,
+    /// The half-open circuit's probe, if there is one.
+    pub circuit_probe_id: Option<String>,
+}
+
+impl Job {
+    /// Whether the delivery may be sent now: its endpoint is active and its circuit closed, or
+    /// this is the half-open circuit's probe. The claim checked the same, but an endpoint can
+    /// be paused, or its circuit opened, between the claim and the send.
+    pub fn sendable(&self) -> bool {
+        self.endpoint_status == "active"
+            && (self.circuit_state == "closed"
+                || self.circuit_probe_id.as_deref() == Some(&self.id))
+    }
 }
 
 const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
@@ -436,7 +451,13 @@ impl Db {
         id: &str,
         changes: &AccountChanges,
     ) -> Result<(Account, Option<String>), StoreError> {
-        let select = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1");
+        // Read under a row lock (PostgreSQL): two PATCHes at once apply one after the other,
+        // never one over the other's stale read.
+        let lock = match self {
+            Db::Sqlite(_) => "",
+            Db::Postgres(_) => " FOR UPDATE",
+        };
+        let select = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1{lock}");
         let new_secret = match &changes.ops_url {
             Some(Some(_)) => Some(random_hex_32()),
             _ => None,
@@ -712,9 +733,11 @@ impl Db {
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(StoreError::NotFound)?;
-            // Auto-disable measures failures from here: a resumed endpoint gets the full period.
+            // The breaker and auto-disable count from here: a resumed endpoint gets the full
+            // threshold and the full period again.
             sqlx::query(
-                "UPDATE kxp_endpoint_stats SET failing_since = NULL WHERE endpoint_id = $1",
+                "UPDATE kxp_endpoint_stats SET failing_since = NULL, consecutive_failures = 0 \
+                 WHERE endpoint_id = $1",
             )
             .bind(id)
             .execute(&mut *tx)
@@ -1090,7 +1113,7 @@ impl Db {
         on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Job>(
                 "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts, \
-                 p.status AS endpoint_status, p.rate_limit_per_second \
+                 p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id \
                  FROM kxp_deliveries d JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id \
                  WHERE d.id = $1",
             )
@@ -1121,6 +1144,10 @@ impl Db {
             NextState::RetryAt(at) => ("pending", at),
             NextState::Dead => ("dead", now),
         };
+        let lock_endpoint = matches!(self, Db::Postgres(_)).then_some(
+            "SELECT 1 FROM kxp_endpoints WHERE id = (SELECT endpoint_id FROM kxp_deliveries WHERE id = $1) \
+             FOR NO KEY UPDATE",
+        );
         // A retry for an endpoint deleted during the attempt ends the delivery instead.
         let sql = format!(
             "UPDATE kxp_deliveries SET status = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'dead' ELSE $1 END, \
@@ -1131,6 +1158,15 @@ impl Db {
         );
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
+            // The endpoint row first (PostgreSQL), as every transaction that changes an
+            // endpoint and its deliveries takes it: one lock order (no deadlock with a resume),
+            // and a delete waits for this attempt's outcome instead of missing it.
+            if let Some(lock) = lock_endpoint {
+                sqlx::query(lock)
+                    .bind(delivery_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             let updated = sqlx::query(&sql)
                 .bind(status)
                 .bind(attempt)

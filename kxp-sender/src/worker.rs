@@ -146,9 +146,10 @@ pub async fn run(
                     continue;
                 }
             };
-            if job.endpoint_status != "active" {
-                // Paused or deleted between the claim and now: put it back untried (a deleted
-                // endpoint's delivery ends dead there). No attempt is spent.
+            if !job.sendable() {
+                // Paused or deleted, or its circuit opened, between the claim and now: put it
+                // back untried (a deleted endpoint's delivery ends dead there, an open circuit's
+                // probe release holds it). No attempt is spent.
                 release(&db, &job.id, &owner).await;
                 continue;
             }

@@ -38,6 +38,7 @@ CREATE TABLE kxp_notifications (
     attempts        BIGINT NOT NULL DEFAULT 0,
     next_attempt_at BIGINT NOT NULL,
     lease_until     BIGINT,
+    lease_owner     TEXT,                          -- the notifier holding the lease
     last_error      TEXT,
     created_at      BIGINT NOT NULL,
     updated_at      BIGINT NOT NULL

@@ -38,6 +38,7 @@ CREATE TABLE kxp_notifications (
     attempts        INTEGER NOT NULL DEFAULT 0,
     next_attempt_at INTEGER NOT NULL,
     lease_until     INTEGER,
+    lease_owner     TEXT,                          -- the notifier holding the lease
     last_error      TEXT,
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL

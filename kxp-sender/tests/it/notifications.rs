@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use kxp_sender::circuit::Protection;
+use kxp_sender::notify::NoticeNext;
 use kxp_testkit::smtp::SmtpSink;
 use serde_json::{Value, json};
 
@@ -257,4 +258,80 @@ async fn account_settings_are_checked() {
         .unwrap();
     assert_eq!(secret, None);
     s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_notification_is_recorded_only_by_the_notifier_holding_its_lease() {
+    let s = sender_with("0s,10ms", |_| {}).await;
+    let db = s.server.db();
+    let (ep, _) = s.api.endpoint("http://127.0.0.1:9/hook", json!({})).await;
+    let kxp_sender::Db::Sqlite(pool) = db else {
+        panic!("the test sender runs on SQLite")
+    };
+    let account: String = sqlx::query_scalar("SELECT id FROM kxp_accounts")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    for (id, channel) in [("ntf_a", "email"), ("ntf_b", "webhook")] {
+        sqlx::query(
+            "INSERT INTO kxp_notifications (id, account_id, endpoint_id, kind, channel, target, event_id, \
+             payload, status, attempts, next_attempt_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, 'endpoint.disabled', $4, 'x', 'e', '{}', 'pending', 0, 0, 0, 0)",
+        )
+        .bind(id)
+        .bind(&account)
+        .bind(&ep)
+        .bind(channel)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    // The server's own notifier may take the webhook row first; stop it.
+    let url = s.database_url.clone();
+    s.server.shutdown().await;
+    let db = kxp_sender::Db::connect(&url).await.unwrap();
+    let kxp_sender::Db::Sqlite(pool) = &db else {
+        unreachable!()
+    };
+    sqlx::query("UPDATE kxp_notifications SET status = 'pending', lease_until = NULL, lease_owner = NULL, attempts = 0")
+        .execute(pool)
+        .await
+        .unwrap();
+
+    // Without a mailer, only the webhook row is claimed.
+    let a = db
+        .claim_notification("a", 60_000, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.id, "ntf_b");
+    assert!(
+        db.claim_notification("a", 60_000, false)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Leased: nobody else gets it; a notifier that lost the lease records nothing.
+    assert!(
+        db.claim_notification("b", 60_000, true)
+            .await
+            .unwrap()
+            .is_some_and(|n| n.id == "ntf_a")
+    );
+    db.finish_notification("ntf_b", "b", 1, NoticeNext::Sent, None)
+        .await
+        .unwrap();
+    let status = async |id: &str| -> String {
+        sqlx::query_scalar("SELECT status FROM kxp_notifications WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(status("ntf_b").await, "pending");
+    db.finish_notification("ntf_b", "a", 1, NoticeNext::Sent, None)
+        .await
+        .unwrap();
+    assert_eq!(status("ntf_b").await, "sent");
+    db.close().await;
 }

@@ -136,13 +136,35 @@ async fn breaker_scenario(s: &Sender) {
         expected,
         "failed probes: {failed_probes}"
     );
-    // Only the oldest delivery probes; the held ones still have no attempt.
-    for event in &held {
-        assert_eq!(delivery(s, event).await["attempts"], 0);
-    }
+
+    // While open, the only requests were the probes, one per failed probe, each a recorded
+    // attempt: holding burned nothing. (Read while the circuit is open, no probe in flight.)
+    let mut all = held.clone();
+    all.push(first.clone());
+    let (seen, failed_probes) = loop {
+        let before = circuit(db, &ep).await;
+        let seen = rx.seen().len();
+        let mut attempts = 0;
+        for event in &all {
+            attempts += delivery(s, event).await["attempts"].as_u64().unwrap();
+        }
+        if before.0 == "open" && circuit(db, &ep).await == before {
+            assert_eq!(
+                attempts as usize, seen,
+                "every request is a recorded attempt"
+            );
+            break (seen, before.2);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(
+        seen,
+        3 + failed_probes as usize,
+        "three failures, then only probes"
+    );
 
     rx.answer_rest_with(200);
-    for event in held.iter().chain([&first]) {
+    for event in &all {
         s.api.wait_for(event, "delivered", WITHIN).await;
     }
     let (state, _, failed_probes_after, _) = circuit(db, &ep).await;
@@ -157,27 +179,19 @@ async fn breaker_scenario(s: &Sender) {
         "{health}"
     );
 
-    // What the receiver saw: three failures, the probes (all of the first event), then each
-    // held event once, after the probe that closed the circuit.
+    // Each event: as many requests as recorded attempts, the last one its success; the probes
+    // went to the deliveries with the most tries left, so the first event (three failures)
+    // probed only once the others had caught up, if at all.
     let seen = rx.seen();
-    let first_seen: Vec<_> = seen.iter().filter(|r| r.event_id() == first).collect();
-    let probes = first_seen.len() - 3;
-    assert!(
-        probes >= 2,
-        "a failed probe and the successful one: {probes}"
-    );
-    assert_eq!(delivery(s, &first).await["attempts"], json!(3 + probes));
-    let closed_at = first_seen.last().unwrap().at;
-    for event in &held {
-        let mine: Vec<_> = seen.iter().filter(|r| r.event_id() == *event).collect();
-        assert_eq!(mine.len(), 1, "{event} was sent {} times", mine.len());
-        assert!(
-            mine[0].at >= closed_at,
-            "{event} was sent before the circuit closed"
-        );
-        assert_eq!(delivery(s, event).await["attempts"], 1);
+    let mut total = 0;
+    for event in &all {
+        let requests = seen.iter().filter(|r| r.event_id() == *event).count();
+        let attempts = delivery(s, event).await["attempts"].as_u64().unwrap() as usize;
+        assert_eq!(requests, attempts, "{event}");
+        total += requests;
     }
-    assert_eq!(seen.len(), 3 + probes + held.len());
+    assert_eq!(total, seen.len());
+    assert!(delivery(s, &first).await["attempts"].as_u64().unwrap() >= 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,20 +252,21 @@ async fn a_recovered_backlog_drains_at_the_rate_limit_not_as_a_storm() {
         s.api.wait_for(event, "delivered", WITHIN).await;
     }
 
-    // The probe (the first delivery) closed the circuit; the backlog was then released one
+    // The probe closed the circuit with the first success; the rest was then released one
     // every 100 ms, oldest first. No delivery can start before its release.
-    let tries = first_tries(db, &ep).await;
-    let probe = delivery(&s, &first).await;
-    let probe_attempts = rows(
+    let successes = rows(
         db,
-        "SELECT CAST(attempt AS TEXT), started_at FROM kxp_attempts WHERE delivery_id = $1 ORDER BY attempt",
-        probe["id"].as_str().unwrap(),
+        "SELECT d.id, a.started_at FROM kxp_deliveries d JOIN kxp_attempts a ON a.delivery_id = d.id \
+         WHERE d.endpoint_id = $1 AND a.status_code = 200 ORDER BY d.id",
+        &ep,
     )
     .await;
-    let closed_no_earlier_than = probe_attempts.last().unwrap().1;
-    let drained: Vec<i64> = tries
+    assert_eq!(successes.len(), 31);
+    let (probe, closed_no_earlier_than) =
+        successes.iter().min_by_key(|(_, at)| *at).cloned().unwrap();
+    let drained: Vec<i64> = successes
         .iter()
-        .filter(|(id, _)| id.as_str() != probe["id"].as_str().unwrap())
+        .filter(|(id, _)| *id != probe)
         .map(|(_, at)| *at)
         .collect();
     assert_eq!(drained.len(), 30);
@@ -396,6 +411,41 @@ async fn an_endpoint_failing_for_the_whole_period_is_disabled_and_resumes_on_req
         .call("GET", &format!("/v1/endpoints/{ep}/health"), None)
         .await;
     assert_eq!(health["failing_since"], Value::Null, "{health}");
+    assert_eq!(circuit(db, &ep).await.0, "closed");
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_that_escaped_holding_are_still_probed_and_delivered() {
+    // A delivery put back by a worker, or reclaimed after a crash, while the circuit is open
+    // is pending but not held; the probe must still find something to probe with.
+    let s = sender_with(SCHEDULE, |c| c.protection = breaker(1, 100, 100)).await;
+    let db = s.server.db();
+    let rx = Receiver::start(vec![]).await;
+    rx.answer_rest_with(500);
+    let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
+    let mut events = vec![s.api.emit("t", json!({"n": 0})).await];
+    until("the circuit opens", async || {
+        circuit(db, &ep).await.0 != "closed"
+    })
+    .await;
+    for n in 1..=3 {
+        events.push(s.api.emit("t", json!({"n": n})).await);
+    }
+    let Db::Sqlite(pool) = db else { unreachable!() };
+    let escaped = sqlx::query(
+        "UPDATE kxp_deliveries SET next_attempt_at = 0 WHERE endpoint_id = $1 AND status = 'pending'",
+    )
+    .bind(&ep)
+    .execute(pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(escaped, 4);
+    rx.answer_rest_with(200);
+    for event in &events {
+        s.api.wait_for(event, "delivered", WITHIN).await;
+    }
     assert_eq!(circuit(db, &ep).await.0, "closed");
     s.server.shutdown().await;
 }
