@@ -24,6 +24,7 @@ use crate::circuit::Protection;
 use crate::db::{Db, ms, sha256_hex};
 use crate::dispatch::{self, GuardedClient};
 use crate::guard::{AddressGuard, Blocked};
+use crate::metrics::Metrics;
 use crate::schedule::parse_duration;
 use crate::schemas::{Schema, SchemaCache};
 use crate::store::{
@@ -42,6 +43,8 @@ pub struct AppState {
     pub settings: Arc<ApiSettings>,
     /// Compiled event schemas.
     pub schemas: Arc<SchemaCache>,
+    /// This process's counters, for `/metrics`.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Policy the API enforces.
@@ -84,6 +87,7 @@ const MAX_PAGE: i64 = 500;
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .route("/v1/endpoints", post(create_endpoint).get(list_endpoints))
         .route(
             "/v1/endpoints/{id}",
@@ -254,6 +258,22 @@ fn list<T: Serialize>(items: Vec<T>, limit: i64, cursor: impl Fn(&T) -> String) 
 async fn healthz(State(state): State<AppState>) -> Response {
     match state.db.account_count().await {
         Ok(_) => Json(json!({"status": "ok", "database": state.db.backend()})).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `GET /metrics`: Prometheus text format, no key (it names no account's objects; see
+/// [`crate::metrics`]).
+async fn metrics(State(state): State<AppState>) -> Response {
+    match state.db.gauges().await {
+        Ok(gauges) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            state.metrics.render(&gauges),
+        )
+            .into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }
@@ -758,6 +778,7 @@ async fn create_event(
         .await?;
     let event = match ingested {
         Ingested::Created(event, queued) => {
+            state.metrics.event_ingested();
             if queued > 0 {
                 state.wake.notify_waiters();
             }

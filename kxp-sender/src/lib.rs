@@ -28,6 +28,7 @@ pub mod dispatch;
 pub mod guard;
 pub mod health;
 pub mod mail;
+pub mod metrics;
 pub mod notify;
 pub mod retention;
 pub mod schedule;
@@ -204,7 +205,9 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     let client = dispatch::client(guard.clone())?;
     let wake = Arc::new(Notify::new());
     let (stop, stopped) = watch::channel(false);
+    let metrics = Arc::new(metrics::Metrics::default());
     let state = api::AppState {
+        metrics: metrics.clone(),
         db: db.clone(),
         wake: wake.clone(),
         schemas: Arc::default(),
@@ -237,6 +240,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             timeout: config.delivery_timeout,
             dev: config.dev,
             poll_interval: config.poll_interval,
+            metrics: metrics.clone(),
         };
         let notifier = tokio::spawn(notify::run(
             db.clone(),
@@ -259,6 +263,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             guard,
             protection: config.protection.clone(),
             notifier: notices,
+            metrics,
         };
         // In-flight attempts end by their own timeouts; wait that long before putting back.
         let grace = api::MAX_TIMEOUT + Duration::from_secs(1);

@@ -319,6 +319,8 @@ pub struct Notifier {
     pub dev: bool,
     /// How often to look for due notifications when nothing wakes the loop sooner.
     pub poll_interval: Duration,
+    /// This process's counters.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Sends due notifications until `shutdown` turns true.
@@ -421,6 +423,11 @@ async fn send_one(db: &Db, notifier: &Notifier, owner: &str, n: &Notification) {
             target: "kxp_sender", notification_id = %n.id, endpoint_id = %n.endpoint_id, kind = %n.kind,
             channel = %n.channel, attempts, error = %e.error, "notifying the merchant failed; will retry"
         ),
+    }
+    match next {
+        NoticeNext::Sent => notifier.metrics.notice(&n.channel, true),
+        NoticeNext::Failed => notifier.metrics.notice(&n.channel, false),
+        NoticeNext::RetryAt(_) => {}
     }
     let error = result.as_ref().err().map(|e| e.error.as_str());
     if let Err(e) = db

@@ -43,6 +43,8 @@ pub struct WorkerConfig {
     pub protection: Protection,
     /// Woken when a state change queued a notification.
     pub notifier: Arc<Notify>,
+    /// This process's counters.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Shared state of the in-flight attempts.
@@ -244,6 +246,7 @@ async fn attempt(
         allow_http: config.dev,
     };
     let (outcome, took) = dispatch::send(client, &request).await;
+    config.metrics.attempt(&outcome, took);
 
     let next = match &outcome {
         Outcome::Delivered { .. } => NextState::Delivered,
@@ -273,6 +276,14 @@ async fn attempt(
             transition,
             notices,
         }) => {
+            match next {
+                NextState::Delivered => config.metrics.delivery_ended(true),
+                NextState::Dead => config.metrics.delivery_ended(false),
+                NextState::RetryAt(_) => {}
+            }
+            if let Some(t) = transition {
+                config.metrics.transition(t);
+            }
             match transition {
                 Some(t @ (Transition::Open | Transition::Disable)) => tracing::warn!(
                     target: "kxp_sender::circuit", endpoint_id = %job.endpoint_id,

@@ -163,7 +163,7 @@ const ROUTES: &[Route] = &[
 ];
 
 /// Routes of `api::app` that take no key and show no account's data.
-const PUBLIC: &[&str] = &["GET /healthz"];
+const PUBLIC: &[&str] = &["GET /healthz", "GET /metrics"];
 
 // ---- the guard: the table and the router are the same list ----
 

@@ -13,6 +13,7 @@ mod health;
 mod ingestion;
 mod isolation;
 mod lifecycle;
+mod metrics;
 mod notifications;
 mod pipeline;
 mod postgres;

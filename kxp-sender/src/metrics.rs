@@ -1,0 +1,435 @@
+//! `GET /metrics`: Prometheus text exposition (format 0.0.4) of what this process did and of
+//! the queue it shares with the others.
+//!
+//! Counters are this process's own, since it started (Prometheus sums them over processes);
+//! gauges are read from the database at each scrape, with queries that stay on small partial
+//! indexes (due and leased deliveries) or small tables (endpoints). No label carries an
+//! account, endpoint or event id: the page shows no merchant's data, and its size does not grow
+//! with the number of merchants.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::circuit::Transition;
+use crate::db::{Db, now_ms, on_db};
+use crate::dispatch::Outcome;
+use crate::health::LATENCY_BOUNDS_MS;
+use crate::store::StoreError;
+
+/// The outcome labels of `kxp_attempts_total`: a closed set, so a new error text can never
+/// create a new series.
+pub const OUTCOMES: [&str; 11] = [
+    "success",
+    "http_4xx",
+    "http_5xx",
+    "http_other",
+    "timeout",
+    "connect",
+    "blocked_address",
+    "too_many_redirects",
+    "insecure_redirect",
+    "invalid_url",
+    "other",
+];
+
+/// The label of an attempt's outcome.
+pub fn outcome_label(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Delivered { .. } => "success",
+        Outcome::Rejected { status, .. } => match status {
+            400..=499 => "http_4xx",
+            500..=599 => "http_5xx",
+            _ => "http_other",
+        },
+        Outcome::Failed { error } => {
+            let code = error.split(':').next().unwrap_or_default();
+            OUTCOMES
+                .iter()
+                .copied()
+                .find(|known| *known == code && !code.starts_with("http"))
+                .unwrap_or("other")
+        }
+    }
+}
+
+const TRANSITIONS: [Transition; 4] = [
+    Transition::Open,
+    Transition::Reopen,
+    Transition::Close,
+    Transition::Disable,
+];
+
+const CHANNELS: [&str; 2] = ["webhook", "email"];
+
+/// This process's counters. Cheap to update from any task (relaxed atomics).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    events: AtomicU64,
+    attempts: [AtomicU64; OUTCOMES.len()],
+    /// Per bucket of [`LATENCY_BOUNDS_MS`], then `+Inf`; not cumulative here.
+    duration_buckets: [AtomicU64; LATENCY_BOUNDS_MS.len() + 1],
+    duration_sum_ms: AtomicU64,
+    delivered: AtomicU64,
+    dead: AtomicU64,
+    transitions: [AtomicU64; TRANSITIONS.len()],
+    /// Per channel: sent, failed for good.
+    notices: [[AtomicU64; 2]; CHANNELS.len()],
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+impl Metrics {
+    /// An event was stored.
+    pub fn event_ingested(&self) {
+        bump(&self.events);
+    }
+
+    /// An attempt ended with `outcome` after `took`.
+    pub fn attempt(&self, outcome: &Outcome, took: Duration) {
+        let label = outcome_label(outcome);
+        if let Some(i) = OUTCOMES.iter().position(|o| *o == label) {
+            bump(&self.attempts[i]);
+        }
+        let ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+        bump(&self.duration_buckets[crate::health::bucket_of(ms)]);
+        self.duration_sum_ms
+            .fetch_add(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// A delivery ended: delivered, or dead (into the dead-letter queue).
+    pub fn delivery_ended(&self, delivered: bool) {
+        bump(if delivered {
+            &self.delivered
+        } else {
+            &self.dead
+        });
+    }
+
+    /// An endpoint's circuit or status changed.
+    pub fn transition(&self, transition: Transition) {
+        if let Some(i) = TRANSITIONS.iter().position(|t| *t == transition) {
+            bump(&self.transitions[i]);
+        }
+    }
+
+    /// A notification was sent, or failed for good.
+    pub fn notice(&self, channel: &str, sent: bool) {
+        if let Some(i) = CHANNELS.iter().position(|c| *c == channel) {
+            bump(&self.notices[i][usize::from(!sent)]);
+        }
+    }
+
+    /// The exposition text: these counters, and `gauges`, each family's samples right after
+    /// its `# HELP` and `# TYPE` lines.
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let mut out = String::with_capacity(4096);
+        let o = &mut out;
+        family(
+            o,
+            "kxp_events_ingested_total",
+            "counter",
+            "Events stored by this process's API.",
+        );
+        sample(o, "kxp_events_ingested_total", "", get(&self.events));
+
+        family(
+            o,
+            "kxp_attempts_total",
+            "counter",
+            "Delivery attempts by this process, by outcome.",
+        );
+        for (label, counter) in OUTCOMES.iter().zip(&self.attempts) {
+            sample(
+                o,
+                "kxp_attempts_total",
+                &format!("outcome=\"{label}\""),
+                get(counter),
+            );
+        }
+
+        let name = "kxp_attempt_duration_seconds";
+        family(
+            o,
+            name,
+            "histogram",
+            "How long delivery attempts took, redirects included.",
+        );
+        let mut cumulative = 0;
+        for (i, counter) in self.duration_buckets.iter().enumerate() {
+            cumulative += get(counter);
+            let le = LATENCY_BOUNDS_MS
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |ms| seconds(*ms));
+            sample(
+                o,
+                &format!("{name}_bucket"),
+                &format!("le=\"{le}\""),
+                cumulative,
+            );
+        }
+        let sum = i64::try_from(get(&self.duration_sum_ms)).unwrap_or(i64::MAX);
+        let _ = writeln!(o, "{name}_sum {}", seconds(sum));
+        sample(o, &format!("{name}_count"), "", cumulative);
+
+        let name = "kxp_deliveries_finished_total";
+        family(
+            o,
+            name,
+            "counter",
+            "Deliveries this process finished: delivered, or dead (into the dead-letter queue).",
+        );
+        sample(o, name, "result=\"delivered\"", get(&self.delivered));
+        sample(o, name, "result=\"dead\"", get(&self.dead));
+
+        let name = "kxp_endpoint_transitions_total";
+        family(
+            o,
+            name,
+            "counter",
+            "Circuit breaker and auto-disable changes made by this process.",
+        );
+        for (transition, counter) in TRANSITIONS.iter().zip(&self.transitions) {
+            sample(
+                o,
+                name,
+                &format!("transition=\"{}\"", transition.as_str()),
+                get(counter),
+            );
+        }
+
+        let name = "kxp_notifications_total";
+        family(
+            o,
+            name,
+            "counter",
+            "Operational notices sent, or failed for good, by this process.",
+        );
+        for (channel, [sent, failed]) in CHANNELS.iter().zip(&self.notices) {
+            sample(
+                o,
+                name,
+                &format!("channel=\"{channel}\",result=\"sent\""),
+                get(sent),
+            );
+            sample(
+                o,
+                name,
+                &format!("channel=\"{channel}\",result=\"failed\""),
+                get(failed),
+            );
+        }
+
+        let name = "kxp_deliveries";
+        family(
+            o,
+            name,
+            "gauge",
+            "Unfinished deliveries in the whole database: due now, scheduled later, held, or being attempted.",
+        );
+        for (state, n) in [
+            ("due", gauges.due),
+            ("scheduled", gauges.scheduled),
+            ("held", gauges.held),
+            ("delivering", gauges.delivering),
+        ] {
+            let _ = writeln!(o, "{name}{{state=\"{state}\"}} {n}");
+        }
+
+        let name = "kxp_delivery_lag_seconds";
+        family(
+            o,
+            name,
+            "gauge",
+            "How long the oldest due delivery has waited (0 when none is due).",
+        );
+        let _ = writeln!(o, "{name} {}", seconds(gauges.lag_ms));
+
+        let name = "kxp_endpoints";
+        family(
+            o,
+            name,
+            "gauge",
+            "Endpoints in the whole database, by status and circuit state.",
+        );
+        for (status, circuit, n) in &gauges.endpoints {
+            let _ = writeln!(
+                o,
+                "{name}{{status=\"{status}\",circuit_state=\"{circuit}\"}} {n}"
+            );
+        }
+        out
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &str, value: u64) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+}
+
+/// Milliseconds as seconds, exactly (`1500` → `1.5`, `10` → `0.01`).
+fn seconds(ms: i64) -> String {
+    let text = format!("{}.{:03}", ms / 1000, (ms % 1000).abs());
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// What a scrape reads from the database.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    /// Pending and due now.
+    pub due: i64,
+    /// Pending, due later (a retry's wait, a drain's slot).
+    pub scheduled: i64,
+    /// Pending and held (paused, disabled, open circuit).
+    pub held: i64,
+    /// Being attempted.
+    pub delivering: i64,
+    /// Age of the oldest due delivery, ms.
+    pub lag_ms: i64,
+    /// `(status, circuit_state, count)` of endpoints (deleted ones left out).
+    pub endpoints: Vec<(String, String, i64)>,
+}
+
+impl Db {
+    /// The gauges of `/metrics`. The delivery counts stay on the partial indexes of pending
+    /// and leased deliveries; delivered and dead rows are never counted.
+    pub async fn gauges(&self) -> Result<Gauges, StoreError> {
+        let now = now_ms();
+        let held = crate::store::HELD;
+        on_db!(self, |pool, _begin| {
+            let (due, scheduled, held_n, oldest) = sqlx::query_as::<_, (i64, i64, i64, Option<i64>)>(
+                "SELECT COALESCE(SUM(CASE WHEN next_attempt_at <= $1 THEN 1 ELSE 0 END), 0), \
+                   COALESCE(SUM(CASE WHEN next_attempt_at > $1 AND next_attempt_at < $2 THEN 1 ELSE 0 END), 0), \
+                   COALESCE(SUM(CASE WHEN next_attempt_at = $2 THEN 1 ELSE 0 END), 0), \
+                   MIN(CASE WHEN next_attempt_at <= $1 THEN next_attempt_at END) \
+                 FROM kxp_deliveries WHERE status = 'pending'",
+            )
+            .bind(now)
+            .bind(held)
+            .fetch_one(pool)
+            .await?;
+            let delivering = sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM kxp_deliveries WHERE status = 'delivering'",
+            )
+            .fetch_one(pool)
+            .await?;
+            let endpoints = sqlx::query_as::<_, (String, String, i64)>(
+                "SELECT status, circuit_state, COUNT(*) FROM kxp_endpoints WHERE status <> 'deleted' \
+                 GROUP BY status, circuit_state ORDER BY status, circuit_state",
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok(Gauges {
+                due,
+                scheduled,
+                held: held_n,
+                delivering,
+                lag_ms: oldest.map_or(0, |at| now.saturating_sub(at).max(0)),
+                endpoints,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_map_to_a_closed_set() {
+        let failed = |error: &str| Outcome::Failed {
+            error: error.to_owned(),
+        };
+        assert_eq!(
+            outcome_label(&failed("timeout: no answer within 5000 ms")),
+            "timeout"
+        );
+        assert_eq!(
+            outcome_label(&failed("blocked_address: 10.0.0.1 is …")),
+            "blocked_address"
+        );
+        assert_eq!(outcome_label(&failed("something new: x")), "other");
+        assert_eq!(outcome_label(&failed("success")), "success");
+        assert_eq!(outcome_label(&failed("http_4xx")), "other");
+        let rejected = |status| Outcome::Rejected {
+            status,
+            snippet: String::new(),
+            retry_after: None,
+        };
+        assert_eq!(outcome_label(&rejected(404)), "http_4xx");
+        assert_eq!(outcome_label(&rejected(503)), "http_5xx");
+        assert_eq!(outcome_label(&rejected(302)), "http_other");
+    }
+
+    #[test]
+    fn the_exposition_groups_each_family() {
+        let m = Metrics::default();
+        m.event_ingested();
+        m.attempt(
+            &Outcome::Delivered {
+                status: 200,
+                snippet: String::new(),
+            },
+            Duration::from_millis(7),
+        );
+        m.attempt(
+            &Outcome::Failed {
+                error: "timeout: x".into(),
+            },
+            Duration::from_millis(40_000),
+        );
+        m.delivery_ended(true);
+        m.transition(Transition::Open);
+        m.notice("email", false);
+        let gauges = Gauges {
+            due: 2,
+            lag_ms: 1500,
+            endpoints: vec![("active".into(), "open".into(), 1)],
+            ..Gauges::default()
+        };
+        let text = m.render(&gauges);
+        for line in [
+            "kxp_events_ingested_total 1",
+            "kxp_attempts_total{outcome=\"success\"} 1",
+            "kxp_attempts_total{outcome=\"timeout\"} 1",
+            "kxp_attempt_duration_seconds_bucket{le=\"0.01\"} 1",
+            "kxp_attempt_duration_seconds_bucket{le=\"30\"} 1",
+            "kxp_attempt_duration_seconds_bucket{le=\"+Inf\"} 2",
+            "kxp_attempt_duration_seconds_sum 40.007",
+            "kxp_attempt_duration_seconds_count 2",
+            "kxp_deliveries_finished_total{result=\"delivered\"} 1",
+            "kxp_endpoint_transitions_total{transition=\"circuit_opened\"} 1",
+            "kxp_notifications_total{channel=\"email\",result=\"failed\"} 1",
+            "kxp_deliveries{state=\"due\"} 2",
+            "kxp_delivery_lag_seconds 1.5",
+            "kxp_endpoints{status=\"active\",circuit_state=\"open\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+        // Every sample follows its own family's TYPE line.
+        let mut family = "";
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                family = rest.split(' ').next().unwrap();
+            } else if !line.starts_with('#') {
+                assert!(line.starts_with(family), "{line} outside {family}");
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! `GET /metrics`: Prometheus text format, without a key, counting what this process did and
+//! what waits in the database.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Receiver, Reply, sender_with};
+
+/// The samples of an exposition, `name{labels}` → value, after checking every line's syntax
+/// and that each sample belongs to the family declared above it.
+fn parse(text: &str) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    let mut family = String::new();
+    let mut kinds = 0;
+    for line in text.lines() {
+        if let Some(help) = line.strip_prefix("# HELP ") {
+            assert!(
+                help.split_once(' ').is_some_and(|(_, h)| !h.is_empty()),
+                "{line}"
+            );
+        } else if let Some(kind) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = kind.split_once(' ').unwrap();
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            family = name.to_owned();
+            kinds += 1;
+        } else {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("{line}"));
+            let name = series.split('{').next().unwrap();
+            assert!(
+                name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{line}"
+            );
+            assert!(name.starts_with(&family), "{line} outside {family}");
+            let labels = &series[name.len()..];
+            if !labels.is_empty() {
+                assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+                for pair in labels[1..labels.len() - 1].split(',') {
+                    let (key, value) = pair.split_once('=').unwrap();
+                    assert!(key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+                    assert!(value.starts_with('"') && value.ends_with('"'), "{line}");
+                }
+            }
+            assert!(
+                samples.insert(series.to_owned(), value).is_none(),
+                "twice: {line}"
+            );
+        }
+    }
+    assert!(kinds >= 9, "{text}");
+    samples
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_attempts_deliveries_and_the_queue() {
+    let s = sender_with("0s,10ms", |_| {}).await;
+    let rx = Receiver::start(vec![Reply::Status(500)]).await;
+    let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
+    let first = s.api.emit("t", json!({"n": 1})).await;
+    let second = s.api.emit("t", json!({"n": 2})).await;
+    for event in [&first, &second] {
+        s.api
+            .wait_for(event, "delivered", Duration::from_secs(10))
+            .await;
+    }
+    let (status, _) = s
+        .api
+        .call("POST", &format!("/v1/endpoints/{ep}/pause"), None)
+        .await;
+    assert_eq!(status, 200);
+    s.api.emit("t", json!({"n": 3})).await;
+
+    // No key needed: a scraper has none.
+    let response = reqwest::get(format!("{}/metrics", s.api.base))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = response.text().await.unwrap();
+    let m = parse(&text);
+    let get = |series: &str| {
+        *m.get(series)
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    assert_eq!(get("kxp_events_ingested_total"), 3.0);
+    assert_eq!(get("kxp_attempts_total{outcome=\"success\"}"), 2.0);
+    assert_eq!(get("kxp_attempts_total{outcome=\"http_5xx\"}"), 1.0);
+    assert_eq!(get("kxp_attempts_total{outcome=\"timeout\"}"), 0.0);
+    assert_eq!(get("kxp_attempt_duration_seconds_count"), 3.0);
+    assert_eq!(get("kxp_attempt_duration_seconds_bucket{le=\"+Inf\"}"), 3.0);
+    assert!(get("kxp_attempt_duration_seconds_sum") >= 0.0);
+    assert_eq!(
+        get("kxp_deliveries_finished_total{result=\"delivered\"}"),
+        2.0
+    );
+    assert_eq!(get("kxp_deliveries_finished_total{result=\"dead\"}"), 0.0);
+    assert_eq!(get("kxp_deliveries{state=\"held\"}"), 1.0);
+    assert_eq!(get("kxp_deliveries{state=\"due\"}"), 0.0);
+    assert_eq!(get("kxp_delivery_lag_seconds"), 0.0);
+    assert_eq!(
+        get("kxp_endpoints{status=\"paused\",circuit_state=\"closed\"}"),
+        1.0
+    );
+    // Histogram buckets are cumulative.
+    let buckets: Vec<f64> = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("kxp_attempt_duration_seconds_bucket"))
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(buckets.len(), 12);
+    assert!(
+        !text.contains(&ep) && !text.contains(&first),
+        "no ids on the page"
+    );
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_read_the_queue_on_postgresql() {
+    let Some(database) = kxp_testkit::db::PgDatabase::create("kxp_sender_metrics").await else {
+        return;
+    };
+    let url = database.url().to_owned();
+    let s = sender_with("0s", move |c| c.database_url = url).await;
+    let rx = Receiver::start(vec![]).await;
+    let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
+    let (status, _) = s
+        .api
+        .call("POST", &format!("/v1/endpoints/{ep}/pause"), None)
+        .await;
+    assert_eq!(status, 200);
+    s.api.emit("t", json!({"n": 1})).await;
+    let text = reqwest::get(format!("{}/metrics", s.api.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let m = parse(&text);
+    assert_eq!(m["kxp_deliveries{state=\"held\"}"], 1.0, "{text}");
+    assert_eq!(
+        m["kxp_endpoints{status=\"paused\",circuit_state=\"closed\"}"], 1.0,
+        "{text}"
+    );
+    s.server.shutdown().await;
+    database.drop().await;
+}
