@@ -51,7 +51,10 @@ async fn main() -> Result<(), BoxError> {
 
 async fn run(dir: &std::path::Path) -> Result<(), BoxError> {
     println!("claim cost on SQLite, batches of {BATCH}, median of {REPETITIONS} repetitions");
-    println!("{:<28} {:>14} {:>14} {:>8}", "scenario", "Db::claim", "bare claim", "ratio");
+    println!(
+        "{:<28} {:>14} {:>14} {:>8}",
+        "scenario", "Db::claim", "bare claim", "ratio"
+    );
 
     // `even`: 100 endpoints × 100 due deliveries.
     let db = setup(dir, "even", &[100; 100], 0).await?;
@@ -123,7 +126,9 @@ async fn claim_ours(db: &Db, rows: usize, capped: Option<&str>) -> Result<Vec<Du
     let mut times = Vec::new();
     while taken < rows {
         let start = Instant::now();
-        let ids = db.claim("bench", 60_000, BATCH, &caps, PER_ENDPOINT).await?;
+        let ids = db
+            .claim("bench", 60_000, BATCH, &caps, PER_ENDPOINT)
+            .await?;
         times.push(start.elapsed());
         if ids.is_empty() {
             return Err(format!("Db::claim found nothing after {taken} of {rows}").into());
@@ -208,7 +213,12 @@ async fn setup(
          SELECT printf('dlv_%s_%09d', $2, i), $3, 'evt', $4, 'pending', 0, $5 + i * $6, $5, $5 FROM n";
     let mut tx = pool.begin().await?;
     if backlog > 0 {
-        sqlx::query(endpoint).bind("ep_backlog").bind(&account.id).bind(now).execute(&mut *tx).await?;
+        sqlx::query(endpoint)
+            .bind("ep_backlog")
+            .bind(&account.id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(deliveries)
             .bind(i64::try_from(backlog)?)
             .bind("backlog")
@@ -222,7 +232,12 @@ async fn setup(
     let endpoints = per_endpoint.len() as i64;
     for (k, n) in per_endpoint.iter().enumerate() {
         let id = format!("ep_{k:04}");
-        sqlx::query(endpoint).bind(&id).bind(&account.id).bind(now).execute(&mut *tx).await?;
+        sqlx::query(endpoint)
+            .bind(&id)
+            .bind(&account.id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         // Endpoint k's i-th delivery is due at base + i × endpoints + k: round robin.
         sqlx::query(deliveries)
             .bind(i64::try_from(*n)?)
