@@ -54,8 +54,12 @@ pub(crate) const UPSERT_STATS: &str = "INSERT INTO kxp_endpoint_stats \
        updated_at = $3";
 
 /// The statement that adds one attempt to its endpoint's hourly bucket: `$1` the delivery,
-/// `$2` the hour, `$3` successes, `$4` failures, `$5`… the histogram increments.
-pub(crate) fn upsert_hourly() -> String {
+/// `$2` the hour, `$3` successes, `$4` failures, `$5`… the histogram increments. Built once:
+/// it runs with every attempt.
+pub(crate) static UPSERT_HOURLY: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(upsert_hourly);
+
+fn upsert_hourly() -> String {
     let columns = BUCKET_COLUMNS.join(", ");
     let values = (0..BUCKET_COLUMNS.len())
         .map(|i| format!("${}", i + 5))
@@ -90,8 +94,7 @@ macro_rules! record_stats {
             Err(e) => Err(e),
             Ok(_) => {
                 let bucket = $crate::health::bucket_of($record.duration_ms);
-                let sql = $crate::health::upsert_hourly();
-                let mut query = sqlx::query(&sql)
+                let mut query = sqlx::query($crate::health::UPSERT_HOURLY.as_str())
                     .bind($delivery_id)
                     .bind($crate::health::hour_of($now))
                     .bind(success)

@@ -1,6 +1,8 @@
 //! Every query the sender runs. Each is written once, for both backends (see `on_db!` in `db`),
 //! except the claim, which differs in how PostgreSQL skips rows other workers hold.
 
+use std::sync::LazyLock;
+
 use serde::Serialize;
 use serde_json::value::RawValue;
 use sqlx::FromRow;
@@ -197,6 +199,17 @@ impl Endpoint {
         serde_json::from_str(&self.event_types).unwrap_or_default()
     }
 
+    /// When a new delivery to this endpoint is due: now while it is active with a closed
+    /// circuit, else [`HELD`] (paused, disabled, or its circuit not closed: the probe release or
+    /// a resume lets it go). The one rule for ingestion and replays alike.
+    pub fn due_for_new_delivery(&self, now: i64) -> i64 {
+        if self.status == "active" && self.circuit_state == "closed" {
+            now
+        } else {
+            HELD
+        }
+    }
+
     /// Whether an event of `event_type` goes to this endpoint: `*` takes everything, `payment.*`
     /// every type under `payment.`, anything else only itself.
     pub fn subscribes_to(&self, event_type: &str) -> bool {
@@ -310,6 +323,17 @@ impl Job {
             && (self.circuit_state == "closed"
                 || self.circuit_probe_id.as_deref() == Some(&self.id))
     }
+}
+
+/// `SELECT` of an [`Event`]'s columns from `kxp_events`, then `$where`: a `&'static str`.
+macro_rules! select_event {
+    ($where:literal) => {
+        concat!(
+            "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+             FROM kxp_events ",
+            $where
+        )
+    };
 }
 
 const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
@@ -958,10 +982,9 @@ impl Db {
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             if let Some((key, hash)) = idempotency {
-                let existing = sqlx::query_as::<_, Event>(
-                    "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
-                     FROM kxp_events WHERE account_id = $1 AND idempotency_key = $2",
-                )
+                let existing = sqlx::query_as::<_, Event>(select_event!(
+                    "WHERE account_id = $1 AND idempotency_key = $2"
+                ))
                 .bind(&account.id)
                 .bind(key)
                 .fetch_optional(&mut *tx)
@@ -1001,11 +1024,7 @@ impl Db {
                     && e.api_version.as_deref().is_none_or(|v| v == api_version)
             };
             for endpoint in endpoints.iter().filter(takes) {
-                let due = if endpoint.status == "active" && endpoint.circuit_state == "closed" {
-                    now
-                } else {
-                    HELD
-                };
+                let due = endpoint.due_for_new_delivery(now);
                 insert_delivery!(
                     tx,
                     new_id("dlv"),
@@ -1025,14 +1044,11 @@ impl Db {
     /// One event of the account.
     pub async fn event(&self, account_id: &str, id: &str) -> Result<Event, StoreError> {
         on_db!(self, |pool, _begin| {
-            sqlx::query_as::<_, Event>(
-                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
-                 FROM kxp_events WHERE account_id = $1 AND id = $2",
-            )
-            .bind(account_id)
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
+            sqlx::query_as::<_, Event>(select_event!("WHERE account_id = $1 AND id = $2"))
+                .bind(account_id)
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
         })
         .ok_or(StoreError::NotFound)
     }
@@ -1066,37 +1082,12 @@ impl Db {
         )
         .unwrap_or_else(|_| "{}".to_owned());
         let default_cap = i64::try_from(default_cap).unwrap_or(i64::MAX);
-        // `cap` is the endpoint's entry in the JSON object `$4`, else `$6`.
-        let (cap_d, cap_c, lock) = match self {
-            Db::Sqlite(_) => (
-                "COALESCE(json_extract($4, '$.' || d.endpoint_id), $6)",
-                "COALESCE(json_extract($4, '$.' || c.endpoint_id), $6)",
-                "",
-            ),
-            // SKIP LOCKED: rows another process is claiming right now are passed over rather
-            // than waited for, so workers never hold the same delivery.
-            Db::Postgres(_) => (
-                "COALESCE(($4::jsonb ->> d.endpoint_id)::bigint, $6)",
-                "COALESCE(($4::jsonb ->> c.endpoint_id)::bigint, $6)",
-                " FOR UPDATE OF d SKIP LOCKED",
-            ),
+        let sql = match self {
+            Db::Sqlite(_) => CLAIM_SQLITE.as_str(),
+            Db::Postgres(_) => CLAIM_POSTGRES.as_str(),
         };
-        let sql = format!(
-            "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
-               lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
-             WHERE id IN (SELECT c.id FROM ( \
-                 SELECT w.id, w.endpoint_id, w.next_attempt_at, \
-                   ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
-                 FROM (SELECT d.id, d.endpoint_id, d.next_attempt_at FROM kxp_deliveries d \
-                   WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {cap_d} > 0 \
-                   AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active' \
-                     AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
-                   ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
-               ) c WHERE c.rn <= {cap_c} ORDER BY c.next_attempt_at LIMIT $5) \
-             RETURNING id"
-        );
         Ok(on_db!(self, |pool, _begin| {
-            sqlx::query_scalar::<_, String>(&sql)
+            sqlx::query_scalar::<_, String>(sql)
                 .bind(lease_extra_ms)
                 .bind(owner)
                 .bind(now)
@@ -1148,14 +1139,6 @@ impl Db {
             "SELECT 1 FROM kxp_endpoints WHERE id = (SELECT endpoint_id FROM kxp_deliveries WHERE id = $1) \
              FOR NO KEY UPDATE",
         );
-        // A retry for an endpoint deleted during the attempt ends the delivery instead.
-        let sql = format!(
-            "UPDATE kxp_deliveries SET status = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'dead' ELSE $1 END, \
-             attempts = $2, first_attempt_at = COALESCE(first_attempt_at, $3), \
-             next_attempt_at = $4, lease_until = NULL, lease_owner = NULL, last_status = $5, \
-             last_error = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE $6 END, updated_at = $7 \
-             WHERE id = $8 AND lease_owner = $9 AND status = 'delivering'"
-        );
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             // The endpoint row first (PostgreSQL), as every transaction that changes an
@@ -1167,7 +1150,7 @@ impl Db {
                     .execute(&mut *tx)
                     .await?;
             }
-            let updated = sqlx::query(&sql)
+            let updated = sqlx::query(FINISH_ATTEMPT.as_str())
                 .bind(status)
                 .bind(attempt)
                 .bind(record.started_at)
@@ -1350,15 +1333,15 @@ impl Db {
     ) -> Result<Delivery, StoreError> {
         let old = self.delivery(account_id, delivery_id).await?;
         let new_id = new_id("dlv");
-        let status_sql = self.endpoint_status_sql();
+        let endpoint_sql = self.endpoint_shared_sql();
         let now = now_ms();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
-            let status = sqlx::query_scalar::<_, String>(&status_sql)
+            let endpoint = sqlx::query_as::<_, Endpoint>(&endpoint_sql)
                 .bind(&old.endpoint_id)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let due = due_for(status.as_deref(), &old.endpoint_id, now)?;
+            let due = replay_due(endpoint.as_ref(), &old.endpoint_id, now)?;
             insert_delivery!(
                 tx,
                 &new_id,
@@ -1374,12 +1357,11 @@ impl Db {
         self.delivery(account_id, &new_id).await
     }
 
-    /// The status of an endpoint, read under [`share_lock`](Db::share_lock); `held` for an
-    /// active endpoint whose circuit is not closed.
-    fn endpoint_status_sql(&self) -> String {
+    /// An endpoint by id, read under [`share_lock`](Db::share_lock), for a transaction that
+    /// queues deliveries to it.
+    fn endpoint_shared_sql(&self) -> String {
         format!(
-            "SELECT CASE WHEN status = 'active' AND circuit_state <> 'closed' THEN 'held' ELSE status END \
-             FROM kxp_endpoints WHERE id = $1{}",
+            "SELECT * FROM kxp_endpoints WHERE id = $1{}",
             self.share_lock()
         )
     }
@@ -1398,7 +1380,7 @@ impl Db {
             endpoint_id: Some(endpoint_id.to_owned()),
             ..filter.clone()
         };
-        let status_sql = self.endpoint_status_sql();
+        let endpoint_sql = self.endpoint_shared_sql();
         let mut queued = 0;
         let mut cursor: Option<String> = None;
         loop {
@@ -1410,11 +1392,11 @@ impl Db {
             let now = now_ms();
             on_db!(self, |pool, begin| {
                 let mut tx = pool.begin_with(begin).await?;
-                let status = sqlx::query_scalar::<_, String>(&status_sql)
+                let endpoint = sqlx::query_as::<_, Endpoint>(&endpoint_sql)
                     .bind(endpoint_id)
                     .fetch_optional(&mut *tx)
                     .await?;
-                let due = due_for(status.as_deref(), endpoint_id, now)?;
+                let due = replay_due(endpoint.as_ref(), endpoint_id, now)?;
                 for old in page.iter().filter(|d| {
                     d.replayed_by.is_none() && d.status != "delivering" && d.status != "pending"
                 }) {
@@ -1438,18 +1420,67 @@ impl Db {
     }
 }
 
-/// When a replay to an endpoint in `status` is due: now if it is active, [`HELD`] while it is
-/// paused, disabled or its circuit is open; a deleted endpoint takes no deliveries.
-fn due_for(status: Option<&str>, endpoint_id: &str, now: i64) -> Result<i64, StoreError> {
-    match status {
-        Some("active") => Ok(now),
-        Some("paused" | "disabled" | "held") => Ok(HELD),
+/// When a replay to `endpoint` is due ([`Endpoint::due_for_new_delivery`]); a deleted endpoint
+/// takes no deliveries.
+fn replay_due(endpoint: Option<&Endpoint>, endpoint_id: &str, now: i64) -> Result<i64, StoreError> {
+    match endpoint {
+        Some(endpoint) if endpoint.status != "deleted" => Ok(endpoint.due_for_new_delivery(now)),
         _ => Err(StoreError::Conflict {
             code: "endpoint_deleted",
             message: format!("endpoint {endpoint_id} was deleted: nothing can be delivered to it"),
         }),
     }
 }
+
+/// The worker's claim ([`Db::claim`]) for one backend; built once each.
+fn claim_sql(sqlite: bool) -> String {
+    // `cap` is the endpoint's entry in the JSON object `$4`, else `$6`.
+    let (cap_d, cap_c, lock) = if sqlite {
+        (
+            "COALESCE(json_extract($4, '$.' || d.endpoint_id), $6)",
+            "COALESCE(json_extract($4, '$.' || c.endpoint_id), $6)",
+            "",
+        )
+    } else {
+        // SKIP LOCKED: rows another process is claiming right now are passed over rather
+        // than waited for, so workers never hold the same delivery.
+        (
+            "COALESCE(($4::jsonb ->> d.endpoint_id)::bigint, $6)",
+            "COALESCE(($4::jsonb ->> c.endpoint_id)::bigint, $6)",
+            " FOR UPDATE OF d SKIP LOCKED",
+        )
+    };
+    format!(
+        "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
+           lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
+         WHERE id IN (SELECT c.id FROM ( \
+             SELECT w.id, w.endpoint_id, w.next_attempt_at, \
+               ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
+             FROM (SELECT d.id, d.endpoint_id, d.next_attempt_at FROM kxp_deliveries d \
+               WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {cap_d} > 0 \
+               AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active' \
+                 AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
+               ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
+           ) c WHERE c.rn <= {cap_c} ORDER BY c.next_attempt_at LIMIT $5) \
+         RETURNING id"
+    )
+}
+
+static CLAIM_SQLITE: LazyLock<String> = LazyLock::new(|| claim_sql(true));
+static CLAIM_POSTGRES: LazyLock<String> = LazyLock::new(|| claim_sql(false));
+
+/// Records an attempt's outcome on its delivery ([`Db::finish_attempt`]): `$1` the new status,
+/// … `$8` the delivery, `$9` the lease owner. A retry for an endpoint deleted during the
+/// attempt ends the delivery instead. Built once: it runs with every attempt.
+static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE kxp_deliveries SET status = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'dead' ELSE $1 END, \
+         attempts = $2, first_attempt_at = COALESCE(first_attempt_at, $3), \
+         next_attempt_at = $4, lease_until = NULL, lease_owner = NULL, last_status = $5, \
+         last_error = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE $6 END, updated_at = $7 \
+         WHERE id = $8 AND lease_owner = $9 AND status = 'delivering'"
+    )
+});
 
 /// Subscribed types as stored: a JSON array.
 fn types_json(types: &[String]) -> String {
