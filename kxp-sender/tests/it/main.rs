@@ -1,13 +1,8 @@
-//! Integration tests of the `kxp` binary, run as a real process.
+//! Integration tests of the sender library: a real server on 127.0.0.1, real receivers.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
-mod accounts;
-mod admin;
-mod crash;
-mod debug_commands;
-mod demo;
 mod guard;
 mod health;
 mod ingestion;
@@ -21,5 +16,4 @@ mod protection;
 mod retention;
 mod rotation;
 mod schemas;
-mod send;
 mod support;

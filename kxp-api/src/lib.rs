@@ -1,0 +1,1 @@
+//! The kxp sender's HTTP API as Rust types.

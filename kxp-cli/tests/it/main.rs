@@ -1,0 +1,17 @@
+//! Integration tests of the `kxp` binary, run as a real process.
+
+// Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
+#![allow(clippy::unwrap_used)]
+
+mod accounts;
+mod admin;
+mod crash;
+mod debug_commands;
+mod demo;
+mod send;
+// The in-process sender and scripted receivers of kxp-sender's own tests: the commands tested
+// here run against the same fixtures.
+// Only part of them is used here.
+#[allow(dead_code)]
+#[path = "../../../kxp-sender/tests/it/support.rs"]
+mod support;
