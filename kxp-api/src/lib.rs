@@ -1,1 +1,44 @@
-//! The kxp sender's HTTP API as Rust types.
+#![doc = include_str!("../README.md")]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+// The two shapes the resource modules repeat; first, so their macros are in scope below.
+#[macro_use]
+mod macros;
+
+mod account;
+mod deliveries;
+mod endpoints;
+mod error;
+mod events;
+mod health;
+mod ids;
+mod notifications;
+mod openapi;
+mod pagination;
+mod patch;
+mod schemas;
+mod secret;
+mod timestamp;
+
+// The public interface.
+pub use account::{Account, AccountPatch, AccountUpdated};
+pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
+pub use endpoints::{
+    BulkReplay, CircuitState, Endpoint, EndpointCreated, EndpointDeleted, EndpointPatch,
+    EndpointStatus, NewEndpoint, ReplayQueued, RotateSecret, SecretRotated,
+};
+pub use error::{ErrorBody, ErrorCode};
+pub use events::{Event, NewEvent, RawJson};
+pub use health::{EndpointHealth, HealthWindow, ServiceHealth};
+pub use ids::{AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, SchemaId};
+pub use notifications::{Notification, NotificationChannel, NotificationKind, NotificationStatus};
+pub use openapi::{ApiDoc, openapi};
+pub use pagination::{Page, PageQuery};
+pub use patch::Patch;
+pub use schemas::{Schema, SchemaDeleted};
+pub use secret::Secret;
+pub use timestamp::{Timestamp, TimestampError};
+
+/// The header that makes `POST /v1/events` idempotent.
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";

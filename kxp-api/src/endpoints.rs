@@ -1,0 +1,258 @@
+//! `/v1/endpoints`: where an account's events go, and what can be done to one.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::deliveries::DeliveryStatus;
+use crate::ids::EndpointId;
+use crate::patch::{Patch, present};
+use crate::secret::Secret;
+use crate::timestamp::Timestamp;
+
+string_enum! {
+    /// Whether an endpoint gets deliveries.
+    pub enum EndpointStatus {
+        /// Deliveries are sent.
+        Active = "active",
+        /// Paused by the account: deliveries are held (events still create them) until resumed.
+        Paused = "paused",
+        /// Held like paused, by the sender, after failing for too long; resume re-enables it.
+        Disabled = "disabled",
+        /// Deleted: only in the answer of `DELETE` (a deleted endpoint answers 404).
+        Deleted = "deleted",
+    }
+}
+
+string_enum! {
+    /// The endpoint's circuit breaker.
+    pub enum CircuitState {
+        /// Deliveries flow.
+        Closed = "closed",
+        /// Too many failures: deliveries are held until the next probe.
+        Open = "open",
+        /// One probing delivery is in flight; its outcome closes or reopens the circuit.
+        HalfOpen = "half_open",
+    }
+}
+
+/// An endpoint, as every endpoint route answers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "id": "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61",
+    "url": "https://merchant.example/webhooks",
+    "description": "orders service",
+    "event_types": ["payment.*"],
+    "timeout_ms": 5000,
+    "status": "active",
+    "api_version": null,
+    "rate_limit_per_second": null,
+    "circuit_state": "closed",
+    "created_at": "2026-11-30T01:02:03Z",
+    "updated_at": "2026-11-30T01:02:03Z"
+}))]
+pub struct Endpoint {
+    /// The endpoint's id.
+    pub id: EndpointId,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// Free text (empty when none was given).
+    pub description: String,
+    /// Exact event types, or prefixes ending in `*` (`["*"]` for every type).
+    pub event_types: Vec<String>,
+    /// The per-attempt timeout, 100 to 30000 ms.
+    pub timeout_ms: u64,
+    /// Whether it gets deliveries.
+    pub status: EndpointStatus,
+    /// The `api_version` pinned for this endpoint: it receives only events of that version.
+    /// `null`: no pin.
+    pub api_version: Option<String>,
+    /// Deliveries per second allowed to this endpoint; `null`: the server's default.
+    pub rate_limit_per_second: Option<u32>,
+    /// The circuit breaker's state.
+    pub circuit_state: CircuitState,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+/// The answer of `POST /v1/endpoints`: the endpoint and its signing secret, which no other
+/// answer shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EndpointCreated {
+    /// The endpoint.
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// The signing secret, shown only here: hand it to the receiver.
+    pub secret: Secret,
+}
+
+/// `POST /v1/endpoints`. Everything but `url` has a default; `null` means the default too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[schema(example = json!({
+    "url": "https://merchant.example/webhooks",
+    "event_types": ["payment.*"],
+    "description": "orders service",
+    "timeout_ms": 5000
+}))]
+pub struct NewEndpoint {
+    /// `https://` with a host and no credentials (`http://` only on a server in development
+    /// mode); a host that is a blocked address is refused.
+    pub url: String,
+    /// Exact types or prefixes ending in `*` (letters, digits, `.` `_` `-`); default `["*"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_types: Option<Vec<String>>,
+    /// Free text, at most 512 bytes; default empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The per-attempt timeout, 100 to 30000 ms; default the server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Pins the endpoint to one `api_version` (letters, digits, `.` `_` `-`, at most 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// 1 to 10000 deliveries per second; default the server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_per_second: Option<u32>,
+    /// Registers without the challenge (`GET <url>?challenge=<token>`), for a receiver that is
+    /// not up yet or does not speak kxp.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub skip_challenge: bool,
+}
+
+impl NewEndpoint {
+    /// An endpoint at `url`, everything else by default.
+    pub fn new(url: impl Into<String>) -> NewEndpoint {
+        NewEndpoint {
+            url: url.into(),
+            event_types: None,
+            description: None,
+            timeout_ms: None,
+            api_version: None,
+            rate_limit_per_second: None,
+            skip_challenge: false,
+        }
+    }
+}
+
+/// `PATCH /v1/endpoints/{id}`: a field left out stays as it is. `null` clears the two
+/// nullable settings (`api_version`, `rate_limit_per_second`) and is refused for the others.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[schema(example = json!({"description": "orders service (EU)", "rate_limit_per_second": null}))]
+pub struct EndpointPatch {
+    /// A new URL, challenged like a new endpoint's unless `skip_challenge`.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[schema(value_type = String, required = false)]
+    pub url: Option<String>,
+    /// New event types (for events created from then on).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[schema(value_type = Vec<String>, required = false)]
+    pub event_types: Option<Vec<String>>,
+    /// A new description.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[schema(value_type = String, required = false)]
+    pub description: Option<String>,
+    /// A new timeout, 100 to 30000 ms.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[schema(value_type = u64, required = false)]
+    pub timeout_ms: Option<u64>,
+    /// A new pinned version; `null` removes the pin.
+    #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub api_version: Patch<String>,
+    /// A new rate limit; `null` goes back to the server's default.
+    #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
+    #[schema(value_type = Option<u32>, required = false)]
+    pub rate_limit_per_second: Patch<u32>,
+    /// Changes the URL without the challenge.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub skip_challenge: bool,
+}
+
+/// The answer of `DELETE /v1/endpoints/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"id": "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61", "status": "deleted", "dead_deliveries": 2}))]
+pub struct EndpointDeleted {
+    /// The deleted endpoint.
+    pub id: EndpointId,
+    /// Always `deleted`.
+    pub status: EndpointStatus,
+    /// The deliveries it was still owed, now `dead` with `last_error: "endpoint_deleted"`.
+    pub dead_deliveries: u64,
+}
+
+/// `POST /v1/endpoints/{id}/rotate-secret`; the body may also be empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[schema(example = json!({"overlap": "24h"}))]
+pub struct RotateSecret {
+    /// How long the previous secrets stay valid: a duration such as `"30m"`, `"24h"`, `"7d"`
+    /// (units `ms`, `s`, `m`, `h`, `d`), at most `"7d"`; default `"24h"`. `"0s"` retires them
+    /// at once (for a leaked secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<String>,
+}
+
+impl RotateSecret {
+    /// A rotation keeping the previous secrets for `overlap` (`"24h"`).
+    pub fn overlap(overlap: impl Into<String>) -> RotateSecret {
+        RotateSecret {
+            overlap: Some(overlap.into()),
+        }
+    }
+}
+
+/// The answer of a rotation: the new secret, shown only here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "secret": "4f0c1d9e2b7a3c5d6e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9012a3b4c5d6",
+    "previous_expires_at": "2026-12-01T10:00:00Z"
+}))]
+pub struct SecretRotated {
+    /// The new signing secret; deliveries carry one `v1` per live secret, newest first.
+    pub secret: Secret,
+    /// When the previous secrets stop being valid.
+    pub previous_expires_at: Timestamp,
+}
+
+/// `POST /v1/endpoints/{id}/replay`: replays the endpoint's finished deliveries; the body may
+/// also be empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[schema(example = json!({"status": "dead", "since": "2026-11-30T00:00:00Z"}))]
+pub struct BulkReplay {
+    /// `dead` (the default) or `delivered`; `pending` and `delivering` are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<DeliveryStatus>,
+    /// Only deliveries created at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// Only deliveries created before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Timestamp>,
+}
+
+impl BulkReplay {
+    /// Every delivery of `status` (`dead`, usually).
+    pub fn status(status: DeliveryStatus) -> BulkReplay {
+        BulkReplay {
+            status: Some(status),
+            since: None,
+            until: None,
+        }
+    }
+}
+
+/// The answer of a bulk replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"queued": 3}))]
+pub struct ReplayQueued {
+    /// New deliveries queued, one per delivery replayed.
+    pub queued: u64,
+}

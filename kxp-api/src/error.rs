@@ -1,0 +1,119 @@
+//! The API's error vocabulary: every error answer is `{"error": "<code>", "message": "…"}`,
+//! and the code is one of [`ErrorCode`]'s.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+string_enum! {
+    /// What went wrong, as a stable code: branch on it, show the message. This is the API's
+    /// whole error vocabulary; newer servers may add codes, so clients must handle codes they
+    /// do not know ([`ErrorCode::Unknown`]) — by the HTTP status, typically.
+    pub enum ErrorCode {
+        /// 404: no such resource for this account (another account's ids answer the same).
+        NotFound = "not_found",
+        /// 422: the request is well-formed JSON but a field is missing, unknown or out of range.
+        InvalidRequest = "invalid_request",
+        /// 400: the body is not JSON.
+        InvalidJson = "invalid_json",
+        /// 401: the `Authorization: Bearer <api key>` header is missing or names no account.
+        Unauthorized = "unauthorized",
+        /// 503: the database is unavailable; retry.
+        StoreUnavailable = "store_unavailable",
+        /// 422: this `Idempotency-Key` was used with a different request body.
+        IdempotencyKeyReused = "idempotency_key_reused",
+        /// 400: the `Idempotency-Key` header is not 1 to 255 printable ASCII characters.
+        InvalidIdempotencyKey = "invalid_idempotency_key",
+        /// 422: the endpoint URL did not pass the challenge (`GET <url>?challenge=<token>`).
+        ChallengeFailed = "challenge_failed",
+        /// 422: the URL's host is an address in a blocked range (SSRF guard).
+        BlockedAddress = "blocked_address",
+        /// 422: the JSON Schema does not compile, or is too large.
+        InvalidSchema = "invalid_schema",
+        /// 400: the event's `data` does not match the schema of its type and version; the
+        /// body's `path` points at the first error.
+        SchemaViolation = "schema_violation",
+        /// 409: a rotation would give the endpoint more live secrets than a signature carries.
+        TooManySecrets = "too_many_secrets",
+        /// 409: the delivery's endpoint is deleted, so it cannot be replayed.
+        EndpointDeleted = "endpoint_deleted",
+    }
+}
+
+impl ErrorCode {
+    /// The HTTP status the server answers this code with. [`ErrorCode::Unknown`] has none
+    /// this crate knows: 500 (a client has the real status in its error anyway).
+    pub fn status(&self) -> u16 {
+        match self {
+            ErrorCode::InvalidJson
+            | ErrorCode::InvalidIdempotencyKey
+            | ErrorCode::SchemaViolation => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::NotFound => 404,
+            ErrorCode::TooManySecrets | ErrorCode::EndpointDeleted => 409,
+            ErrorCode::InvalidRequest
+            | ErrorCode::IdempotencyKeyReused
+            | ErrorCode::ChallengeFailed
+            | ErrorCode::BlockedAddress
+            | ErrorCode::InvalidSchema => 422,
+            ErrorCode::StoreUnavailable => 503,
+            ErrorCode::Unknown(_) => 500,
+        }
+    }
+}
+
+/// The body of every error answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"error": "not_found", "message": "no such resource"}))]
+pub struct ErrorBody {
+    /// The stable code to branch on.
+    pub error: ErrorCode,
+    /// What is wrong and what to do instead, for people; its wording may change.
+    pub message: String,
+    /// With `schema_violation` only: a JSON Pointer into the event's `data` to the first
+    /// error (empty for `data` itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub path: Option<String>,
+}
+
+impl ErrorBody {
+    /// A body without `path`.
+    pub fn new(error: ErrorCode, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            error,
+            message: message.into(),
+            path: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_as_its_string() {
+        assert_eq!(ErrorCode::KNOWN.len(), 13);
+        for code in ErrorCode::KNOWN {
+            let json = serde_json::to_string(code).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+            let back: ErrorCode = serde_json::from_str(&json).expect("deserializes");
+            assert_eq!(&back, code);
+            assert!(back.is_known());
+            assert!((400..600).contains(&code.status()), "{code}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_code_is_kept() {
+        let body: ErrorBody =
+            serde_json::from_str(r#"{"error": "rate_limited", "message": "slow down"}"#)
+                .expect("deserializes");
+        assert_eq!(body.error, ErrorCode::Unknown("rate_limited".to_owned()));
+        assert!(!body.error.is_known());
+        assert_eq!(
+            serde_json::to_string(&body).expect("serializes"),
+            r#"{"error":"rate_limited","message":"slow down"}"#
+        );
+    }
+}

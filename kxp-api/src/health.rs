@@ -1,0 +1,89 @@
+//! `GET /v1/endpoints/{id}/health` (how one endpoint is doing) and `GET /healthz` (whether the
+//! server is).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::endpoints::{CircuitState, EndpointStatus};
+use crate::ids::EndpointId;
+use crate::timestamp::Timestamp;
+
+/// Attempt statistics over a window of whole clock hours (UTC).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"attempts": 8, "successes": 3, "failures": 5, "success_rate": 0.375, "latency_p50_ms": 10, "latency_p95_ms": 500}))]
+pub struct HealthWindow {
+    /// Attempts finished in the window (a delivery retried three times is three).
+    pub attempts: u64,
+    /// Of which 2xx.
+    pub successes: u64,
+    /// Of which not.
+    pub failures: u64,
+    /// `successes / attempts`; `null` without attempts.
+    pub success_rate: Option<f64>,
+    /// The upper bound (ms) of the latency bucket holding the median (≤ 10, 25, 50, 100, 250,
+    /// 500, 1000, 2500, 5000, 10000, 30000): approximate. `null` without attempts or above
+    /// 30000 ms.
+    pub latency_p50_ms: Option<u64>,
+    /// The same, for the 95th percentile.
+    pub latency_p95_ms: Option<u64>,
+}
+
+/// How an endpoint is doing: success rates, latency, failure streak, backlog, breaker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "endpoint_id": "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61",
+    "last_1h": {"attempts": 8, "successes": 3, "failures": 5, "success_rate": 0.375, "latency_p50_ms": 10, "latency_p95_ms": 500},
+    "last_24h": {"attempts": 8, "successes": 3, "failures": 5, "success_rate": 0.375, "latency_p50_ms": 10, "latency_p95_ms": 500},
+    "consecutive_failures": 0,
+    "last_success_at": "2026-11-30T04:27:00Z",
+    "last_failure_at": "2026-11-30T04:26:59Z",
+    "last_error": "http_503",
+    "pending": 0,
+    "dead": 1,
+    "status": "active",
+    "circuit_state": "closed",
+    "circuit_opened_at": null,
+    "next_probe_at": null,
+    "failing_since": null
+}))]
+pub struct EndpointHealth {
+    /// The endpoint.
+    pub endpoint_id: EndpointId,
+    /// The current clock hour and the one before it.
+    pub last_1h: HealthWindow,
+    /// The current clock hour and the 24 before it.
+    pub last_24h: HealthWindow,
+    /// Failed attempts since the last success (or since the first attempt).
+    pub consecutive_failures: u64,
+    /// `null` before the first success.
+    pub last_success_at: Option<Timestamp>,
+    /// `null` before the first failure.
+    pub last_failure_at: Option<Timestamp>,
+    /// The error of the last failed attempt (`http_503`, `timeout`, …), kept after a success.
+    pub last_error: Option<String>,
+    /// Deliveries not finished yet (`pending`, held, or in flight).
+    pub pending: u64,
+    /// Dead deliveries.
+    pub dead: u64,
+    /// `active`, `paused` or `disabled`.
+    pub status: EndpointStatus,
+    /// The circuit breaker's state.
+    pub circuit_state: CircuitState,
+    /// When the circuit opened, while it is not closed.
+    pub circuit_opened_at: Option<Timestamp>,
+    /// When an open circuit is probed next.
+    pub next_probe_at: Option<Timestamp>,
+    /// When the current run of failures began (auto-disable counts from here); `null` after a
+    /// success.
+    pub failing_since: Option<Timestamp>,
+}
+
+/// `GET /healthz` (no key): the server answers and its database does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"status": "ok", "database": "sqlite"}))]
+pub struct ServiceHealth {
+    /// Always `ok` (a failing database answers 503 `store_unavailable` instead).
+    pub status: String,
+    /// The backend: `sqlite` or `postgres`.
+    pub database: String,
+}
