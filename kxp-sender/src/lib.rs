@@ -21,19 +21,34 @@
 //! # Ok(()) }
 //! ```
 
+// Files moved into their layers; the module paths stay as they were until the reshaping.
+#[path = "http/mod.rs"]
 pub mod api;
+#[path = "policy/circuit.rs"]
 pub mod circuit;
+#[path = "store/db.rs"]
 pub mod db;
+#[path = "engine/dispatch.rs"]
 pub mod dispatch;
+#[path = "engine/guard.rs"]
 pub mod guard;
+#[path = "store/health.rs"]
 pub mod health;
+#[path = "engine/mail.rs"]
 pub mod mail;
+#[path = "engine/metrics.rs"]
 pub mod metrics;
+#[path = "engine/notify.rs"]
 pub mod notify;
+#[path = "engine/retention.rs"]
 pub mod retention;
+#[path = "policy/schedule.rs"]
 pub mod schedule;
+#[path = "store/schemas.rs"]
 pub mod schemas;
+#[path = "store/mod.rs"]
 pub mod store;
+#[path = "engine/worker.rs"]
 pub mod worker;
 
 use std::net::SocketAddr;

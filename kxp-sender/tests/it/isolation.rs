@@ -196,7 +196,7 @@ fn the_table_lists_every_route_of_the_api_and_nothing_else() {
     .collect();
     assert_eq!(routes_of_app(sample), expected);
 
-    let registered = routes_of_app(include_str!("../../src/api.rs"));
+    let registered = routes_of_app(include_str!("../../src/http/mod.rs"));
     let listed: BTreeSet<(String, String)> = ROUTES
         .iter()
         .map(|r| r.route)
