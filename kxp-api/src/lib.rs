@@ -7,6 +7,8 @@
 mod macros;
 
 mod account;
+#[cfg(feature = "client")]
+mod client;
 mod deliveries;
 mod endpoints;
 mod error;
@@ -23,6 +25,8 @@ mod timestamp;
 
 // The public interface.
 pub use account::{Account, AccountPatch, AccountUpdated};
+#[cfg(feature = "client")]
+pub use client::{Client, ClientError};
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, Endpoint, EndpointCreated, EndpointDeleted, EndpointPatch,

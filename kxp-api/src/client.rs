@@ -1,0 +1,520 @@
+//! The typed client: one method per route, errors decoded into [`ClientError`].
+
+use core::fmt;
+use std::time::Duration;
+
+use reqwest::{Method, RequestBuilder, StatusCode, Url};
+use serde::de::DeserializeOwned;
+
+use crate::{
+    Account, AccountPatch, AccountUpdated, Attempt, BulkReplay, Delivery, DeliveryId,
+    DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted, EndpointHealth, EndpointId,
+    EndpointPatch, ErrorBody, ErrorCode, Event, EventId, IDEMPOTENCY_KEY, NewEndpoint, NewEvent,
+    Notification, Page, PageQuery, ReplayQueued, RotateSecret, Schema, SchemaDeleted,
+    SecretRotated, ServiceHealth,
+};
+
+/// How much of an undecodable body a [`ClientError::Decode`] keeps.
+const SNIPPET: usize = 512;
+
+/// A failed call.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The server answered with an error body (`{"error", "message"}`).
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The stable code; [`ErrorCode::Unknown`] for one this crate does not know.
+        code: ErrorCode,
+        /// What is wrong, for people.
+        message: String,
+        /// With `schema_violation`: a JSON Pointer into the event's `data`.
+        path: Option<String>,
+        /// The `Retry-After` header in seconds, when the server sent one.
+        retry_after: Option<Duration>,
+    },
+    /// The request did not get an answer (connection, timeout, TLS).
+    Transport(reqwest::Error),
+    /// The answer is not what the API describes: not JSON, or another shape.
+    Decode {
+        /// The HTTP status.
+        status: u16,
+        /// The start of the body (at most 512 bytes).
+        body: String,
+        /// Why it did not decode.
+        source: serde_json::Error,
+    },
+    /// The base URL given to [`Client::new`] cannot carry API paths.
+    BaseUrl(String),
+}
+
+impl ClientError {
+    /// The API's code, for an [`ClientError::Api`].
+    pub fn code(&self) -> Option<&ErrorCode> {
+        match self {
+            ClientError::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, when an answer came back.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } | ClientError::Decode { status, .. } => Some(*status),
+            ClientError::Transport(e) => e.status().map(|s| s.as_u16()),
+            ClientError::BaseUrl(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Api {
+                status,
+                code,
+                message,
+                ..
+            } => write!(f, "{status} {code}: {message}"),
+            ClientError::Transport(e) => write!(f, "no answer from the kxp API: {e}"),
+            ClientError::Decode { status, body, .. } => {
+                write!(f, "unexpected answer from the kxp API ({status}): {body}")
+            }
+            ClientError::BaseUrl(reason) => write!(f, "invalid kxp API base URL: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientError::Transport(e) => Some(e),
+            ClientError::Decode { source, .. } => Some(source),
+            ClientError::Api { .. } | ClientError::BaseUrl(_) => None,
+        }
+    }
+}
+
+impl From<reqwest::Error> for ClientError {
+    fn from(e: reqwest::Error) -> ClientError {
+        ClientError::Transport(e)
+    }
+}
+
+/// A client of one account's API (`Authorization: Bearer <api key>`). Cheap to clone (the
+/// connection pool is shared). `Debug` shows the base URL, never the key.
+#[derive(Clone)]
+pub struct Client {
+    base: Url,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("api_key", &"[redacted]")
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client of the server at `base_url` (`http://127.0.0.1:8080`; a path prefix is kept),
+    /// calling with `api_key`.
+    pub fn new(base_url: &str, api_key: impl Into<String>) -> Result<Client, ClientError> {
+        let base = Url::parse(base_url).map_err(|e| ClientError::BaseUrl(e.to_string()))?;
+        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
+            return Err(ClientError::BaseUrl(format!(
+                "`{base}` is not an http(s) URL"
+            )));
+        }
+        Ok(Client {
+            base,
+            key: api_key.into(),
+            http: reqwest::Client::new(),
+        })
+    }
+
+    /// The same client on `http` (timeouts, proxies, TLS roots are the caller's choice).
+    pub fn with_http(self, http: reqwest::Client) -> Client {
+        Client { http, ..self }
+    }
+
+    /// Where the API is.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    // ---- endpoints ----
+
+    /// `POST /v1/endpoints`: registers an endpoint (after its challenge, unless skipped). The
+    /// answer holds its signing secret, which no other answer shows.
+    pub async fn create_endpoint(&self, new: &NewEndpoint) -> Result<EndpointCreated, ClientError> {
+        self.call(Method::POST, &["v1", "endpoints"], |r| r.json(new))
+            .await
+    }
+
+    /// `GET /v1/endpoints`: one page of endpoints.
+    pub async fn list_endpoints(&self, query: &PageQuery) -> Result<Page<Endpoint>, ClientError> {
+        self.call(Method::GET, &["v1", "endpoints"], |r| r.query(query))
+            .await
+    }
+
+    /// Every endpoint, following `next_cursor` to the end.
+    pub async fn all_endpoints(&self) -> Result<Vec<Endpoint>, ClientError> {
+        let first = PageQuery::limit(500);
+        self.all(&first, PageQuery::after, async |q| self.list_endpoints(q).await)
+            .await
+    }
+
+    /// `GET /v1/endpoints/{id}`.
+    pub async fn endpoint(&self, id: &EndpointId) -> Result<Endpoint, ClientError> {
+        self.call(Method::GET, &["v1", "endpoints", id.as_str()], |r| r)
+            .await
+    }
+
+    /// `PATCH /v1/endpoints/{id}`: changes the fields the patch gives.
+    pub async fn update_endpoint(
+        &self,
+        id: &EndpointId,
+        patch: &EndpointPatch,
+    ) -> Result<Endpoint, ClientError> {
+        self.call(Method::PATCH, &["v1", "endpoints", id.as_str()], |r| {
+            r.json(patch)
+        })
+        .await
+    }
+
+    /// `DELETE /v1/endpoints/{id}`: its pending deliveries become dead.
+    pub async fn delete_endpoint(&self, id: &EndpointId) -> Result<EndpointDeleted, ClientError> {
+        self.call(Method::DELETE, &["v1", "endpoints", id.as_str()], |r| r)
+            .await
+    }
+
+    /// `POST /v1/endpoints/{id}/pause`: holds its deliveries.
+    pub async fn pause_endpoint(&self, id: &EndpointId) -> Result<Endpoint, ClientError> {
+        self.call(
+            Method::POST,
+            &["v1", "endpoints", id.as_str(), "pause"],
+            |r| r,
+        )
+        .await
+    }
+
+    /// `POST /v1/endpoints/{id}/resume`: releases held deliveries, re-enables, closes the
+    /// circuit.
+    pub async fn resume_endpoint(&self, id: &EndpointId) -> Result<Endpoint, ClientError> {
+        self.call(
+            Method::POST,
+            &["v1", "endpoints", id.as_str(), "resume"],
+            |r| r,
+        )
+        .await
+    }
+
+    /// `POST /v1/endpoints/{id}/rotate-secret`.
+    pub async fn rotate_secret(
+        &self,
+        id: &EndpointId,
+        rotation: &RotateSecret,
+    ) -> Result<SecretRotated, ClientError> {
+        self.call(
+            Method::POST,
+            &["v1", "endpoints", id.as_str(), "rotate-secret"],
+            |r| r.json(rotation),
+        )
+        .await
+    }
+
+    /// `GET /v1/endpoints/{id}/health`.
+    pub async fn endpoint_health(&self, id: &EndpointId) -> Result<EndpointHealth, ClientError> {
+        self.call(
+            Method::GET,
+            &["v1", "endpoints", id.as_str(), "health"],
+            |r| r,
+        )
+        .await
+    }
+
+    /// `POST /v1/endpoints/{id}/replay`: replays the endpoint's dead (or delivered)
+    /// deliveries.
+    pub async fn replay_endpoint(
+        &self,
+        id: &EndpointId,
+        replay: &BulkReplay,
+    ) -> Result<ReplayQueued, ClientError> {
+        self.call(
+            Method::POST,
+            &["v1", "endpoints", id.as_str(), "replay"],
+            |r| r.json(replay),
+        )
+        .await
+    }
+
+    // ---- events ----
+
+    /// `POST /v1/events`. With an `idempotency_key`, retrying after a lost answer (or a 5xx)
+    /// returns the original event instead of emitting it twice.
+    pub async fn create_event(
+        &self,
+        event: &NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> Result<Event, ClientError> {
+        self.call(Method::POST, &["v1", "events"], |r| {
+            let r = r.json(event);
+            match idempotency_key {
+                Some(key) => r.header(IDEMPOTENCY_KEY, key),
+                None => r,
+            }
+        })
+        .await
+    }
+
+    /// `GET /v1/events/{id}`: the envelope, exactly as receivers get it.
+    pub async fn event(&self, id: &EventId) -> Result<Event, ClientError> {
+        self.call(Method::GET, &["v1", "events", id.as_str()], |r| r)
+            .await
+    }
+
+    /// `GET /v1/events/{id}/deliveries`: every delivery of the event, replays included (one
+    /// page).
+    pub async fn event_deliveries(&self, id: &EventId) -> Result<Page<Delivery>, ClientError> {
+        self.call(
+            Method::GET,
+            &["v1", "events", id.as_str(), "deliveries"],
+            |r| r,
+        )
+        .await
+    }
+
+    // ---- deliveries ----
+
+    /// `GET /v1/deliveries`: one page of the deliveries `query` selects.
+    pub async fn deliveries(&self, query: &DeliveryQuery) -> Result<Page<Delivery>, ClientError> {
+        self.call(Method::GET, &["v1", "deliveries"], |r| r.query(query))
+            .await
+    }
+
+    /// Every delivery `query` selects, following `next_cursor` from `query`'s cursor on.
+    pub async fn all_deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, ClientError> {
+        self.all(query, DeliveryQuery::after, async |q| self.deliveries(q).await)
+            .await
+    }
+
+    /// `GET /v1/deliveries/{id}/attempts` (one page).
+    pub async fn delivery_attempts(&self, id: &DeliveryId) -> Result<Page<Attempt>, ClientError> {
+        self.call(
+            Method::GET,
+            &["v1", "deliveries", id.as_str(), "attempts"],
+            |r| r,
+        )
+        .await
+    }
+
+    /// `POST /v1/deliveries/{id}/replay`: the new delivery.
+    pub async fn replay_delivery(&self, id: &DeliveryId) -> Result<Delivery, ClientError> {
+        self.call(
+            Method::POST,
+            &["v1", "deliveries", id.as_str(), "replay"],
+            |r| r,
+        )
+        .await
+    }
+
+    // ---- account ----
+
+    /// `GET /v1/account`.
+    pub async fn account(&self) -> Result<Account, ClientError> {
+        self.call(Method::GET, &["v1", "account"], |r| r).await
+    }
+
+    /// `PATCH /v1/account`; setting `ops_url` answers the ops secret, once.
+    pub async fn update_account(&self, patch: &AccountPatch) -> Result<AccountUpdated, ClientError> {
+        self.call(Method::PATCH, &["v1", "account"], |r| r.json(patch))
+            .await
+    }
+
+    /// `GET /v1/notifications`: one page.
+    pub async fn notifications(
+        &self,
+        query: &PageQuery,
+    ) -> Result<Page<Notification>, ClientError> {
+        self.call(Method::GET, &["v1", "notifications"], |r| r.query(query))
+            .await
+    }
+
+    /// Every notification, following `next_cursor` to the end.
+    pub async fn all_notifications(&self) -> Result<Vec<Notification>, ClientError> {
+        let first = PageQuery::limit(500);
+        self.all(&first, PageQuery::after, async |q| self.notifications(q).await)
+            .await
+    }
+
+    // ---- schemas ----
+
+    /// `GET /v1/schemas`: every schema of the account (one page).
+    pub async fn schemas(&self) -> Result<Page<Schema>, ClientError> {
+        self.call(Method::GET, &["v1", "schemas"], |r| r).await
+    }
+
+    /// `GET /v1/schemas/{type}/{api_version}`.
+    pub async fn schema(&self, event_type: &str, api_version: &str) -> Result<Schema, ClientError> {
+        self.call(
+            Method::GET,
+            &["v1", "schemas", event_type, api_version],
+            |r| r,
+        )
+        .await
+    }
+
+    /// `PUT /v1/schemas/{type}/{api_version}` with the JSON Schema `document` as the body. The
+    /// `bool` is true when the schema is new (201), false when it replaced one (200).
+    pub async fn put_schema(
+        &self,
+        event_type: &str,
+        api_version: &str,
+        document: &serde_json::Value,
+    ) -> Result<(Schema, bool), ClientError> {
+        let url = self.url(&["v1", "schemas", event_type, api_version]);
+        let request = self.request(Method::PUT, url).json(document);
+        let (status, schema) = self.send(request).await?;
+        Ok((schema, status == StatusCode::CREATED))
+    }
+
+    /// `DELETE /v1/schemas/{type}/{api_version}`.
+    pub async fn delete_schema(
+        &self,
+        event_type: &str,
+        api_version: &str,
+    ) -> Result<SchemaDeleted, ClientError> {
+        self.call(
+            Method::DELETE,
+            &["v1", "schemas", event_type, api_version],
+            |r| r,
+        )
+        .await
+    }
+
+    // ---- operations ----
+
+    /// `GET /healthz`.
+    pub async fn healthz(&self) -> Result<ServiceHealth, ClientError> {
+        self.call(Method::GET, &["healthz"], |r| r).await
+    }
+
+    /// `GET /metrics`: the Prometheus text.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let response = self
+            .request(Method::GET, self.url(&["metrics"]))
+            .send()
+            .await?;
+        let status = response.status();
+        let retry_after = retry_after(&response);
+        let body = response.bytes().await?;
+        if status.is_success() {
+            Ok(String::from_utf8_lossy(&body).into_owned())
+        } else {
+            Err(error(status, retry_after, &body))
+        }
+    }
+
+    // ---- plumbing ----
+
+    /// `base` + `segments`, each percent-encoded as one path segment (an id with a `/` stays
+    /// one segment).
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    fn request(&self, method: Method, url: Url) -> RequestBuilder {
+        self.http.request(method, url).bearer_auth(&self.key)
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        build: impl FnOnce(RequestBuilder) -> RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let request = build(self.request(method, self.url(segments)));
+        self.send(request).await.map(|(_, value)| value)
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: RequestBuilder,
+    ) -> Result<(StatusCode, T), ClientError> {
+        let response = request.send().await?;
+        let status = response.status();
+        let retry_after = retry_after(&response);
+        let body = response.bytes().await?;
+        if !status.is_success() {
+            return Err(error(status, retry_after, &body));
+        }
+        match serde_json::from_slice(&body) {
+            Ok(value) => Ok((status, value)),
+            Err(source) => Err(decode(status, &body, source)),
+        }
+    }
+
+    /// Follows `next_cursor` from `first` until a page has none.
+    async fn all<Q, T>(
+        &self,
+        first: &Q,
+        after: impl Fn(&Q, Option<crate::Cursor>) -> Q,
+        fetch: impl AsyncFn(&Q) -> Result<Page<T>, ClientError>,
+    ) -> Result<Vec<T>, ClientError> {
+        let mut items = Vec::new();
+        let mut page = fetch(first).await?;
+        loop {
+            items.append(&mut page.data);
+            match page.next_cursor.take() {
+                None => return Ok(items),
+                Some(cursor) => page = fetch(&after(first, Some(cursor))).await?,
+            }
+        }
+    }
+}
+
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
+    let seconds: u64 = value.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+/// An error answer: the API's body when it is one, else what came back.
+fn error(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> ClientError {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(ErrorBody {
+            error,
+            message,
+            path,
+        }) => ClientError::Api {
+            status: status.as_u16(),
+            code: error,
+            message,
+            path,
+            retry_after,
+        },
+        Err(source) => decode(status, body, source),
+    }
+}
+
+fn decode(status: StatusCode, body: &[u8], source: serde_json::Error) -> ClientError {
+    let text = String::from_utf8_lossy(body);
+    let mut end = text.len().min(SNIPPET);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    ClientError::Decode {
+        status: status.as_u16(),
+        body: text[..end].to_owned(),
+        source,
+    }
+}
