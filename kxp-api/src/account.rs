@@ -25,8 +25,10 @@ pub struct Account {
     pub default_api_version: String,
     /// Where operational webhooks go (an endpoint's circuit opened, an endpoint was
     /// disabled); `null`: none.
+    #[schema(required = true)]
     pub ops_url: Option<String>,
     /// Where operational e-mails go; `null`: none.
+    #[schema(required = true)]
     pub contact_email: Option<String>,
 }
 

@@ -48,12 +48,16 @@ pub struct Delivery {
     /// HTTP attempts so far.
     pub attempts: u32,
     /// When the next attempt is due; `null` unless `pending`, and while held by a pause.
+    #[schema(required = true)]
     pub next_attempt_at: Option<Timestamp>,
     /// The HTTP status of the last attempt; `null` before one, or when none came back.
+    #[schema(required = true)]
     pub last_status: Option<u16>,
     /// Why the last attempt failed (`http_503`, `timeout`, `endpoint_deleted`, …).
+    #[schema(required = true)]
     pub last_error: Option<String>,
     /// The delivery that replayed this one, if any.
+    #[schema(required = true)]
     pub replayed_by: Option<DeliveryId>,
     /// When it was created.
     pub created_at: Timestamp,
@@ -80,10 +84,13 @@ pub struct Attempt {
     /// How long it took.
     pub duration_ms: u64,
     /// The HTTP status; `null` when none came back (timeout, refused connection).
+    #[schema(required = true)]
     pub status_code: Option<u16>,
     /// Why it failed; `null` for a success.
+    #[schema(required = true)]
     pub error: Option<String>,
     /// The first bytes of the response body.
+    #[schema(required = true)]
     pub response_snippet: Option<String>,
 }
 

@@ -65,8 +65,10 @@ pub struct Endpoint {
     pub status: EndpointStatus,
     /// The `api_version` pinned for this endpoint: it receives only events of that version.
     /// `null`: no pin.
+    #[schema(required = true)]
     pub api_version: Option<String>,
     /// Deliveries per second allowed to this endpoint; `null`: the server's default.
+    #[schema(required = true)]
     pub rate_limit_per_second: Option<u32>,
     /// The circuit breaker's state.
     pub circuit_state: CircuitState,

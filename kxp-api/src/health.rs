@@ -19,12 +19,15 @@ pub struct HealthWindow {
     /// Of which not.
     pub failures: u64,
     /// `successes / attempts`; `null` without attempts.
+    #[schema(required = true)]
     pub success_rate: Option<f64>,
     /// The upper bound (ms) of the latency bucket holding the median (≤ 10, 25, 50, 100, 250,
     /// 500, 1000, 2500, 5000, 10000, 30000): approximate. `null` without attempts or above
     /// 30000 ms.
+    #[schema(required = true)]
     pub latency_p50_ms: Option<u64>,
     /// The same, for the 95th percentile.
+    #[schema(required = true)]
     pub latency_p95_ms: Option<u64>,
 }
 
@@ -56,10 +59,13 @@ pub struct EndpointHealth {
     /// Failed attempts since the last success (or since the first attempt).
     pub consecutive_failures: u64,
     /// `null` before the first success.
+    #[schema(required = true)]
     pub last_success_at: Option<Timestamp>,
     /// `null` before the first failure.
+    #[schema(required = true)]
     pub last_failure_at: Option<Timestamp>,
     /// The error of the last failed attempt (`http_503`, `timeout`, …), kept after a success.
+    #[schema(required = true)]
     pub last_error: Option<String>,
     /// Deliveries not finished yet (`pending`, held, or in flight).
     pub pending: u64,
@@ -70,11 +76,14 @@ pub struct EndpointHealth {
     /// The circuit breaker's state.
     pub circuit_state: CircuitState,
     /// When the circuit opened, while it is not closed.
+    #[schema(required = true)]
     pub circuit_opened_at: Option<Timestamp>,
     /// When an open circuit is probed next.
+    #[schema(required = true)]
     pub next_probe_at: Option<Timestamp>,
     /// When the current run of failures began (auto-disable counts from here); `null` after a
     /// success.
+    #[schema(required = true)]
     pub failing_since: Option<Timestamp>,
 }
 

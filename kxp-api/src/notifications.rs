@@ -71,6 +71,7 @@ pub struct Notification {
     /// Tries so far.
     pub attempts: u32,
     /// Why the last try failed.
+    #[schema(required = true)]
     pub last_error: Option<String>,
     /// When it was queued.
     pub created_at: Timestamp,

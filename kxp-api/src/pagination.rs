@@ -13,6 +13,7 @@ pub struct Page<T> {
     /// The items, oldest first.
     pub data: Vec<T>,
     /// Where the next page starts; `null` when there is none. Always present.
+    #[schema(required = true)]
     pub next_cursor: Option<Cursor>,
 }
 
