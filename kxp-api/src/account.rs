@@ -53,11 +53,19 @@ pub struct AccountUpdated {
 #[schema(example = json!({"ops_url": "https://ops.acme.example/kxp", "contact_email": null}))]
 pub struct AccountPatch {
     /// A new name, 1 to 256 bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(value_type = String, required = false)]
     pub name: Option<String>,
     /// A new default `api_version`.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(value_type = String, required = false)]
     pub default_api_version: Option<String>,
     /// Where operational webhooks go (the endpoints' URL rules apply); setting it answers a

@@ -165,8 +165,10 @@ impl Client {
     /// Every endpoint, following `next_cursor` to the end.
     pub async fn all_endpoints(&self) -> Result<Vec<Endpoint>, ClientError> {
         let first = PageQuery::limit(500);
-        self.all(&first, PageQuery::after, async |q| self.list_endpoints(q).await)
-            .await
+        self.all(&first, PageQuery::after, async |q| {
+            self.list_endpoints(q).await
+        })
+        .await
     }
 
     /// `GET /v1/endpoints/{id}`.
@@ -298,9 +300,14 @@ impl Client {
     }
 
     /// Every delivery `query` selects, following `next_cursor` from `query`'s cursor on.
-    pub async fn all_deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, ClientError> {
-        self.all(query, DeliveryQuery::after, async |q| self.deliveries(q).await)
-            .await
+    pub async fn all_deliveries(
+        &self,
+        query: &DeliveryQuery,
+    ) -> Result<Vec<Delivery>, ClientError> {
+        self.all(query, DeliveryQuery::after, async |q| {
+            self.deliveries(q).await
+        })
+        .await
     }
 
     /// `GET /v1/deliveries/{id}/attempts` (one page).
@@ -331,7 +338,10 @@ impl Client {
     }
 
     /// `PATCH /v1/account`; setting `ops_url` answers the ops secret, once.
-    pub async fn update_account(&self, patch: &AccountPatch) -> Result<AccountUpdated, ClientError> {
+    pub async fn update_account(
+        &self,
+        patch: &AccountPatch,
+    ) -> Result<AccountUpdated, ClientError> {
         self.call(Method::PATCH, &["v1", "account"], |r| r.json(patch))
             .await
     }
@@ -348,8 +358,10 @@ impl Client {
     /// Every notification, following `next_cursor` to the end.
     pub async fn all_notifications(&self) -> Result<Vec<Notification>, ClientError> {
         let first = PageQuery::limit(500);
-        self.all(&first, PageQuery::after, async |q| self.notifications(q).await)
-            .await
+        self.all(&first, PageQuery::after, async |q| {
+            self.notifications(q).await
+        })
+        .await
     }
 
     // ---- schemas ----

@@ -147,19 +147,35 @@ impl NewEndpoint {
 #[schema(example = json!({"description": "orders service (EU)", "rate_limit_per_second": null}))]
 pub struct EndpointPatch {
     /// A new URL, challenged like a new endpoint's unless `skip_challenge`.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(value_type = String, required = false)]
     pub url: Option<String>,
     /// New event types (for events created from then on).
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(value_type = Vec<String>, required = false)]
     pub event_types: Option<Vec<String>>,
     /// A new description.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(value_type = String, required = false)]
     pub description: Option<String>,
     /// A new timeout, 100 to 30000 ms.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     #[schema(value_type = u64, required = false)]
     pub timeout_ms: Option<u64>,
     /// A new pinned version; `null` removes the pin.

@@ -2,6 +2,8 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+// Private modules, one per resource; everything public is re-exported below.
+//
 // The two shapes the resource modules repeat; first, so their macros are in scope below.
 #[macro_use]
 mod macros;

@@ -7,10 +7,10 @@ use utoipa::{Modify, OpenApi};
 use crate::{
     Account, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState, Cursor, Delivery,
     DeliveryQuery, DeliveryStatus, Endpoint, EndpointCreated, EndpointDeleted, EndpointHealth,
-    EndpointId, EndpointPatch, EndpointStatus, ErrorBody, ErrorCode, Event, EventId,
-    HealthWindow, NewEndpoint, NewEvent, Notification, NotificationChannel, NotificationId,
-    NotificationKind, NotificationStatus, Page, PageQuery, RawJson, ReplayQueued, RotateSecret,
-    Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, ServiceHealth, Timestamp,
+    EndpointId, EndpointPatch, EndpointStatus, ErrorBody, ErrorCode, Event, EventId, HealthWindow,
+    NewEndpoint, NewEvent, Notification, NotificationChannel, NotificationId, NotificationKind,
+    NotificationStatus, Page, PageQuery, RawJson, ReplayQueued, RotateSecret, Schema,
+    SchemaDeleted, SchemaId, Secret, SecretRotated, ServiceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 

@@ -74,10 +74,9 @@ async fn answer(
         .pop_front()
         .expect("a reply for every request");
     let mut response = (StatusCode::from_u16(status).unwrap(), body).into_response();
-    response.headers_mut().insert(
-        "content-type",
-        "application/json".parse().unwrap(),
-    );
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
     for (name, value) in headers {
         response.headers_mut().insert(name, value.parse().unwrap());
     }
@@ -177,9 +176,15 @@ async fn every_route_has_its_method_and_path() {
     client.delete_endpoint(&ep).await.unwrap();
     client.pause_endpoint(&ep).await.unwrap();
     client.resume_endpoint(&ep).await.unwrap();
-    client.rotate_secret(&ep, &RotateSecret::overlap("0s")).await.unwrap();
+    client
+        .rotate_secret(&ep, &RotateSecret::overlap("0s"))
+        .await
+        .unwrap();
     client.endpoint_health(&ep).await.unwrap();
-    let queued = client.replay_endpoint(&ep, &BulkReplay::status(DeliveryStatus::Dead)).await.unwrap();
+    let queued = client
+        .replay_endpoint(&ep, &BulkReplay::status(DeliveryStatus::Dead))
+        .await
+        .unwrap();
     assert_eq!(queued.queued, 2);
     client.event(&evt).await.unwrap();
     client.event_deliveries(&evt).await.unwrap();
@@ -192,7 +197,10 @@ async fn every_route_has_its_method_and_path() {
     client.update_account(&account_patch).await.unwrap();
     client.notifications(&PageQuery::default()).await.unwrap();
     client.schemas().await.unwrap();
-    let (_, created) = client.put_schema("t", "v", &json!({"type": "object"})).await.unwrap();
+    let (_, created) = client
+        .put_schema("t", "v", &json!({"type": "object"}))
+        .await
+        .unwrap();
     assert!(created);
     let (_, created) = client.put_schema("t", "v", &json!(true)).await.unwrap();
     assert!(!created);
@@ -244,7 +252,10 @@ async fn every_route_has_its_method_and_path() {
     assert_eq!(seen[8].json(), json!({"status": "dead"}));
     assert_eq!(seen[14].json(), json!({"contact_email": null}));
     assert_eq!(seen[17].json(), json!({"type": "object"}));
-    assert!(seen.iter().all(|s| s.header("authorization") == Some("Bearer kxp_test_key")));
+    assert!(
+        seen.iter()
+            .all(|s| s.header("authorization") == Some("Bearer kxp_test_key"))
+    );
 }
 
 #[tokio::test]
@@ -255,7 +266,10 @@ async fn create_event_sends_the_idempotency_key_and_keeps_data() {
         (202, vec![], envelope.into()),
     ])
     .await;
-    let new = NewEvent::raw("payment.succeeded", RawJson::from_string(r#"{"amount":4200.50}"#.into()).unwrap());
+    let new = NewEvent::raw(
+        "payment.succeeded",
+        RawJson::from_string(r#"{"amount":4200.50}"#.into()).unwrap(),
+    );
     let event = client.create_event(&new, Some("order-42")).await.unwrap();
     assert_eq!(event.data.get(), r#"{"amount":4200.50}"#);
     client.create_event(&new, None).await.unwrap();
@@ -271,14 +285,23 @@ async fn create_event_sends_the_idempotency_key_and_keeps_data() {
 #[tokio::test]
 async fn errors_are_decoded_known_unknown_and_not_json() {
     let (client, _) = server(vec![
-        ok(404, json!({"error": "not_found", "message": "no such resource"})),
+        ok(
+            404,
+            json!({"error": "not_found", "message": "no such resource"}),
+        ),
         (
             503,
             vec![("retry-after", "7".into())],
             json!({"error": "store_unavailable", "message": "retry"}).to_string(),
         ),
-        ok(429, json!({"error": "rate_limited", "message": "slow down"})),
-        ok(400, json!({"error": "schema_violation", "message": "m", "path": "/amount"})),
+        ok(
+            429,
+            json!({"error": "rate_limited", "message": "slow down"}),
+        ),
+        ok(
+            400,
+            json!({"error": "schema_violation", "message": "m", "path": "/amount"}),
+        ),
         (405, vec![], String::new()),
         ok(200, json!({"unexpected": true})),
     ])
@@ -286,8 +309,17 @@ async fn errors_are_decoded_known_unknown_and_not_json() {
     let ep = EndpointId::from("ep_x");
 
     match client.endpoint(&ep).await.unwrap_err() {
-        ClientError::Api { status, code, message, retry_after, .. } => {
-            assert_eq!((status, code, message.as_str()), (404, ErrorCode::NotFound, "no such resource"));
+        ClientError::Api {
+            status,
+            code,
+            message,
+            retry_after,
+            ..
+        } => {
+            assert_eq!(
+                (status, code, message.as_str()),
+                (404, ErrorCode::NotFound, "no such resource")
+            );
             assert_eq!(retry_after, None);
         }
         other => panic!("{other:?}"),
@@ -299,15 +331,23 @@ async fn errors_are_decoded_known_unknown_and_not_json() {
     ));
     assert_eq!(unavailable.to_string(), "503 store_unavailable: retry");
     let unknown = client.endpoint(&ep).await.unwrap_err();
-    assert_eq!(unknown.code(), Some(&ErrorCode::Unknown("rate_limited".into())));
+    assert_eq!(
+        unknown.code(),
+        Some(&ErrorCode::Unknown("rate_limited".into()))
+    );
     assert_eq!(unknown.status(), Some(429));
     let violation = client.endpoint(&ep).await.unwrap_err();
     assert!(matches!(violation, ClientError::Api { path: Some(ref p), .. } if p == "/amount"));
     let empty = client.endpoint(&ep).await.unwrap_err();
-    assert!(matches!(empty, ClientError::Decode { status: 405, .. }), "{empty:?}");
+    assert!(
+        matches!(empty, ClientError::Decode { status: 405, .. }),
+        "{empty:?}"
+    );
     assert!(std::error::Error::source(&empty).is_some());
     let shape = client.endpoint(&ep).await.unwrap_err();
-    assert!(matches!(&shape, ClientError::Decode { status: 200, body, .. } if body.contains("unexpected")));
+    assert!(
+        matches!(&shape, ClientError::Decode { status: 200, body, .. } if body.contains("unexpected"))
+    );
 }
 
 #[tokio::test]
@@ -318,11 +358,19 @@ async fn pagination_follows_next_cursor() {
         ok(200, json!({"data": [], "next_cursor": null})),
     ])
     .await;
-    let query = DeliveryQuery::dead().endpoint(EndpointId::from("ep_1")).limit(2);
+    let query = DeliveryQuery::dead()
+        .endpoint(EndpointId::from("ep_1"))
+        .limit(2);
     let all = client.all_deliveries(&query).await.unwrap();
     let ids: Vec<&str> = all.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, ["dlv_1", "dlv_2", "dlv_3"]);
-    let uris: Vec<String> = script.seen.lock().unwrap().iter().map(|s| s.uri.clone()).collect();
+    let uris: Vec<String> = script
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.uri.clone())
+        .collect();
     assert_eq!(
         uris,
         [
@@ -335,12 +383,22 @@ async fn pagination_follows_next_cursor() {
 
 #[tokio::test]
 async fn ids_are_one_path_segment_and_the_key_is_never_printed() {
-    let (client, script) = server(vec![ok(404, json!({"error": "not_found", "message": "m"}))]).await;
+    let (client, script) =
+        server(vec![ok(404, json!({"error": "not_found", "message": "m"}))]).await;
     let odd = EndpointId::from("a/b?c");
     let _ = client.endpoint(&odd).await;
-    assert_eq!(script.seen.lock().unwrap()[0].uri, "/v1/endpoints/a%2Fb%3Fc");
+    assert_eq!(
+        script.seen.lock().unwrap()[0].uri,
+        "/v1/endpoints/a%2Fb%3Fc"
+    );
     assert!(!format!("{client:?}").contains("kxp_test_key"));
     assert!(format!("{client:?}").contains("[redacted]"));
-    assert!(matches!(Client::new("not a url", "k"), Err(ClientError::BaseUrl(_))));
-    assert!(matches!(Client::new("mailto:a@b", "k"), Err(ClientError::BaseUrl(_))));
+    assert!(matches!(
+        Client::new("not a url", "k"),
+        Err(ClientError::BaseUrl(_))
+    ));
+    assert!(matches!(
+        Client::new("mailto:a@b", "k"),
+        Err(ClientError::BaseUrl(_))
+    ));
 }

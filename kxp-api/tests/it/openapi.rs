@@ -54,12 +54,19 @@ fn every_documented_example_is_read_by_its_type() {
 #[test]
 fn the_document_describes_the_contract() {
     let doc = document();
-    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3.1"),
+        "{}",
+        doc["openapi"]
+    );
     let description = doc["info"]["description"].as_str().unwrap();
     for topic in ["Idempotency-Key", "next_cursor", "\"error\": \"<code>\""] {
         assert!(description.contains(topic), "{topic}");
     }
-    assert_eq!(doc["components"]["securitySchemes"]["api_key"]["scheme"], "bearer");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
     // Error codes: the known ones listed, any other string accepted.
     let codes = &doc["components"]["schemas"]["ErrorCode"]["anyOf"];
     let known: Vec<&str> = codes[0]["enum"]
@@ -73,10 +80,23 @@ fn the_document_describes_the_contract() {
     assert_eq!(codes[1]["type"], "string");
     // PATCH: nullable settings may be null, the others may not; none is required.
     let patch = &doc["components"]["schemas"]["EndpointPatch"];
-    assert!(patch.get("required").is_none_or(|r| r.as_array().unwrap().is_empty()), "{patch}");
+    assert!(
+        patch
+            .get("required")
+            .is_none_or(|r| r.as_array().unwrap().is_empty()),
+        "{patch}"
+    );
     assert_eq!(patch["properties"]["url"]["type"], "string", "{patch}");
-    assert!(patch["properties"]["api_version"].to_string().contains("null"), "{patch}");
+    assert!(
+        patch["properties"]["api_version"]
+            .to_string()
+            .contains("null"),
+        "{patch}"
+    );
     // Lists always carry next_cursor.
     let page = &doc["components"]["schemas"]["Page_Delivery"];
-    assert!(page["required"].to_string().contains("next_cursor"), "{page}");
+    assert!(
+        page["required"].to_string().contains("next_cursor"),
+        "{page}"
+    );
 }

@@ -83,7 +83,10 @@ fn endpoint_deleted_rotated_replayed() {
     let rotated: SecretRotated = round_trip(json!({
         "secret": "ab".repeat(32), "previous_expires_at": "2026-12-01T10:00:00Z"
     }));
-    assert_eq!(rotated.previous_expires_at.unix_ms(), Some(1_796_119_200_000));
+    assert_eq!(
+        rotated.previous_expires_at.unix_ms(),
+        Some(1_796_119_200_000)
+    );
     assert_eq!(format!("{rotated:?}").matches("abab").count(), 0);
     let queued: ReplayQueued = round_trip(json!({"queued": 3}));
     assert_eq!(queued.queued, 3);
@@ -115,7 +118,10 @@ fn new_endpoint_writes_only_what_is_given() {
 #[test]
 fn endpoint_patch_tells_absent_from_null() {
     // Absent: nothing is written.
-    assert_eq!(serde_json::to_value(EndpointPatch::default()).unwrap(), json!({}));
+    assert_eq!(
+        serde_json::to_value(EndpointPatch::default()).unwrap(),
+        json!({})
+    );
     // Cleared: `null` is written; set: the value.
     let mut patch = EndpointPatch::default();
     patch.api_version = Patch::Clear;
@@ -225,14 +231,18 @@ fn deliveries_and_attempts() {
 fn pages_always_carry_next_cursor() {
     let last: Page<Delivery> = round_trip(json!({"data": [delivery_json()], "next_cursor": null}));
     assert_eq!(last.next_cursor, None);
-    let more: Page<Endpoint> = round_trip(json!({"data": [endpoint_json()], "next_cursor": "ep_9"}));
+    let more: Page<Endpoint> =
+        round_trip(json!({"data": [endpoint_json()], "next_cursor": "ep_9"}));
     assert_eq!(more.next_cursor, Some(Cursor::from("ep_9")));
     round_trip::<Page<Attempt>>(json!({"data": [], "next_cursor": null}));
 }
 
 #[test]
 fn queries_write_only_what_is_given() {
-    assert_eq!(serde_json::to_value(PageQuery::default()).unwrap(), json!({}));
+    assert_eq!(
+        serde_json::to_value(PageQuery::default()).unwrap(),
+        json!({})
+    );
     let query = DeliveryQuery::dead()
         .endpoint(EndpointId::from("ep_1"))
         .limit(100)
@@ -245,7 +255,10 @@ fn queries_write_only_what_is_given() {
         serde_json::to_value(BulkReplay::status(DeliveryStatus::Delivered)).unwrap(),
         json!({"status": "delivered"})
     );
-    assert_eq!(serde_json::to_value(RotateSecret::default()).unwrap(), json!({}));
+    assert_eq!(
+        serde_json::to_value(RotateSecret::default()).unwrap(),
+        json!({})
+    );
     assert_eq!(
         serde_json::to_value(RotateSecret::overlap("0s")).unwrap(),
         json!({"overlap": "0s"})
@@ -341,7 +354,8 @@ fn ids_and_timestamps() {
     assert_eq!(id.to_string(), "ep_1");
     assert_eq!(serde_json::to_value(&id).unwrap(), json!("ep_1"));
     // Event ids have no prefix; ids are never refused.
-    let event: EventId = serde_json::from_value(json!("6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62")).unwrap();
+    let event: EventId =
+        serde_json::from_value(json!("6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62")).unwrap();
     assert_eq!(String::from(event), "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62");
 
     // The server's form: whole seconds, UTC.
