@@ -3,6 +3,7 @@
 
 mod accounts;
 mod admin;
+mod config;
 mod debug;
 mod demo;
 mod send;

@@ -1,0 +1,481 @@
+//! `kxp serve`'s settings, from four sources: flags > environment (`KXP_…`) > a TOML file
+//! (`--config kxp.toml`) > defaults.
+//!
+//! One struct, [`Settings`], is at once the flags (clap, with each flag's `env`), the file
+//! (serde, unknown keys refused by name) and the `--print-config` output, so a setting cannot
+//! exist in one source and be missing from another. Every field is optional: "not given here"
+//! must be told apart from "given as the default" for the layers to stack. The defaults are
+//! [`kxp_sender::Config::default`] and nowhere else.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+use std::{fmt, fs};
+
+use clap::Args;
+use clap::builder::BoolishValueParser;
+use kxp_sender::circuit::Protection;
+use kxp_sender::db::redact_passwords;
+use kxp_sender::guard::Cidr;
+use kxp_sender::schedule::{format_duration, parse_duration};
+use kxp_sender::{Config, Schedule};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Every setting of `kxp serve`. Flags and environment variables are named after the keys:
+/// `delivery_timeout` is `--delivery-timeout` and `KXP_DELIVERY_TIMEOUT`.
+#[derive(Args, Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Settings {
+    /// `sqlite://path` (created if missing) or `postgres://user@host/db`. [default: sqlite://kxp.db]
+    #[arg(
+        long,
+        env = "KXP_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    /// Where the API listens. [default: 127.0.0.1:8080]
+    #[arg(long, env = "KXP_LISTEN", value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// Development mode: accept http:// endpoint URLs and let deliveries reach loopback
+    /// (127.0.0.0/8, ::1) — loopback only. Never in production. [default: false]
+    #[arg(long, env = "KXP_DEV", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev: Option<bool>,
+    /// Let deliveries reach this block although the address guard refuses it (private,
+    /// loopback, link-local…), e.g. `10.20.0.0/16` or `fd00:1::/64`. Repeatable; in the
+    /// environment, comma-separated.
+    #[arg(
+        long = "allow-address",
+        env = "KXP_ALLOW_ADDRESS",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    #[serde(default, with = "text_list", skip_serializing_if = "Option::is_none")]
+    pub allow_address: Option<Vec<Cidr>>,
+    /// Offsets from the first try, comma-separated. [default: 0s,10s,30s,1m,5m,15m,1h,6h,1d]
+    #[arg(long, env = "KXP_RETRY_SCHEDULE", value_name = "OFFSETS")]
+    #[serde(default, with = "text", skip_serializing_if = "Option::is_none")]
+    pub retry_schedule: Option<Schedule>,
+    /// How much each gap between tries is randomly stretched or shrunk (0 to 1). [default: 0.25]
+    #[arg(long, env = "KXP_JITTER", value_name = "FRACTION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<f64>,
+    /// Per-attempt timeout of endpoints that do not set their own (100ms to 30s). [default: 5s]
+    #[arg(long, env = "KXP_DELIVERY_TIMEOUT", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_timeout: Option<Dur>,
+    /// Attempts in flight at once in this process. [default: 64]
+    #[arg(long, env = "KXP_WORKERS", value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    /// Attempts in flight at once to one endpoint, from this process. [default: 8]
+    #[arg(long, env = "KXP_PER_ENDPOINT_CONCURRENCY", value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_endpoint_concurrency: Option<usize>,
+    /// How long a claimed delivery's lease outlives its endpoint's timeout: after a crash, its
+    /// deliveries are taken over this long after their attempts could have ended. [default: 10s]
+    #[arg(long, env = "KXP_LEASE_EXTRA", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_extra: Option<Dur>,
+    /// Deliveries per second to one endpoint, for endpoints without their own
+    /// `rate_limit_per_second` (per process; 0: no default limit). [default: 50]
+    #[arg(long, env = "KXP_RATE_LIMIT", value_name = "PER_SECOND")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<u32>,
+    /// Consecutive failed attempts that open an endpoint's circuit breaker (1 or more).
+    /// [default: 10]
+    #[arg(long, env = "KXP_BREAKER_FAILURES", value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker_failures: Option<u32>,
+    /// How long an open circuit holds deliveries before probing with one; doubles after each
+    /// failed probe, up to breaker_cooldown_max. [default: 1m]
+    #[arg(long, env = "KXP_BREAKER_COOLDOWN", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker_cooldown: Option<Dur>,
+    /// The longest wait between two probes of an open circuit. [default: 1h]
+    #[arg(long, env = "KXP_BREAKER_COOLDOWN_MAX", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker_cooldown_max: Option<Dur>,
+    /// Disable an endpoint that has failed every attempt for this long. [default: 3d]
+    #[arg(long, env = "KXP_DISABLE_AFTER", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disable_after: Option<Dur>,
+    /// SMTP server for e-mail notifications: `smtp://host:25` (plain, e.g. a local relay),
+    /// `smtp://user:pass@host:587?tls=required` (STARTTLS) or `smtps://user:pass@host:465`.
+    #[arg(long, env = "KXP_SMTP_URL", hide_env_values = true, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smtp_url: Option<String>,
+    /// The From of e-mail notifications. [default: kxp-webhooks <kxp@localhost>]
+    #[arg(long, env = "KXP_SMTP_FROM", value_name = "MAILBOX")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smtp_from: Option<String>,
+    /// How long finished deliveries (delivered, or dead and replayed), their events and
+    /// notifications are kept; `0` keeps them forever. Dead deliveries never replayed stay.
+    /// [default: 30d]
+    #[arg(long, env = "KXP_RETENTION", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Dur>,
+    /// Log lines as JSON objects instead of text. [default: false]
+    #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json_logs: Option<bool>,
+    /// The first account's API key (the same key on every start); without one, a key is made
+    /// on the very first start and printed once. Environment (`KXP_API_KEY`) or file only: a
+    /// flag would show it to every `ps` on the machine.
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+}
+
+/// What stops a configuration from being used: the message names the setting.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not TOML, has an unknown key or a value of the wrong form.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// toml's message: it names the key and the line.
+        message: String,
+    },
+    /// A value of the right form but outside what the setting allows.
+    #[error("{key}: {why}")]
+    Invalid {
+        /// The setting, as the file names it.
+        key: &'static str,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Takes each field from `$high`, else from `$low`.
+macro_rules! layer {
+    ($high:ident over $low:ident: $($field:ident),* $(,)?) => {
+        Settings { $($field: $high.$field.or($low.$field),)* }
+    };
+}
+
+impl Settings {
+    /// Reads a settings file; unknown keys are refused with their name.
+    pub fn from_file(path: &Path) -> Result<Settings, ConfigError> {
+        let shown = path.display().to_string();
+        let text = fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: shown,
+            message: e.to_string().trim_end().replace('\n', " "),
+        })
+    }
+
+    /// `self` where it says something, `lower` elsewhere.
+    pub fn over(self, lower: Settings) -> Settings {
+        let high = self;
+        layer!(high over lower: database_url, listen, dev, allow_address, retry_schedule, jitter,
+            delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
+            breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
+            smtp_from, retention, json_logs, api_key)
+    }
+
+    /// Whether logs are JSON lines.
+    pub fn json_logs(&self) -> bool {
+        self.json_logs.unwrap_or(false)
+    }
+
+    /// The sender's configuration: the defaults, with what these settings say on top.
+    pub fn to_config(&self) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let p = Protection::default();
+        let schedule = self.retry_schedule.clone().unwrap_or(d.schedule.clone());
+        let jitter = self.jitter.unwrap_or(d.schedule.jitter());
+        let schedule = schedule
+            .with_jitter(jitter)
+            .map_err(|e| invalid("jitter", e))?;
+        let delivery_timeout = self.delivery_timeout.map_or(d.delivery_timeout, |t| t.0);
+        if delivery_timeout < Duration::from_millis(100)
+            || delivery_timeout > kxp_sender::api::MAX_TIMEOUT
+        {
+            return Err(invalid("delivery_timeout", "must be between 100ms and 30s"));
+        }
+        let positive = |key: &'static str, value: Option<Dur>, default: Duration| match value {
+            Some(Dur(Duration::ZERO)) => Err(invalid(key, "must be above zero")),
+            Some(Dur(d)) => Ok(d),
+            None => Ok(default),
+        };
+        let breaker_failures = self.breaker_failures.unwrap_or(p.breaker_failures);
+        if breaker_failures == 0 {
+            return Err(invalid("breaker_failures", "must be 1 or more"));
+        }
+        let retention = self
+            .retention
+            .map_or(d.retention, |r| (!r.0.is_zero()).then_some(r.0));
+        Ok(Config {
+            database_url: self.database_url.clone().unwrap_or(d.database_url),
+            listen: self.listen.unwrap_or(d.listen),
+            dev: self.dev.unwrap_or(d.dev),
+            allow_addresses: self.allow_address.clone().unwrap_or(d.allow_addresses),
+            schedule,
+            delivery_timeout,
+            workers: self.workers.unwrap_or(d.workers).max(1),
+            per_endpoint_concurrency: self
+                .per_endpoint_concurrency
+                .unwrap_or(d.per_endpoint_concurrency)
+                .max(1),
+            lease_extra: self.lease_extra.map_or(d.lease_extra, |l| l.0),
+            api_key: self.api_key.clone().filter(|k| !k.is_empty()),
+            protection: Protection {
+                breaker_failures,
+                breaker_cooldown: positive(
+                    "breaker_cooldown",
+                    self.breaker_cooldown,
+                    p.breaker_cooldown,
+                )?,
+                breaker_cooldown_max: positive(
+                    "breaker_cooldown_max",
+                    self.breaker_cooldown_max,
+                    p.breaker_cooldown_max,
+                )?,
+                disable_after: positive("disable_after", self.disable_after, p.disable_after)?,
+                rate_limit: self.rate_limit.unwrap_or(p.rate_limit),
+            },
+            smtp_url: self.smtp_url.clone().filter(|url| !url.is_empty()),
+            smtp_from: self.smtp_from.clone().unwrap_or(d.smtp_from),
+            retention,
+            ..d
+        })
+    }
+
+    /// Every setting of `config`, in the file's form, with secrets redacted: what
+    /// `--print-config` shows.
+    pub fn effective(config: &Config, json_logs: bool) -> Settings {
+        Settings {
+            database_url: Some(redact_passwords(&config.database_url)),
+            listen: Some(config.listen),
+            dev: Some(config.dev),
+            allow_address: Some(config.allow_addresses.clone()),
+            retry_schedule: Some(config.schedule.clone()),
+            jitter: Some(config.schedule.jitter()),
+            delivery_timeout: Some(Dur(config.delivery_timeout)),
+            workers: Some(config.workers),
+            per_endpoint_concurrency: Some(config.per_endpoint_concurrency),
+            lease_extra: Some(Dur(config.lease_extra)),
+            rate_limit: Some(config.protection.rate_limit),
+            breaker_failures: Some(config.protection.breaker_failures),
+            breaker_cooldown: Some(Dur(config.protection.breaker_cooldown)),
+            breaker_cooldown_max: Some(Dur(config.protection.breaker_cooldown_max)),
+            disable_after: Some(Dur(config.protection.disable_after)),
+            smtp_url: config.smtp_url.as_deref().map(redact_passwords),
+            smtp_from: Some(config.smtp_from.clone()),
+            retention: Some(Dur(config.retention.unwrap_or(Duration::ZERO))),
+            json_logs: Some(json_logs),
+            api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
+        }
+    }
+
+    /// The settings as a TOML file.
+    pub fn to_toml(&self) -> String {
+        // Serialising plain strings, numbers and arrays cannot fail.
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot show the settings: {e}\n"))
+    }
+}
+
+fn invalid(key: &'static str, why: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        why: why.to_string(),
+    }
+}
+
+/// A duration written as the API writes them: `250ms`, `10s`, `5m`, `6h`, `3d`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Dur(pub Duration);
+
+impl FromStr for Dur {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Dur, String> {
+        parse_duration(text).map(Dur).map_err(|e| e.to_string())
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// An optional value written in the file as its text form (`Display` / `FromStr`).
+mod text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(
+        value: &Option<T>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => s.collect_str(value),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    where
+        T: FromStr<Err: Display>,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(d)?;
+        text.parse().map(Some).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An optional list of values, each written as its text form.
+mod text_list {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(
+        value: &Option<Vec<T>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let Some(items) = value else {
+            return s.serialize_none();
+        };
+        let mut seq = s.serialize_seq(Some(items.len()))?;
+        for item in items {
+            seq.serialize_element(&item.to_string())?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<Vec<T>>, D::Error>
+    where
+        T: FromStr<Err: Display>,
+        D: Deserializer<'de>,
+    {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|text| text.parse().map_err(serde::de::Error::custom))
+            .collect::<Result<Vec<T>, _>>()
+            .map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_with_an_unknown_key_is_refused_by_that_key() {
+        let error = toml::from_str::<Settings>("workers = 3\nwokrers = 4\n").unwrap_err();
+        assert!(error.to_string().contains("wokrers"), "{error}");
+    }
+
+    #[test]
+    fn higher_layers_win_field_by_field() {
+        let file = Settings {
+            workers: Some(3),
+            rate_limit: Some(7),
+            ..Settings::default()
+        };
+        let env = Settings {
+            workers: Some(5),
+            ..Settings::default()
+        };
+        let merged = env.over(file);
+        assert_eq!(merged.workers, Some(5));
+        assert_eq!(merged.rate_limit, Some(7));
+        assert_eq!(merged.listen, None);
+    }
+
+    #[test]
+    fn nothing_given_is_the_library_defaults() {
+        let config = Settings::default().to_config().unwrap();
+        let defaults = Config::default();
+        assert_eq!(
+            Settings::effective(&config, false),
+            Settings::effective(&defaults, false)
+        );
+    }
+
+    #[test]
+    fn the_printed_configuration_reads_back_as_the_same_configuration() {
+        let file = "listen = \"127.0.0.1:9000\"\nallow_address = [\"10.0.0.0/8\"]\n\
+                    retry_schedule = \"0s,1s,1m\"\njitter = 0.5\ndelivery_timeout = \"2s\"\n\
+                    retention = \"0\"\nrate_limit = 0\n";
+        let settings: Settings = toml::from_str(file).unwrap();
+        let config = settings.to_config().unwrap();
+        let printed = Settings::effective(&config, true).to_toml();
+        let again: Settings = toml::from_str(&printed).unwrap();
+        assert_eq!(again.to_config().unwrap().listen, config.listen);
+        assert_eq!(
+            Settings::effective(&again.to_config().unwrap(), true),
+            Settings::effective(&config, true)
+        );
+        assert_eq!(config.retention, None);
+        assert_eq!(config.schedule.to_string(), "0s,1s,1m");
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_the_printed_configuration() {
+        let settings = Settings {
+            database_url: Some("postgres://kxp:hunter2@db/kxp".to_owned()),
+            smtp_url: Some("smtps://ops:s3cret@mail:465".to_owned()),
+            api_key: Some("kxp_live_key".to_owned()),
+            ..Settings::default()
+        };
+        let printed = Settings::effective(&settings.to_config().unwrap(), false).to_toml();
+        for secret in ["hunter2", "s3cret", "kxp_live_key"] {
+            assert!(!printed.contains(secret), "{printed}");
+        }
+        assert!(printed.contains("[redacted]"), "{printed}");
+    }
+
+    #[test]
+    fn values_outside_their_range_name_their_setting() {
+        for (file, key) in [
+            ("delivery_timeout = \"31s\"", "delivery_timeout"),
+            ("breaker_failures = 0", "breaker_failures"),
+            ("breaker_cooldown = \"0\"", "breaker_cooldown"),
+            ("jitter = 1.5", "jitter"),
+        ] {
+            let settings: Settings = toml::from_str(file).unwrap();
+            let error = settings.to_config().unwrap_err().to_string();
+            assert!(error.starts_with(key), "{file}: {error}");
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `kxp serve`'s settings: flags > environment > file > defaults, seen through
+//! `--print-config`, which runs nothing else.
+
+use std::process::{Command, Output};
+
+fn print_config(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kxp"));
+    command.arg("serve").arg("--print-config").args(args);
+    // The test's own environment must not leak a setting in.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("KXP_") {
+            command.env_remove(key);
+        }
+    }
+    command.envs(env.iter().copied()).output().unwrap()
+}
+
+fn effective(args: &[&str], env: &[(&str, &str)]) -> toml::Table {
+    let out = print_config(args, env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap()
+}
+
+fn file(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kxp.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path.display().to_string())
+}
+
+#[test]
+fn each_layer_wins_over_the_ones_below_it() {
+    let (_dir, path) = file(
+        "workers = 3\nrate_limit = 7\ndelivery_timeout = \"2s\"\nlisten = \"127.0.0.1:9001\"\n",
+    );
+    let env = [
+        ("KXP_CONFIG", path.as_str()),
+        ("KXP_RATE_LIMIT", "11"),
+        ("KXP_DELIVERY_TIMEOUT", "3s"),
+    ];
+    let config = effective(&["--delivery-timeout", "4s"], &env);
+    assert_eq!(config["workers"].as_integer(), Some(3), "file over default");
+    assert_eq!(config["rate_limit"].as_integer(), Some(11), "env over file");
+    assert_eq!(
+        config["delivery_timeout"].as_str(),
+        Some("4s"),
+        "flag over env"
+    );
+    assert_eq!(
+        config["listen"].as_str(),
+        Some("127.0.0.1:9001"),
+        "file over default"
+    );
+    assert_eq!(config["lease_extra"].as_str(), Some("10s"), "default");
+    assert_eq!(
+        config["per_endpoint_concurrency"].as_integer(),
+        Some(8),
+        "default"
+    );
+}
+
+#[test]
+fn booleans_and_lists_come_from_every_source() {
+    let (_dir, path) = file("dev = true\nallow_address = [\"10.0.0.0/8\"]\n");
+    let config = effective(&["--config", &path], &[]);
+    assert_eq!(config["dev"].as_bool(), Some(true));
+    assert_eq!(config["allow_address"].as_array().unwrap().len(), 1);
+
+    let config = effective(
+        &["--config", &path, "--dev=false"],
+        &[("KXP_ALLOW_ADDRESS", "10.1.0.0/16,fd00::/8")],
+    );
+    assert_eq!(config["dev"].as_bool(), Some(false), "flag over file");
+    let allowed: Vec<_> = config["allow_address"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(allowed, ["10.1.0.0/16", "fd00::/8"], "env over file");
+
+    let config = effective(&["--dev"], &[("KXP_JSON_LOGS", "1")]);
+    assert_eq!(config["dev"].as_bool(), Some(true));
+    assert_eq!(config["json_logs"].as_bool(), Some(true));
+}
+
+#[test]
+fn the_printed_configuration_is_a_valid_file_with_secrets_redacted() {
+    let env = [
+        ("KXP_DATABASE_URL", "postgres://kxp:hunter2@127.0.0.1/kxp"),
+        ("KXP_SMTP_URL", "smtps://ops:s3cret@127.0.0.1:465"),
+        ("KXP_API_KEY", "kxp_live_secret_key"),
+    ];
+    let out = print_config(&[], &env);
+    let printed = String::from_utf8(out.stdout).unwrap();
+    for secret in ["hunter2", "s3cret", "kxp_live_secret_key"] {
+        assert!(!printed.contains(secret), "{printed}");
+    }
+    assert!(
+        printed.contains("postgres://kxp:[redacted]@127.0.0.1/kxp"),
+        "{printed}"
+    );
+    // What it prints is itself a settings file.
+    let (_dir, path) = file(&printed);
+    let again = effective(&["--config", &path], &[]);
+    assert_eq!(
+        again["retry_schedule"].as_str(),
+        Some("0s,10s,30s,1m,5m,15m,1h,6h,1d")
+    );
+}
+
+#[test]
+fn an_unknown_key_in_the_file_is_refused_by_name() {
+    let (_dir, path) = file("workers = 3\nretry_shedule = \"0s,1s\"\n");
+    let out = print_config(&["--config", &path], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("retry_shedule"), "{stderr}");
+}
+
+#[test]
+fn out_of_range_values_are_refused_whatever_their_source() {
+    let (_dir, path) = file("delivery_timeout = \"1m\"\n");
+    for (args, env) in [
+        (vec!["--config", path.as_str()], vec![]),
+        (vec![], vec![("KXP_DELIVERY_TIMEOUT", "1m")]),
+        (vec!["--delivery-timeout", "1m"], vec![]),
+    ] {
+        let out = print_config(&args, &env);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("delivery_timeout"));
+    }
+    let out = print_config(&["--workers", "many"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
