@@ -1,7 +1,7 @@
 //! One HTTP attempt: sign, POST, follow redirects by the sender's rules, and classify what
 //! came back. No database here: the worker records what this returns.
 //!
-//! Every connection goes through the [address guard](crate::guard): IP-literal hosts (the
+//! Every connection goes through the [address guard](crate::engine::guard): IP-literal hosts (the
 //! first URL and every redirect hop) are checked before the request is sent, and host names
 //! by the client's resolver, which connects only to the addresses it checked. A refused
 //! address fails the attempt with `blocked_address`, and nothing is sent.
@@ -12,7 +12,8 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use kxp_verify::{Secret, Signer};
 use reqwest::{Client, Url};
 
-use crate::guard::{AddressGuard, BlockedName, GuardedResolver};
+use crate::engine::guard::{AddressGuard, BlockedName, GuardedResolver};
+use crate::model::{Failure, FailureKind};
 
 /// How many redirects an attempt follows; one more fails the attempt.
 pub const MAX_REDIRECTS: usize = 2;
@@ -41,11 +42,8 @@ pub enum Outcome {
         retry_after: Option<Duration>,
     },
     /// No usable response: connection refused, timeout, TLS, too many redirects, a refused
-    /// address.
-    Failed {
-        /// A stable code first (`timeout`, `connect`, `too_many_redirects`, …), then detail.
-        error: String,
-    },
+    /// address. Its kind is stable (`timeout`, `connect`, `too_many_redirects`, …).
+    Failed(Failure),
 }
 
 impl Outcome {
@@ -53,7 +51,7 @@ impl Outcome {
     pub fn status(&self) -> Option<u16> {
         match self {
             Outcome::Delivered { status, .. } | Outcome::Rejected { status, .. } => Some(*status),
-            Outcome::Failed { .. } => None,
+            Outcome::Failed(_) => None,
         }
     }
 }
@@ -115,12 +113,10 @@ pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Du
     let started = Instant::now();
     let outcome = match tokio::time::timeout(request.timeout, follow(client, request)).await {
         Ok(outcome) => outcome,
-        Err(_) => Outcome::Failed {
-            error: format!(
-                "timeout: no answer within {} ms",
-                request.timeout.as_millis()
-            ),
-        },
+        Err(_) => Outcome::Failed(Failure::new(
+            FailureKind::Timeout,
+            format!("no answer within {} ms", request.timeout.as_millis()),
+        )),
     };
     (outcome, started.elapsed())
 }
@@ -128,25 +124,21 @@ pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Du
 async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
     let headers = match headers(request) {
         Ok(headers) => headers,
-        Err(error) => return Outcome::Failed { error },
+        Err(failure) => return Outcome::Failed(failure),
     };
     let mut url = match Url::parse(request.url) {
         Ok(url) => url,
-        Err(e) => {
-            return Outcome::Failed {
-                error: format!("invalid_url: {e}"),
-            };
-        }
+        Err(e) => return Outcome::Failed(Failure::new(FailureKind::InvalidUrl, e.to_string())),
     };
     for hop in 0..=MAX_REDIRECTS {
         // IP-literal hosts never reach the resolver: check them here, before anything is sent.
         if let Err(blocked) = client.guard.check_url(&url) {
-            let error = if hop == 0 {
-                format!("blocked_address: {blocked}")
+            let detail = if hop == 0 {
+                blocked.to_string()
             } else {
-                format!("blocked_address: redirect {hop}: {blocked}")
+                format!("redirect {hop}: {blocked}")
             };
-            return Outcome::Failed { error };
+            return Outcome::Failed(Failure::new(FailureKind::BlockedAddress, detail));
         }
         let response = match client
             .http
@@ -157,11 +149,7 @@ async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
             .await
         {
             Ok(response) => response,
-            Err(e) => {
-                return Outcome::Failed {
-                    error: describe(&e),
-                };
-            }
+            Err(e) => return Outcome::Failed(describe(&e)),
         };
         let status = response.status();
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
@@ -169,22 +157,19 @@ async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
                 return rejected(response).await;
             };
             if hop == MAX_REDIRECTS {
-                return Outcome::Failed {
-                    error: format!("too_many_redirects: more than {MAX_REDIRECTS} redirects"),
-                };
+                return Outcome::Failed(too_many_redirects());
             }
             if url.scheme() == "https" && next.scheme() != "https" && !request.allow_http {
-                return Outcome::Failed {
-                    error: "insecure_redirect: https redirected to http".to_owned(),
-                };
+                return Outcome::Failed(Failure::new(
+                    FailureKind::InsecureRedirect,
+                    "https redirected to http",
+                ));
             }
             if !matches!(next.scheme(), "http" | "https") {
-                return Outcome::Failed {
-                    error: format!(
-                        "invalid_redirect: scheme `{}` is not http(s)",
-                        next.scheme()
-                    ),
-                };
+                return Outcome::Failed(Failure::new(
+                    FailureKind::InvalidRedirect,
+                    format!("scheme `{}` is not http(s)", next.scheme()),
+                ));
             }
             url = next;
             continue;
@@ -197,9 +182,14 @@ async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
         }
         return rejected(response).await;
     }
-    Outcome::Failed {
-        error: format!("too_many_redirects: more than {MAX_REDIRECTS} redirects"),
-    }
+    Outcome::Failed(too_many_redirects())
+}
+
+fn too_many_redirects() -> Failure {
+    Failure::new(
+        FailureKind::TooManyRedirects,
+        format!("more than {MAX_REDIRECTS} redirects"),
+    )
 }
 
 /// How much of a refused challenge's answer the error quotes.
@@ -233,7 +223,7 @@ async fn ask(client: &GuardedClient, url: Url, token: &str) -> Result<(), String
         .get(url)
         .send()
         .await
-        .map_err(|e| describe(&e))?;
+        .map_err(|e| describe(&e).to_string())?;
     let status = response.status();
     let body = snippet(response).await;
     if status.is_success() && body.trim_end() == token {
@@ -263,18 +253,20 @@ fn challenge_token() -> String {
     hex::encode(bytes)
 }
 
-fn headers(request: &Request<'_>) -> Result<HeaderMap, String> {
+fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
+    let no_secret = |e: kxp_verify::ConfigError| Failure::new(FailureKind::NoSecret, e.to_string());
     let secrets = request
         .secrets
         .iter()
         .map(Secret::new)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("no_secret: {e}"))?;
-    let signer = Signer::with_secrets(secrets).map_err(|e| format!("no_secret: {e}"))?;
+        .map_err(no_secret)?;
+    let signer = Signer::with_secrets(secrets).map_err(no_secret)?;
     let signature = signer.sign_now(request.payload.as_bytes()).to_string();
     let mut headers = HeaderMap::new();
-    let mut put = |name: &'static str, value: &str| -> Result<(), String> {
-        let value = HeaderValue::from_str(value).map_err(|_| format!("invalid_header: {name}"))?;
+    let mut put = |name: &'static str, value: &str| -> Result<(), Failure> {
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| Failure::new(FailureKind::InvalidHeader, name))?;
         headers.insert(name, value);
         Ok(())
     };
@@ -327,29 +319,32 @@ async fn snippet(mut response: reqwest::Response) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn describe(error: &reqwest::Error) -> String {
+fn describe(error: &reqwest::Error) -> Failure {
     // A name the resolver refused: its error says so first, and nothing was connected.
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         if let Some(blocked) = cause.downcast_ref::<BlockedName>() {
-            return blocked.to_string();
+            return Failure::new(
+                FailureKind::BlockedAddress,
+                format!("{}: {}", blocked.name, blocked.blocked),
+            );
         }
         source = cause.source();
     }
-    let code = if error.is_timeout() {
-        "timeout"
+    let kind = if error.is_timeout() {
+        FailureKind::Timeout
     } else if error.is_connect() {
-        "connect"
+        FailureKind::Connect
     } else {
-        "request"
+        FailureKind::Request
     };
     // reqwest's Display names the URL, which holds nothing secret (secrets travel in headers).
-    let mut text = format!("{code}: {error}");
+    let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    text
+    Failure::new(kind, text)
 }

@@ -18,13 +18,11 @@
 //! in an error or in `Debug` output: every text that comes from `lettre` or the server is
 //! scrubbed before it is kept.
 //!
-//! ```no_run
-//! # async fn run() -> Result<(), kxp_sender::mail::MailError> {
-//! use kxp_sender::mail::Mailer;
+//! Inside the crate (the mailer is not public: [`Config::smtp_url`](crate::Config) configures it):
 //!
+//! ```text
 //! let mailer = Mailer::new("smtps://kxp:secret@smtp.example.com", "kxp <ops@example.com>")?;
 //! mailer.send("oncall@example.com", "Endpoint disabled", "ep_123 failed for 3 days.").await?;
-//! # Ok(()) }
 //! ```
 
 use std::fmt;
@@ -34,7 +32,7 @@ use std::time::Duration;
 use lettre::message::{Mailbox, Message, header};
 use lettre::{Address, AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
-use crate::db::redact_passwords;
+use crate::store::redact_passwords;
 
 /// How long the mailer waits for the server at each step (connecting, then each reply): a
 /// stuck server must not hold up the worker that reports through it.

@@ -11,11 +11,10 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::circuit::Transition;
-use crate::db::{Db, now_ms, on_db};
-use crate::dispatch::Outcome;
-use crate::health::LATENCY_BOUNDS_MS;
-use crate::store::StoreError;
+use crate::engine::dispatch::Outcome;
+use crate::model::{FailureKind, Transition};
+use crate::policy::health::{LATENCY_BOUNDS_MS, bucket_of};
+use crate::store::Gauges;
 
 /// The outcome labels of `kxp_attempts_total`: a closed set, so a new error text can never
 /// create a new series.
@@ -42,14 +41,15 @@ pub fn outcome_label(outcome: &Outcome) -> &'static str {
             500..=599 => "http_5xx",
             _ => "http_other",
         },
-        Outcome::Failed { error } => {
-            let code = error.split(':').next().unwrap_or_default();
-            OUTCOMES
-                .iter()
-                .copied()
-                .find(|known| *known == code && !code.starts_with("http"))
-                .unwrap_or("other")
-        }
+        Outcome::Failed(failure) => match failure.kind {
+            FailureKind::Timeout => "timeout",
+            FailureKind::Connect => "connect",
+            FailureKind::BlockedAddress => "blocked_address",
+            FailureKind::TooManyRedirects => "too_many_redirects",
+            FailureKind::InsecureRedirect => "insecure_redirect",
+            FailureKind::InvalidUrl => "invalid_url",
+            _ => "other",
+        },
     }
 }
 
@@ -98,7 +98,7 @@ impl Metrics {
             bump(&self.attempts[i]);
         }
         let ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
-        bump(&self.duration_buckets[crate::health::bucket_of(ms)]);
+        bump(&self.duration_buckets[bucket_of(ms)]);
         self.duration_sum_ms
             .fetch_add(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
@@ -286,84 +286,35 @@ fn seconds(ms: i64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
-/// What a scrape reads from the database.
-#[derive(Debug, Clone, Default)]
-pub struct Gauges {
-    /// Pending and due now.
-    pub due: i64,
-    /// Pending, due later (a retry's wait, a drain's slot).
-    pub scheduled: i64,
-    /// Pending and held (paused, disabled, open circuit).
-    pub held: i64,
-    /// Being attempted.
-    pub delivering: i64,
-    /// Age of the oldest due delivery, ms.
-    pub lag_ms: i64,
-    /// `(status, circuit_state, count)` of endpoints (deleted ones left out).
-    pub endpoints: Vec<(String, String, i64)>,
-}
-
-impl Db {
-    /// The gauges of `/metrics`. The delivery counts stay on the partial indexes of pending
-    /// and leased deliveries; delivered and dead rows are never counted.
-    pub async fn gauges(&self) -> Result<Gauges, StoreError> {
-        let now = now_ms();
-        let held = crate::store::HELD;
-        on_db!(self, |pool, _begin| {
-            let (due, scheduled, held_n, oldest) = sqlx::query_as::<_, (i64, i64, i64, Option<i64>)>(
-                "SELECT COALESCE(SUM(CASE WHEN next_attempt_at <= $1 THEN 1 ELSE 0 END), 0), \
-                   COALESCE(SUM(CASE WHEN next_attempt_at > $1 AND next_attempt_at < $2 THEN 1 ELSE 0 END), 0), \
-                   COALESCE(SUM(CASE WHEN next_attempt_at = $2 THEN 1 ELSE 0 END), 0), \
-                   MIN(CASE WHEN next_attempt_at <= $1 THEN next_attempt_at END) \
-                 FROM kxp_deliveries WHERE status = 'pending'",
-            )
-            .bind(now)
-            .bind(held)
-            .fetch_one(pool)
-            .await?;
-            let delivering = sqlx::query_scalar::<_, i64>(
-                "SELECT COUNT(*) FROM kxp_deliveries WHERE status = 'delivering'",
-            )
-            .fetch_one(pool)
-            .await?;
-            let endpoints = sqlx::query_as::<_, (String, String, i64)>(
-                "SELECT status, circuit_state, COUNT(*) FROM kxp_endpoints WHERE status <> 'deleted' \
-                 GROUP BY status, circuit_state ORDER BY status, circuit_state",
-            )
-            .fetch_all(pool)
-            .await?;
-            Ok(Gauges {
-                due,
-                scheduled,
-                held: held_n,
-                delivering,
-                lag_ms: oldest.map_or(0, |at| now.saturating_sub(at).max(0)),
-                endpoints,
-            })
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn outcomes_map_to_a_closed_set() {
-        let failed = |error: &str| Outcome::Failed {
-            error: error.to_owned(),
-        };
+        let failed = |kind| Outcome::Failed(crate::model::Failure::new(kind, "x"));
+        assert_eq!(outcome_label(&failed(FailureKind::Timeout)), "timeout");
         assert_eq!(
-            outcome_label(&failed("timeout: no answer within 5000 ms")),
-            "timeout"
-        );
-        assert_eq!(
-            outcome_label(&failed("blocked_address: 10.0.0.1 is …")),
+            outcome_label(&failed(FailureKind::BlockedAddress)),
             "blocked_address"
         );
-        assert_eq!(outcome_label(&failed("something new: x")), "other");
-        assert_eq!(outcome_label(&failed("success")), "success");
-        assert_eq!(outcome_label(&failed("http_4xx")), "other");
+        assert_eq!(outcome_label(&failed(FailureKind::Request)), "other");
+        assert_eq!(outcome_label(&failed(FailureKind::NoSecret)), "other");
+        // Every label a failure can take is in the closed set.
+        for kind in [
+            FailureKind::Timeout,
+            FailureKind::Connect,
+            FailureKind::Request,
+            FailureKind::BlockedAddress,
+            FailureKind::TooManyRedirects,
+            FailureKind::InsecureRedirect,
+            FailureKind::InvalidRedirect,
+            FailureKind::InvalidUrl,
+            FailureKind::NoSecret,
+            FailureKind::InvalidHeader,
+        ] {
+            assert!(OUTCOMES.contains(&outcome_label(&failed(kind))));
+        }
         let rejected = |status| Outcome::Rejected {
             status,
             snippet: String::new(),
@@ -386,9 +337,7 @@ mod tests {
             Duration::from_millis(7),
         );
         m.attempt(
-            &Outcome::Failed {
-                error: "timeout: x".into(),
-            },
+            &Outcome::Failed(crate::model::Failure::new(FailureKind::Timeout, "x")),
             Duration::from_millis(40_000),
         );
         m.delivery_ended(true);

@@ -6,52 +6,30 @@
 //! deliveries to healthy endpoints. The claim asks the database for no more of an endpoint's
 //! deliveries than it may start now, so a backlog is not claimed only to be put back.
 //! The loop also releases the probes of open circuits whose cool-down has passed
-//! ([`Db::release_probes`]).
+//! ([`Db::release_probes`](crate::store::Db::release_probes)).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::circuit::{Protection, RateLimiter, Transition};
-use crate::db::{Db, ms, new_id, now_ms};
-use crate::dispatch::{self, GuardedClient, Outcome};
-use crate::guard::AddressGuard;
-use crate::schedule::{AfterFailure, Schedule};
-use crate::store::{AttemptRecord, Finished, NextState};
-
-/// How the workers behave.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// The retry schedule.
-    pub schedule: Schedule,
-    /// Attempts in flight at once, over all endpoints.
-    pub workers: usize,
-    /// Attempts in flight at once to one endpoint.
-    pub per_endpoint: usize,
-    /// How long a lease outlives its endpoint's timeout.
-    pub lease_extra: Duration,
-    /// How often to look for due deliveries when nothing wakes the loop sooner.
-    pub poll_interval: Duration,
-    /// Development mode: `https` → `http` redirects allowed.
-    pub dev: bool,
-    /// Which addresses attempts may connect to.
-    pub guard: AddressGuard,
-    /// Circuit breaker, auto-disable and rate limit settings.
-    pub protection: Protection,
-    /// Woken when a state change queued a notification.
-    pub notifier: Arc<Notify>,
-    /// This process's counters.
-    pub metrics: Arc<crate::metrics::Metrics>,
-}
+use crate::engine::config::Shared;
+use crate::engine::dispatch::{self, Outcome};
+use crate::model::{
+    AttemptError, AttemptRecord, DeliveryId, EndpointId, Finished, Job, NextState, Transition, ms,
+    new_id, now_ms,
+};
+use crate::policy::rate::RateLimiter;
+use crate::policy::schedule::AfterFailure;
+use crate::store::Db;
 
 /// Shared state of the in-flight attempts.
 #[derive(Default)]
 struct InFlight {
-    per_endpoint: HashMap<String, usize>,
-    deliveries: HashSet<String>,
+    per_endpoint: HashMap<EndpointId, usize>,
+    deliveries: HashSet<DeliveryId>,
     limiter: RateLimiter,
 }
 
@@ -64,7 +42,7 @@ impl InFlight {
         let mut caps: HashMap<String, usize> = self
             .per_endpoint
             .iter()
-            .map(|(id, n)| (id.clone(), per_endpoint.saturating_sub(*n)))
+            .map(|(id, n)| (id.to_string(), per_endpoint.saturating_sub(*n)))
             .collect();
         for (id, tokens) in self.limiter.allowances(now) {
             let cap = caps.entry(id.to_owned()).or_insert(per_endpoint);
@@ -76,21 +54,14 @@ impl InFlight {
 
 /// Runs until `shutdown` turns true, then lets in-flight attempts finish (they are bounded by
 /// their timeouts) for up to `grace`, and puts back whatever is still running.
-pub async fn run(
+pub(crate) async fn run(
     db: Db,
-    config: WorkerConfig,
-    wake: Arc<Notify>,
+    shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let client = match dispatch::client(config.guard.clone()) {
-        Ok(client) => client,
-        Err(e) => {
-            // Never fall back to a client without the address guard: deliver nothing instead.
-            tracing::error!(target: "kxp_sender", error = %e, "cannot build the HTTP client; no deliveries will be attempted");
-            return;
-        }
-    };
+    let config = &shared.config;
+    let per_endpoint = config.per_endpoint_concurrency.max(1);
     let owner = new_id("wrk");
     let permits = Arc::new(Semaphore::new(config.workers.max(1)));
     let in_flight = Arc::new(Mutex::new(InFlight::default()));
@@ -112,7 +83,7 @@ pub async fn run(
         let claimed = if free == 0 {
             Vec::new()
         } else {
-            let caps = lock(&in_flight).caps(config.per_endpoint);
+            let caps = lock(&in_flight).caps(per_endpoint);
             let limit = i64::try_from(free.min(100)).unwrap_or(100);
             match db
                 .claim(
@@ -120,7 +91,7 @@ pub async fn run(
                     ms(config.lease_extra),
                     limit,
                     &caps,
-                    config.per_endpoint,
+                    per_endpoint,
                 )
                 .await
             {
@@ -134,7 +105,7 @@ pub async fn run(
         if claimed.is_empty() {
             tokio::select! {
                 _ = tokio::time::sleep(config.poll_interval) => {}
-                _ = wake.notified() => {}
+                _ = shared.wake.notified() => {}
                 _ = shutdown.changed() => {}
                 Some(_) = tasks.join_next() => {}
             }
@@ -167,7 +138,7 @@ pub async fn run(
                     .copied()
                     .unwrap_or(0);
                 let rate = config.protection.rate_of(job.rate_limit_per_second);
-                let admitted = count < config.per_endpoint
+                let admitted = count < per_endpoint
                     && state
                         .limiter
                         .try_take(&job.endpoint_id, rate, tokio::time::Instant::now());
@@ -186,15 +157,14 @@ pub async fn run(
                 release(&db, &job.id, &owner).await;
                 continue;
             }
-            let (db, client, owner, config, in_flight) = (
+            let (db, owner, shared, in_flight) = (
                 db.clone(),
-                client.clone(),
                 owner.clone(),
-                config.clone(),
+                shared.clone(),
                 in_flight.clone(),
             );
             tasks.spawn(async move {
-                attempt(&db, &client, &owner, &config, &job).await;
+                attempt(&db, &owner, &shared, &job).await;
                 let mut state = lock(&in_flight);
                 state.deliveries.remove(&job.id);
                 if let Some(count) = state.per_endpoint.get_mut(&job.endpoint_id) {
@@ -212,19 +182,14 @@ pub async fn run(
     // period is aborted and put back, so another process can take it at once.
     let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
-    let left: Vec<String> = lock(&in_flight).deliveries.iter().cloned().collect();
+    let left: Vec<DeliveryId> = lock(&in_flight).deliveries.iter().cloned().collect();
     for id in left {
         release(&db, &id, &owner).await;
     }
 }
 
-async fn attempt(
-    db: &Db,
-    client: &GuardedClient,
-    owner: &str,
-    config: &WorkerConfig,
-    job: &crate::store::Job,
-) {
+async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
+    let config = &shared.config;
     let secrets = match db.live_secrets(&job.endpoint_id).await {
         Ok(secrets) => secrets,
         Err(e) => {
@@ -245,20 +210,20 @@ async fn attempt(
         timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
         allow_http: config.dev,
     };
-    let (outcome, took) = dispatch::send(client, &request).await;
-    config.metrics.attempt(&outcome, took);
+    let (outcome, took) = dispatch::send(&shared.client, &request).await;
+    shared.metrics.attempt(&outcome, took);
 
     let next = match &outcome {
         Outcome::Delivered { .. } => NextState::Delivered,
-        Outcome::Rejected { retry_after, .. } => after_failure(config, number, *retry_after),
-        Outcome::Failed { .. } => after_failure(config, number, None),
+        Outcome::Rejected { retry_after, .. } => after_failure(shared, number, *retry_after),
+        Outcome::Failed(_) => after_failure(shared, number, None),
     };
     let (snippet, error) = match &outcome {
         Outcome::Delivered { snippet, .. } => (Some(snippet.clone()), None),
         Outcome::Rejected {
             status, snippet, ..
-        } => (Some(snippet.clone()), Some(format!("http_{status}"))),
-        Outcome::Failed { error } => (None, Some(error.clone())),
+        } => (Some(snippet.clone()), Some(AttemptError::Http(*status))),
+        Outcome::Failed(failure) => (None, Some(AttemptError::Failed(failure.clone()))),
     };
     log(job, number, &outcome, next, took);
     let record = AttemptRecord {
@@ -277,12 +242,12 @@ async fn attempt(
             notices,
         }) => {
             match next {
-                NextState::Delivered => config.metrics.delivery_ended(true),
-                NextState::Dead => config.metrics.delivery_ended(false),
+                NextState::Delivered => shared.metrics.delivery_ended(true),
+                NextState::Dead => shared.metrics.delivery_ended(false),
                 NextState::RetryAt(_) => {}
             }
             if let Some(t) = transition {
-                config.metrics.transition(t);
+                shared.metrics.transition(t);
             }
             match transition {
                 Some(t @ (Transition::Open | Transition::Disable)) => tracing::warn!(
@@ -296,7 +261,7 @@ async fn attempt(
                 None => {}
             }
             if notices > 0 {
-                config.notifier.notify_one();
+                shared.notices.notify_one();
             }
         }
         Ok(Finished::LeaseLost) => tracing::warn!(
@@ -311,18 +276,18 @@ async fn attempt(
 }
 
 fn after_failure(
-    config: &WorkerConfig,
+    shared: &Shared,
     attempts_made: i64,
     retry_after: Option<Duration>,
 ) -> NextState {
     let made = u32::try_from(attempts_made).unwrap_or(u32::MAX);
-    match config.schedule.after_failure(made, draw(), retry_after) {
+    match shared.config.schedule.after_failure(made, draw(), retry_after) {
         AfterFailure::RetryIn(delay) => NextState::RetryAt(now_ms().saturating_add(ms(delay))),
         AfterFailure::Dead => NextState::Dead,
     }
 }
 
-fn log(job: &crate::store::Job, attempt: i64, outcome: &Outcome, next: NextState, took: Duration) {
+fn log(job: &Job, attempt: i64, outcome: &Outcome, next: NextState, took: Duration) {
     let took_ms = ms(took);
     let next = match next {
         NextState::Delivered => "delivered".to_owned(),
@@ -343,7 +308,7 @@ fn log(job: &crate::store::Job, attempt: i64, outcome: &Outcome, next: NextState
             target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
             attempt, status, duration_ms = took_ms, next = %next, "endpoint failed"
         ),
-        Outcome::Failed { error } => tracing::info!(
+        Outcome::Failed(error) => tracing::info!(
             target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
             attempt, error = %error, duration_ms = took_ms, next = %next, "attempt failed"
         ),

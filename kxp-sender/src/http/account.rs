@@ -1,18 +1,15 @@
-//! `GET`/`PATCH /v1/account` (where the account's operational notices go) and
-//! `GET /v1/notifications` (what was sent there, and how it went).
+//! `GET`/`PATCH /v1/account`: the account, and where its operational notices go.
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use super::{
-    ApiError, AppState, Authed, Page, check_name, check_url, list, nullable, parse, present,
-};
-use crate::mail;
-use crate::notify::Notification;
-use crate::store::{Account, AccountChanges};
+use super::checks::{check_name, check_url};
+use super::pagination::{nullable, present};
+use super::{ApiError, AppState, Authed, parse};
+use crate::engine::mail;
+use crate::model::{Account, AccountChanges};
 
 /// `PATCH /v1/account`: a field left out stays as it is; `null` removes the ops URL or the
 /// contact address.
@@ -62,7 +59,7 @@ pub(super) async fn patch_account(
     // The ops URL obeys the endpoints' rules: https (http only with --dev), no credentials,
     // no address in a blocked range.
     let ops_url = match patch.ops_url {
-        Some(Some(url)) => Some(Some(check_url(&url, &state.settings)?.to_string())),
+        Some(Some(url)) => Some(Some(check_url(&url, &state.shared)?.to_string())),
         other => other,
     };
     if let Some(Some(address)) = &patch.contact_email {
@@ -80,31 +77,4 @@ pub(super) async fn patch_account(
         account,
         ops_secret,
     }))
-}
-
-#[derive(Serialize)]
-struct NotificationView {
-    #[serde(flatten)]
-    notification: Notification,
-    created_at: String,
-}
-
-pub(super) async fn list_notifications(
-    State(state): State<AppState>,
-    Authed(account): Authed,
-    Query(page): Query<Page>,
-) -> Result<Json<Value>, ApiError> {
-    let limit = page.limit()?;
-    let items = state
-        .db
-        .notifications(&account.id, page.cursor.as_deref(), limit)
-        .await?;
-    let views: Vec<NotificationView> = items
-        .into_iter()
-        .map(|notification| NotificationView {
-            created_at: crate::store::rfc3339(notification.created_at),
-            notification,
-        })
-        .collect();
-    Ok(list(views, limit, |n| n.notification.id.clone()))
 }

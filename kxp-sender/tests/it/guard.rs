@@ -64,7 +64,7 @@ async fn stored_endpoint(server: &Server, url: &str, event_types: &[&str]) -> St
         .create_endpoint(&account, url, &types, "", 2000)
         .await
         .unwrap();
-    endpoint.id
+    endpoint.id.into_string()
 }
 
 /// Emits `event_type`, waits for its delivery to end as `status`, and returns its attempts.

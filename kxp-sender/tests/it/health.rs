@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use kxp_sender::Db;
-use kxp_sender::circuit::Protection;
-use kxp_sender::health::{LATENCY_BOUNDS_MS, bucket_of};
-use kxp_sender::store::{AttemptRecord, Finished, NextState};
+use kxp_sender::Protection;
+use kxp_sender::{LATENCY_BOUNDS_MS, bucket_of};
+use kxp_sender::{AttemptError, AttemptRecord, Finished, NextState};
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
@@ -164,7 +164,7 @@ async fn scenario(s: &Sender) {
         started_at: 0,
         duration_ms: 99_999,
         status_code: Some(500),
-        error: Some("http_500".to_owned()),
+        error: Some(AttemptError::Http(500)),
         response_snippet: None,
     };
     let finished = db

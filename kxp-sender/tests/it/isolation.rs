@@ -533,7 +533,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
              payload, status, attempts, next_attempt_at, created_at, updated_at) \
              VALUES ($1, $2, $3, 'endpoint.circuit_opened', 'email', 'ops@example.com', $4, '{}', 'sent', 1, 0, 0, 0)",
         )
-        .bind(kxp_sender::db::new_id("ntf"))
+        .bind(kxp_sender::new_id("ntf"))
         .bind(account)
         .bind(endpoint)
         .bind(uuid::Uuid::new_v4().to_string())
@@ -560,7 +560,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
     let answers_before = answers_to_a(&f).await;
 
     // (b) No key, or a bad one: 401 on every row, before anything else is looked at.
-    let hash = kxp_sender::db::sha256_hex(f.a_key.as_bytes());
+    let hash = kxp_sender::sha256_hex(f.a_key.as_bytes());
     let bad: [Option<String>; 6] = [
         None,
         Some("Bearer kxp_wrong".to_owned()),

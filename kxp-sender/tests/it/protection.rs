@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use kxp_sender::Db;
-use kxp_sender::circuit::Protection;
+use kxp_sender::Protection;
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 

@@ -339,7 +339,7 @@ fn signed_with(signature: &str, body: &[u8], secrets: &[&str]) -> String {
 }
 
 fn unix_ms_of(rfc3339: &Value) -> i64 {
-    kxp_sender::store::parse_rfc3339(rfc3339.as_str().unwrap()).unwrap()
+    kxp_sender::parse_rfc3339(rfc3339.as_str().unwrap()).unwrap()
 }
 
 #[tokio::test]
@@ -352,7 +352,7 @@ async fn rotation_overlaps_by_a_day_by_default_and_signs_newest_first() {
     assert_eq!(status, 200, "{rotated}");
     let second = rotated["secret"].as_str().unwrap().to_owned();
     assert_eq!(second.len(), 64);
-    let day_later = kxp_sender::db::now_ms() + 24 * 3_600_000;
+    let day_later = kxp_sender::now_ms() + 24 * 3_600_000;
     let expires = unix_ms_of(&rotated["previous_expires_at"]);
     assert!(
         (day_later - 5000..=day_later).contains(&expires),
@@ -371,7 +371,7 @@ async fn rotation_overlaps_by_a_day_by_default_and_signs_newest_first() {
     assert_eq!(status, 200, "{rotated}");
     let third = rotated["secret"].as_str().unwrap().to_owned();
     let expires = unix_ms_of(&rotated["previous_expires_at"]);
-    let half_hour_later = kxp_sender::db::now_ms() + 30 * 60_000;
+    let half_hour_later = kxp_sender::now_ms() + 30 * 60_000;
     assert!((half_hour_later - 5000..=half_hour_later).contains(&expires));
     let (signature, body) = deliver_one(&s, &receiver).await;
     assert_eq!(
@@ -390,7 +390,7 @@ async fn an_overlap_of_zero_retires_the_old_secret_at_once() {
     assert_eq!(status, 200, "{rotated}");
     let new = rotated["secret"].as_str().unwrap();
     let expires = unix_ms_of(&rotated["previous_expires_at"]);
-    assert!(expires <= kxp_sender::db::now_ms());
+    assert!(expires <= kxp_sender::now_ms());
     assert_eq!(s.server.db().live_secrets(&id).await.unwrap(), [new]);
     deliver_one(&s, &receiver).await;
     let seen = receiver.seen();

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kxp_sender::circuit::Protection;
+use kxp_sender::Protection;
 use kxp_sender::{Config, Schedule, Server};
 use serde_json::{Value, json};
 

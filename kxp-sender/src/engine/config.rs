@@ -1,0 +1,105 @@
+//! The configuration, and what every task of a running sender shares: built once at start
+//! from the [`Config`], never copied field by field into each task's own settings.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::engine::dispatch::GuardedClient;
+use crate::engine::guard::{AddressGuard, Cidr};
+use crate::engine::mail::Mailer;
+use crate::engine::metrics::Metrics;
+use crate::policy::circuit::Protection;
+use crate::policy::schedule::Schedule;
+
+/// Everything `kxp serve` can be told.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `sqlite://path` (created if missing) or `postgres://…`.
+    pub database_url: String,
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// Development mode: `http://` endpoint URLs are allowed, and so are loopback addresses
+    /// (`127.0.0.0/8`, `::1`) — loopback only: other private ranges still need
+    /// [`allow_addresses`](Config::allow_addresses).
+    pub dev: bool,
+    /// Blocks the address guard lets through although they are private, loopback, link-local…
+    /// (`kxp serve --allow-address CIDR`). See [`AddressGuard`].
+    pub allow_addresses: Vec<Cidr>,
+    /// When failed deliveries are tried again.
+    pub schedule: Schedule,
+    /// The timeout of endpoints created without one.
+    pub delivery_timeout: Duration,
+    /// Attempts in flight at once in this process.
+    pub workers: usize,
+    /// Attempts in flight at once to one endpoint, from this process.
+    pub per_endpoint_concurrency: usize,
+    /// How long a lease outlives its endpoint's timeout.
+    pub lease_extra: Duration,
+    /// How often idle workers look for due deliveries.
+    pub poll_interval: Duration,
+    /// The bootstrap account's API key; generated on first start (and printed once) if absent.
+    pub api_key: Option<String>,
+    /// Whether to run workers in this process (an API-only process sets false).
+    pub run_workers: bool,
+    /// Circuit breaker, auto-disable and the default rate limit.
+    pub protection: Protection,
+    /// The SMTP server e-mail notifications go through (`smtp://`, `smtps://`, with
+    /// credentials if needed); without one, notifications are sent by webhook only.
+    pub smtp_url: Option<String>,
+    /// The sender of e-mail notifications, e.g. `kxp <ops@example.com>`.
+    pub smtp_from: String,
+    /// How long finished deliveries, their events and notifications are kept (retention);
+    /// `None`: forever.
+    pub retention: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            database_url: "sqlite://kxp.db".to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            dev: false,
+            allow_addresses: Vec::new(),
+            schedule: Schedule::default(),
+            delivery_timeout: Duration::from_secs(5),
+            workers: 64,
+            per_endpoint_concurrency: 8,
+            lease_extra: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(250),
+            api_key: None,
+            run_workers: true,
+            protection: Protection::default(),
+            smtp_url: None,
+            smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
+            retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
+        }
+    }
+}
+
+/// What the API, the workers, the notifier and the purger share: the configuration, the one
+/// guarded HTTP client (deliveries, operational webhooks and the endpoint challenge all go
+/// through it), the mailer, this process's counters, and the wake-ups between tasks.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The configuration the server started with.
+    pub config: Config,
+    /// The HTTP client, with the address guard it enforces. Never an unguarded one.
+    pub client: GuardedClient,
+    /// E-mail, when an SMTP server is configured.
+    pub mailer: Option<Mailer>,
+    /// This process's counters, for `/metrics`.
+    pub metrics: Metrics,
+    /// Poked after ingestion, replays and resumes, so idle workers start at once.
+    pub wake: Notify,
+    /// Poked when a state change queued a notification.
+    pub notices: Notify,
+}
+
+impl Shared {
+    /// The address guard every connection passes.
+    pub fn guard(&self) -> &AddressGuard {
+        self.client.guard()
+    }
+}

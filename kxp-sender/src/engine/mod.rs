@@ -1,0 +1,14 @@
+//! The engine: what runs. The workers that claim and send deliveries, the notifier that sends
+//! operational notices, the purger, this process's counters, the validator cache, and the
+//! pieces they send with (the address guard, the guarded HTTP client, SMTP). It calls the store
+//! for every read and write and the policy for every decision; it holds no SQL.
+
+pub(crate) mod config;
+pub(crate) mod dispatch;
+pub(crate) mod guard;
+pub(crate) mod mail;
+pub(crate) mod metrics;
+pub(crate) mod notifier;
+pub(crate) mod retention;
+pub(crate) mod schemas;
+pub(crate) mod worker;

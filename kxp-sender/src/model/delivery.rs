@@ -1,0 +1,148 @@
+//! Deliveries (one event to one endpoint), their attempts, and what a worker holds.
+
+use sqlx::FromRow;
+
+use super::failure::AttemptError;
+use super::ids::{DeliveryId, EndpointId, EventId};
+use super::status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
+
+/// A delivery: one event to one endpoint, tried until delivered or dead.
+#[derive(Debug, Clone, FromRow)]
+pub struct Delivery {
+    /// `dlv_…`
+    pub id: DeliveryId,
+    /// The event.
+    pub event_id: EventId,
+    /// The endpoint.
+    pub endpoint_id: EndpointId,
+    /// `pending`, `delivering`, `delivered` or `dead`.
+    #[sqlx(try_from = "String")]
+    pub status: DeliveryStatus,
+    /// Tries so far.
+    pub attempts: i64,
+    /// Unix ms of the next try (meaningful while pending).
+    pub next_attempt_at: i64,
+    /// The last try's HTTP status, if it got one.
+    pub last_status: Option<i64>,
+    /// The last try's error.
+    pub last_error: Option<String>,
+    /// The delivery that replayed this one, if any.
+    pub replayed_by: Option<DeliveryId>,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms.
+    pub updated_at: i64,
+}
+
+/// One HTTP try.
+#[derive(Debug, Clone, FromRow)]
+pub struct Attempt {
+    /// 1-based.
+    pub attempt: i64,
+    /// Unix ms.
+    pub started_at: i64,
+    /// How long it took.
+    pub duration_ms: i64,
+    /// The response status, if a response came.
+    pub status_code: Option<i64>,
+    /// What went wrong, if it failed.
+    pub error: Option<String>,
+    /// The start of the response body.
+    pub response_snippet: Option<String>,
+}
+
+/// A delivery claimed by a worker, with everything needed to send it.
+#[derive(Debug, Clone, FromRow)]
+pub struct Job {
+    /// The delivery.
+    pub id: DeliveryId,
+    /// The event.
+    pub event_id: EventId,
+    /// The event's type.
+    pub event_type: String,
+    /// The envelope bytes.
+    pub payload: String,
+    /// The endpoint.
+    pub endpoint_id: EndpointId,
+    /// Its URL.
+    pub url: String,
+    /// Its per-attempt timeout.
+    pub timeout_ms: i64,
+    /// Tries before this one.
+    pub attempts: i64,
+    /// The endpoint's status now: only an `active` endpoint's deliveries are sent.
+    #[sqlx(try_from = "String")]
+    pub endpoint_status: EndpointStatus,
+    /// The endpoint's own rate limit, if it has one.
+    pub rate_limit_per_second: Option<i64>,
+    /// The endpoint's circuit now.
+    #[sqlx(try_from = "String")]
+    pub circuit_state: CircuitState,
+    /// The half-open circuit's probe, if there is one.
+    pub circuit_probe_id: Option<DeliveryId>,
+}
+
+impl Job {
+    /// Whether the delivery may be sent now: its endpoint is active and its circuit closed, or
+    /// this is the half-open circuit's probe. The claim checked the same, but an endpoint can
+    /// be paused, or its circuit opened, between the claim and the send.
+    pub fn sendable(&self) -> bool {
+        self.endpoint_status == EndpointStatus::Active
+            && (self.circuit_state == CircuitState::Closed
+                || self.circuit_probe_id.as_ref() == Some(&self.id))
+    }
+}
+
+/// What a finished attempt does to its delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextState {
+    /// 2xx: done.
+    Delivered,
+    /// Failed; try again at this Unix ms.
+    RetryAt(i64),
+    /// Failed for the last time.
+    Dead,
+}
+
+/// What recording a finished attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// The attempt and its consequences are recorded.
+    Recorded {
+        /// The change it made to its endpoint's circuit or status, if any.
+        transition: Option<Transition>,
+        /// Notifications queued for that change.
+        notices: usize,
+    },
+    /// The lease had been lost: nothing was written.
+    LeaseLost,
+}
+
+/// A new attempt row.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    /// Unix ms.
+    pub started_at: i64,
+    /// How long.
+    pub duration_ms: i64,
+    /// Response status, if any.
+    pub status_code: Option<u16>,
+    /// Why it did not deliver, if it did not: stored as its text (`http_503`,
+    /// `timeout: …`).
+    pub error: Option<AttemptError>,
+    /// Start of the response body.
+    pub response_snippet: Option<String>,
+}
+
+/// Filters for listing deliveries.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    /// Only this status (`dead` lists the dead-letter queue: dead and not yet replayed).
+    pub status: Option<String>,
+    /// Only this endpoint.
+    pub endpoint_id: Option<String>,
+    /// Created at or after (Unix ms).
+    pub since: Option<i64>,
+    /// Created before (Unix ms).
+    pub until: Option<i64>,
+}

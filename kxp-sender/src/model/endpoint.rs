@@ -1,0 +1,134 @@
+//! Endpoints: where one account's events are delivered, and what changes them.
+
+use sqlx::FromRow;
+
+use super::ids::{AccountId, EndpointId};
+use super::status::{CircuitState, EndpointStatus};
+
+/// An endpoint: where one account's events are delivered.
+#[derive(Debug, Clone, FromRow)]
+pub struct Endpoint {
+    /// `ep_…`
+    pub id: EndpointId,
+    /// The owner.
+    pub account_id: AccountId,
+    /// Where deliveries are POSTed.
+    pub url: String,
+    /// Free text.
+    pub description: String,
+    /// JSON array of event types; `["*"]` for all.
+    pub event_types: String,
+    /// Per-attempt timeout.
+    pub timeout_ms: i64,
+    /// `active`; `paused` (deliveries are held, events still queue for it); `disabled` (held
+    /// like paused, by the sender, after failing for too long); `deleted` (soft: the row stays
+    /// for its deliveries' history, the API answers 404).
+    #[sqlx(try_from = "String")]
+    pub status: EndpointStatus,
+    /// The schema version pinned for this endpoint, if any.
+    pub api_version: Option<String>,
+    /// Deliveries per second allowed to this endpoint; `None`: the server's default.
+    pub rate_limit_per_second: Option<i64>,
+    /// The circuit breaker: `closed`, `open` or `half_open` (see the circuit policy).
+    #[sqlx(try_from = "String")]
+    pub circuit_state: CircuitState,
+    /// When the circuit opened (Unix ms), while it is not closed.
+    pub circuit_opened_at: Option<i64>,
+    /// When an open circuit is probed next (Unix ms).
+    pub circuit_probe_at: Option<i64>,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Unix ms.
+    pub updated_at: i64,
+}
+
+/// The `next_attempt_at` of a delivery held for a paused endpoint: past every real time, so
+/// held deliveries sit outside the range the claim scans (`next_attempt_at <= now` on the
+/// `kxp_deliveries_due` index), however many pile up while the endpoint is paused. Resuming
+/// sets them due at once.
+pub const HELD: i64 = i64::MAX;
+
+/// What a new endpoint is made of (all checked by the caller).
+#[derive(Debug, Clone)]
+pub struct NewEndpoint<'a> {
+    /// Where deliveries go.
+    pub url: &'a str,
+    /// Subscribed types.
+    pub event_types: &'a [String],
+    /// Free text.
+    pub description: &'a str,
+    /// Per-attempt timeout.
+    pub timeout_ms: i64,
+    /// Pinned schema version.
+    pub api_version: Option<&'a str>,
+    /// Rate limit.
+    pub rate_limit_per_second: Option<i64>,
+}
+
+/// Changes to an endpoint: `None` leaves a field as it is; for the two nullable settings,
+/// `Some(None)` clears them.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointChanges {
+    /// A new URL.
+    pub url: Option<String>,
+    /// New subscribed types.
+    pub event_types: Option<Vec<String>>,
+    /// A new description.
+    pub description: Option<String>,
+    /// A new per-attempt timeout.
+    pub timeout_ms: Option<i64>,
+    /// Pin (`Some(Some)`) or unpin (`Some(None)`) a schema version.
+    pub api_version: Option<Option<String>>,
+    /// Set (`Some(Some)`) or lift (`Some(None)`) the rate limit.
+    pub rate_limit_per_second: Option<Option<i64>>,
+}
+
+impl EndpointChanges {
+    /// Whether nothing would change.
+    pub fn is_empty(&self) -> bool {
+        self.url.is_none()
+            && self.event_types.is_none()
+            && self.description.is_none()
+            && self.timeout_ms.is_none()
+            && self.api_version.is_none()
+            && self.rate_limit_per_second.is_none()
+    }
+}
+
+/// A secret rotation's result.
+#[derive(Debug, Clone)]
+pub struct Rotated {
+    /// The new secret, shown once.
+    pub secret: String,
+    /// When the secrets it replaces stop signing (Unix ms; now, for an overlap of zero).
+    pub previous_expires_at: i64,
+}
+
+impl Endpoint {
+    /// The subscribed types.
+    pub fn types(&self) -> Vec<String> {
+        serde_json::from_str(&self.event_types).unwrap_or_default()
+    }
+
+    /// When a new delivery to this endpoint is due: now while it is active with a closed
+    /// circuit, else [`HELD`] (paused, disabled, or its circuit not closed: the probe release or
+    /// a resume lets it go). The one rule for ingestion and replays alike.
+    pub fn due_for_new_delivery(&self, now: i64) -> i64 {
+        if self.status == EndpointStatus::Active && self.circuit_state == CircuitState::Closed {
+            now
+        } else {
+            HELD
+        }
+    }
+
+    /// Whether an event of `event_type` goes to this endpoint: `*` takes everything, `payment.*`
+    /// every type under `payment.`, anything else only itself.
+    pub fn subscribes_to(&self, event_type: &str) -> bool {
+        self.types()
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => event_type.starts_with(prefix),
+                None => pattern == event_type,
+            })
+    }
+}

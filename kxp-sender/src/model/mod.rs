@@ -1,0 +1,32 @@
+//! The model: rows as the store returns them, typed ids, the states rows move through, and why
+//! an attempt failed. Plain data: no SQL, no I/O, no policy. Every other layer imports it, and it
+//! imports none of them.
+
+mod account;
+mod delivery;
+mod endpoint;
+mod event;
+mod failure;
+mod health;
+mod ids;
+mod notification;
+mod schema;
+mod status;
+mod time;
+
+pub use account::{Account, AccountChanges, DEFAULT_API_VERSION};
+pub use delivery::{
+    Attempt, AttemptRecord, Delivery, DeliveryFilter, Finished, Job, NextState,
+};
+pub use endpoint::{Endpoint, EndpointChanges, HELD, NewEndpoint, Rotated};
+pub use event::{Event, Ingested};
+pub use failure::{AttemptError, Failure, FailureKind};
+pub use health::{EndpointHealth, Window};
+pub use ids::{
+    AccountId, DeliveryId, EndpointId, EventId, NotificationId, SchemaId, new_id, random_hex_32,
+    sha256_hex,
+};
+pub use notification::{NoticeFacts, NoticeNext, Notification};
+pub use schema::Schema;
+pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition, UnknownStatus};
+pub use time::{ms, now_ms, parse_rfc3339, rfc3339};

@@ -1,0 +1,186 @@
+//! What an operational notice says: its envelope (the shape of an event's, signed like a
+//! delivery), the channels it goes to, and its e-mail text. Pure: the store queues what this
+//! builds, and the notifier sends it.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::model::{CircuitState, EndpointStatus, EventId, NoticeFacts, Notification, rfc3339};
+
+/// The `data` of a notice's envelope.
+#[derive(Debug, Serialize)]
+struct NoticeData<'a> {
+    endpoint_id: &'a str,
+    url: &'a str,
+    description: &'a str,
+    status: EndpointStatus,
+    circuit_state: CircuitState,
+    consecutive_failures: i64,
+    failing_since: Option<String>,
+    last_error: Option<&'a str>,
+    next_probe_at: Option<String>,
+}
+
+/// The wire envelope of an operational webhook: the same shape as an event's.
+#[derive(Debug, Serialize)]
+struct NoticeEnvelope<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    api_version: &'a str,
+    created_at: String,
+    data: NoticeData<'a>,
+}
+
+/// The notice's event id and envelope bytes.
+pub fn envelope(facts: &NoticeFacts, kind: &str, now: i64) -> (EventId, String) {
+    let id = uuid::Uuid::new_v4().to_string();
+    let envelope = NoticeEnvelope {
+        id: &id,
+        kind,
+        api_version: &facts.default_api_version,
+        created_at: rfc3339(now),
+        data: NoticeData {
+            endpoint_id: &facts.endpoint_id,
+            url: &facts.url,
+            description: &facts.description,
+            status: facts.status,
+            circuit_state: facts.circuit_state,
+            consecutive_failures: facts.consecutive_failures.unwrap_or(0),
+            failing_since: facts.failing_since.map(rfc3339),
+            last_error: facts.last_error.as_deref(),
+            next_probe_at: facts.circuit_probe_at.map(rfc3339),
+        },
+    };
+    let payload = serde_json::to_string(&envelope).unwrap_or_default();
+    (EventId::from(id), payload)
+}
+
+/// The channels the account has configured: `(channel, target)`.
+pub fn channels(facts: &NoticeFacts) -> Vec<(&'static str, &str)> {
+    let mut channels = Vec::new();
+    if let Some(url) = facts.ops_url.as_deref() {
+        channels.push(("webhook", url));
+    }
+    if let Some(address) = facts.contact_email.as_deref() {
+        channels.push(("email", address));
+    }
+    channels
+}
+
+/// The subject and plain-text body of a notice's e-mail, from its envelope.
+pub fn email_text(n: &Notification) -> (String, String) {
+    let envelope: Value = serde_json::from_str(&n.payload).unwrap_or(Value::Null);
+    let data = &envelope["data"];
+    let field = |name: &str| data[name].as_str().unwrap_or("-").to_owned();
+    let url = field("url");
+    let facts = format!(
+        "Endpoint:    {endpoint} ({url})\n\
+         Failing since: {since}\n\
+         Consecutive failed attempts: {failures}\n\
+         Last error:  {error}\n",
+        endpoint = n.endpoint_id,
+        since = field("failing_since"),
+        failures = data["consecutive_failures"].as_i64().unwrap_or(0),
+        error = field("last_error"),
+    );
+    match n.kind.as_str() {
+        "endpoint.disabled" => (
+            format!("[kxp] Endpoint disabled: {url}"),
+            format!(
+                "Your webhook endpoint has failed every delivery attempt for too long, so it has \
+                 been disabled.\n\n{facts}\n\
+                 Nothing is lost: new events keep queueing for it, held. Once the endpoint works \
+                 again, resume it (POST /v1/endpoints/{id}/resume) and the backlog is delivered at \
+                 its rate limit.\n",
+                id = n.endpoint_id
+            ),
+        ),
+        _ => (
+            format!("[kxp] Endpoint failing, deliveries paused: {url}"),
+            format!(
+                "Deliveries to your webhook endpoint keep failing, so its circuit breaker has \
+                 opened: deliveries are held (they use up no retries) and the endpoint is probed \
+                 with one delivery from {probe}.\n\n{facts}\n\
+                 Nothing is lost. As soon as a probe succeeds, the held deliveries are sent at the \
+                 endpoint's rate limit. If it keeps failing, the endpoint will be disabled.\n",
+                probe = field("next_probe_at")
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> NoticeFacts {
+        NoticeFacts {
+            endpoint_id: "ep_1".into(),
+            account_id: "acc_1".into(),
+            url: "https://shop.example/hooks".into(),
+            description: "orders".into(),
+            status: EndpointStatus::Active,
+            circuit_state: CircuitState::Open,
+            circuit_probe_at: Some(1_800_000_060_000),
+            ops_url: Some("https://shop.example/ops".into()),
+            contact_email: Some("ops@shop.example".into()),
+            default_api_version: "2026-11-01".into(),
+            consecutive_failures: Some(10),
+            failing_since: Some(1_800_000_000_000),
+            last_error: Some("http_503".into()),
+        }
+    }
+
+    #[test]
+    fn the_envelope_is_an_event_envelope() {
+        let (id, payload) = envelope(&facts(), "endpoint.circuit_opened", 1_800_000_001_000);
+        let v: Value = serde_json::from_str(&payload).unwrap();
+        assert_eq!(v["id"], id.as_str());
+        assert_eq!(v["type"], "endpoint.circuit_opened");
+        assert_eq!(v["api_version"], "2026-11-01");
+        assert_eq!(v["data"]["endpoint_id"], "ep_1");
+        assert_eq!(v["data"]["consecutive_failures"], 10);
+        assert_eq!(v["data"]["last_error"], "http_503");
+        assert_eq!(v["data"]["failing_since"], "2027-01-15T08:00:00Z");
+        assert_eq!(v["data"]["next_probe_at"], "2027-01-15T08:01:00Z");
+    }
+
+    #[test]
+    fn channels_follow_the_account() {
+        assert_eq!(channels(&facts()).len(), 2);
+        let none = NoticeFacts {
+            ops_url: None,
+            contact_email: None,
+            ..facts()
+        };
+        assert!(channels(&none).is_empty());
+    }
+
+    #[test]
+    fn the_email_says_what_happened_and_what_to_do() {
+        let (_, payload) = envelope(&facts(), "endpoint.disabled", 1_800_000_001_000);
+        let n = Notification {
+            id: "ntf_1".into(),
+            account_id: "acc_1".into(),
+            endpoint_id: "ep_1".into(),
+            kind: "endpoint.disabled".into(),
+            channel: "email".into(),
+            target: "ops@shop.example".into(),
+            event_id: "e".into(),
+            payload,
+            status: "pending".into(),
+            attempts: 0,
+            last_error: None,
+            created_at: 0,
+        };
+        let (subject, body) = email_text(&n);
+        assert_eq!(
+            subject,
+            "[kxp] Endpoint disabled: https://shop.example/hooks"
+        );
+        assert!(body.contains("POST /v1/endpoints/ep_1/resume"), "{body}");
+        assert!(body.contains("http_503"), "{body}");
+        assert!(body.contains("Nothing is lost"), "{body}");
+    }
+}

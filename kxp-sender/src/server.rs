@@ -1,0 +1,181 @@
+//! The running sender: [`start`] builds what every task shares once, then runs the API and,
+//! unless told otherwise, the workers, the notifier and the purger.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::engine::config::{Config, Shared};
+use crate::engine::dispatch;
+use crate::engine::guard::AddressGuard;
+use crate::engine::mail::{self, MailError};
+use crate::engine::metrics::Metrics;
+use crate::engine::{notifier, retention, worker};
+use crate::http::{self, AppState};
+use crate::store::{Db, StoreError};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The database could not be opened or migrated.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A query failed while bootstrapping.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The HTTP client (the endpoint challenge's) could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    /// The SMTP settings are unusable.
+    #[error("e-mail notifications: {0}")]
+    Mail(#[from] MailError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running sender.
+pub struct Server {
+    addr: SocketAddr,
+    db: Db,
+    new_api_key: Option<String>,
+    stop: watch::Sender<bool>,
+    http: JoinHandle<()>,
+    workers: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Where the API listens (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The API key generated at this start for a new bootstrap account, if one was.
+    pub fn new_api_key(&self) -> Option<&str> {
+        self.new_api_key.as_deref()
+    }
+
+    /// Stops taking requests and claims, lets in-flight attempts finish (or puts them back),
+    /// and returns when everything has stopped.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Some(workers) = self.workers {
+            let _ = workers.await;
+        }
+        let _ = self.http.await;
+        self.db.close().await;
+    }
+
+    /// Waits until the server stops by itself (it does not, short of a panic).
+    pub async fn wait(&mut self) {
+        let _ = (&mut self.http).await;
+    }
+}
+
+/// Opens the database, bootstraps the first account, and starts the API and the workers.
+pub async fn start(config: Config) -> Result<Server, StartError> {
+    // Checked before anything else: a bad SMTP URL should stop the start, not the first notice.
+    let mailer = match &config.smtp_url {
+        Some(url) => Some(mail::Mailer::new(url, &config.smtp_from)?),
+        None => None,
+    };
+    let db = Db::connect(&config.database_url).await?;
+    let new_api_key = bootstrap(&db, config.api_key.as_deref()).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Listen {
+        addr: config.listen,
+        source,
+    })?;
+
+    let guard = AddressGuard::new(config.dev, config.allow_addresses.clone());
+    // One client for deliveries, operational webhooks and the endpoint challenge, built once:
+    // never an unguarded one, since all three connect to merchants' URLs.
+    let client = dispatch::client(guard)?;
+    let (stop, stopped) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        config,
+        client,
+        mailer,
+        metrics: Metrics::default(),
+        wake: Notify::new(),
+        notices: Notify::new(),
+    });
+    let state = AppState {
+        db: db.clone(),
+        shared: shared.clone(),
+        schemas: Arc::default(),
+    };
+    let mut http_stopped = stopped.clone();
+    let http = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = http_stopped.wait_for(|stop| *stop).await;
+        };
+        if let Err(e) = axum::serve(listener, http::app(state))
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(target: "kxp_sender", error = %e, "the API server stopped");
+        }
+    });
+    let workers = shared.config.run_workers.then(|| {
+        let notifier = tokio::spawn(notifier::run(db.clone(), shared.clone(), stopped.clone()));
+        let purger = tokio::spawn(retention::run(
+            db.clone(),
+            shared.config.retention,
+            stopped.clone(),
+        ));
+        // In-flight attempts end by their own timeouts; wait that long before putting back.
+        let grace = http::MAX_TIMEOUT + Duration::from_secs(1);
+        let workers = worker::run(db.clone(), shared.clone(), stopped, grace);
+        tokio::spawn(async move {
+            workers.await;
+            let _ = notifier.await;
+            let _ = purger.await;
+        })
+    });
+    Ok(Server {
+        addr,
+        db,
+        new_api_key,
+        stop,
+        http,
+        workers,
+    })
+}
+
+/// Makes sure an account exists: with `api_key` when given (the same key on every start), or
+/// with a generated key on the very first start, which is returned to be shown once.
+async fn bootstrap(db: &Db, api_key: Option<&str>) -> Result<Option<String>, StartError> {
+    match api_key {
+        Some(key) => {
+            if db.account_by_key(key).await?.is_none() {
+                db.create_account("default", Some(key)).await?;
+            }
+            Ok(None)
+        }
+        None if db.account_count().await? == 0 => {
+            let (_, key) = db.create_account("default", None).await?;
+            Ok(Some(key))
+        }
+        None => Ok(None),
+    }
+}

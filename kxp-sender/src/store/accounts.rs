@@ -1,0 +1,132 @@
+//! `kxp_accounts`: accounts and their API keys (stored hashed).
+
+use crate::model::{
+    Account, AccountChanges, DEFAULT_API_VERSION, new_id, now_ms, random_hex_32, sha256_hex,
+};
+use crate::store::{Db, StoreError, on_db};
+
+const ACCOUNT_COLUMNS: &str = "id, name, default_api_version, ops_url, contact_email, created_at";
+
+impl Db {
+
+    /// Creates an account and returns it with its API key, which is shown once and stored only
+    /// as a hash.
+    pub async fn create_account(
+        &self,
+        name: &str,
+        key: Option<&str>,
+    ) -> Result<(Account, String), StoreError> {
+        let key = key.map_or_else(|| format!("kxp_{}", random_hex_32()), str::to_owned);
+        let account = Account {
+            id: new_id("acc"),
+            name: name.to_owned(),
+            default_api_version: DEFAULT_API_VERSION.to_owned(),
+            ops_url: None,
+            contact_email: None,
+            created_at: now_ms(),
+        };
+        on_db!(self, |pool, _begin| {
+            sqlx::query(
+                "INSERT INTO kxp_accounts (id, name, api_key_hash, default_api_version, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&account.id)
+            .bind(&account.name)
+            .bind(sha256_hex(key.as_bytes()))
+            .bind(&account.default_api_version)
+            .bind(account.created_at)
+            .execute(pool)
+            .await?;
+        });
+        Ok((account, key))
+    }
+
+    /// The account an API key belongs to.
+    pub async fn account_by_key(&self, key: &str) -> Result<Option<Account>, StoreError> {
+        let hash = sha256_hex(key.as_bytes());
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE api_key_hash = $1");
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Account>(&sql)
+                .bind(hash)
+                .fetch_optional(pool)
+                .await?
+        }))
+    }
+
+    /// How many accounts exist.
+    pub async fn account_count(&self) -> Result<i64, StoreError> {
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM kxp_accounts")
+                .fetch_one(pool)
+                .await?
+        }))
+    }
+
+    /// Every account, oldest first (`kxp accounts list`). Key hashes are not read.
+    pub async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts ORDER BY id");
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Account>(&sql).fetch_all(pool).await?
+        }))
+    }
+
+    /// Changes an account. Setting an ops URL gives the account a new ops secret, returned
+    /// here and shown once: operational webhooks are signed with it. Removing the URL erases
+    /// the secret.
+    pub async fn update_account(
+        &self,
+        id: &str,
+        changes: &AccountChanges,
+    ) -> Result<(Account, Option<String>), StoreError> {
+        // Read under a row lock (PostgreSQL): two PATCHes at once apply one after the other,
+        // never one over the other's stale read.
+        let lock = match self {
+            Db::Sqlite(_) => "",
+            Db::Postgres(_) => " FOR UPDATE",
+        };
+        let select = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1{lock}");
+        let new_secret = match &changes.ops_url {
+            Some(Some(_)) => Some(random_hex_32()),
+            _ => None,
+        };
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let mut account = sqlx::query_as::<_, Account>(&select)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(StoreError::NotFound)?;
+            if let Some(name) = &changes.name {
+                account.name.clone_from(name);
+            }
+            if let Some(version) = &changes.default_api_version {
+                account.default_api_version.clone_from(version);
+            }
+            if let Some(address) = &changes.contact_email {
+                account.contact_email.clone_from(address);
+            }
+            // The secret column changes only with the URL.
+            let secret_sql = match &changes.ops_url {
+                Some(url) => {
+                    account.ops_url.clone_from(url);
+                    "$4"
+                }
+                None => "ops_secret",
+            };
+            sqlx::query(&format!(
+                "UPDATE kxp_accounts SET name = $1, default_api_version = $2, ops_url = $3, \
+                 ops_secret = {secret_sql}, contact_email = $5 WHERE id = $6"
+            ))
+            .bind(&account.name)
+            .bind(&account.default_api_version)
+            .bind(&account.ops_url)
+            .bind(&new_secret)
+            .bind(&account.contact_email)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok((account, new_secret))
+        })
+    }
+}

@@ -1,0 +1,235 @@
+//! The API's side of `kxp_deliveries` and `kxp_attempts`: listing, reading and replaying.
+
+use crate::model::{
+    Attempt, Delivery, DeliveryFilter, DeliveryStatus, Endpoint, EndpointStatus, new_id, now_ms,
+};
+use crate::store::{Db, StoreError, on_db};
+
+/// Inserts a pending delivery created at `$now` and due at `$due` ([`HELD`] for a paused
+/// endpoint). A macro: the statement must compile for each backend's transaction type.
+macro_rules! insert_delivery {
+    ($tx:expr, $id:expr, $account_id:expr, $event_id:expr, $endpoint_id:expr, $now:expr, $due:expr) => {
+        sqlx::query(
+            "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5)",
+        )
+        .bind($id)
+        .bind($account_id)
+        .bind($event_id)
+        .bind($endpoint_id)
+        .bind($now)
+        .bind($due)
+        .execute(&mut *$tx)
+        .await
+    };
+}
+
+/// Links a replayed delivery to its replay.
+macro_rules! mark_replayed {
+    ($tx:expr, $old_id:expr, $new_id:expr) => {
+        sqlx::query("UPDATE kxp_deliveries SET replayed_by = $1 WHERE id = $2")
+            .bind($new_id)
+            .bind($old_id)
+            .execute(&mut *$tx)
+            .await
+    };
+}
+pub(crate) use insert_delivery;
+
+const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
+     last_status, last_error, replayed_by, created_at, updated_at";
+
+impl Db {
+
+    /// A page of the account's deliveries, oldest first, after `cursor`.
+    pub async fn deliveries(
+        &self,
+        account_id: &str,
+        filter: &DeliveryFilter,
+        cursor: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1 \
+             AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
+             AND (CAST($3 AS TEXT) IS NULL OR endpoint_id = $3) \
+             AND (CAST($4 AS BIGINT) IS NULL OR created_at >= $4) \
+             AND (CAST($5 AS BIGINT) IS NULL OR created_at < $5) \
+             AND (CAST($6 AS TEXT) IS NULL OR id > $6) \
+             AND (CAST($2 AS TEXT) IS NULL OR $2 <> 'dead' OR replayed_by IS NULL) \
+             ORDER BY id LIMIT $7"
+        );
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Delivery>(&sql)
+                .bind(account_id)
+                .bind(&filter.status)
+                .bind(&filter.endpoint_id)
+                .bind(filter.since)
+                .bind(filter.until)
+                .bind(cursor)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
+    /// One delivery of the account.
+    pub async fn delivery(&self, account_id: &str, id: &str) -> Result<Delivery, StoreError> {
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1 AND id = $2"
+        );
+        on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Delivery>(&sql)
+                .bind(account_id)
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+        })
+        .ok_or(StoreError::NotFound)
+    }
+
+    /// Every delivery of one of the account's events, replays included.
+    pub async fn event_deliveries(
+        &self,
+        account_id: &str,
+        event_id: &str,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.event(account_id, event_id).await?;
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1 AND event_id = $2 ORDER BY id"
+        );
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Delivery>(&sql)
+                .bind(account_id)
+                .bind(event_id)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
+    /// The attempts of one of the account's deliveries.
+    pub async fn attempts(
+        &self,
+        account_id: &str,
+        delivery_id: &str,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        self.delivery(account_id, delivery_id).await?;
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Attempt>(
+                "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet \
+                 FROM kxp_attempts WHERE delivery_id = $1 ORDER BY attempt, id",
+            )
+            .bind(delivery_id)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    /// Queues the same event to the same endpoint again, as a new delivery.
+    pub async fn replay(
+        &self,
+        account_id: &str,
+        delivery_id: &str,
+    ) -> Result<Delivery, StoreError> {
+        let old = self.delivery(account_id, delivery_id).await?;
+        let new_id = new_id("dlv");
+        let endpoint_sql = self.endpoint_shared_sql();
+        let now = now_ms();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let endpoint = sqlx::query_as::<_, Endpoint>(&endpoint_sql)
+                .bind(&old.endpoint_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let due = replay_due(endpoint.as_ref(), &old.endpoint_id, now)?;
+            insert_delivery!(
+                tx,
+                &new_id,
+                account_id,
+                &old.event_id,
+                &old.endpoint_id,
+                now,
+                due
+            )?;
+            mark_replayed!(tx, &old.id, &new_id)?;
+            tx.commit().await?;
+        });
+        self.delivery(account_id, &new_id).await
+    }
+
+    /// An endpoint by id, read under [`share_lock`](Db::share_lock), for a transaction that
+    /// queues deliveries to it.
+    fn endpoint_shared_sql(&self) -> String {
+        format!(
+            "SELECT * FROM kxp_endpoints WHERE id = $1{}",
+            self.share_lock()
+        )
+    }
+
+    /// Replays every matching delivery of one endpoint (dead ones by default) that has not been
+    /// replayed yet; returns how many were queued.
+    pub async fn replay_endpoint(
+        &self,
+        account_id: &str,
+        endpoint_id: &str,
+        filter: &DeliveryFilter,
+    ) -> Result<u64, StoreError> {
+        self.endpoint(account_id, endpoint_id).await?;
+        let filter = DeliveryFilter {
+            status: Some(filter.status.clone().unwrap_or_else(|| "dead".to_owned())),
+            endpoint_id: Some(endpoint_id.to_owned()),
+            ..filter.clone()
+        };
+        let endpoint_sql = self.endpoint_shared_sql();
+        let mut queued = 0;
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .deliveries(account_id, &filter, cursor.as_deref(), 500)
+                .await?;
+            let Some(last) = page.last() else { break };
+            cursor = Some(last.id.to_string());
+            let now = now_ms();
+            on_db!(self, |pool, begin| {
+                let mut tx = pool.begin_with(begin).await?;
+                let endpoint = sqlx::query_as::<_, Endpoint>(&endpoint_sql)
+                    .bind(endpoint_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let due = replay_due(endpoint.as_ref(), endpoint_id, now)?;
+                for old in page.iter().filter(|d| {
+                    d.replayed_by.is_none()
+                        && d.status != DeliveryStatus::Delivering
+                        && d.status != DeliveryStatus::Pending
+                }) {
+                    let new_id = new_id("dlv");
+                    insert_delivery!(
+                        tx,
+                        &new_id,
+                        account_id,
+                        &old.event_id,
+                        &old.endpoint_id,
+                        now,
+                        due
+                    )?;
+                    mark_replayed!(tx, &old.id, &new_id)?;
+                    queued += 1;
+                }
+                tx.commit().await?;
+            });
+        }
+        Ok(queued)
+    }
+}
+
+/// When a replay to `endpoint` is due ([`Endpoint::due_for_new_delivery`]); a deleted endpoint
+/// takes no deliveries.
+fn replay_due(endpoint: Option<&Endpoint>, endpoint_id: &str, now: i64) -> Result<i64, StoreError> {
+    match endpoint {
+        Some(endpoint) if endpoint.status != EndpointStatus::Deleted => Ok(endpoint.due_for_new_delivery(now)),
+        _ => Err(StoreError::Conflict {
+            code: "endpoint_deleted",
+            message: format!("endpoint {endpoint_id} was deleted: nothing can be delivered to it"),
+        }),
+    }
+}

@@ -1,0 +1,304 @@
+//! `kxp_endpoints`: creating, reading and changing endpoints, and the changes of state a
+//! merchant makes (pause, resume, delete), each with what it does to the endpoint's deliveries
+//! in the same transaction.
+
+use crate::model::{
+    Account, CircuitState, Endpoint, EndpointChanges, EndpointStatus, NewEndpoint, new_id, now_ms,
+    random_hex_32,
+};
+use crate::policy::circuit::{Protection, spacing_ms};
+use crate::store::circuit::{hold_pending, spread_held};
+use crate::store::{Db, StoreError, on_db};
+
+impl Db {
+
+    /// Creates an endpoint with a fresh secret; returns both.
+    pub async fn create_endpoint(
+        &self,
+        account: &Account,
+        url: &str,
+        event_types: &[String],
+        description: &str,
+        timeout_ms: i64,
+    ) -> Result<(Endpoint, String), StoreError> {
+        self.create_endpoint_with(
+            account,
+            &NewEndpoint {
+                url,
+                event_types,
+                description,
+                timeout_ms,
+                api_version: None,
+                rate_limit_per_second: None,
+            },
+        )
+        .await
+    }
+
+    /// Creates an endpoint with every setting, and a fresh secret; returns both.
+    pub async fn create_endpoint_with(
+        &self,
+        account: &Account,
+        new: &NewEndpoint<'_>,
+    ) -> Result<(Endpoint, String), StoreError> {
+        let now = now_ms();
+        let endpoint = Endpoint {
+            id: new_id("ep").into(),
+            account_id: account.id.clone().into(),
+            url: new.url.to_owned(),
+            description: new.description.to_owned(),
+            event_types: types_json(new.event_types),
+            timeout_ms: new.timeout_ms,
+            status: EndpointStatus::Active,
+            api_version: new.api_version.map(str::to_owned),
+            rate_limit_per_second: new.rate_limit_per_second,
+            circuit_state: CircuitState::Closed,
+            circuit_opened_at: None,
+            circuit_probe_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let secret = random_hex_32();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            sqlx::query(
+                "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
+                 api_version, rate_limit_per_second, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(&endpoint.id)
+            .bind(&endpoint.account_id)
+            .bind(&endpoint.url)
+            .bind(&endpoint.description)
+            .bind(&endpoint.event_types)
+            .bind(endpoint.timeout_ms)
+            .bind(endpoint.status.as_str())
+            .bind(&endpoint.api_version)
+            .bind(endpoint.rate_limit_per_second)
+            .bind(now)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3)")
+                .bind(&endpoint.id)
+                .bind(&secret)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        });
+        Ok((endpoint, secret))
+    }
+
+    /// One endpoint of the account (a deleted one is not found).
+    pub async fn endpoint(&self, account_id: &str, id: &str) -> Result<Endpoint, StoreError> {
+        on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Endpoint>(
+                "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND id = $2 AND status <> 'deleted'",
+            )
+            .bind(account_id)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        })
+        .ok_or(StoreError::NotFound)
+    }
+
+    /// A page of the account's endpoints (deleted ones left out), by id, after `cursor`.
+    pub async fn endpoints(
+        &self,
+        account_id: &str,
+        cursor: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Endpoint>, StoreError> {
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Endpoint>(
+                "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status <> 'deleted' \
+                 AND (CAST($2 AS TEXT) IS NULL OR id > $2) ORDER BY id LIMIT $3",
+            )
+            .bind(account_id)
+            .bind(cursor)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    /// Applies `changes` (all checked by the caller) to one of the account's endpoints, in one
+    /// statement that sets only the fields given, so concurrent changes to other fields are
+    /// kept. Pending deliveries pick up the new URL and timeout at their next try.
+    pub async fn update_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+        changes: &EndpointChanges,
+    ) -> Result<Endpoint, StoreError> {
+        if changes.is_empty() {
+            return self.endpoint(account_id, id).await;
+        }
+        enum Value<'a> {
+            Text(Option<&'a str>),
+            Int(Option<i64>),
+        }
+        let event_types = changes.event_types.as_deref().map(types_json);
+        let mut values: Vec<(&str, Value<'_>)> = Vec::new();
+        if let Some(url) = &changes.url {
+            values.push(("url", Value::Text(Some(url.as_str()))));
+        }
+        if let Some(types) = &event_types {
+            values.push(("event_types", Value::Text(Some(types.as_str()))));
+        }
+        if let Some(description) = &changes.description {
+            values.push(("description", Value::Text(Some(description.as_str()))));
+        }
+        if let Some(timeout_ms) = changes.timeout_ms {
+            values.push(("timeout_ms", Value::Int(Some(timeout_ms))));
+        }
+        if let Some(api_version) = &changes.api_version {
+            values.push(("api_version", Value::Text(api_version.as_deref())));
+        }
+        if let Some(limit) = changes.rate_limit_per_second {
+            values.push(("rate_limit_per_second", Value::Int(limit)));
+        }
+        values.push(("updated_at", Value::Int(Some(now_ms()))));
+        let sets: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(n, (column, _))| format!("{column} = ${}", n + 1))
+            .collect();
+        let sql = format!(
+            "UPDATE kxp_endpoints SET {} WHERE account_id = ${} AND id = ${} AND status <> 'deleted' RETURNING *",
+            sets.join(", "),
+            values.len() + 1,
+            values.len() + 2,
+        );
+        on_db!(self, |pool, _begin| {
+            let mut query = sqlx::query_as::<_, Endpoint>(&sql);
+            for (_, value) in &values {
+                query = match value {
+                    Value::Text(text) => query.bind(*text),
+                    Value::Int(n) => query.bind(*n),
+                };
+            }
+            query.bind(account_id).bind(id).fetch_optional(pool).await?
+        })
+        .ok_or(StoreError::NotFound)
+    }
+
+    /// Pauses one of the account's endpoints: its pending deliveries are held (they stay
+    /// pending, are not claimed and burn no attempt) until [`resume_endpoint`](Db::resume_endpoint).
+    /// Returns the endpoint and how many deliveries were put on hold. Idempotent.
+    pub async fn pause_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+    ) -> Result<(Endpoint, u64), StoreError> {
+        let now = now_ms();
+        // Changing the endpoint row first locks it (PostgreSQL) or the database (SQLite) until
+        // commit, and ingestion and replays read the status under a share lock: no delivery
+        // can be queued by the old status after the deliveries below are moved.
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let endpoint = sqlx::query_as::<_, Endpoint>(
+                "UPDATE kxp_endpoints SET status = $1, updated_at = $2 \
+                 WHERE account_id = $3 AND id = $4 AND status <> 'deleted' RETURNING *",
+            )
+            .bind("paused")
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+            let moved = hold_pending!(tx, id, now)?.rows_affected();
+            tx.commit().await?;
+            Ok((endpoint, moved))
+        })
+    }
+
+    /// Resumes one of the account's endpoints (paused, disabled, or active with an open
+    /// circuit: resuming says "try now"): its circuit is closed, its failure period starts
+    /// again, and its held deliveries are released spread out at its rate limit, oldest first.
+    /// Returns the endpoint and how many deliveries it released. Idempotent.
+    pub async fn resume_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+        protection: &Protection,
+    ) -> Result<(Endpoint, u64), StoreError> {
+        let now = now_ms();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let endpoint = sqlx::query_as::<_, Endpoint>(
+                "UPDATE kxp_endpoints SET status = 'active', circuit_state = 'closed', circuit_opened_at = NULL, \
+                 circuit_probe_at = NULL, circuit_probe_id = NULL, circuit_failed_probes = 0, updated_at = $1 \
+                 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING *",
+            )
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+            // The breaker and auto-disable count from here: a resumed endpoint gets the full
+            // threshold and the full period again.
+            sqlx::query(
+                "UPDATE kxp_endpoint_stats SET failing_since = NULL, consecutive_failures = 0 \
+                 WHERE endpoint_id = $1",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            let spacing =
+                spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
+            let moved = spread_held!(tx, id, now, spacing)?.rows_affected();
+            tx.commit().await?;
+            Ok((endpoint, moved))
+        })
+    }
+
+    /// Deletes one of the account's endpoints (softly: the row stays for its deliveries'
+    /// history). No delivery is queued for it any more; its pending deliveries become dead with
+    /// `last_error = endpoint_deleted`, where the dead-letter queue shows them; its secrets are
+    /// erased. Returns how many deliveries it ended.
+    pub async fn delete_endpoint(&self, account_id: &str, id: &str) -> Result<u64, StoreError> {
+        let now = now_ms();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let deleted = sqlx::query(
+                "UPDATE kxp_endpoints SET status = 'deleted', updated_at = $1 \
+                 WHERE account_id = $2 AND id = $3 AND status <> 'deleted'",
+            )
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if deleted == 0 {
+                return Err(StoreError::NotFound);
+            }
+            let ended = sqlx::query(
+                "UPDATE kxp_deliveries SET status = 'dead', last_error = 'endpoint_deleted', \
+                 next_attempt_at = $1, updated_at = $1 WHERE endpoint_id = $2 AND status = 'pending'",
+            )
+            .bind(now)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            sqlx::query("DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(ended)
+        })
+    }
+
+}
+
+/// Subscribed types as stored: a JSON array.
+fn types_json(types: &[String]) -> String {
+    serde_json::to_string(types).unwrap_or_else(|_| "[\"*\"]".to_owned())
+}

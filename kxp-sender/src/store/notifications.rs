@@ -1,0 +1,162 @@
+//! `kxp_notifications`: the outbox of operational notices. A notice is queued in the
+//! transaction of the state change it announces (`queue_notices!`), so each change is announced
+//! exactly once; the notifier claims due rows under a lease and records each try.
+
+use crate::model::{NoticeNext, Notification, now_ms};
+use crate::store::{Db, StoreError, on_db};
+
+/// The endpoint, account and statistics a notice describes, read in the state change's
+/// transaction. `$1` the endpoint.
+pub(crate) const NOTICE_FACTS: &str = "SELECT p.id AS endpoint_id, p.account_id, p.url, p.description, p.status, \
+       p.circuit_state, p.circuit_probe_at, a.ops_url, a.contact_email, a.default_api_version, \
+       s.consecutive_failures, s.failing_since, s.last_error \
+     FROM kxp_endpoints p JOIN kxp_accounts a ON a.id = p.account_id \
+     LEFT JOIN kxp_endpoint_stats s ON s.endpoint_id = p.id WHERE p.id = $1";
+
+/// Writes the notice `$kind` about the endpoint `$endpoint_id` to the outbox on the transaction
+/// `$tx`, one row per configured channel. Evaluates to `Result<usize, sqlx::Error>`: the rows
+/// written (0 when the account configured no channel: the change is still logged).
+macro_rules! queue_notices {
+    ($tx:expr, $kind:expr, $endpoint_id:expr, $now:expr) => {{
+        async {
+            let facts = sqlx::query_as::<_, $crate::model::NoticeFacts>($crate::store::notifications::NOTICE_FACTS)
+                .bind($endpoint_id)
+                .fetch_one(&mut *$tx)
+                .await?;
+            let (event_id, payload) = $crate::policy::notice::envelope(&facts, $kind, $now);
+            let channels = $crate::policy::notice::channels(&facts);
+            for (channel, target) in &channels {
+                sqlx::query(
+                    "INSERT INTO kxp_notifications (id, account_id, endpoint_id, kind, channel, target, \
+                     event_id, payload, status, attempts, next_attempt_at, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $9, $9)",
+                )
+                .bind($crate::model::new_id("ntf"))
+                .bind(&facts.account_id)
+                .bind(&facts.endpoint_id)
+                .bind($kind)
+                .bind(*channel)
+                .bind(*target)
+                .bind(&event_id)
+                .bind(&payload)
+                .bind($now)
+                .execute(&mut *$tx)
+                .await?;
+            }
+            if channels.is_empty() {
+                tracing::warn!(
+                    target: "kxp_sender", endpoint_id = %facts.endpoint_id, account_id = %facts.account_id,
+                    kind = $kind, "the account has no ops URL or contact address: nobody is notified"
+                );
+            }
+            Ok::<_, sqlx::Error>(channels.len())
+        }
+        .await
+    }};
+}
+pub(crate) use queue_notices;
+
+const NOTIFICATION_COLUMNS: &str = "id, account_id, endpoint_id, kind, channel, target, event_id, payload, status, attempts, last_error, created_at";
+
+impl Db {
+    /// Leases the next due notification to `owner` for `lease_ms`; e-mail ones only when
+    /// `email` (this process can send e-mail), so a process without an SMTP server leaves them
+    /// to one that has.
+    pub async fn claim_notification(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        email: bool,
+    ) -> Result<Option<Notification>, StoreError> {
+        let now = now_ms();
+        // The lease test is repeated outside the subquery: on PostgreSQL, a second process that
+        // waited for the row re-checks it against the row the first one wrote, and skips it.
+        let sql = format!(
+            "UPDATE kxp_notifications SET lease_until = $2, lease_owner = $3, updated_at = $1 \
+             WHERE id IN (SELECT id FROM kxp_notifications WHERE status = 'pending' AND next_attempt_at <= $1 \
+               AND (lease_until IS NULL OR lease_until < $1) AND (channel <> 'email' OR $4 = 1) \
+               ORDER BY next_attempt_at LIMIT 1) \
+             AND status = 'pending' AND (lease_until IS NULL OR lease_until < $1) \
+             RETURNING {NOTIFICATION_COLUMNS}"
+        );
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Notification>(&sql)
+                .bind(now)
+                .bind(now.saturating_add(lease_ms))
+                .bind(owner)
+                .bind(i64::from(email))
+                .fetch_optional(pool)
+                .await?
+        }))
+    }
+
+    /// Records a try of a notification — sent, retried at a time, or failed for good — if
+    /// `owner` still holds its lease (else another notifier took it over, and its outcome
+    /// stands).
+    pub async fn finish_notification(
+        &self,
+        id: &str,
+        owner: &str,
+        attempts: i64,
+        next: NoticeNext,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        let (status, next_at) = match next {
+            NoticeNext::Sent => ("sent", now),
+            NoticeNext::RetryAt(at) => ("pending", at),
+            NoticeNext::Failed => ("failed", now),
+        };
+        on_db!(self, |pool, _begin| {
+            sqlx::query(
+                "UPDATE kxp_notifications SET status = $1, attempts = $2, next_attempt_at = $3, \
+                 lease_until = NULL, lease_owner = NULL, last_error = $4, updated_at = $5 \
+                 WHERE id = $6 AND lease_owner = $7",
+            )
+            .bind(status)
+            .bind(attempts)
+            .bind(next_at)
+            .bind(error)
+            .bind(now)
+            .bind(id)
+            .bind(owner)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// A page of the account's notifications, oldest first, after `cursor`.
+    pub async fn notifications(
+        &self,
+        account_id: &str,
+        cursor: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let sql = format!(
+            "SELECT {NOTIFICATION_COLUMNS} FROM kxp_notifications WHERE account_id = $1 AND id > $2 \
+             ORDER BY id LIMIT $3"
+        );
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Notification>(&sql)
+                .bind(account_id)
+                .bind(cursor.unwrap_or(""))
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
+    /// The account's ops secret: what operational webhooks are signed with.
+    pub(crate) async fn ops_secret(&self, account_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_scalar::<_, Option<String>>(
+                "SELECT ops_secret FROM kxp_accounts WHERE id = $1",
+            )
+            .bind(account_id)
+            .fetch_optional(pool)
+            .await?
+            .flatten()
+        }))
+    }
+}

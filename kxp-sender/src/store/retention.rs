@@ -1,0 +1,137 @@
+//! Retention's SQL: what finished data is deleted, in small batches so no lock is held for
+//! long. The rules are in [`crate::engine`]'s retention loop docs.
+
+use std::time::Duration;
+
+use crate::model::{ms, now_ms};
+use crate::policy::health::HOUR_MS;
+use crate::store::{Db, StoreError, on_db};
+
+/// How long hourly statistics are kept: health reads the last 25 hours.
+pub const STATS_KEPT: Duration = Duration::from_secs(48 * 60 * 60);
+
+/// Rows deleted per statement.
+const BATCH: i64 = 500;
+
+/// What one purge removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Finished deliveries.
+    pub deliveries: u64,
+    /// Their attempts.
+    pub attempts: u64,
+    /// Events with no delivery left.
+    pub events: u64,
+    /// Sent or failed notifications.
+    pub notifications: u64,
+    /// Hourly statistics rows.
+    pub stats_rows: u64,
+    /// Expired endpoint secrets.
+    pub secrets: u64,
+}
+
+/// A finished delivery that may go: delivered, or dead and replayed.
+const FINISHED: &str = "(status = 'delivered' OR (status = 'dead' AND replayed_by IS NOT NULL)) \
+     AND updated_at < $1";
+
+impl Db {
+    /// Removes finished data older than `cutoff` (Unix ms), as the module docs describe.
+    /// `None` keeps deliveries, events and notifications forever; statistics and expired
+    /// secrets are removed either way.
+    pub async fn purge(&self, cutoff: Option<i64>) -> Result<Purged, StoreError> {
+        let now = now_ms();
+        let mut purged = Purged::default();
+        if let Some(cutoff) = cutoff {
+            loop {
+                let (attempts, deliveries) = self.purge_deliveries(cutoff).await?;
+                purged.attempts += attempts;
+                purged.deliveries += deliveries;
+                if deliveries < BATCH as u64 {
+                    break;
+                }
+            }
+            purged.events = self
+                .delete_batches(
+                    "DELETE FROM kxp_events WHERE id IN (SELECT id FROM kxp_events e WHERE e.created_at < $1 \
+                     AND NOT EXISTS (SELECT 1 FROM kxp_deliveries d WHERE d.event_id = e.id) LIMIT $2)",
+                    cutoff,
+                )
+                .await?;
+            purged.notifications = self
+                .delete_batches(
+                    "DELETE FROM kxp_notifications WHERE id IN (SELECT id FROM kxp_notifications \
+                     WHERE status IN ('sent', 'failed') AND updated_at < $1 LIMIT $2)",
+                    cutoff,
+                )
+                .await?;
+        }
+        let stats_cutoff = (now - ms(STATS_KEPT)).div_euclid(HOUR_MS) * HOUR_MS;
+        purged.stats_rows = self
+            .delete_batches(
+                "DELETE FROM kxp_endpoint_stats_hourly WHERE (endpoint_id, hour) IN \
+                 (SELECT endpoint_id, hour FROM kxp_endpoint_stats_hourly WHERE hour < $1 LIMIT $2)",
+                stats_cutoff,
+            )
+            .await?;
+        purged.secrets = self
+            .delete_batches(
+                "DELETE FROM kxp_endpoint_secrets WHERE id IN (SELECT id FROM kxp_endpoint_secrets \
+                 WHERE expires_at IS NOT NULL AND expires_at <= $1 LIMIT $2)",
+                now,
+            )
+            .await?;
+        Ok(purged)
+    }
+
+    /// One batch of finished deliveries and their attempts, in one transaction: the attempts
+    /// of the oldest [`BATCH`] first, then those deliveries (the `NOT EXISTS` keeps the foreign
+    /// key satisfied whatever happened in between).
+    async fn purge_deliveries(&self, cutoff: i64) -> Result<(u64, u64), StoreError> {
+        let attempts = format!(
+            "DELETE FROM kxp_attempts WHERE delivery_id IN \
+             (SELECT id FROM kxp_deliveries WHERE {FINISHED} ORDER BY updated_at, id LIMIT $2)"
+        );
+        let deliveries = format!(
+            "DELETE FROM kxp_deliveries WHERE id IN (SELECT id FROM kxp_deliveries WHERE {FINISHED} \
+             AND NOT EXISTS (SELECT 1 FROM kxp_attempts a WHERE a.delivery_id = kxp_deliveries.id) \
+             ORDER BY updated_at, id LIMIT $2)"
+        );
+        Ok(on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let attempts = sqlx::query(&attempts)
+                .bind(cutoff)
+                .bind(BATCH)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let deliveries = sqlx::query(&deliveries)
+                .bind(cutoff)
+                .bind(BATCH)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            (attempts, deliveries)
+        }))
+    }
+
+    /// Runs a `DELETE … LIMIT $2` with `$1` bound until it deletes less than a batch.
+    async fn delete_batches(&self, sql: &str, bound: i64) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let deleted = on_db!(self, |pool, _begin| {
+                sqlx::query(sql)
+                    .bind(bound)
+                    .bind(BATCH)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            });
+            total += deleted;
+            if deleted < BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
