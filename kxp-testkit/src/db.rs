@@ -100,6 +100,16 @@ impl PgDatabase {
         &self.url
     }
 
+    /// The database's name, `<prefix>_<uuid>`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The URL of [`PG_ENV`]: the server's database the tests administer from.
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
     /// Deletes the database, even if connections to it are still open. Panics if that fails.
     pub async fn drop(mut self) {
         if let Err(e) = drop_database(&self.admin_url, &self.name).await {

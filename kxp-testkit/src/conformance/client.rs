@@ -1,0 +1,160 @@
+//! The sender's side of the suite: events, signatures (an HMAC of the suite's own, so the
+//! receivers are not checked with the code they verify with), and HTTP requests on loopback.
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use super::Config;
+
+/// A `payment.succeeded` event with `data: {"amount": …, "currency": …}`, serialized as a
+/// sender would.
+pub fn event_body(id: &str, amount: i64, currency: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","type":"payment.succeeded","api_version":"2026-11-01","created_at":"2026-11-30T01:02:03Z","data":{{"amount":{amount},"currency":"{currency}"}}}}"#
+    )
+}
+
+/// `t=<t>,v1=<hex>` with one `v1` per secret, in order: what a (rotating) sender puts in
+/// `X-Kxp-Signature`.
+pub fn sign(secrets: &[&str], t: u64, body: &[u8]) -> String {
+    let mut header = format!("t={t}");
+    for secret in secrets {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
+            .unwrap_or_else(|_| panic!("an HMAC key cannot be empty"));
+        mac.update(t.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        header.push_str(",v1=");
+        header.push_str(&hex::encode(mac.finalize().into_bytes()));
+    }
+    header
+}
+
+/// The receiver's time: its pinned clock, or the system's.
+pub fn now(config: &Config) -> u64 {
+    config.now.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    })
+}
+
+/// What a receiver answered.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// `Retry-After`, in seconds, if present (a number, or the test fails).
+    pub retry_after: Option<u64>,
+    /// `Content-Type`, if present.
+    pub content_type: Option<String>,
+    /// `X-Content-Type-Options`, if present.
+    pub nosniff: Option<String>,
+    /// The body, as text.
+    pub body: String,
+}
+
+impl Answer {
+    /// The status and the body, for one `assert_eq!`.
+    pub fn pair(&self) -> (u16, &str) {
+        (self.status, self.body.as_str())
+    }
+}
+
+/// A client for plain HTTP to 127.0.0.1, never through a proxy from the environment.
+pub(crate) fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"))
+}
+
+/// Sends `request`; `Err` when no answer came (the receiver died or cut the connection).
+pub(crate) async fn try_send(request: reqwest::RequestBuilder) -> Result<Answer, reqwest::Error> {
+    let response = request.send().await?;
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("<not text>").to_owned())
+    };
+    let retry_after = header("retry-after").map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("Retry-After is not a number of seconds: {v:?}"))
+    });
+    let content_type = header("content-type");
+    let nosniff = header("x-content-type-options");
+    let status = response.status().as_u16();
+    let body = response.text().await?;
+    Ok(Answer {
+        status,
+        retry_after,
+        content_type,
+        nosniff,
+        body,
+    })
+}
+
+/// Sends `request`; panics when no answer came.
+pub(crate) async fn send(request: reqwest::RequestBuilder) -> Answer {
+    try_send(request).await.unwrap_or_else(|e| {
+        let mut causes = String::new();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            causes.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        panic!("no answer from the receiver: {e}{causes}")
+    })
+}
+
+/// `POST <url>` with `body` and, when given, `X-Kxp-Signature: <header>`.
+pub(crate) async fn post(
+    url: &str,
+    header: Option<&str>,
+    body: impl Into<reqwest::Body>,
+) -> Answer {
+    let mut request = client().post(url).body(body);
+    if let Some(header) = header {
+        request = request.header("X-Kxp-Signature", header);
+    }
+    send(request).await
+}
+
+/// A delivery as the sender makes it: `body`, signed now with the configured secrets (newest
+/// first), `Content-Type: application/json`, and `X-Kxp-Event-Id` when given.
+pub(crate) fn delivery(
+    url: &str,
+    config: &Config,
+    body: &str,
+    event_id_header: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let secrets: Vec<&str> = config.secrets.iter().map(String::as_str).collect();
+    let mut request = client()
+        .post(url)
+        .header(
+            "X-Kxp-Signature",
+            sign(&secrets, now(config), body.as_bytes()),
+        )
+        .header("Content-Type", "application/json")
+        .body(body.to_owned());
+    if let Some(id) = event_id_header {
+        request = request.header("X-Kxp-Event-Id", id);
+    }
+    request
+}
+
+/// [`delivery`], sent; panics when no answer came.
+pub(crate) async fn deliver(url: &str, config: &Config, body: &str) -> Answer {
+    send(delivery(url, config, body, None)).await
+}
+
+/// `{"outcome":"<name>"}`, the body of the dedup glue's answers.
+pub(crate) fn outcome(name: &str) -> String {
+    format!(r#"{{"outcome":"{name}"}}"#)
+}
+
+/// `{"error":"<code>"}`, the body of a rejection.
+pub(crate) fn error(code: &str) -> String {
+    format!(r#"{{"error":"{code}"}}"#)
+}
