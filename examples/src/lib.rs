@@ -1,7 +1,8 @@
 //! What the two example receivers share, so each binary shows only its framework's wiring:
 //!
 //! - [`Config::from_env`]: `KXP_WEBHOOK_SECRET`, `KXP_LISTEN`, `DATABASE_URL` (and the testing
-//!   aid `KXP_EXAMPLE_SLOW_MS`);
+//!   aids `KXP_EXAMPLE_SLOW_MS`, `KXP_EXAMPLE_NOW`, `KXP_EXAMPLE_TOLERANCE_S`,
+//!   `KXP_EXAMPLE_BODY_LIMIT`);
 //! - [`init_logging`]: one JSON object per line on stdout, fields at the top level, so the
 //!   per-request line of the receiver middleware reads
 //!   `{"event_id":"…","verification":"ok","outcome":"processed","status":200,"duration_ms":3,…}`;
@@ -31,6 +32,14 @@ pub const DATABASE_VAR: &str = "DATABASE_URL";
 /// Testing aid: milliseconds the handler sleeps inside its transaction before recording the
 /// payment, so that a test can kill the process while a request is being processed.
 pub const SLOW_VAR: &str = "KXP_EXAMPLE_SLOW_MS";
+/// Testing aid: a pinned clock, in Unix seconds, so that the shared test vectors (signed at a
+/// fixed time) can be sent to the binary. Never set it in production: a pinned clock accepts a
+/// captured request for ever.
+pub const NOW_VAR: &str = "KXP_EXAMPLE_NOW";
+/// Testing aid: the timestamp tolerance in seconds, instead of five minutes.
+pub const TOLERANCE_VAR: &str = "KXP_EXAMPLE_TOLERANCE_S";
+/// Testing aid: the body limit in bytes, instead of 1 MiB.
+pub const BODY_LIMIT_VAR: &str = "KXP_EXAMPLE_BODY_LIMIT";
 
 /// [`LISTEN_VAR`] when unset: loopback only, so a dev receiver is not exposed by accident.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
@@ -56,7 +65,18 @@ impl Config {
     /// Reads [`SECRET_VAR`], [`LISTEN_VAR`], [`DATABASE_VAR`] and [`SLOW_VAR`]; an empty
     /// optional variable counts as unset.
     pub fn from_env() -> Result<Config, ConfigError> {
-        let receiver = Receiver::from_env(SECRET_VAR).map_err(ConfigError::Secret)?;
+        let mut receiver = Receiver::from_env(SECRET_VAR).map_err(ConfigError::Secret)?;
+        if let Some(now) = number_var(NOW_VAR)? {
+            receiver = receiver.clock(move || now);
+        }
+        if let Some(seconds) = number_var(TOLERANCE_VAR)? {
+            receiver = receiver.tolerance(Duration::from_secs(seconds));
+        }
+        if let Some(bytes) = number_var(BODY_LIMIT_VAR)? {
+            let bytes = usize::try_from(bytes)
+                .map_err(|_| ConfigError::Number(BODY_LIMIT_VAR, bytes.to_string()))?;
+            receiver = receiver.body_limit(bytes);
+        }
         let listen = optional_var(LISTEN_VAR).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
         let listen = listen.parse().map_err(|_| ConfigError::Listen(listen))?;
         let database_url =
@@ -81,6 +101,13 @@ fn optional_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
 }
 
+/// An optional variable holding a whole number.
+fn number_var(name: &'static str) -> Result<Option<u64>, ConfigError> {
+    optional_var(name)
+        .map(|value| value.parse().map_err(|_| ConfigError::Number(name, value)))
+        .transpose()
+}
+
 /// A setting in the environment is missing or unusable. The message names the variable and
 /// never shows a secret.
 #[derive(Debug)]
@@ -92,6 +119,8 @@ pub enum ConfigError {
     Listen(String),
     /// [`SLOW_VAR`] is not a number of milliseconds.
     Slow(String),
+    /// A testing aid ([`NOW_VAR`], [`TOLERANCE_VAR`], [`BODY_LIMIT_VAR`]) is not a whole number.
+    Number(&'static str, String),
 }
 
 impl fmt::Display for ConfigError {
@@ -105,6 +134,7 @@ impl fmt::Display for ConfigError {
             ConfigError::Slow(value) => {
                 write!(f, "{SLOW_VAR}={value:?} is not a number of milliseconds")
             }
+            ConfigError::Number(var, value) => write!(f, "{var}={value:?} is not a whole number"),
         }
     }
 }

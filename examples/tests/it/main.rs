@@ -1,8 +1,7 @@
-//! The example receivers as a merchant runs them: each binary is started as a real process
-//! (a temporary working directory, a free port on 127.0.0.1), and spoken to over HTTP only.
-//!
-//! Every scenario is written once, as `async fn scenario(bin: Bin)`, and [`both_binaries!`]
-//! makes it two tests, `scenario::axum` and `scenario::actix`.
+//! The example receivers as a merchant runs them: each binary is started as a real process and
+//! spoken to over HTTP only. `conformance` runs the shared receiver suite of
+//! `kxp_testkit::conformance` against both; `settings` checks what only a process has (its
+//! environment, its working directory).
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used)]
@@ -14,19 +13,18 @@ macro_rules! both_binaries {
             mod $scenario {
                 #[tokio::test]
                 async fn axum() {
-                    super::$scenario(crate::process::Bin::Axum).await;
+                    super::$scenario(crate::binaries::Bin::Axum).await;
                 }
 
                 #[tokio::test]
                 async fn actix() {
-                    super::$scenario(crate::process::Bin::Actix).await;
+                    super::$scenario(crate::binaries::Bin::Actix).await;
                 }
             }
         )*
     };
 }
 
-mod crash;
-mod postgres;
-mod process;
-mod receiver;
+mod binaries;
+mod conformance;
+mod settings;
