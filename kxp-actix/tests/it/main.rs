@@ -1,9 +1,9 @@
-//! Integration tests of kxp-actix over real HTTP on 127.0.0.1.
+//! Integration tests of kxp-actix over real HTTP on 127.0.0.1: the shared receiver conformance
+//! suite of `kxp_testkit::conformance`, and what only this adapter's API can get wrong.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
-#[cfg(feature = "dedup")]
-mod dedup;
-mod harness;
-mod verification;
+mod api;
+mod conformance;
+mod receiver;
