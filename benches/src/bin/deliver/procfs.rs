@@ -1,0 +1,106 @@
+//! CPU time and peak memory of processes, from `/proc` (Linux only).
+
+use std::fs;
+
+/// Clock ticks per second of `utime`/`stime` in `/proc/<pid>/stat`.
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name: `[0]` is the state (field 3).
+struct Stat {
+    comm: String,
+    fields: Vec<u64>,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text[open + 1..close].to_owned();
+    // Field 3 (the state) is a letter: keep it as 0 so the indices stay those of proc(5) - 3.
+    let fields = text[close + 1..]
+        .split_whitespace()
+        .map(|f| f.parse::<u64>().unwrap_or(0))
+        .collect();
+    Some(Stat { comm, fields })
+}
+
+impl Stat {
+    /// utime + stime (fields 14, 15), in ticks.
+    fn own(&self) -> u64 {
+        self.fields.get(11).copied().unwrap_or(0) + self.fields.get(12).copied().unwrap_or(0)
+    }
+    /// cutime + cstime (fields 16, 17): children that exited and were waited for, in ticks.
+    fn children(&self) -> u64 {
+        self.fields.get(13).copied().unwrap_or(0) + self.fields.get(14).copied().unwrap_or(0)
+    }
+}
+
+/// CPU seconds (user + system, all threads) a process has used so far; 0 once it is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    stat(pid).map_or(0.0, |s| s.own() as f64 / ticks_per_second())
+}
+
+/// CPU seconds of every process named `postgres` on the machine, plus their waited-for
+/// children's (the postmaster's `cutime` holds the backends that have exited), so a delta over
+/// a run counts backends that came and went during it. Includes other users of the server.
+pub fn all_postgres_cpu_seconds() -> f64 {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let mut ticks = 0;
+    for entry in dir.flatten().take(100_000) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(s) = stat(pid)
+            && s.comm == "postgres"
+        {
+            ticks += s.own() + s.children();
+        }
+    }
+    ticks as f64 / ticks_per_second()
+}
+
+/// Peak resident set size (`VmHWM`) in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// This process's own CPU seconds (user + system).
+pub fn self_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id())
+}
+
+/// The 1-minute load average.
+pub fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// `model name` from `/proc/cpuinfo` and the number of CPUs online.
+pub fn machine() -> String {
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model}, {cpus} CPUs")
+}
