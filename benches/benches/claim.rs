@@ -179,7 +179,7 @@ async fn reset(db: &Db) -> Result<(), BoxError> {
 }
 
 fn now_ms() -> i64 {
-    kxp_sender::db::now_ms()
+    kxp_sender::now_ms()
 }
 
 /// A database with one endpoint per entry of `per_endpoint` holding that many due deliveries

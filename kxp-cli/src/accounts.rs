@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use kxp_sender::store::rfc3339;
+use kxp_sender::rfc3339;
 use serde_json::json;
 
 /// Shown under `kxp accounts --help`.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use kxp_sender::Db;
-use kxp_sender::store::{Delivery, DeliveryFilter, parse_rfc3339, rfc3339};
+use kxp_sender::{Delivery, DeliveryFilter, parse_rfc3339, rfc3339};
 use serde_json::{Value, json};
 
 /// Where the command acts.
@@ -227,12 +227,9 @@ async fn api(
 
 /// Connects to the database, with any password redacted from the error.
 pub(crate) async fn connect(url: &str) -> Result<Db, String> {
-    Db::connect(url).await.map_err(|e| {
-        format!(
-            "database: {}",
-            kxp_sender::db::redact_passwords(&e.to_string())
-        )
-    })
+    Db::connect(url)
+        .await
+        .map_err(|e| format!("database: {}", kxp_sender::redact_passwords(&e.to_string())))
 }
 
 async fn open(url: &str, api_key: &str) -> Result<(Db, String), String> {

@@ -15,11 +15,11 @@ use std::{fmt, fs};
 
 use clap::Args;
 use clap::builder::BoolishValueParser;
-use kxp_sender::circuit::Protection;
-use kxp_sender::db::redact_passwords;
-use kxp_sender::guard::Cidr;
-use kxp_sender::schedule::{format_duration, parse_duration};
+use kxp_sender::Cidr;
+use kxp_sender::Protection;
+use kxp_sender::redact_passwords;
 use kxp_sender::{Config, Schedule};
+use kxp_sender::{format_duration, parse_duration};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Every setting of `kxp serve`. Flags and environment variables are named after the keys:
@@ -208,7 +208,7 @@ impl Settings {
             .map_err(|e| invalid("jitter", e))?;
         let delivery_timeout = self.delivery_timeout.map_or(d.delivery_timeout, |t| t.0);
         if delivery_timeout < Duration::from_millis(100)
-            || delivery_timeout > kxp_sender::api::MAX_TIMEOUT
+            || delivery_timeout > kxp_sender::MAX_TIMEOUT
         {
             return Err(invalid("delivery_timeout", "must be between 100ms and 30s"));
         }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use kxp_sender::circuit::Protection;
+use kxp_sender::Protection;
 use kxp_sender::{Config, Schedule};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -150,7 +150,7 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
         delivery_timeout: ENDPOINT_TIMEOUT,
         poll_interval: Duration::from_millis(50),
         // Fresh and random for this run; the demo keeps it to itself.
-        api_key: Some(kxp_sender::db::random_hex_32()),
+        api_key: Some(kxp_sender::random_hex_32()),
         protection: PROTECTION,
         ..Config::default()
     };

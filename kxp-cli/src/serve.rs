@@ -73,7 +73,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
             Ok(server) => server,
             Err(e) => {
                 // sqlx errors can quote the URL; never print the database password.
-                eprintln!("error: {}", kxp_sender::db::redact_passwords(&e.to_string()));
+                eprintln!("error: {}", kxp_sender::redact_passwords(&e.to_string()));
                 return ExitCode::FAILURE;
             }
         };

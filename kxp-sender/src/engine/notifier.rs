@@ -167,4 +167,3 @@ async fn webhook(
         Outcome::Failed(failure) => Err(Failure::retry(failure.to_string())),
     }
 }
-

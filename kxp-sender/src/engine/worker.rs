@@ -86,13 +86,7 @@ pub(crate) async fn run(
             let caps = lock(&in_flight).caps(per_endpoint);
             let limit = i64::try_from(free.min(100)).unwrap_or(100);
             match db
-                .claim(
-                    &owner,
-                    ms(config.lease_extra),
-                    limit,
-                    &caps,
-                    per_endpoint,
-                )
+                .claim(&owner, ms(config.lease_extra), limit, &caps, per_endpoint)
                 .await
             {
                 Ok(ids) => ids,
@@ -157,12 +151,8 @@ pub(crate) async fn run(
                 release(&db, &job.id, &owner).await;
                 continue;
             }
-            let (db, owner, shared, in_flight) = (
-                db.clone(),
-                owner.clone(),
-                shared.clone(),
-                in_flight.clone(),
-            );
+            let (db, owner, shared, in_flight) =
+                (db.clone(), owner.clone(), shared.clone(), in_flight.clone());
             tasks.spawn(async move {
                 attempt(&db, &owner, &shared, &job).await;
                 let mut state = lock(&in_flight);
@@ -275,13 +265,13 @@ async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
     }
 }
 
-fn after_failure(
-    shared: &Shared,
-    attempts_made: i64,
-    retry_after: Option<Duration>,
-) -> NextState {
+fn after_failure(shared: &Shared, attempts_made: i64, retry_after: Option<Duration>) -> NextState {
     let made = u32::try_from(attempts_made).unwrap_or(u32::MAX);
-    match shared.config.schedule.after_failure(made, draw(), retry_after) {
+    match shared
+        .config
+        .schedule
+        .after_failure(made, draw(), retry_after)
+    {
         AfterFailure::RetryIn(delay) => NextState::RetryAt(now_ms().saturating_add(ms(delay))),
         AfterFailure::Dead => NextState::Dead,
     }

@@ -124,7 +124,6 @@ pub(super) fn check_event_types(types: &[String]) -> Result<(), ApiError> {
     Ok(())
 }
 
-
 pub(super) fn check_name(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     let ok = !value.is_empty()
         && value.len() <= max
@@ -140,8 +139,7 @@ pub(super) fn check_name(field: &str, value: &str, max: usize) -> Result<(), Api
     }
 }
 
-/// The stored envelope, sent as it is: the API shows exactly what receivers get.
-
+/// A rotation's `overlap`: a duration of at most [`MAX_OVERLAP`].
 pub(super) fn parse_overlap(text: &str) -> Result<Duration, ApiError> {
     let overlap = parse_duration(text).map_err(|_| {
         ApiError::invalid(format!(
@@ -156,7 +154,6 @@ pub(super) fn parse_overlap(text: &str) -> Result<Duration, ApiError> {
     Ok(overlap)
 }
 
-
 pub(super) fn parse_time(text: &str) -> Result<i64, ApiError> {
     parse_rfc3339(text).ok_or_else(|| {
         ApiError::invalid(format!(
@@ -164,4 +161,3 @@ pub(super) fn parse_time(text: &str) -> Result<i64, ApiError> {
         ))
     })
 }
-

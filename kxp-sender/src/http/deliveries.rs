@@ -110,7 +110,6 @@ pub(super) fn filter(
     })
 }
 
-
 pub(super) async fn list_deliveries(
     State(state): State<AppState>,
     Authed(account): Authed,
@@ -164,4 +163,3 @@ pub(super) async fn replay_delivery(
     state.shared.wake.notify_waiters();
     Ok((StatusCode::ACCEPTED, Json(DeliveryView::from(delivery))).into_response())
 }
-

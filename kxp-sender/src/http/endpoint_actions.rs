@@ -1,7 +1,6 @@
 //! What a merchant does to an endpoint beyond editing it: pause, resume, rotate its secret,
 //! replay its deliveries in bulk.
 
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -81,7 +80,6 @@ pub(super) async fn rotate_secret(
         "previous_expires_at": rfc3339(rotated.previous_expires_at),
     })))
 }
-
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

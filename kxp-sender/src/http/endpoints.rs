@@ -58,7 +58,6 @@ pub(super) struct EndpointPatch {
     skip_challenge: bool,
 }
 
-
 #[derive(Serialize)]
 pub(super) struct EndpointView {
     id: EndpointId,
@@ -164,7 +163,6 @@ pub(super) async fn challenge(
         })
 }
 
-
 pub(super) async fn list_endpoints(
     State(state): State<AppState>,
     Authed(account): Authed,
@@ -192,7 +190,6 @@ pub(super) async fn get_endpoint(
         None,
     )))
 }
-
 
 pub(super) async fn patch_endpoint(
     State(state): State<AppState>,
@@ -255,4 +252,3 @@ pub(super) async fn delete_endpoint(
         json!({"id": id, "status": "deleted", "dead_deliveries": ended}),
     ))
 }
-

@@ -6,8 +6,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::checks::check_name;
 use super::{ApiError, AppState, Authed, parse};
@@ -114,7 +114,7 @@ pub(super) async fn check_schema(
     }))
 }
 
-
+/// The stored envelope, sent as it is: the API shows exactly what receivers get.
 pub(super) fn raw_json(payload: String) -> Response {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
@@ -130,4 +130,3 @@ pub(super) async fn get_event(
 ) -> Result<Response, ApiError> {
     Ok(raw_json(state.db.event(&account.id, &id).await?.payload))
 }
-

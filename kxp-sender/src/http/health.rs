@@ -31,7 +31,6 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     }
 }
 
-
 pub(super) async fn endpoint_health(
     State(state): State<AppState>,
     Authed(account): Authed,

@@ -66,24 +66,48 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
-        .route("/v1/endpoints", post(endpoints::create_endpoint).get(endpoints::list_endpoints))
+        .route(
+            "/v1/endpoints",
+            post(endpoints::create_endpoint).get(endpoints::list_endpoints),
+        )
         .route(
             "/v1/endpoints/{id}",
             get(endpoints::get_endpoint)
                 .patch(endpoints::patch_endpoint)
                 .delete(endpoints::delete_endpoint),
         )
-        .route("/v1/endpoints/{id}/pause", post(endpoint_actions::pause_endpoint))
-        .route("/v1/endpoints/{id}/resume", post(endpoint_actions::resume_endpoint))
-        .route("/v1/endpoints/{id}/rotate-secret", post(endpoint_actions::rotate_secret))
-        .route("/v1/endpoints/{id}/replay", post(endpoint_actions::replay_endpoint))
+        .route(
+            "/v1/endpoints/{id}/pause",
+            post(endpoint_actions::pause_endpoint),
+        )
+        .route(
+            "/v1/endpoints/{id}/resume",
+            post(endpoint_actions::resume_endpoint),
+        )
+        .route(
+            "/v1/endpoints/{id}/rotate-secret",
+            post(endpoint_actions::rotate_secret),
+        )
+        .route(
+            "/v1/endpoints/{id}/replay",
+            post(endpoint_actions::replay_endpoint),
+        )
         .route("/v1/endpoints/{id}/health", get(health::endpoint_health))
         .route("/v1/events", post(events::create_event))
         .route("/v1/events/{id}", get(events::get_event))
-        .route("/v1/events/{id}/deliveries", get(deliveries::event_deliveries))
+        .route(
+            "/v1/events/{id}/deliveries",
+            get(deliveries::event_deliveries),
+        )
         .route("/v1/deliveries", get(deliveries::list_deliveries))
-        .route("/v1/deliveries/{id}/attempts", get(deliveries::delivery_attempts))
-        .route("/v1/deliveries/{id}/replay", post(deliveries::replay_delivery))
+        .route(
+            "/v1/deliveries/{id}/attempts",
+            get(deliveries::delivery_attempts),
+        )
+        .route(
+            "/v1/deliveries/{id}/replay",
+            post(deliveries::replay_delivery),
+        )
         .route(
             "/v1/account",
             get(account::get_account).patch(account::patch_account),
@@ -92,8 +116,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/schemas", get(schemas::list_schemas))
         .route(
             "/v1/schemas/{type}/{api_version}",
-            get(schemas::get_schema).put(schemas::put_schema).delete(schemas::delete_schema),
+            get(schemas::get_schema)
+                .put(schemas::put_schema)
+                .delete(schemas::delete_schema),
         )
         .with_state(state)
 }
-

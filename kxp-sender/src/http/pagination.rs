@@ -28,7 +28,11 @@ impl Page {
     }
 }
 
-pub(super) fn list<T: Serialize>(items: Vec<T>, limit: i64, cursor: impl Fn(&T) -> String) -> Json<Value> {
+pub(super) fn list<T: Serialize>(
+    items: Vec<T>,
+    limit: i64,
+    cursor: impl Fn(&T) -> String,
+) -> Json<Value> {
     let full = i64::try_from(items.len()).unwrap_or(i64::MAX) >= limit;
     let next = if full {
         items.last().map(&cursor)
@@ -38,9 +42,10 @@ pub(super) fn list<T: Serialize>(items: Vec<T>, limit: i64, cursor: impl Fn(&T) 
     Json(json!({"data": items, "next_cursor": next}))
 }
 
-
 /// A field that may be left out but, when given, is not `null`.
-pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
 }
 
@@ -50,4 +55,3 @@ pub(super) fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
 }
-

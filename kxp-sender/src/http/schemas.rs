@@ -11,7 +11,6 @@ use super::checks::check_name;
 use super::{ApiError, AppState, Authed, parse};
 use crate::model::{Schema, rfc3339};
 
-
 /// The largest schema document accepted.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 
@@ -115,4 +114,3 @@ pub(super) async fn delete_schema(
         json!({"deleted": true, "type": event_type, "api_version": api_version}),
     ))
 }
-

@@ -15,9 +15,7 @@ mod status;
 mod time;
 
 pub use account::{Account, AccountChanges, DEFAULT_API_VERSION};
-pub use delivery::{
-    Attempt, AttemptRecord, Delivery, DeliveryFilter, Finished, Job, NextState,
-};
+pub use delivery::{Attempt, AttemptRecord, Delivery, DeliveryFilter, Finished, Job, NextState};
 pub use endpoint::{Endpoint, EndpointChanges, HELD, NewEndpoint, Rotated};
 pub use event::{Event, Ingested};
 pub use failure::{AttemptError, Failure, FailureKind};

@@ -309,14 +309,23 @@ mod tests {
             follow_up(&p(), Transition::Open, true, Closed, None),
             FollowUp::HoldEndpoint
         );
-        assert_eq!(follow_up(&p(), Transition::Stay, false, Closed, None), FollowUp::Nothing);
+        assert_eq!(
+            follow_up(&p(), Transition::Stay, false, Closed, None),
+            FollowUp::Nothing
+        );
         assert_eq!(
             follow_up(&p(), Transition::Open, false, Closed, None),
             FollowUp::HoldDelivery
         );
-        assert_eq!(follow_up(&p(), Transition::Stay, false, Open, None), FollowUp::HoldDelivery);
+        assert_eq!(
+            follow_up(&p(), Transition::Stay, false, Open, None),
+            FollowUp::HoldDelivery
+        );
         assert_eq!(next_probe_at(&p(), Transition::Open, 5, 1000), Some(11_000));
-        assert_eq!(next_probe_at(&p(), Transition::Reopen, 0, 1000), Some(21_000));
+        assert_eq!(
+            next_probe_at(&p(), Transition::Reopen, 0, 1000),
+            Some(21_000)
+        );
         assert_eq!(next_probe_at(&p(), Transition::Close, 0, 1000), None);
     }
 
@@ -342,5 +351,4 @@ mod tests {
         assert_eq!(spacing_ms(Some(4000)), 0);
         assert_eq!(spacing_ms(None), 0);
     }
-
 }

@@ -8,7 +8,6 @@ use crate::store::{Db, StoreError, on_db};
 const ACCOUNT_COLUMNS: &str = "id, name, default_api_version, ops_url, contact_email, created_at";
 
 impl Db {
-
     /// Creates an account and returns it with its API key, which is shown once and stored only
     /// as a hash.
     pub async fn create_account(

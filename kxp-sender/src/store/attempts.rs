@@ -12,7 +12,6 @@ use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
 
 impl Db {
-
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
     /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
     /// their concurrency or rate limit allows). Only deliveries of `active` endpoints with a
@@ -20,7 +19,7 @@ impl Db {
     ///
     /// The scan stays on the `kxp_deliveries_due` index in due order, with one primary key probe
     /// per candidate, over a window of `4 × limit` candidates; held deliveries (paused, disabled
-    /// or open endpoints) are outside its range altogether ([`HELD`]). Each claimed delivery is
+    /// or open endpoints) are outside its range altogether ([`HELD`](crate::HELD)). Each claimed delivery is
     /// leased for its endpoint's timeout plus `lease_extra_ms`: if the worker dies, the delivery
     /// is claimable again soon after any attempt of its could have ended.
     pub async fn claim(
@@ -75,7 +74,7 @@ impl Db {
 
     /// Records a finished attempt and moves the delivery on, if `owner` still holds its lease;
     /// in the same transaction, updates the endpoint's statistics and its circuit breaker
-    /// ([`crate::policy::circuit`]), and queues the notification a state change calls for.
+    /// (the circuit policy), and queues the notification a state change calls for.
     /// [`Finished::LeaseLost`] when the lease was lost (it expired and another worker took
     /// over): then nothing is written, and that worker's outcome stands.
     pub async fn finish_attempt(
@@ -143,8 +142,7 @@ impl Db {
             // The endpoint's health statistics and its breaker move on in the same transaction.
             record_stats!(tx, delivery_id, now, record)?;
             let success = record.error.is_none();
-            let changed =
-                after_attempt!(tx, delivery_id, success, now, protection)?;
+            let changed = after_attempt!(tx, delivery_id, success, now, protection)?;
             let mut notices = 0;
             if let Some((transition, endpoint)) = &changed
                 && let Some(kind) = transition.notice()

@@ -2,7 +2,9 @@
 //! that carry out each [`Transition`], and the release of probes. What to do is decided by
 //! [`crate::policy::circuit`]; this module only writes it down.
 
-use crate::model::{CircuitState, DeliveryId, EndpointId, EndpointStatus, HELD, Transition, now_ms};
+use crate::model::{
+    CircuitState, DeliveryId, EndpointId, EndpointStatus, HELD, Transition, now_ms,
+};
 
 use crate::store::{Db, StoreError, on_db};
 
@@ -83,7 +85,6 @@ pub(crate) const DISABLE: &str = "UPDATE kxp_endpoints SET status = 'disabled', 
        circuit_failed_probes = 0, updated_at = $2 \
      WHERE id = $1 AND status = 'active'";
 
-
 /// The statement that makes `transition`, if it makes one: `$1` the endpoint, `$2` now, and
 /// for the two that open the circuit `$3` the next probe time.
 pub(crate) fn transition_sql(transition: Transition) -> Option<&'static str> {
@@ -125,8 +126,12 @@ macro_rules! after_attempt {
                 None => false,
                 Some(sql) => {
                     let query = sqlx::query(sql).bind(&row.id).bind($now);
-                    let probe_at =
-                        policy::next_probe_at($protection, transition, row.circuit_failed_probes, $now);
+                    let probe_at = policy::next_probe_at(
+                        $protection,
+                        transition,
+                        row.circuit_failed_probes,
+                        $now,
+                    );
                     let query = match probe_at {
                         Some(at) => query.bind(at),
                         None => query,

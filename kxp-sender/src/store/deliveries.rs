@@ -40,7 +40,6 @@ const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, nex
      last_status, last_error, replayed_by, created_at, updated_at";
 
 impl Db {
-
     /// A page of the account's deliveries, oldest first, after `cursor`.
     pub async fn deliveries(
         &self,
@@ -226,7 +225,9 @@ impl Db {
 /// takes no deliveries.
 fn replay_due(endpoint: Option<&Endpoint>, endpoint_id: &str, now: i64) -> Result<i64, StoreError> {
     match endpoint {
-        Some(endpoint) if endpoint.status != EndpointStatus::Deleted => Ok(endpoint.due_for_new_delivery(now)),
+        Some(endpoint) if endpoint.status != EndpointStatus::Deleted => {
+            Ok(endpoint.due_for_new_delivery(now))
+        }
         _ => Err(StoreError::Conflict {
             code: "endpoint_deleted",
             message: format!("endpoint {endpoint_id} was deleted: nothing can be delivered to it"),

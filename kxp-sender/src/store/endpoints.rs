@@ -11,7 +11,6 @@ use crate::store::circuit::{hold_pending, spread_held};
 use crate::store::{Db, StoreError, on_db};
 
 impl Db {
-
     /// Creates an endpoint with a fresh secret; returns both.
     pub async fn create_endpoint(
         &self,
@@ -249,8 +248,7 @@ impl Db {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-            let spacing =
-                spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
+            let spacing = spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
             let moved = spread_held!(tx, id, now, spacing)?.rows_affected();
             tx.commit().await?;
             Ok((endpoint, moved))
@@ -295,7 +293,6 @@ impl Db {
             Ok(ended)
         })
     }
-
 }
 
 /// Subscribed types as stored: a JSON array.

@@ -20,7 +20,6 @@ macro_rules! select_event {
 }
 
 impl Db {
-
     /// Stores an event and one delivery per subscribed endpoint, in one transaction.
     ///
     /// With an idempotency key, a repeat of the same request (same `request_hash`) returns the

@@ -10,15 +10,11 @@ use crate::model::{EndpointHealth, now_ms, rfc3339};
 use crate::policy::health::{HOUR_MS, hour_of, window};
 use crate::store::{Db, StoreError, on_db};
 
-
-
 /// The histogram columns of `kxp_endpoint_stats_hourly`, in bucket order (the last is `+inf`).
 const BUCKET_COLUMNS: [&str; 12] = [
     "le_10", "le_25", "le_50", "le_100", "le_250", "le_500", "le_1000", "le_2500", "le_5000",
     "le_10000", "le_30000", "le_inf",
 ];
-
-
 
 /// The statement that upserts an endpoint's running statistics after one attempt of the
 /// delivery `$1`: `$2` is 1 for a success and 0 for a failure, `$3` the time, `$4` the error.
@@ -134,8 +130,6 @@ impl Hourly {
     }
 }
 
-
-
 type StatsRow = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
 
 impl Db {
@@ -206,4 +200,3 @@ impl Db {
         })
     }
 }
-

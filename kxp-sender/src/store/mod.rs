@@ -127,9 +127,7 @@ impl Db {
             Db::Postgres(_) => " FOR SHARE",
         }
     }
-
 }
-
 
 /// A failed query, or a row the caller's account may not see.
 #[derive(Debug, thiserror::Error)]

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use kxp_sender::Db;
 use kxp_sender::Protection;
-use kxp_sender::{LATENCY_BOUNDS_MS, bucket_of};
 use kxp_sender::{AttemptError, AttemptRecord, Finished, NextState};
+use kxp_sender::{LATENCY_BOUNDS_MS, bucket_of};
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 

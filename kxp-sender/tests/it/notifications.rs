@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use kxp_sender::Protection;
 use kxp_sender::NoticeNext;
+use kxp_sender::Protection;
 use kxp_testkit::smtp::SmtpSink;
 use serde_json::{Value, json};
 

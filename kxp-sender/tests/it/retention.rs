@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use kxp_sender::Db;
-use kxp_sender::now_ms;
 use kxp_sender::Purged;
+use kxp_sender::now_ms;
 use serde_json::json;
 
 use crate::support::{Receiver, Reply, sender_with};

@@ -10,7 +10,7 @@
 //! (`--dev`) lets loopback through, and nothing else.
 //!
 //! Two doors lead to a connection, and both are guarded:
-//! - host names go through [`GuardedResolver`], the HTTP client's DNS resolver: it refuses the
+//! - host names go through `GuardedResolver`, the HTTP client's DNS resolver: it refuses the
 //!   whole name if **any** address it resolves to is blocked, and hands the client only the
 //!   addresses it checked, so the address connected to is the address checked (no DNS
 //!   rebinding window between a check and a second lookup);
@@ -19,7 +19,7 @@
 //!   already turned odd IPv4 spellings (`http://2130706433/`, `http://0x7f.1/`,
 //!   `http://0177.0.0.1/`) into the address they mean.
 //!
-//! Everything here except [`GuardedResolver`]'s lookup is pure: tests check decisions
+//! Everything here except `GuardedResolver`'s lookup is pure: tests check decisions
 //! without connecting anywhere.
 //!
 //! ```
@@ -461,7 +461,7 @@ impl AddressGuard {
     }
 
     /// The IP address of an IP-literal URL host, or `None` for a host name (checked when it
-    /// is resolved, by [`GuardedResolver`]). For `http` and `https` URLs the `url` crate has
+    /// is resolved, by `GuardedResolver`). For `http` and `https` URLs the `url` crate has
     /// parsed the host already, odd IPv4 spellings included (`2130706433`, `0x7f.1`,
     /// `0177.0.0.1`, `127.1`), and serializes an IP host in its one canonical form; a host
     /// name never looks like an address (a name whose last label is a number is parsed as
