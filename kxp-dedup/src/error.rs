@@ -1,6 +1,10 @@
 //! Why the dedup store refused, under stable kind names. Messages never carry a database
 //! password: connection errors are scrubbed of every password the URL holds before they are
 //! stored, and the URL itself is never echoed.
+//!
+//! Each error exposes what caused it through [`std::error::Error::source`]: the sqlx error of a
+//! statement or of the migrator. The one exception is a failure to connect, whose sqlx error may
+//! quote connection settings: only its scrubbed text is kept, in the message.
 
 use std::borrow::Cow;
 
@@ -25,17 +29,25 @@ pub enum StoreError {
     Unavailable {
         /// The underlying cause, scrubbed of passwords.
         reason: String,
+        /// The sqlx error of the statement that failed (also the error's
+        /// [`source`](std::error::Error::source)); `None` for a failure to connect, whose
+        /// error may quote connection settings.
+        #[source]
+        cause: Option<sqlx::Error>,
     },
     /// `migration`: the crate's schema migrations could not be applied.
     #[error("migration: {cause}")]
     Migration {
-        /// The error sqlx's migrator reported.
+        /// The error sqlx's migrator reported (also the error's
+        /// [`source`](std::error::Error::source)).
+        #[source]
         cause: sqlx::migrate::MigrateError,
     },
     /// `query`: the database answered a statement with an error that waiting will not fix.
     #[error("query: {cause}")]
     Query {
-        /// The error sqlx reported.
+        /// The error sqlx reported (also the error's [`source`](std::error::Error::source)).
+        #[source]
         cause: sqlx::Error,
     },
     /// `not_claimed`: `complete` or `fail` for an event id that has no row: it was never claimed
@@ -71,9 +83,11 @@ impl StoreError {
         }
     }
 
+    /// `unavailable` with only a (scrubbed) text: nothing typed to keep, or nothing safe.
     pub(crate) fn unavailable(reason: impl Into<String>) -> StoreError {
         StoreError::Unavailable {
             reason: reason.into(),
+            cause: None,
         }
     }
 }
@@ -84,7 +98,10 @@ impl From<sqlx::Error> for StoreError {
     // `Redactor::connect_error` instead.
     fn from(error: sqlx::Error) -> StoreError {
         if is_unavailable(&error) {
-            return StoreError::unavailable(error.to_string());
+            return StoreError::Unavailable {
+                reason: error.to_string(),
+                cause: Some(error),
+            };
         }
         match error {
             sqlx::Error::Migrate(cause) => StoreError::Migration { cause: *cause },
@@ -97,7 +114,10 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(cause: sqlx::migrate::MigrateError) -> StoreError {
         match cause {
             sqlx::migrate::MigrateError::Execute(error) if is_unavailable(&error) => {
-                StoreError::unavailable(error.to_string())
+                StoreError::Unavailable {
+                    reason: error.to_string(),
+                    cause: Some(error),
+                }
             }
             cause => StoreError::Migration { cause },
         }
@@ -114,26 +134,26 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => {
+            #[cfg(feature = "sqlite")]
             if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
                 // Extended result codes carry the primary code in their low byte.
                 let primary = db
                     .code()
                     .and_then(|code| code.parse::<i32>().ok())
                     .map(|code| code & 0xff);
-                matches!(
+                return matches!(
                     primary,
                     // BUSY, LOCKED, NOMEM, IOERR, FULL, CANTOPEN, PROTOCOL
                     Some(5 | 6 | 7 | 10 | 13 | 14 | 15)
-                )
-            } else {
-                let code = db.code().unwrap_or(Cow::Borrowed(""));
-                // 08: connection exception; 53: insufficient resources (too many connections,
-                // disk full, out of memory); 57P01-57P03: the server is shutting down or
-                // starting up.
-                code.starts_with("08")
-                    || code.starts_with("53")
-                    || matches!(&*code, "57P01" | "57P02" | "57P03")
+                );
             }
+            let code = db.code().unwrap_or(Cow::Borrowed(""));
+            // PostgreSQL: 08: connection exception; 53: insufficient resources (too many
+            // connections, disk full, out of memory); 57P01-57P03: the server is shutting down
+            // or starting up.
+            code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(&*code, "57P01" | "57P02" | "57P03")
         }
         _ => false,
     }
@@ -224,7 +244,10 @@ impl Redactor {
     /// URL, so only the `unavailable` form (a plain string) needs scrubbing.
     pub(crate) fn scrub_error(&self, error: StoreError) -> StoreError {
         match error {
-            StoreError::Unavailable { reason } => StoreError::unavailable(self.scrub(&reason)),
+            StoreError::Unavailable { reason, cause } => StoreError::Unavailable {
+                reason: self.scrub(&reason),
+                cause,
+            },
             StoreError::InvalidUrl { reason } => StoreError::invalid_url(self.scrub(&reason)),
             other => other,
         }
@@ -322,6 +345,62 @@ mod tests {
             assert!(!text.contains("hunter2"), "{text}");
             assert!(text.contains("[redacted]"), "{text}");
         }
+    }
+
+    #[test]
+    fn errors_expose_their_cause_as_source() {
+        use std::error::Error as _;
+
+        let query = StoreError::from(sqlx::Error::RowNotFound);
+        let source = query.source().expect("a query error has a source");
+        assert!(matches!(
+            source.downcast_ref::<sqlx::Error>(),
+            Some(sqlx::Error::RowNotFound)
+        ));
+
+        let busy = StoreError::from(sqlx::Error::PoolTimedOut);
+        assert_eq!(busy.kind(), "unavailable");
+        let source = busy
+            .source()
+            .expect("an unavailable statement has a source");
+        assert!(matches!(
+            source.downcast_ref::<sqlx::Error>(),
+            Some(sqlx::Error::PoolTimedOut)
+        ));
+
+        let migration = StoreError::from(sqlx::migrate::MigrateError::VersionMissing(7));
+        assert_eq!(migration.kind(), "migration");
+        let source = migration.source().expect("a migration error has a source");
+        assert!(matches!(
+            source.downcast_ref::<sqlx::migrate::MigrateError>(),
+            Some(sqlx::migrate::MigrateError::VersionMissing(7))
+        ));
+
+        // Through the migrator, an unreachable database is `unavailable`, with its cause.
+        let io = sqlx::Error::Io(std::io::Error::other("connection reset"));
+        let unavailable = StoreError::from(sqlx::migrate::MigrateError::Execute(io));
+        assert_eq!(unavailable.kind(), "unavailable");
+        let source = unavailable.source().expect("the migrator's cause is kept");
+        assert!(source.to_string().contains("connection reset"), "{source}");
+    }
+
+    #[test]
+    fn connect_errors_keep_no_source_that_could_quote_the_url() {
+        use std::error::Error as _;
+
+        let r = Redactor::for_url("postgres://postgres:hunter2@127.0.0.1:1/x");
+        let io = sqlx::Error::Io(std::io::Error::other("refused for hunter2"));
+        let err = r.connect_error("PostgreSQL", io);
+        assert_eq!(err.kind(), "unavailable");
+        assert!(err.source().is_none());
+        let err = r.connect_error("PostgreSQL", sqlx::Error::Configuration("bad".into()));
+        assert_eq!(err.kind(), "invalid_url");
+        assert!(err.source().is_none());
+        // A migration run while connecting keeps its typed cause (its text comes from the
+        // server, which does not know the URL).
+        let migrate =
+            sqlx::Error::Migrate(Box::new(sqlx::migrate::MigrateError::VersionMissing(3)));
+        assert!(r.connect_error("PostgreSQL", migrate).source().is_some());
     }
 
     #[test]

@@ -70,6 +70,7 @@ pub fn inbox_retry_delay(attempts: u32) -> Duration {
 /// How many due items one call looks at: enough to step over items other workers claim first.
 const CANDIDATES: i64 = 8;
 
+#[cfg(feature = "sqlite")]
 const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
 impl Store {
@@ -80,6 +81,7 @@ impl Store {
     /// event id names one event).
     pub async fn inbox_put(&self, event_id: &str, payload: &[u8]) -> Result<InboxPut, StoreError> {
         let inserted = match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => sqlx::query(
                 "INSERT INTO kxp_inbox (event_id, payload, received_at, available_at)
                  SELECT ?1, ?2, now.ms, now.ms
@@ -92,6 +94,7 @@ impl Store {
             .execute(pool)
             .await?
             .rows_affected(),
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => sqlx::query(
                 "INSERT INTO kxp_inbox (event_id, payload, received_at, available_at)
                  VALUES ($1, $2, now(), now())
@@ -196,6 +199,7 @@ impl Store {
     /// Due, unfinished items not held by a live claim, oldest due first.
     async fn inbox_candidates(&self) -> Result<Vec<String>, StoreError> {
         let ids = match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 let sql = format!(
                     "SELECT i.event_id FROM kxp_inbox AS i
@@ -210,6 +214,7 @@ impl Store {
                     .fetch_all(pool)
                     .await?
             }
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 sqlx::query_scalar(
                     "SELECT i.event_id FROM kxp_inbox AS i
@@ -230,12 +235,14 @@ impl Store {
 
     async fn inbox_payload(&self, event_id: &str) -> Result<Vec<u8>, StoreError> {
         let payload = match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 sqlx::query_scalar("SELECT payload FROM kxp_inbox WHERE event_id = ?1")
                     .bind(event_id)
                     .fetch_one(pool)
                     .await?
             }
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 sqlx::query_scalar("SELECT payload FROM kxp_inbox WHERE event_id = $1")
                     .bind(event_id)
@@ -250,6 +257,7 @@ impl Store {
     /// a done event with an open item, or the reverse.
     async fn inbox_complete(&self, event_id: &str) -> Result<(), StoreError> {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 let sql = format!(
@@ -263,6 +271,7 @@ impl Store {
                 sqlx::query(&sql).bind(event_id).execute(&mut *tx).await?;
                 tx.commit().await?;
             }
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
                 sqlx::query(
@@ -293,6 +302,7 @@ impl Store {
         let error = truncate(error, crate::MAX_ERROR_LEN);
         let delay_ms = millis(retry_after);
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 let sql = format!(
@@ -316,6 +326,7 @@ impl Store {
                     .await?;
                 tx.commit().await?;
             }
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
                 sqlx::query(
@@ -346,6 +357,7 @@ impl Store {
     /// Closes an item whose event is already done.
     async fn inbox_close(&self, event_id: &str) -> Result<(), StoreError> {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 let sql = format!(
                     "UPDATE kxp_inbox SET done_at = {SQLITE_NOW}
@@ -353,6 +365,7 @@ impl Store {
                 );
                 sqlx::query(&sql).bind(event_id).execute(pool).await?;
             }
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 sqlx::query(
                     "UPDATE kxp_inbox SET done_at = now() WHERE event_id = $1 AND done_at IS NULL",

@@ -1,5 +1,10 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+compile_error!(
+    "kxp-dedup needs a database: enable its feature `sqlite` (the default), `postgres`, or both"
+);
+
 mod error;
 mod inbox;
 mod process;

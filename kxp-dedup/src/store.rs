@@ -9,10 +9,13 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+#[cfg(feature = "sqlite")]
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+#[cfg(feature = "postgres")]
 use sqlx::{Connection, PgConnection};
 
 use crate::error::{Redactor, StoreError};
@@ -24,9 +27,11 @@ use crate::util::{millis, retry_after_from_millis};
 /// than a timeout.
 pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
+#[cfg(feature = "sqlite")]
 /// How long a SQLite connection waits for the write lock before `SQLITE_BUSY`.
 pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+#[cfg(feature = "postgres")]
 /// How long [`Store::connect`] waits for PostgreSQL to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -43,7 +48,9 @@ pub struct Store {
 /// `rows_affected()`.
 #[derive(Clone)]
 pub(crate) enum Pool {
+    #[cfg(feature = "sqlite")]
     Sqlite(SqlitePool),
+    #[cfg(feature = "postgres")]
     Postgres(PgPool),
 }
 
@@ -143,6 +150,7 @@ pub(crate) enum ClaimState {
     InProgress { retry_after: Duration },
 }
 
+#[cfg(feature = "sqlite")]
 // One `now` per statement on SQLite: a sub-select computed once, in milliseconds.
 const SQLITE_CLAIM: &str = "
 INSERT INTO kxp_processed_events
@@ -160,6 +168,7 @@ WHERE kxp_processed_events.status = 'failed'
        AND kxp_processed_events.locked_until < excluded.updated_at)
 RETURNING attempts";
 
+#[cfg(feature = "postgres")]
 const PG_CLAIM: &str = "
 INSERT INTO kxp_processed_events
     (event_id, status, attempts, locked_until, first_seen_at, updated_at)
@@ -174,12 +183,14 @@ WHERE kxp_processed_events.status = 'failed'
        AND kxp_processed_events.locked_until < excluded.updated_at)
 RETURNING attempts";
 
+#[cfg(feature = "sqlite")]
 // The status and the milliseconds left on the lease (0 when none or expired).
 pub(crate) const SQLITE_STATE: &str = "
 SELECT status,
        MAX(COALESCE(locked_until, 0) - CAST(unixepoch('subsec') * 1000 AS INTEGER), 0)
 FROM kxp_processed_events WHERE event_id = ?1";
 
+#[cfg(feature = "postgres")]
 pub(crate) const PG_STATE: &str = "
 SELECT status,
        COALESCE(GREATEST(CEIL(EXTRACT(EPOCH FROM (locked_until - now())) * 1000), 0), 0)::bigint
@@ -201,16 +212,29 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         let redactor = Redactor::for_url(url);
         if url.starts_with("sqlite:") {
-            Store::connect_sqlite(url, &redactor).await
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Store::connect_postgres(url, &redactor).await
-        } else {
+            #[cfg(feature = "sqlite")]
+            return Store::connect_sqlite(url, &redactor).await;
+            #[cfg(not(feature = "sqlite"))]
+            return Err(StoreError::invalid_url(
+                "a sqlite: URL, but kxp-dedup is built without its `sqlite` feature",
+            ));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            #[cfg(feature = "postgres")]
+            return Store::connect_postgres(url, &redactor).await;
+            #[cfg(not(feature = "postgres"))]
+            return Err(StoreError::invalid_url(
+                "a postgres:// URL, but kxp-dedup is built without its `postgres` feature",
+            ));
+        }
+        {
             Err(StoreError::invalid_url(
                 "expected a URL starting with sqlite:, postgres:// or postgresql://",
             ))
         }
     }
 
+    #[cfg(feature = "sqlite")]
     async fn connect_sqlite(url: &str, redactor: &Redactor) -> Result<Store, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| redactor.connect_error("SQLite", e))?
@@ -247,6 +271,7 @@ impl Store {
             .map_err(|e| redactor.scrub_error(e))
     }
 
+    #[cfg(feature = "postgres")]
     async fn connect_postgres(url: &str, redactor: &Redactor) -> Result<Store, StoreError> {
         let options =
             PgConnectOptions::from_str(url).map_err(|e| redactor.connect_error("PostgreSQL", e))?;
@@ -277,6 +302,7 @@ impl Store {
         })
     }
 
+    #[cfg(feature = "sqlite")]
     /// A store over an existing SQLite pool (for instance the application's own, so that
     /// in-transaction mode shares its database); applies the migrations.
     ///
@@ -290,6 +316,7 @@ impl Store {
         Ok(store)
     }
 
+    #[cfg(feature = "postgres")]
     /// A store over an existing PostgreSQL pool; applies the migrations.
     pub async fn from_postgres_pool(pool: PgPool) -> Result<Store, StoreError> {
         let store = Store {
@@ -310,7 +337,9 @@ impl Store {
     /// schema (`?options=-c search_path=kxp`), which keeps a separate migrations table.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => sqlite_migrator().run(pool).await?,
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => postgres_migrator().run(pool).await?,
         }
         Ok(())
@@ -319,24 +348,32 @@ impl Store {
     /// Which database this store uses.
     pub fn backend(&self) -> Backend {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(_) => Backend::Sqlite,
+            #[cfg(feature = "postgres")]
             Pool::Postgres(_) => Backend::Postgres,
         }
     }
 
+    #[cfg(feature = "sqlite")]
     /// The SQLite pool, when the store is on SQLite: run the application's own queries on the
     /// same database.
     pub fn sqlite_pool(&self) -> Option<&SqlitePool> {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => Some(pool),
+            #[cfg(feature = "postgres")]
             Pool::Postgres(_) => None,
         }
     }
 
+    #[cfg(feature = "postgres")]
     /// The PostgreSQL pool, when the store is on PostgreSQL.
     pub fn postgres_pool(&self) -> Option<&PgPool> {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(_) => None,
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => Some(pool),
         }
     }
@@ -345,7 +382,9 @@ impl Store {
     /// later operation (on every clone) fails with `unavailable`.
     pub async fn close(&self) {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => pool.close().await,
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => pool.close().await,
         }
     }
@@ -382,6 +421,7 @@ impl Store {
         // between); then the claim is simply tried again.
         for _ in 0..3 {
             let attempts: Option<i64> = match &self.pool {
+                #[cfg(feature = "sqlite")]
                 Pool::Sqlite(pool) => {
                     sqlx::query_scalar(SQLITE_CLAIM)
                         .bind(event_id)
@@ -389,6 +429,7 @@ impl Store {
                         .fetch_optional(pool)
                         .await?
                 }
+                #[cfg(feature = "postgres")]
                 Pool::Postgres(pool) => sqlx::query_scalar::<_, i32>(PG_CLAIM)
                     .bind(event_id)
                     .bind(lease_ms)
@@ -401,12 +442,14 @@ impl Store {
                 return Ok(ClaimState::Claimed { attempts });
             }
             let state: Option<(String, i64)> = match &self.pool {
+                #[cfg(feature = "sqlite")]
                 Pool::Sqlite(pool) => {
                     sqlx::query_as(SQLITE_STATE)
                         .bind(event_id)
                         .fetch_optional(pool)
                         .await?
                 }
+                #[cfg(feature = "postgres")]
                 Pool::Postgres(pool) => {
                     sqlx::query_as(PG_STATE)
                         .bind(event_id)
@@ -438,6 +481,7 @@ impl Store {
     /// Fails with `not_claimed` when there is no row for `event_id`.
     pub async fn complete(&self, event_id: &str) -> Result<(), StoreError> {
         let updated = match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => sqlx::query(
                 "UPDATE kxp_processed_events
                  SET status = 'done', locked_until = NULL,
@@ -448,6 +492,7 @@ impl Store {
             .execute(pool)
             .await?
             .rows_affected(),
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => sqlx::query(
                 "UPDATE kxp_processed_events
                  SET status = 'done', locked_until = NULL, updated_at = now()
@@ -475,6 +520,7 @@ impl Store {
     pub async fn fail(&self, event_id: &str, error: &str) -> Result<(), StoreError> {
         let error = crate::util::truncate(error, crate::MAX_ERROR_LEN);
         let updated = match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => sqlx::query(
                 "UPDATE kxp_processed_events
                  SET status = 'failed', locked_until = NULL, last_error = ?2,
@@ -486,6 +532,7 @@ impl Store {
             .execute(pool)
             .await?
             .rows_affected(),
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => sqlx::query(
                 "UPDATE kxp_processed_events
                  SET status = 'failed', locked_until = NULL, last_error = $2, updated_at = now()
@@ -515,6 +562,7 @@ impl Store {
     pub async fn purge(&self, older_than: Duration) -> Result<u64, StoreError> {
         let age_ms = millis(older_than);
         let deleted = match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 let events = sqlx::query(
                     "DELETE FROM kxp_processed_events
@@ -534,6 +582,7 @@ impl Store {
                 .rows_affected();
                 events + inbox
             }
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 let events = sqlx::query(
                     "DELETE FROM kxp_processed_events
@@ -560,6 +609,7 @@ impl Store {
     /// The stored state of `event_id`, or `None` if it was never seen (or purged).
     pub async fn record(&self, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
         let row: Option<(String, i64, Option<String>)> = match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 sqlx::query_as(
                     "SELECT status, attempts, last_error FROM kxp_processed_events
@@ -569,6 +619,7 @@ impl Store {
                 .fetch_optional(pool)
                 .await?
             }
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 sqlx::query_as(
                     "SELECT status, attempts::bigint, last_error FROM kxp_processed_events
@@ -597,7 +648,9 @@ impl Store {
     /// of failing with `SQLITE_BUSY` when a read lock would have to be upgraded.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         match &self.pool {
+            #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => Ok(Tx::sqlite_tx(pool.begin_with("BEGIN IMMEDIATE").await?)),
+            #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => Ok(Tx::postgres_tx(pool.begin().await?)),
         }
     }
@@ -612,12 +665,14 @@ impl fmt::Debug for Store {
     }
 }
 
+#[cfg(feature = "sqlite")]
 fn sqlite_migrator() -> sqlx::migrate::Migrator {
     let mut migrator = sqlx::migrate!("./migrations/sqlite");
     migrator.set_ignore_missing(true);
     migrator
 }
 
+#[cfg(feature = "postgres")]
 fn postgres_migrator() -> sqlx::migrate::Migrator {
     let mut migrator = sqlx::migrate!("./migrations/postgres");
     migrator.set_ignore_missing(true);

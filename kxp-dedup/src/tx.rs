@@ -2,10 +2,18 @@
 
 use std::fmt;
 
-use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+use sqlx::Transaction;
+#[cfg(feature = "postgres")]
+use sqlx::{PgConnection, Postgres};
+#[cfg(feature = "sqlite")]
+use sqlx::{Sqlite, SqliteConnection};
 
 use crate::StoreError;
-use crate::store::{Claim, PG_STATE, SQLITE_STATE};
+use crate::store::Claim;
+#[cfg(feature = "postgres")]
+use crate::store::PG_STATE;
+#[cfg(feature = "sqlite")]
+use crate::store::SQLITE_STATE;
 use crate::util::retry_after_from_millis;
 
 /// A database transaction on the store's database, from [`Store::begin`](crate::Store::begin).
@@ -17,10 +25,13 @@ pub struct Tx {
 }
 
 enum Inner {
+    #[cfg(feature = "sqlite")]
     Sqlite(Transaction<'static, Sqlite>),
+    #[cfg(feature = "postgres")]
     Postgres(Transaction<'static, Postgres>),
 }
 
+#[cfg(feature = "sqlite")]
 // The mark takes over a failed row or one whose lease ran out, like a claim, but goes straight
 // to 'done': inside the transaction, "processed" and "the effect happened" are the same fact.
 const SQLITE_MARK: &str = "
@@ -39,6 +50,7 @@ WHERE kxp_processed_events.status = 'failed'
        AND kxp_processed_events.locked_until < excluded.updated_at)
 RETURNING attempts";
 
+#[cfg(feature = "postgres")]
 const PG_MARK: &str = "
 INSERT INTO kxp_processed_events
     (event_id, status, attempts, locked_until, first_seen_at, updated_at)
@@ -54,12 +66,14 @@ WHERE kxp_processed_events.status = 'failed'
 RETURNING attempts";
 
 impl Tx {
+    #[cfg(feature = "sqlite")]
     pub(crate) fn sqlite_tx(tx: Transaction<'static, Sqlite>) -> Tx {
         Tx {
             inner: Inner::Sqlite(tx),
         }
     }
 
+    #[cfg(feature = "postgres")]
     pub(crate) fn postgres_tx(tx: Transaction<'static, Postgres>) -> Tx {
         Tx {
             inner: Inner::Postgres(tx),
@@ -75,12 +89,14 @@ impl Tx {
     /// (`BEGIN IMMEDIATE`), so the others wait before they start.
     pub async fn mark_processed(&mut self, event_id: &str) -> Result<bool, StoreError> {
         let attempts: Option<i64> = match &mut self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => {
                 sqlx::query_scalar(SQLITE_MARK)
                     .bind(event_id)
                     .fetch_optional(&mut **tx)
                     .await?
             }
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => sqlx::query_scalar::<_, i32>(PG_MARK)
                 .bind(event_id)
                 .fetch_optional(&mut **tx)
@@ -94,12 +110,14 @@ impl Tx {
     /// claim of claim/complete mode (only when both modes are used for one id).
     pub(crate) async fn why_not_marked(&mut self, event_id: &str) -> Result<Claim, StoreError> {
         let state: Option<(String, i64)> = match &mut self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => {
                 sqlx::query_as(SQLITE_STATE)
                     .bind(event_id)
                     .fetch_optional(&mut **tx)
                     .await?
             }
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => {
                 sqlx::query_as(PG_STATE)
                     .bind(event_id)
@@ -115,20 +133,26 @@ impl Tx {
         })
     }
 
+    #[cfg(feature = "sqlite")]
     /// The connection of a SQLite transaction, for the caller's own statements; `None` on
     /// PostgreSQL.
     pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
         match &mut self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => Some(&mut **tx),
+            #[cfg(feature = "postgres")]
             Inner::Postgres(_) => None,
         }
     }
 
+    #[cfg(feature = "postgres")]
     /// The connection of a PostgreSQL transaction, for the caller's own statements; `None` on
     /// SQLite.
     pub fn postgres(&mut self) -> Option<&mut PgConnection> {
         match &mut self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(_) => None,
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => Some(&mut **tx),
         }
     }
@@ -136,7 +160,9 @@ impl Tx {
     /// Commits the mark and the caller's statements together.
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.commit().await?,
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.commit().await?,
         }
         Ok(())
@@ -146,7 +172,9 @@ impl Tx {
     /// waiting for the database's answer.
     pub async fn rollback(self) -> Result<(), StoreError> {
         match self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(tx) => tx.rollback().await?,
+            #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => tx.rollback().await?,
         }
         Ok(())
@@ -156,7 +184,9 @@ impl Tx {
 impl fmt::Debug for Tx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let backend = match self.inner {
+            #[cfg(feature = "sqlite")]
             Inner::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
             Inner::Postgres(_) => "postgres",
         };
         f.debug_struct("Tx")
