@@ -64,7 +64,8 @@ pub async fn record(conn: Conn<'_>, effect: &Effect) -> Result<(), sqlx::Error> 
 /// Everything recorded, in order.
 pub async fn recorded(conn: Conn<'_>) -> Vec<Effect> {
     const SQL: &str = "SELECT event_id, amount, currency FROM conformance_payments ORDER BY seq";
-    let rows: Result<Vec<(String, Option<i64>, Option<String>)>, sqlx::Error> = match conn {
+    type Row = (String, Option<i64>, Option<String>);
+    let rows: Result<Vec<Row>, sqlx::Error> = match conn {
         Conn::Sqlite(conn) => sqlx::query_as(SQL).fetch_all(conn).await,
         Conn::Postgres(conn) => sqlx::query_as(SQL).fetch_all(conn).await,
     };
