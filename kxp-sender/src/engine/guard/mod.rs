@@ -39,6 +39,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
 
+use ipnet::IpNet;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
@@ -297,10 +298,7 @@ fn v6_class(ip: Ipv6Addr) -> V6Class {
 
 /// An address block, `10.0.0.0/8` or `fd00::/8`; a bare address is a block of one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 /// Why a CIDR block did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -318,63 +316,33 @@ impl Cidr {
             why,
         };
         let max = if network.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(error(format!("the prefix length is at most {max}")));
-        }
-        let cidr = Cidr { network, prefix };
-        if cidr.truncated() != network {
+        let net = IpNet::new(network, prefix)
+            .map_err(|_| error(format!("the prefix length is at most {max}")))?;
+        // ipnet keeps the host bits (`10.0.0.1/8` is an interface address to it); as an
+        // allow-list entry that is most likely a typo, so it is refused with the block meant.
+        if net.network() != network {
             return Err(error(format!(
-                "bits are set after the first {prefix}; did you mean {}/{prefix}?",
-                cidr.truncated()
+                "bits are set after the first {prefix}; did you mean {}?",
+                net.trunc()
             )));
         }
-        Ok(cidr)
+        Ok(Cidr(net))
     }
 
     /// The first address of the block.
     pub fn network(&self) -> IpAddr {
-        self.network
+        self.0.network()
     }
 
     /// How many leading bits are fixed.
     pub fn prefix(&self) -> u8 {
-        self.prefix
+        self.0.prefix_len()
     }
 
     /// Whether `ip` is in the block (an IPv4 block holds no IPv6 address, and the other way
     /// round; [`AddressGuard`] tries IPv4-mapped addresses as their IPv4 address too).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        ip.is_ipv4() == self.network.is_ipv4() && self.mask(ip) == self.mask(self.network)
-    }
-
-    fn mask(&self, ip: IpAddr) -> u128 {
-        match ip {
-            IpAddr::V4(v4) => {
-                let bits = u128::from(u32::from(v4));
-                let keep = 32 - u32::from(self.prefix.min(32));
-                bits.checked_shr(keep).unwrap_or(0)
-            }
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6);
-                let keep = 128 - u32::from(self.prefix.min(128));
-                bits.checked_shr(keep).unwrap_or(0)
-            }
-        }
-    }
-
-    fn truncated(&self) -> IpAddr {
-        match self.network {
-            IpAddr::V4(v4) => {
-                let keep = 32 - u32::from(self.prefix.min(32));
-                let bits = u32::from(v4).checked_shr(keep).unwrap_or(0);
-                IpAddr::V4(Ipv4Addr::from(bits.checked_shl(keep).unwrap_or(0)))
-            }
-            IpAddr::V6(v6) => {
-                let keep = 128 - u32::from(self.prefix.min(128));
-                let bits = u128::from(v6).checked_shr(keep).unwrap_or(0);
-                IpAddr::V6(Ipv6Addr::from(bits.checked_shl(keep).unwrap_or(0)))
-            }
-        }
+        self.0.contains(&ip)
     }
 }
 
@@ -391,6 +359,7 @@ impl FromStr for Cidr {
             None => (text, None),
         };
         // std's parser takes dotted decimal only: no `0x7f.1` or `010.0.0.1` ambiguity here.
+        // (Not ipnet's parser: it reads `010.0.0.1` as `10.0.0.1`.)
         let network: IpAddr = address
             .parse()
             .map_err(|_| error("not an IPv4 or IPv6 address"))?;
@@ -411,7 +380,7 @@ impl FromStr for Cidr {
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
