@@ -250,7 +250,11 @@ fn url_secrets(url: &str) -> Vec<String> {
     else {
         return Vec::new();
     };
-    let decoded = percent_decode(&password);
+    // A `%` not followed by two hex digits stays as it is; bytes that are not UTF-8 become
+    // U+FFFD, as in the text a server would echo.
+    let decoded = percent_encoding::percent_decode_str(&password)
+        .decode_utf8_lossy()
+        .into_owned();
     let mut secrets = vec![password, decoded];
     secrets.retain(|s| !s.is_empty());
     secrets.dedup();
@@ -264,29 +268,6 @@ fn scrub(text: &str, secrets: &[String]) -> String {
         text = text.replace(secret.as_str(), "[redacted]");
     }
     redact_passwords(&text)
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
