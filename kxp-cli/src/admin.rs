@@ -239,7 +239,7 @@ async fn open(url: &str, api_key: &str) -> Result<(Db, String), String> {
         .await
         .map_err(|e| e.to_string())?
         .ok_or("no account has this API key")?;
-    Ok((db, account.id))
+    Ok((db, account.id.into_string()))
 }
 
 fn view(d: Delivery) -> Value {

@@ -125,7 +125,7 @@ async fn send_one(db: &Db, notifier: &Shared, owner: &str, n: &Notification) {
     }
     let error = result.as_ref().err().map(|e| e.error.as_str());
     if let Err(e) = db
-        .finish_notification(&n.id, owner, attempts, next, error)
+        .finish_notification(n.id.as_str(), owner, attempts, next, error)
         .await
     {
         // The lease runs out and the notification is tried again: at least once.
@@ -139,7 +139,7 @@ async fn webhook(
     n: &Notification,
     attempt: i64,
 ) -> Result<(), Failure> {
-    let secret = match db.ops_secret(&n.account_id).await {
+    let secret = match db.ops_secret(n.account_id.as_str()).await {
         Ok(Some(secret)) => secret,
         Ok(None) => {
             return Err(Failure {
@@ -153,9 +153,9 @@ async fn webhook(
     let request = dispatch::Request {
         url: &n.target,
         payload: &n.payload,
-        event_id: &n.event_id,
+        event_id: n.event_id.as_str(),
         event_type: &n.kind,
-        delivery_id: &n.id,
+        delivery_id: n.id.as_str(),
         attempt,
         secrets: &secrets,
         timeout: notifier.config.delivery_timeout,

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
+use crate::model::AccountId;
 use crate::store::{Db, StoreError};
 
 /// Compiles a JSON Schema document; the error names the problem and where it is.
@@ -37,7 +38,7 @@ pub struct Violation {
     pub message: String,
 }
 
-type Key = (String, String, String);
+type Key = (AccountId, String, String);
 
 /// Compiled validators per (account, type, version), each with the revision it was compiled
 /// from.
@@ -58,7 +59,7 @@ impl SchemaCache {
     pub async fn check(
         &self,
         db: &Db,
-        account_id: &str,
+        account_id: &AccountId,
         event_type: &str,
         api_version: &str,
         data: &serde_json::value::RawValue,
@@ -85,7 +86,7 @@ impl SchemaCache {
     }
 
     /// Forgets the validator of (`account_id`, `event_type`, `api_version`).
-    pub fn forget(&self, account_id: &str, event_type: &str, api_version: &str) {
+    pub fn forget(&self, account_id: &AccountId, event_type: &str, api_version: &str) {
         self.lock()
             .remove(&key(account_id, event_type, api_version));
     }
@@ -102,13 +103,13 @@ impl SchemaCache {
     async fn validator(
         &self,
         db: &Db,
-        account_id: &str,
+        account_id: &AccountId,
         event_type: &str,
         api_version: &str,
     ) -> Result<Option<Arc<jsonschema::Validator>>, StoreError> {
         let key = key(account_id, event_type, api_version);
         let Some(revision) = db
-            .schema_revision(account_id, event_type, api_version)
+            .schema_revision(account_id.as_str(), event_type, api_version)
             .await?
         else {
             self.lock().remove(&key);
@@ -119,7 +120,10 @@ impl SchemaCache {
         {
             return Ok(Some(validator.clone()));
         }
-        let stored = match db.schema(account_id, event_type, api_version).await {
+        let stored = match db
+            .schema(account_id.as_str(), event_type, api_version)
+            .await
+        {
             Ok(stored) => stored,
             // Deleted in between: no schema.
             Err(StoreError::NotFound) => return Ok(None),
@@ -138,9 +142,9 @@ impl SchemaCache {
     }
 }
 
-fn key(account_id: &str, event_type: &str, api_version: &str) -> Key {
+fn key(account_id: &AccountId, event_type: &str, api_version: &str) -> Key {
     (
-        account_id.to_owned(),
+        account_id.clone(),
         event_type.to_owned(),
         api_version.to_owned(),
     )

@@ -117,11 +117,11 @@ pub(crate) async fn run(
                 // Paused or deleted, or its circuit opened, between the claim and now: put it
                 // back untried (a deleted endpoint's delivery ends dead there, an open circuit's
                 // probe release holds it). No attempt is spent.
-                release(&db, &job.id, &owner).await;
+                release(&db, job.id.as_str(), &owner).await;
                 continue;
             }
             let Ok(permit) = permits.clone().try_acquire_owned() else {
-                release(&db, &job.id, &owner).await;
+                release(&db, job.id.as_str(), &owner).await;
                 continue;
             };
             let admitted = {
@@ -133,9 +133,11 @@ pub(crate) async fn run(
                     .unwrap_or(0);
                 let rate = config.protection.rate_of(job.rate_limit_per_second);
                 let admitted = count < per_endpoint
-                    && state
-                        .limiter
-                        .try_take(&job.endpoint_id, rate, tokio::time::Instant::now());
+                    && state.limiter.try_take(
+                        job.endpoint_id.as_str(),
+                        rate,
+                        tokio::time::Instant::now(),
+                    );
                 if admitted {
                     *state
                         .per_endpoint
@@ -148,7 +150,7 @@ pub(crate) async fn run(
             if !admitted {
                 // The batch held more for this endpoint than it may start now (the first claim
                 // of an endpoint, before its rate limit is known here).
-                release(&db, &job.id, &owner).await;
+                release(&db, job.id.as_str(), &owner).await;
                 continue;
             }
             let (db, owner, shared, in_flight) =
@@ -174,17 +176,17 @@ pub(crate) async fn run(
     tasks.abort_all();
     let left: Vec<DeliveryId> = lock(&in_flight).deliveries.iter().cloned().collect();
     for id in left {
-        release(&db, &id, &owner).await;
+        release(&db, id.as_str(), &owner).await;
     }
 }
 
 async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
     let config = &shared.config;
-    let secrets = match db.live_secrets(&job.endpoint_id).await {
+    let secrets = match db.live_secrets(job.endpoint_id.as_str()).await {
         Ok(secrets) => secrets,
         Err(e) => {
             tracing::error!(target: "kxp_sender", delivery_id = %job.id, error = %e, "loading secrets failed");
-            return release(db, &job.id, owner).await;
+            return release(db, job.id.as_str(), owner).await;
         }
     };
     let number = job.attempts + 1;
@@ -192,9 +194,9 @@ async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
     let request = dispatch::Request {
         url: &job.url,
         payload: &job.payload,
-        event_id: &job.event_id,
+        event_id: job.event_id.as_str(),
         event_type: &job.event_type,
-        delivery_id: &job.id,
+        delivery_id: job.id.as_str(),
         attempt: number,
         secrets: &secrets,
         timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
@@ -224,7 +226,14 @@ async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
         response_snippet: snippet,
     };
     match db
-        .finish_attempt(&job.id, owner, number, &record, next, &config.protection)
+        .finish_attempt(
+            job.id.as_str(),
+            owner,
+            number,
+            &record,
+            next,
+            &config.protection,
+        )
         .await
     {
         Ok(Finished::Recorded {

@@ -3,13 +3,13 @@
 use serde::Serialize;
 use sqlx::FromRow;
 
+use super::ids::AccountId;
+
 /// An account: the unit of isolation. Every row below belongs to one.
 #[derive(Debug, Clone, FromRow, Serialize)]
 pub struct Account {
     /// `acc_…`
-    // A `String` still: `kxp-cli` reads it as one (see the report); the other rows' ids are
-    // typed.
-    pub id: String,
+    pub id: AccountId,
     /// A human name.
     pub name: String,
     /// The `api_version` events get when they name none.

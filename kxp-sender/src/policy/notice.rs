@@ -41,7 +41,7 @@ pub fn envelope(facts: &NoticeFacts, kind: &str, now: i64) -> (EventId, String) 
         api_version: &facts.default_api_version,
         created_at: rfc3339(now),
         data: NoticeData {
-            endpoint_id: &facts.endpoint_id,
+            endpoint_id: facts.endpoint_id.as_str(),
             url: &facts.url,
             description: &facts.description,
             status: facts.status,

@@ -1,7 +1,8 @@
 //! `kxp_accounts`: accounts and their API keys (stored hashed).
 
 use crate::model::{
-    Account, AccountChanges, DEFAULT_API_VERSION, new_id, now_ms, random_hex_32, sha256_hex,
+    Account, AccountChanges, AccountId, DEFAULT_API_VERSION, new_id, now_ms, random_hex_32,
+    sha256_hex,
 };
 use crate::store::{Db, StoreError, on_db};
 
@@ -17,7 +18,7 @@ impl Db {
     ) -> Result<(Account, String), StoreError> {
         let key = key.map_or_else(|| format!("kxp_{}", random_hex_32()), str::to_owned);
         let account = Account {
-            id: new_id("acc"),
+            id: AccountId::from(new_id("acc")),
             name: name.to_owned(),
             default_api_version: DEFAULT_API_VERSION.to_owned(),
             ops_url: None,

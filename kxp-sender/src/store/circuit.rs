@@ -115,7 +115,7 @@ macro_rules! after_attempt {
             .await?;
             let after = policy::AfterAttempt {
                 state: row.circuit_state,
-                probe: row.circuit_probe_id.as_deref() == Some($delivery_id),
+                probe: row.circuit_probe_id.as_ref().map(|id| id.as_str()) == Some($delivery_id),
                 active: row.status == $crate::model::EndpointStatus::Active,
                 success: $success,
                 consecutive_failures: row.consecutive_failures.unwrap_or(0),
@@ -182,8 +182,8 @@ impl Db {
     /// probes were released.
     pub async fn release_probes(&self) -> Result<u64, StoreError> {
         let now = now_ms();
-        let due: Vec<String> = on_db!(self, |pool, _begin| {
-            sqlx::query_scalar::<_, String>(
+        let due: Vec<EndpointId> = on_db!(self, |pool, _begin| {
+            sqlx::query_scalar::<_, EndpointId>(
                 "SELECT id FROM kxp_endpoints WHERE circuit_state = 'open' AND circuit_probe_at <= $1 \
                  AND status = 'active'",
             )
@@ -193,7 +193,7 @@ impl Db {
         });
         let mut released = 0;
         for endpoint_id in due {
-            let probe: Option<String> = on_db!(self, |pool, begin| {
+            let probe: Option<DeliveryId> = on_db!(self, |pool, begin| {
                 let mut tx = pool.begin_with(begin).await?;
                 // The state change comes first: on PostgreSQL it locks the row, so a second
                 // process doing the same finds the circuit half-open and changes nothing.
@@ -208,7 +208,7 @@ impl Db {
                 .rows_affected();
                 let probe = if moved == 1 {
                     hold_pending!(tx, &endpoint_id, now)?;
-                    sqlx::query_scalar::<_, String>(
+                    sqlx::query_scalar::<_, DeliveryId>(
                         "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $1 WHERE id = \
                          (SELECT id FROM kxp_deliveries WHERE endpoint_id = $2 AND status = 'pending' \
                           AND next_attempt_at = $3 ORDER BY attempts, id LIMIT 1) RETURNING id",

@@ -140,7 +140,7 @@ impl Db {
                 .bind(&old.endpoint_id)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let due = replay_due(endpoint.as_ref(), &old.endpoint_id, now)?;
+            let due = replay_due(endpoint.as_ref(), old.endpoint_id.as_str(), now)?;
             insert_delivery!(
                 tx,
                 &new_id,

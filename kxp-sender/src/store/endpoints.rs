@@ -43,7 +43,7 @@ impl Db {
         let now = now_ms();
         let endpoint = Endpoint {
             id: new_id("ep").into(),
-            account_id: account.id.clone().into(),
+            account_id: account.id.clone(),
             url: new.url.to_owned(),
             description: new.description.to_owned(),
             event_types: types_json(new.event_types),

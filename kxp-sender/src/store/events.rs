@@ -70,7 +70,7 @@ impl Db {
         .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
         let event = Event {
             id: EventId::from(id),
-            account_id: account.id.clone().into(),
+            account_id: account.id.clone(),
             event_type: event_type.to_owned(),
             api_version: api_version.to_owned(),
             payload,
