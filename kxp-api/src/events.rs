@@ -31,6 +31,11 @@ impl RawJson {
         self.0.get()
     }
 
+    /// The JSON as serde_json's raw value, for code that passes it on unread.
+    pub fn as_raw(&self) -> &RawValue {
+        &self.0
+    }
+
     /// Reads the JSON into a type.
     pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
         serde_json::from_str(self.0.get())

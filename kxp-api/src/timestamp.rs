@@ -31,10 +31,18 @@ impl std::error::Error for TimestampError {}
 
 impl Timestamp {
     /// Unix milliseconds as the server writes them: UTC, truncated to whole seconds (the
-    /// envelope's `created_at` form). `None` outside the years `time` can represent.
-    pub fn from_unix_ms(ms: i64) -> Option<Timestamp> {
-        let t = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)).ok()?;
-        t.format(&Rfc3339).ok().map(Timestamp)
+    /// envelope's `created_at` form). Times outside the years 0000–9999, which no clock
+    /// produces, are clamped to that range rather than written as text RFC 3339 cannot carry.
+    pub fn from_unix_ms(ms: i64) -> Timestamp {
+        // 0000-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
+        const FIRST: i64 = -62_167_219_200;
+        const LAST: i64 = 253_402_300_799;
+        let seconds = ms.div_euclid(1000).clamp(FIRST, LAST);
+        let text = OffsetDateTime::from_unix_timestamp(seconds)
+            .ok()
+            .and_then(|t| t.format(&Rfc3339).ok())
+            .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned());
+        Timestamp(text)
     }
 
     /// The time as Unix milliseconds; `None` when the text is not RFC 3339.

@@ -60,7 +60,7 @@ mod store;
 pub use engine::config::Config;
 pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
 pub use engine::mail::MailError;
-pub use http::{DEFAULT_OVERLAP, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TIMEOUT};
+pub use http::{DEFAULT_OVERLAP, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TIMEOUT, openapi};
 pub use model::{
     Account, AccountChanges, AccountId, Attempt, AttemptError, AttemptRecord, CircuitState,
     DEFAULT_API_VERSION, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint,

@@ -359,9 +359,17 @@ fn ids_and_timestamps() {
     assert_eq!(String::from(event), "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62");
 
     // The server's form: whole seconds, UTC.
-    let t = Timestamp::from_unix_ms(1_764_464_523_999).unwrap();
+    let t = Timestamp::from_unix_ms(1_764_464_523_999);
     assert_eq!(t.as_str(), "2025-11-30T01:02:03Z");
     assert_eq!(t.unix_ms(), Some(1_764_464_523_000));
+    assert_eq!(
+        Timestamp::from_unix_ms(i64::MAX).as_str(),
+        "9999-12-31T23:59:59Z"
+    );
+    assert_eq!(
+        Timestamp::from_unix_ms(i64::MIN).as_str(),
+        "0000-01-01T00:00:00Z"
+    );
     assert!("yesterday".parse::<Timestamp>().is_err());
     assert!("2026-11-30T01:02:03.5+01:00".parse::<Timestamp>().is_ok());
 }

@@ -3,50 +3,33 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use serde::{Deserialize, Serialize};
+use kxp_api::{Account, AccountPatch, AccountUpdated};
 
 use super::checks::{check_name, check_url};
-use super::pagination::{nullable, present};
-use super::{ApiError, AppState, Authed, parse};
+use super::{ApiError, AppState, Authed, parse, views};
 use crate::engine::mail;
-use crate::model::{Account, AccountChanges};
+use crate::model::AccountChanges;
 
-/// `PATCH /v1/account`: a field left out stays as it is; `null` removes the ops URL or the
-/// contact address.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct AccountPatch {
-    #[serde(default, deserialize_with = "present")]
-    name: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    default_api_version: Option<String>,
-    #[serde(default, deserialize_with = "nullable")]
-    ops_url: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
-    contact_email: Option<Option<String>>,
+/// The caller's account.
+#[utoipa::path(get, path = "/v1/account", tag = "account",
+    responses((status = 200, description = "The account", body = Account)))]
+pub(super) async fn get_account(Authed(account): Authed) -> Json<Account> {
+    Json(views::account(account))
 }
 
-#[derive(Serialize)]
-pub(super) struct AccountView {
-    #[serde(flatten)]
-    account: Account,
-    /// Shown once, when the ops URL is set: operational webhooks are signed with it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ops_secret: Option<String>,
-}
-
-pub(super) async fn get_account(Authed(account): Authed) -> Json<AccountView> {
-    Json(AccountView {
-        account,
-        ops_secret: None,
-    })
-}
-
+/// Changes the account: a field left out stays as it is; `null` removes the ops URL or the
+/// contact address. Setting an ops URL answers, once, the secret its notices are signed with.
+#[utoipa::path(patch, path = "/v1/account", tag = "account",
+    request_body = AccountPatch,
+    responses(
+        (status = 200, description = "The account as changed (`ops_secret` when an ops URL was set)", body = AccountUpdated),
+        (status = 422, description = "`invalid_request` or `blocked_address`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn patch_account(
     State(state): State<AppState>,
     Authed(account): Authed,
     body: Bytes,
-) -> Result<Json<AccountView>, ApiError> {
+) -> Result<Json<AccountUpdated>, ApiError> {
     let patch: AccountPatch = parse(&body)?;
     if let Some(name) = &patch.name
         && (name.is_empty() || name.len() > 256)
@@ -58,11 +41,12 @@ pub(super) async fn patch_account(
     }
     // The ops URL obeys the endpoints' rules: https (http only with --dev), no credentials,
     // no address in a blocked range.
-    let ops_url = match patch.ops_url {
+    let ops_url = match patch.ops_url.into_option() {
         Some(Some(url)) => Some(Some(check_url(&url, &state.shared)?.to_string())),
         other => other,
     };
-    if let Some(Some(address)) = &patch.contact_email {
+    let contact_email = patch.contact_email.into_option();
+    if let Some(Some(address)) = &contact_email {
         mail::check_address(address)
             .map_err(|e| ApiError::invalid(format!("contact_email: {e}")))?;
     }
@@ -70,11 +54,14 @@ pub(super) async fn patch_account(
         name: patch.name,
         default_api_version: patch.default_api_version,
         ops_url,
-        contact_email: patch.contact_email,
+        contact_email,
     };
-    let (account, ops_secret) = state.db.update_account(&account.id, &changes).await?;
-    Ok(Json(AccountView {
-        account,
-        ops_secret,
+    let (account, ops_secret) = state
+        .db
+        .update_account(account.id.as_str(), &changes)
+        .await?;
+    Ok(Json(AccountUpdated {
+        account: views::account(account),
+        ops_secret: ops_secret.map(Into::into),
     }))
 }

@@ -1,8 +1,8 @@
 //! Authentication: the caller's account from `Authorization: Bearer <api key>`.
 
 use axum::extract::FromRequestParts;
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use kxp_api::ErrorCode;
 
 use super::{ApiError, AppState};
 use crate::model::Account;
@@ -16,8 +16,7 @@ impl FromRequestParts<AppState> for Authed {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let unauthorized = || {
             ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
+                ErrorCode::Unauthorized,
                 "a valid `Authorization: Bearer <api key>` header is required",
             )
         };

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
-use axum::http::StatusCode;
+use kxp_api::ErrorCode;
 
 use super::{ApiError, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TIMEOUT};
 use crate::engine::config::Shared;
@@ -72,8 +72,7 @@ pub(super) fn check_url(text: &str, shared: &Shared) -> Result<reqwest::Url, Api
     }
     let blocked = |blocked: Blocked| {
         ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "blocked_address",
+            ErrorCode::BlockedAddress,
             format!(
                 "url host {blocked}; deliveries never go there (an operator can allow a range \
                  with `kxp serve --allow-address CIDR`; `--dev` allows loopback)"
@@ -89,8 +88,7 @@ pub(super) fn check_url(text: &str, shared: &Shared) -> Result<reqwest::Url, Api
         let v6 = shared.guard().check(IpAddr::from(Ipv6Addr::LOCALHOST));
         if let (Err(refused), Err(_)) = (v4, v6) {
             return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "blocked_address",
+                ErrorCode::BlockedAddress,
                 format!(
                     "url host `{host}` is this machine ({}), accepted only with `kxp serve --dev` \
                      or an `--allow-address` covering it",

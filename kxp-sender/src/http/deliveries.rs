@@ -5,84 +5,31 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use kxp_api::{Attempt, Delivery, Page};
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::checks::parse_time;
-use super::pagination::{Page, list};
-use super::{ApiError, AppState, Authed};
-use crate::model::{
-    Attempt, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, EventId, HELD,
-    rfc3339,
-};
+use super::pagination::{PageParams, page, whole};
+use super::{ApiError, AppState, Authed, views};
+use crate::model::DeliveryFilter;
 
-// ---- deliveries ----
-
-#[derive(Serialize)]
-pub(super) struct DeliveryView {
-    id: DeliveryId,
-    event_id: EventId,
-    endpoint_id: EndpointId,
-    status: DeliveryStatus,
-    attempts: i64,
-    next_attempt_at: Option<String>,
-    last_status: Option<i64>,
-    last_error: Option<String>,
-    replayed_by: Option<DeliveryId>,
-    created_at: String,
-    updated_at: String,
-}
-
-impl From<Delivery> for DeliveryView {
-    fn from(d: Delivery) -> DeliveryView {
-        DeliveryView {
-            // Held for a paused endpoint: no time until it is resumed.
-            next_attempt_at: (d.status == DeliveryStatus::Pending && d.next_attempt_at != HELD)
-                .then(|| rfc3339(d.next_attempt_at)),
-            id: d.id,
-            event_id: d.event_id,
-            endpoint_id: d.endpoint_id,
-            status: d.status,
-            attempts: d.attempts,
-            last_status: d.last_status,
-            last_error: d.last_error,
-            replayed_by: d.replayed_by,
-            created_at: rfc3339(d.created_at),
-            updated_at: rfc3339(d.updated_at),
-        }
-    }
-}
-
-#[derive(Serialize)]
-pub(super) struct AttemptView {
-    attempt: i64,
-    started_at: String,
-    duration_ms: i64,
-    status_code: Option<i64>,
-    error: Option<String>,
-    response_snippet: Option<String>,
-}
-
-impl From<Attempt> for AttemptView {
-    fn from(a: Attempt) -> AttemptView {
-        AttemptView {
-            attempt: a.attempt,
-            started_at: rfc3339(a.started_at),
-            duration_ms: a.duration_ms,
-            status_code: a.status_code,
-            error: a.error,
-            response_snippet: a.response_snippet,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-pub(super) struct DeliveryQuery {
+/// Which deliveries to list.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct DeliveryParams {
+    /// `pending`, `delivering`, `delivered` or `dead` (the dead-letter queue).
     status: Option<String>,
+    /// Only this endpoint's deliveries.
     endpoint_id: Option<String>,
+    /// Only deliveries created at or after this RFC 3339 time.
     since: Option<String>,
+    /// Only deliveries created before this RFC 3339 time.
     until: Option<String>,
+    /// The `next_cursor` of the previous page.
     cursor: Option<String>,
+    /// Items per page, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<i64>,
 }
 
@@ -110,16 +57,20 @@ pub(super) fn filter(
     })
 }
 
+/// The account's deliveries, newest first; `?status=dead` is the dead-letter queue.
+#[utoipa::path(get, path = "/v1/deliveries", tag = "deliveries",
+    params(DeliveryParams),
+    responses((status = 200, description = "A page of deliveries", body = Page<Delivery>)))]
 pub(super) async fn list_deliveries(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Query(q): Query<DeliveryQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let page = Page {
+    Query(q): Query<DeliveryParams>,
+) -> Result<Json<Page<Delivery>>, ApiError> {
+    let params = PageParams {
         cursor: q.cursor,
         limit: q.limit,
     };
-    let limit = page.limit()?;
+    let limit = params.limit()?;
     let filter = filter(
         q.status,
         q.endpoint_id,
@@ -128,38 +79,59 @@ pub(super) async fn list_deliveries(
     )?;
     let items = state
         .db
-        .deliveries(&account.id, &filter, page.cursor.as_deref(), limit)
+        .deliveries(
+            account.id.as_str(),
+            &filter,
+            params.cursor.as_deref(),
+            limit,
+        )
         .await?;
-    let views: Vec<DeliveryView> = items.into_iter().map(DeliveryView::from).collect();
-    Ok(list(views, limit, |d| d.id.to_string()))
+    let views = items.into_iter().map(views::delivery).collect();
+    Ok(Json(page(views, limit, |d| d.id.to_string())))
 }
 
+/// Every delivery of one event: one per endpoint it was routed to, and one per replay.
+#[utoipa::path(get, path = "/v1/events/{id}/deliveries", tag = "deliveries",
+    params(("id" = kxp_api::EventId, Path, description = "The event")),
+    responses((status = 200, description = "All of them (never more than one page)", body = Page<Delivery>)))]
 pub(super) async fn event_deliveries(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let items = state.db.event_deliveries(&account.id, &id).await?;
-    let views: Vec<DeliveryView> = items.into_iter().map(DeliveryView::from).collect();
-    Ok(Json(json!({"data": views, "next_cursor": null})))
+) -> Result<Json<Page<Delivery>>, ApiError> {
+    let items = state.db.event_deliveries(account.id.as_str(), &id).await?;
+    Ok(Json(whole(
+        items.into_iter().map(views::delivery).collect(),
+    )))
 }
 
+/// Every attempt of one delivery, first to last, with what the endpoint answered.
+#[utoipa::path(get, path = "/v1/deliveries/{id}/attempts", tag = "deliveries",
+    params(("id" = kxp_api::DeliveryId, Path, description = "The delivery")),
+    responses((status = 200, description = "All of them (never more than one page)", body = Page<Attempt>)))]
 pub(super) async fn delivery_attempts(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let items = state.db.attempts(&account.id, &id).await?;
-    let views: Vec<AttemptView> = items.into_iter().map(AttemptView::from).collect();
-    Ok(Json(json!({"data": views, "next_cursor": null})))
+) -> Result<Json<Page<Attempt>>, ApiError> {
+    let items = state.db.attempts(account.id.as_str(), &id).await?;
+    Ok(Json(whole(items.into_iter().map(views::attempt).collect())))
 }
 
+/// Replays one delivery: a new delivery of the same event (same id, same bytes) to the same
+/// endpoint, due now; the old one records it in `replayed_by`.
+#[utoipa::path(post, path = "/v1/deliveries/{id}/replay", tag = "deliveries",
+    params(("id" = kxp_api::DeliveryId, Path, description = "The delivery to replay")),
+    responses(
+        (status = 202, description = "The new delivery", body = Delivery),
+        (status = 409, description = "`endpoint_deleted`: nothing can be delivered to it", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn replay_delivery(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let delivery = state.db.replay(&account.id, &id).await?;
+    let delivery = state.db.replay(account.id.as_str(), &id).await?;
     state.shared.wake.notify_waiters();
-    Ok((StatusCode::ACCEPTED, Json(DeliveryView::from(delivery))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(views::delivery(delivery))).into_response())
 }

@@ -6,89 +6,97 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use kxp_api::{BulkReplay, DeliveryStatus, Endpoint, ReplayQueued, RotateSecret, SecretRotated};
 
 use super::checks::parse_overlap;
 use super::deliveries::filter;
-use super::endpoints::EndpointView;
-use super::{ApiError, AppState, Authed, DEFAULT_OVERLAP, parse};
-use crate::model::{ms, rfc3339};
+use super::{ApiError, AppState, Authed, DEFAULT_OVERLAP, parse, views};
+use crate::model::ms;
 
+/// Pauses an endpoint: its deliveries are held (still pending, no attempt spent) until it is
+/// resumed.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/pause", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses((status = 200, description = "The endpoint, paused", body = Endpoint)))]
 pub(super) async fn pause_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-) -> Result<Json<EndpointView>, ApiError> {
-    let (endpoint, held) = state.db.pause_endpoint(&account.id, &id).await?;
+) -> Result<Json<Endpoint>, ApiError> {
+    let (endpoint, held) = state.db.pause_endpoint(account.id.as_str(), &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused");
-    Ok(Json(EndpointView::of(endpoint, None)))
+    Ok(Json(views::endpoint(endpoint)))
 }
 
+/// Resumes a paused or disabled endpoint: its circuit closes and its backlog drains at the
+/// endpoint's rate.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/resume", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses((status = 200, description = "The endpoint, active", body = Endpoint)))]
 pub(super) async fn resume_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-) -> Result<Json<EndpointView>, ApiError> {
+) -> Result<Json<Endpoint>, ApiError> {
     let (endpoint, due) = state
         .db
-        .resume_endpoint(&account.id, &id, &state.shared.config.protection)
+        .resume_endpoint(account.id.as_str(), &id, &state.shared.config.protection)
         .await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed");
     if due > 0 {
         state.shared.wake.notify_waiters();
     }
-    Ok(Json(EndpointView::of(endpoint, None)))
+    Ok(Json(views::endpoint(endpoint)))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct Rotation {
-    overlap: Option<Value>,
-}
-
+/// Makes a new signing secret. During the overlap (default 24 h, at most 7 d; `"0s"` ends the
+/// old secrets now) every delivery carries one `v1` per live secret, so the merchant can
+/// deploy the new one without a moment of failed verification. The body may be empty.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/rotate-secret", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    request_body(content = Option<RotateSecret>, description = "Optional: the overlap"),
+    responses(
+        (status = 200, description = "The new secret, shown this once", body = SecretRotated),
+        (status = 409, description = "`too_many_secrets`: wait for the oldest to expire, or rotate with `\"overlap\": \"0s\"`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn rotate_secret(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let request: Rotation = if body.is_empty() {
-        Rotation::default()
+) -> Result<Json<SecretRotated>, ApiError> {
+    let request: RotateSecret = if body.is_empty() {
+        RotateSecret::default()
     } else {
         parse(&body)?
     };
     let overlap = match &request.overlap {
         None => DEFAULT_OVERLAP,
-        Some(Value::String(text)) => parse_overlap(text)?,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "overlap must be a duration string such as \"30m\", \"24h\" or \"0s\"",
-            ));
-        }
+        Some(text) => parse_overlap(text)?,
     };
     let rotated = state
         .db
-        .rotate_secret(&account.id, &id, ms(overlap))
+        .rotate_secret(account.id.as_str(), &id, ms(overlap))
         .await?;
     tracing::info!(
         target: "kxp_sender", endpoint_id = %id, overlap_ms = ms(overlap),
         "endpoint secret rotated"
     );
-    Ok(Json(json!({
-        "secret": rotated.secret,
-        "previous_expires_at": rfc3339(rotated.previous_expires_at),
-    })))
+    Ok(Json(SecretRotated {
+        secret: rotated.secret.into(),
+        previous_expires_at: views::time(rotated.previous_expires_at),
+    }))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct BulkReplay {
-    status: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-}
-
+/// Replays an endpoint's deliveries in bulk (dead ones by default; `delivered` to send again
+/// what was already received), optionally within a time range.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/replay", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    request_body(content = Option<BulkReplay>, description = "Optional: which deliveries"),
+    responses(
+        (status = 202, description = "How many deliveries were queued again", body = ReplayQueued),
+        (status = 409, description = "`endpoint_deleted`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn replay_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
@@ -100,20 +108,29 @@ pub(super) async fn replay_endpoint(
     } else {
         parse(&body)?
     };
-    if matches!(request.status.as_deref(), Some("pending" | "delivering")) {
-        return Err(ApiError::invalid(
-            "only dead or delivered deliveries can be replayed",
-        ));
-    }
+    let status = match request.status {
+        None => None,
+        Some(status @ (DeliveryStatus::Dead | DeliveryStatus::Delivered)) => {
+            Some(status.as_str().to_owned())
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "only dead or delivered deliveries can be replayed",
+            ));
+        }
+    };
     let filter = filter(
-        request.status,
+        status,
         None,
-        request.since.as_deref(),
-        request.until.as_deref(),
+        request.since.as_ref().map(|t| t.as_str()),
+        request.until.as_ref().map(|t| t.as_str()),
     )?;
-    let queued = state.db.replay_endpoint(&account.id, &id, &filter).await?;
+    let queued = state
+        .db
+        .replay_endpoint(account.id.as_str(), &id, &filter)
+        .await?;
     if queued > 0 {
         state.shared.wake.notify_waiters();
     }
-    Ok((StatusCode::ACCEPTED, Json(json!({"queued": queued}))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(ReplayQueued { queued })).into_response())
 }

@@ -7,99 +7,36 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use kxp_api::{
+    Endpoint, EndpointCreated, EndpointDeleted, EndpointPatch, EndpointStatus, ErrorCode,
+    NewEndpoint, Page, Secret,
+};
 
 use super::checks::{
     check_description, check_event_types, check_name, check_rate_limit, check_timeout, check_url,
 };
-use super::pagination::{Page, list, nullable, present};
-use super::{ApiError, AppState, Authed, parse};
+use super::pagination::{PageParams, page};
+use super::{ApiError, AppState, Authed, parse, views};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
-use crate::model::{
-    CircuitState, Endpoint, EndpointChanges, EndpointId, EndpointStatus,
-    NewEndpoint as StoredEndpoint, ms, rfc3339,
-};
+use crate::model::{EndpointChanges, NewEndpoint as StoredEndpoint, ms};
 
-// ---- endpoints ----
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct NewEndpoint {
-    url: String,
-    event_types: Option<Vec<String>>,
-    description: Option<String>,
-    timeout_ms: Option<u64>,
-    api_version: Option<String>,
-    rate_limit_per_second: Option<i64>,
-    #[serde(default)]
-    skip_challenge: bool,
-}
-
-/// `PATCH /v1/endpoints/{id}`: a field left out stays as it is. `null` clears the two nullable
-/// settings and is refused for the others.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct EndpointPatch {
-    #[serde(default, deserialize_with = "present")]
-    url: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    event_types: Option<Vec<String>>,
-    #[serde(default, deserialize_with = "present")]
-    description: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    timeout_ms: Option<u64>,
-    #[serde(default, deserialize_with = "nullable")]
-    api_version: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
-    rate_limit_per_second: Option<Option<i64>>,
-    #[serde(default)]
-    skip_challenge: bool,
-}
-
-#[derive(Serialize)]
-pub(super) struct EndpointView {
-    id: EndpointId,
-    url: String,
-    description: String,
-    event_types: Vec<String>,
-    timeout_ms: i64,
-    status: EndpointStatus,
-    api_version: Option<String>,
-    rate_limit_per_second: Option<i64>,
-    circuit_state: CircuitState,
-    created_at: String,
-    updated_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    secret: Option<String>,
-}
-
-impl EndpointView {
-    pub(super) fn of(endpoint: Endpoint, secret: Option<String>) -> EndpointView {
-        EndpointView {
-            event_types: endpoint.types(),
-            id: endpoint.id,
-            url: endpoint.url,
-            description: endpoint.description,
-            timeout_ms: endpoint.timeout_ms,
-            status: endpoint.status,
-            api_version: endpoint.api_version,
-            rate_limit_per_second: endpoint.rate_limit_per_second,
-            circuit_state: endpoint.circuit_state,
-            created_at: rfc3339(endpoint.created_at),
-            updated_at: rfc3339(endpoint.updated_at),
-            secret,
-        }
-    }
-}
-
+/// Registers an endpoint. Unless `skip_challenge` is set, the endpoint must first answer the
+/// challenge (`GET <url>?challenge=<token>` echoing the token): a URL is registered only when
+/// something there speaks the receiver contract. The signing secret is in this answer only.
+#[utoipa::path(post, path = "/v1/endpoints", tag = "endpoints",
+    request_body = NewEndpoint,
+    responses(
+        (status = 201, description = "Registered; `secret` is shown this once", body = EndpointCreated),
+        (status = 422, description = "`invalid_request`, `blocked_address` or `challenge_failed`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn create_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let new: NewEndpoint = parse(&body)?;
+    let rate_limit = new.rate_limit_per_second.map(i64::from);
     let url = check_url(&new.url, &state.shared)?;
     let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);
     check_event_types(&event_types)?;
@@ -112,7 +49,7 @@ pub(super) async fn create_endpoint(
     if let Some(version) = &new.api_version {
         check_name("api_version", version, 64)?;
     }
-    if let Some(limit) = new.rate_limit_per_second {
+    if let Some(limit) = rate_limit {
         check_rate_limit(limit)?;
     }
     // Last, once everything else is known to be acceptable: the only check that connects.
@@ -129,15 +66,15 @@ pub(super) async fn create_endpoint(
                 description: &description,
                 timeout_ms: ms(timeout),
                 api_version: new.api_version.as_deref(),
-                rate_limit_per_second: new.rate_limit_per_second,
+                rate_limit_per_second: rate_limit,
             },
         )
         .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(EndpointView::of(endpoint, Some(secret))),
-    )
-        .into_response())
+    let created = EndpointCreated {
+        endpoint: views::endpoint(endpoint),
+        secret: Secret::from(secret),
+    };
+    Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
 /// Runs the endpoint challenge ([`dispatch::challenge`]) against `url`; a failure is 422
@@ -151,8 +88,7 @@ pub(super) async fn challenge(
         .await
         .map_err(|why| {
             ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "challenge_failed",
+                ErrorCode::ChallengeFailed,
                 format!(
                     "the endpoint challenge of {url} failed: {why}. The endpoint must answer \
                      `GET <url>?challenge=<token>` with a 2xx and the token as the whole body, \
@@ -163,41 +99,58 @@ pub(super) async fn challenge(
         })
 }
 
+/// The account's endpoints, oldest first, a page at a time.
+#[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints",
+    params(PageParams),
+    responses((status = 200, description = "A page of endpoints", body = Page<Endpoint>)))]
 pub(super) async fn list_endpoints(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Query(page): Query<Page>,
-) -> Result<Json<Value>, ApiError> {
-    let limit = page.limit()?;
+    Query(params): Query<PageParams>,
+) -> Result<Json<Page<Endpoint>>, ApiError> {
+    let limit = params.limit()?;
     let endpoints = state
         .db
-        .endpoints(&account.id, page.cursor.as_deref(), limit)
+        .endpoints(account.id.as_str(), params.cursor.as_deref(), limit)
         .await?;
-    let views: Vec<EndpointView> = endpoints
-        .into_iter()
-        .map(|e| EndpointView::of(e, None))
-        .collect();
-    Ok(list(views, limit, |e| e.id.to_string()))
+    let views = endpoints.into_iter().map(views::endpoint).collect();
+    Ok(Json(page(views, limit, |e| e.id.to_string())))
 }
 
+/// One endpoint.
+#[utoipa::path(get, path = "/v1/endpoints/{id}", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses((status = 200, description = "The endpoint", body = Endpoint)))]
 pub(super) async fn get_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-) -> Result<Json<EndpointView>, ApiError> {
-    Ok(Json(EndpointView::of(
-        state.db.endpoint(&account.id, &id).await?,
-        None,
-    )))
+) -> Result<Json<Endpoint>, ApiError> {
+    let endpoint = state.db.endpoint(account.id.as_str(), &id).await?;
+    Ok(Json(views::endpoint(endpoint)))
 }
 
+/// Changes an endpoint: a field left out stays as it is; `null` clears `api_version` and
+/// `rate_limit_per_second` and is refused for the others. A new URL is challenged first.
+#[utoipa::path(patch, path = "/v1/endpoints/{id}", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    request_body = EndpointPatch,
+    responses(
+        (status = 200, description = "The endpoint as changed", body = Endpoint),
+        (status = 422, description = "`invalid_request`, `blocked_address` or `challenge_failed`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn patch_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Json<EndpointView>, ApiError> {
+) -> Result<Json<Endpoint>, ApiError> {
     let patch: EndpointPatch = parse(&body)?;
+    let rate_limit = patch
+        .rate_limit_per_second
+        .into_option()
+        .map(|r| r.map(i64::from));
+    let api_version = patch.api_version.into_option();
     let url = patch
         .url
         .as_deref()
@@ -210,13 +163,13 @@ pub(super) async fn patch_endpoint(
         check_description(description)?;
     }
     let timeout = patch.timeout_ms.map(check_timeout).transpose()?;
-    if let Some(Some(version)) = &patch.api_version {
+    if let Some(Some(version)) = &api_version {
         check_name("api_version", version, 64)?;
     }
-    if let Some(Some(limit)) = patch.rate_limit_per_second {
+    if let Some(Some(limit)) = rate_limit {
         check_rate_limit(limit)?;
     }
-    let current = state.db.endpoint(&account.id, &id).await?;
+    let current = state.db.endpoint(account.id.as_str(), &id).await?;
     if let Some(url) = &url
         && url.as_str() != current.url
         && !patch.skip_challenge
@@ -231,24 +184,34 @@ pub(super) async fn patch_endpoint(
         event_types: patch.event_types,
         description: patch.description,
         timeout_ms: timeout.map(ms),
-        api_version: patch.api_version,
-        rate_limit_per_second: patch.rate_limit_per_second,
+        api_version,
+        rate_limit_per_second: rate_limit,
     };
-    let endpoint = state.db.update_endpoint(&account.id, &id, &changes).await?;
-    Ok(Json(EndpointView::of(endpoint, None)))
+    let endpoint = state
+        .db
+        .update_endpoint(account.id.as_str(), &id, &changes)
+        .await?;
+    Ok(Json(views::endpoint(endpoint)))
 }
 
+/// Deletes an endpoint. Its unfinished deliveries become dead with `endpoint_deleted` (they
+/// stay in the dead-letter queue, visible, but cannot be replayed to it).
+#[utoipa::path(delete, path = "/v1/endpoints/{id}", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses((status = 200, description = "Deleted", body = EndpointDeleted)))]
 pub(super) async fn delete_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let ended = state.db.delete_endpoint(&account.id, &id).await?;
+) -> Result<Json<EndpointDeleted>, ApiError> {
+    let ended = state.db.delete_endpoint(account.id.as_str(), &id).await?;
     tracing::info!(
         target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,
         "endpoint deleted; its pending deliveries are dead with endpoint_deleted"
     );
-    Ok(Json(
-        json!({"id": id, "status": "deleted", "dead_deliveries": ended}),
-    ))
+    Ok(Json(EndpointDeleted {
+        id: id.into(),
+        status: EndpointStatus::Deleted,
+        dead_deliveries: ended,
+    }))
 }

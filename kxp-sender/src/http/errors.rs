@@ -1,64 +1,56 @@
-//! The API's errors: `{"error": "<code>", "message": "…"}` with a fixed status per code, and
-//! the JSON body parser that produces them.
+//! The API's errors: [`kxp_api::ErrorBody`] (`{"error": "<code>", "message": "…"}`) with the
+//! status its [`ErrorCode`] fixes, and the JSON body parser that produces them.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use kxp_api::{ErrorBody, ErrorCode};
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::store::StoreError;
 
-/// An API error: `{"error": "<code>", "message": "…"}` with its status.
+/// An API error: one of the vocabulary's codes and a message for people.
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
+    body: ErrorBody,
 }
 
 impl ApiError {
-    pub(crate) fn new(
-        status: StatusCode,
-        code: &'static str,
-        message: impl Into<String>,
-    ) -> ApiError {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
-            status,
-            code,
-            message: message.into(),
+            body: ErrorBody::new(code, message),
         }
     }
 
+    /// A field that is not acceptable: 422 `invalid_request`.
     pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+        ApiError::new(ErrorCode::InvalidRequest, message)
+    }
+
+    /// Points at the part of the request at fault (a JSON pointer into `data`).
+    pub(crate) fn at(mut self, path: String) -> ApiError {
+        self.body.path = Some(path);
+        self
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": self.code, "message": self.message})),
-        )
-            .into_response()
+        let status = StatusCode::from_u16(self.body.error.status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(self.body)).into_response()
     }
 }
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
         match error {
-            StoreError::NotFound => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
-            }
-            StoreError::Conflict { code, message } => {
-                ApiError::new(StatusCode::CONFLICT, code, message)
-            }
+            StoreError::NotFound => ApiError::new(ErrorCode::NotFound, "no such resource"),
+            StoreError::Conflict { code, message } => ApiError::new(code, message),
             StoreError::Database(e) => {
                 tracing::error!(target: "kxp_sender", error = %e, "database error in the API");
                 ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
+                    ErrorCode::StoreUnavailable,
                     "the database is unavailable; retry",
                 )
             }
@@ -66,18 +58,15 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// Reads a JSON body: 400 `invalid_json` when it is not JSON, 422 `invalid_request` when it
+/// is JSON of the wrong shape.
 pub(crate) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         let code = if e.is_data() {
-            "invalid_request"
+            ErrorCode::InvalidRequest
         } else {
-            "invalid_json"
+            ErrorCode::InvalidJson
         };
-        let status = if e.is_data() {
-            StatusCode::UNPROCESSABLE_ENTITY
-        } else {
-            StatusCode::BAD_REQUEST
-        };
-        ApiError::new(status, code, e.to_string())
+        ApiError::new(code, e.to_string())
     })
 }

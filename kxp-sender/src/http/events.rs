@@ -1,46 +1,52 @@
 //! `/v1/events`: ingestion (schema check, `Idempotency-Key`) and reading an event back.
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
+use kxp_api::{ErrorCode, Event, NewEvent};
 use serde_json::value::RawValue;
 
 use super::checks::check_name;
 use super::{ApiError, AppState, Authed, parse};
 use crate::model::{Account, Ingested, sha256_hex};
 
-// ---- events ----
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct NewEvent<'a> {
-    #[serde(rename = "type")]
-    event_type: String,
-    #[serde(borrow)]
-    data: &'a RawValue,
-    api_version: Option<String>,
-}
-
+/// Emits an event: stored with one delivery per subscribed endpoint, in one transaction,
+/// before this answers. The answer is the envelope exactly as receivers will get it. With an
+/// `Idempotency-Key`, a retried request returns the original event instead of a second one.
+#[utoipa::path(post, path = "/v1/events", tag = "events",
+    request_body = NewEvent,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "1 to 255 printable ASCII characters. The same key with the same body \
+            answers the first request's event again (for as long as the event is retained); \
+            with another body, 422 `idempotency_key_reused`.")),
+    responses(
+        (status = 202, description = "Accepted: stored, deliveries queued", body = Event),
+        (status = 400, description = "`invalid_json`, `invalid_idempotency_key`, or `schema_violation` (with `path`)", body = kxp_api::ErrorBody),
+        (status = 422, description = "`invalid_request` or `idempotency_key_reused`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn create_event(
     State(state): State<AppState>,
     Authed(account): Authed,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let new: NewEvent<'_> = parse(&body)?;
+    let new: NewEvent = parse(&body)?;
     check_name("type", &new.event_type, 128)?;
     let api_version = new
         .api_version
         .unwrap_or_else(|| account.default_api_version.clone());
     check_name("api_version", &api_version, 64)?;
-    if let Some(violation) =
-        check_schema(&state, &account, &new.event_type, &api_version, new.data).await?
+    if let Some(violation) = check_schema(
+        &state,
+        &account,
+        &new.event_type,
+        &api_version,
+        new.data.as_raw(),
+    )
+    .await?
     {
-        return Ok(violation);
+        return Err(violation);
     }
     let key = match headers.get("idempotency-key") {
         None => None,
@@ -50,8 +56,7 @@ pub(super) async fn create_event(
             });
             Some(key.ok_or_else(|| {
                 ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_idempotency_key",
+                    ErrorCode::InvalidIdempotencyKey,
                     "Idempotency-Key must be 1 to 255 printable ASCII characters",
                 )
             })?)
@@ -64,7 +69,7 @@ pub(super) async fn create_event(
             &account,
             &new.event_type,
             &api_version,
-            new.data,
+            new.data.as_raw(),
             key.map(|k| (k, hash.as_str())),
         )
         .await?;
@@ -79,8 +84,7 @@ pub(super) async fn create_event(
         Ingested::Replayed(event) => event,
         Ingested::KeyReused => {
             return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
+                ErrorCode::IdempotencyKeyReused,
                 "this Idempotency-Key was used with a different request",
             ));
         }
@@ -89,14 +93,14 @@ pub(super) async fn create_event(
 }
 
 /// Checks `data` against the schema registered for its type and version, if any: the 400
-/// `schema_violation` response when it does not fit.
+/// `schema_violation` error when it does not fit.
 pub(super) async fn check_schema(
     state: &AppState,
     account: &Account,
     event_type: &str,
     api_version: &str,
     data: &RawValue,
-) -> Result<Option<Response>, ApiError> {
+) -> Result<Option<ApiError>, ApiError> {
     let violation = state
         .schemas
         .check(&state.db, &account.id, event_type, api_version, data)
@@ -106,11 +110,7 @@ pub(super) async fn check_schema(
             "data{} does not match the schema of {event_type} {api_version}: {}",
             v.path, v.message
         );
-        (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "schema_violation", "message": message, "path": v.path})),
-        )
-            .into_response()
+        ApiError::new(ErrorCode::SchemaViolation, message).at(v.path)
     }))
 }
 
@@ -123,10 +123,16 @@ pub(super) fn raw_json(payload: String) -> Response {
         .into_response()
 }
 
+/// An event's envelope, byte for byte as receivers get it.
+#[utoipa::path(get, path = "/v1/events/{id}", tag = "events",
+    params(("id" = kxp_api::EventId, Path, description = "The event")),
+    responses((status = 200, description = "The envelope", body = Event)))]
 pub(super) async fn get_event(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(raw_json(state.db.event(&account.id, &id).await?.payload))
+    Ok(raw_json(
+        state.db.event(account.id.as_str(), &id).await?.payload,
+    ))
 }

@@ -3,20 +3,34 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use kxp_api::{EndpointHealth, ServiceHealth};
 
-use super::{ApiError, AppState, Authed};
-use crate::model::EndpointHealth;
+use super::{ApiError, AppState, Authed, views};
 
+/// Whether the process can reach its database. No key.
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "Up", body = ServiceHealth),
+        (status = 503, description = "`store_unavailable`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     match state.db.account_count().await {
-        Ok(_) => Json(json!({"status": "ok", "database": state.db.backend()})).into_response(),
+        Ok(_) => Json(ServiceHealth {
+            status: "ok".to_owned(),
+            database: state.db.backend().to_owned(),
+        })
+        .into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }
 
-/// `GET /metrics`: Prometheus text format, no key (it names no account's objects; see
-/// [`crate::metrics`]).
+/// This process's counters and the database's gauges, in Prometheus text format 0.0.4. No
+/// key: it names no account's objects.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain; version=0.0.4", body = String),
+        (status = 503, description = "`store_unavailable`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     match state.db.gauges().await {
         Ok(gauges) => (
@@ -31,10 +45,16 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     }
 }
 
+/// An endpoint's health: attempts, success rate and latency over the last hour and day, the
+/// failure streak, the backlog, and the circuit breaker's state.
+#[utoipa::path(get, path = "/v1/endpoints/{id}/health", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses((status = 200, description = "The endpoint's health", body = EndpointHealth)))]
 pub(super) async fn endpoint_health(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
 ) -> Result<Json<EndpointHealth>, ApiError> {
-    Ok(Json(state.db.endpoint_health(&account.id, &id).await?))
+    let health = state.db.endpoint_health(account.id.as_str(), &id).await?;
+    Ok(Json(views::health(health)))
 }

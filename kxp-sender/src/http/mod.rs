@@ -4,7 +4,8 @@
 //! One file per resource ([`endpoints`], [`endpoint_actions`], [`events`], [`deliveries`],
 //! [`schemas`], [`account`], [`notifications`], [`health`]), each holding its handlers and the
 //! request and view structs it reads and writes; [`errors`], [`auth`], [`pagination`] and
-//! [`checks`] are what they share. Handlers parse and check, call the store, and shape the
+//! [`checks`] are what they share; [`views`] turns the store's rows into [`kxp_api`]'s
+//! types, and [`openapi`] describes it all. Handlers parse and check, call the store, and shape the
 //! answer: no SQL and no policy here.
 
 use std::sync::Arc;
@@ -23,12 +24,15 @@ mod errors;
 mod events;
 mod health;
 mod notifications;
+mod openapi;
 mod pagination;
 mod schemas;
+mod views;
 
 pub(crate) use auth::Authed;
 pub use errors::ApiError;
 use errors::parse;
+pub use openapi::document as openapi;
 
 use crate::engine::config::Shared;
 use crate::engine::schemas::SchemaCache;
@@ -66,6 +70,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .route(
             "/v1/endpoints",
             post(endpoints::create_endpoint).get(endpoints::list_endpoints),

@@ -2,36 +2,26 @@
 
 use axum::Json;
 use axum::extract::{Query, State};
-use serde::Serialize;
-use serde_json::Value;
+use kxp_api::{Notification, Page};
 
-use super::pagination::{Page, list};
-use super::{ApiError, AppState, Authed};
-use crate::model::{Notification, rfc3339};
+use super::pagination::{PageParams, page};
+use super::{ApiError, AppState, Authed, views};
 
-#[derive(Serialize)]
-struct NotificationView {
-    #[serde(flatten)]
-    notification: Notification,
-    created_at: String,
-}
-
+/// The notices sent (or being sent) to the account's ops URL and contact address, newest
+/// first.
+#[utoipa::path(get, path = "/v1/notifications", tag = "account",
+    params(PageParams),
+    responses((status = 200, description = "A page of notifications", body = Page<Notification>)))]
 pub(super) async fn list_notifications(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Query(page): Query<Page>,
-) -> Result<Json<Value>, ApiError> {
-    let limit = page.limit()?;
+    Query(params): Query<PageParams>,
+) -> Result<Json<Page<Notification>>, ApiError> {
+    let limit = params.limit()?;
     let items = state
         .db
-        .notifications(&account.id, page.cursor.as_deref(), limit)
+        .notifications(account.id.as_str(), params.cursor.as_deref(), limit)
         .await?;
-    let views: Vec<NotificationView> = items
-        .into_iter()
-        .map(|notification| NotificationView {
-            created_at: rfc3339(notification.created_at),
-            notification,
-        })
-        .collect();
-    Ok(list(views, limit, |n| n.notification.id.to_string()))
+    let views = items.into_iter().map(views::notification).collect();
+    Ok(Json(page(views, limit, |n| n.id.to_string())))
 }

@@ -1,22 +1,27 @@
-//! Pages of lists (`?cursor=&limit=` in, `{"data": [...], "next_cursor": …}` out) and the
-//! PATCH field helpers (left out, `null`, or set).
+//! Pages of lists: `?cursor=&limit=` in, [`kxp_api::Page`] (`{"data": [...], "next_cursor":
+//! …}`) out.
 
-use axum::Json;
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Value, json};
+use kxp_api::{Cursor, Page};
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::ApiError;
 
 pub(super) const DEFAULT_PAGE: i64 = 50;
 pub(super) const MAX_PAGE: i64 = 500;
 
-#[derive(Deserialize)]
-pub(super) struct Page {
+/// Where a page starts and how long it is.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct PageParams {
+    /// The `next_cursor` of the previous page; absent for the first page.
     pub(super) cursor: Option<String>,
+    /// Items per page, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub(super) limit: Option<i64>,
 }
 
-impl Page {
+impl PageParams {
     pub(super) fn limit(&self) -> Result<i64, ApiError> {
         match self.limit {
             None => Ok(DEFAULT_PAGE),
@@ -28,30 +33,19 @@ impl Page {
     }
 }
 
-pub(super) fn list<T: Serialize>(
-    items: Vec<T>,
-    limit: i64,
-    cursor: impl Fn(&T) -> String,
-) -> Json<Value> {
+/// A page of `items`: a full page carries the cursor of its last item, a short one is the
+/// last page.
+pub(super) fn page<T>(items: Vec<T>, limit: i64, cursor: impl Fn(&T) -> String) -> Page<T> {
     let full = i64::try_from(items.len()).unwrap_or(i64::MAX) >= limit;
     let next = if full {
-        items.last().map(&cursor)
+        items.last().map(|item| Cursor::from(cursor(item)))
     } else {
         None
     };
-    Json(json!({"data": items, "next_cursor": next}))
+    Page::new(items, next)
 }
 
-/// A field that may be left out but, when given, is not `null`.
-pub(super) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
-/// A field that may be left out (`None`), cleared (`Some(None)`) or set.
-pub(super) fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
+/// A list that is never cut into pages: `next_cursor` is always `null`.
+pub(super) fn whole<T>(items: Vec<T>) -> Page<T> {
+    Page::new(items, None)
 }

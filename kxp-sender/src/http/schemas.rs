@@ -5,32 +5,34 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use kxp_api::{ErrorCode, Page, Schema, SchemaDeleted};
+use serde_json::Value;
 
 use super::checks::check_name;
-use super::{ApiError, AppState, Authed, parse};
-use crate::model::{Schema, rfc3339};
+use super::pagination::whole;
+use super::{ApiError, AppState, Authed, parse, views};
 
 /// The largest schema document accepted.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
-
-pub(super) fn schema_json(schema: Schema) -> Value {
-    let document: Value = serde_json::from_str(&schema.schema).unwrap_or(Value::Null);
-    json!({
-        "id": schema.id,
-        "type": schema.event_type,
-        "api_version": schema.api_version,
-        "schema": document,
-        "created_at": rfc3339(schema.created_at),
-        "updated_at": rfc3339(schema.updated_at),
-    })
-}
 
 pub(super) fn schema_key(event_type: &str, api_version: &str) -> Result<(), ApiError> {
     check_name("type", event_type, 128)?;
     check_name("api_version", api_version, 64)
 }
 
+/// Registers (or replaces) the JSON Schema that events of this type and version must match;
+/// events that do not are refused with 400 `schema_violation`.
+#[utoipa::path(put, path = "/v1/schemas/{type}/{api_version}", tag = "schemas",
+    params(
+        ("type" = String, Path, description = "The event type"),
+        ("api_version" = String, Path, description = "The version of `data` it describes"),
+    ),
+    request_body(content = Object, description = "A JSON Schema (draft 2020-12), at most 64 KiB"),
+    responses(
+        (status = 201, description = "Registered", body = Schema),
+        (status = 200, description = "Replaced", body = Schema),
+        (status = 422, description = "`invalid_schema`", body = kxp_api::ErrorBody),
+    ))]
 pub(super) async fn put_schema(
     State(state): State<AppState>,
     Authed(account): Authed,
@@ -40,25 +42,23 @@ pub(super) async fn put_schema(
     schema_key(&event_type, &api_version)?;
     if body.len() > MAX_SCHEMA_BYTES {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_schema",
+            ErrorCode::InvalidSchema,
             format!("a schema is at most {MAX_SCHEMA_BYTES} bytes"),
         ));
     }
     let document: Value = parse(&body)?;
     if !document.is_object() && !document.is_boolean() {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_schema",
+            ErrorCode::InvalidSchema,
             "a JSON Schema is an object or a boolean",
         ));
     }
     crate::engine::schemas::compile(&document)
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_schema", e))?;
+        .map_err(|e| ApiError::new(ErrorCode::InvalidSchema, e))?;
     let (stored, created) = state
         .db
         .put_schema(
-            &account.id,
+            account.id.as_str(),
             &event_type,
             &api_version,
             &document.to_string(),
@@ -70,47 +70,61 @@ pub(super) async fn put_schema(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(schema_json(stored))).into_response())
+    Ok((status, Json(views::schema(stored))).into_response())
 }
 
+/// Every schema of the account.
+#[utoipa::path(get, path = "/v1/schemas", tag = "schemas",
+    responses((status = 200, description = "All of them (never more than one page)", body = Page<Schema>)))]
 pub(super) async fn list_schemas(
     State(state): State<AppState>,
     Authed(account): Authed,
-) -> Result<Json<Value>, ApiError> {
-    let schemas: Vec<Value> = state
-        .db
-        .schemas(&account.id)
-        .await?
-        .into_iter()
-        .map(schema_json)
-        .collect();
-    Ok(Json(json!({"data": schemas, "next_cursor": null})))
+) -> Result<Json<Page<Schema>>, ApiError> {
+    let schemas = state.db.schemas(account.id.as_str()).await?;
+    Ok(Json(whole(
+        schemas.into_iter().map(views::schema).collect(),
+    )))
 }
 
+/// One schema.
+#[utoipa::path(get, path = "/v1/schemas/{type}/{api_version}", tag = "schemas",
+    params(
+        ("type" = String, Path, description = "The event type"),
+        ("api_version" = String, Path, description = "The version of `data` it describes"),
+    ),
+    responses((status = 200, description = "The schema", body = Schema)))]
 pub(super) async fn get_schema(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path((event_type, api_version)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(schema_json(
-        state
-            .db
-            .schema(&account.id, &event_type, &api_version)
-            .await?,
-    )))
+) -> Result<Json<Schema>, ApiError> {
+    let schema = state
+        .db
+        .schema(account.id.as_str(), &event_type, &api_version)
+        .await?;
+    Ok(Json(views::schema(schema)))
 }
 
+/// Removes a schema: events of this type and version are no longer checked.
+#[utoipa::path(delete, path = "/v1/schemas/{type}/{api_version}", tag = "schemas",
+    params(
+        ("type" = String, Path, description = "The event type"),
+        ("api_version" = String, Path, description = "The version of `data` it describes"),
+    ),
+    responses((status = 200, description = "Deleted", body = SchemaDeleted)))]
 pub(super) async fn delete_schema(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path((event_type, api_version)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SchemaDeleted>, ApiError> {
     state
         .db
-        .delete_schema(&account.id, &event_type, &api_version)
+        .delete_schema(account.id.as_str(), &event_type, &api_version)
         .await?;
     state.schemas.forget(&account.id, &event_type, &api_version);
-    Ok(Json(
-        json!({"deleted": true, "type": event_type, "api_version": api_version}),
-    ))
+    Ok(Json(SchemaDeleted {
+        deleted: true,
+        event_type,
+        api_version,
+    }))
 }

@@ -143,8 +143,8 @@ pub enum StoreError {
     /// too many): nothing was written.
     #[error("{message}")]
     Conflict {
-        /// A stable code for the API's `error` field.
-        code: &'static str,
+        /// The API's `error` code for it.
+        code: kxp_api::ErrorCode,
         /// What is wrong, and what to do instead.
         message: String,
     },

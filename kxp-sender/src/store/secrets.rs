@@ -52,7 +52,7 @@ impl Db {
             if kept + 1 > kxp_verify::MAX_SECRETS {
                 let soonest = live.iter().flatten().min().copied().unwrap_or(now);
                 return Err(StoreError::Conflict {
-                    code: "too_many_secrets",
+                    code: kxp_api::ErrorCode::TooManySecrets,
                     message: format!(
                         "endpoint {id} already has {} live secrets, the most a signature carries; \
                          the oldest stops signing at {}: rotate after that, or with \

@@ -10,6 +10,7 @@ mod isolation;
 mod lifecycle;
 mod metrics;
 mod notifications;
+mod openapi;
 mod pipeline;
 mod postgres;
 mod protection;

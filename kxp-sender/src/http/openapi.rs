@@ -1,0 +1,138 @@
+//! The OpenAPI 3.1 document of this API, built from the handlers' own annotations (paths,
+//! parameters, statuses) and [`kxp_api`]'s types (schemas, examples, the contract's prose), and
+//! served at `GET /v1/openapi.json`. `docs/openapi.json` is this document, checked by a test.
+
+use std::sync::LazyLock;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use utoipa::OpenApi;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::{Ref, RefOr, ResponseBuilder};
+
+use super::{
+    account, deliveries, endpoint_actions, endpoints, events, health, notifications, schemas,
+};
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        endpoints::create_endpoint, endpoints::list_endpoints, endpoints::get_endpoint,
+        endpoints::patch_endpoint, endpoints::delete_endpoint,
+        endpoint_actions::pause_endpoint, endpoint_actions::resume_endpoint,
+        endpoint_actions::rotate_secret, endpoint_actions::replay_endpoint,
+        health::endpoint_health,
+        events::create_event, events::get_event,
+        deliveries::event_deliveries, deliveries::list_deliveries,
+        deliveries::delivery_attempts, deliveries::replay_delivery,
+        account::get_account, account::patch_account, notifications::list_notifications,
+        schemas::list_schemas, schemas::get_schema, schemas::put_schema, schemas::delete_schema,
+        health::healthz, health::metrics, openapi_json,
+    ),
+    tags(
+        (name = "endpoints", description = "Where events are delivered, and how each endpoint is doing"),
+        (name = "events", description = "Emitting events, and reading them back"),
+        (name = "deliveries", description = "One event to one endpoint: attempts, the dead-letter queue, replay"),
+        (name = "account", description = "The account and its operational notices"),
+        (name = "schemas", description = "JSON Schemas events must match"),
+        (name = "operations", description = "Health, metrics and this document; no key"),
+    ),
+)]
+struct Paths;
+
+/// The whole document: the paths above, with the types and prose of [`kxp_api::openapi`],
+/// and the errors every route can answer.
+pub fn document() -> utoipa::openapi::OpenApi {
+    let mut doc = kxp_api::openapi();
+    doc.merge(Paths::openapi());
+    for (path, item) in doc.paths.paths.iter_mut() {
+        for operation in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            add_common_errors(path, operation);
+        }
+    }
+    doc
+}
+
+/// The errors any route under `/v1/` can answer, written once here rather than on every
+/// handler: 401 without a valid key, 404 for an id the account does not have, 400/422 for a
+/// body that is not JSON or not of the right shape, 503 when the database is unreachable.
+fn add_common_errors(path: &str, operation: &mut Operation) {
+    if !path.starts_with("/v1/") || path == "/v1/openapi.json" {
+        return;
+    }
+    let error = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    utoipa::openapi::ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    let responses = &mut operation.responses.responses;
+    let mut add = |status: &str, description: &str| {
+        responses
+            .entry(status.to_owned())
+            .or_insert_with(|| error(description));
+    };
+    add(
+        "401",
+        "`unauthorized`: no valid `Authorization: Bearer <api key>`",
+    );
+    if path.contains('{') {
+        add(
+            "404",
+            "`not_found`: no such resource in this account (another account's ids look the same)",
+        );
+    }
+    if operation.request_body.is_some() {
+        add("400", "`invalid_json`: the body is not JSON");
+        add(
+            "422",
+            "`invalid_request`: a field is missing, unknown, or not acceptable",
+        );
+    } else if operation.parameters.as_ref().is_some_and(|p| {
+        p.iter().any(|p| {
+            matches!(p, RefOr::T(p) if p.parameter_in == utoipa::openapi::path::ParameterIn::Query)
+        })
+    }) {
+        add(
+            "422",
+            "`invalid_request`: a query parameter is not acceptable",
+        );
+    }
+    add(
+        "503",
+        "`store_unavailable`: the database is unreachable; retry",
+    );
+}
+
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    document()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"cannot render the document: {e}\"}}"))
+});
+
+/// This document, as JSON. No key: it describes the API, not an account.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "operations", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
+pub(super) async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.as_str(),
+    )
+        .into_response()
+}
