@@ -6,7 +6,7 @@ use axum::extract::State;
 use kxp_api::{Account, AccountPatch, AccountUpdated};
 
 use super::checks::{check_name, check_url};
-use super::{ApiError, AppState, Authed, parse, views};
+use super::{ApiError, AppState, Authed, parse};
 use crate::engine::mail;
 use crate::model::AccountChanges;
 
@@ -14,7 +14,7 @@ use crate::model::AccountChanges;
 #[utoipa::path(get, path = "/v1/account", tag = "account",
     responses((status = 200, description = "The account", body = Account)))]
 pub(super) async fn get_account(Authed(account): Authed) -> Json<Account> {
-    Json(views::account(account))
+    Json(Account::from(account))
 }
 
 /// Changes the account: a field left out stays as it is; `null` removes the ops URL or the
@@ -61,7 +61,7 @@ pub(super) async fn patch_account(
         .update_account(account.id.as_str(), &changes)
         .await?;
     Ok(Json(AccountUpdated {
-        account: views::account(account),
+        account: Account::from(account),
         ops_secret: ops_secret.map(Into::into),
     }))
 }

@@ -11,7 +11,7 @@ use utoipa::IntoParams;
 
 use super::checks::parse_time;
 use super::pagination::{PageParams, page, whole};
-use super::{ApiError, AppState, Authed, views};
+use super::{ApiError, AppState, Authed};
 use crate::model::DeliveryFilter;
 
 /// Which deliveries to list.
@@ -86,7 +86,7 @@ pub(super) async fn list_deliveries(
             limit,
         )
         .await?;
-    let views = items.into_iter().map(views::delivery).collect();
+    let views = items.into_iter().map(Delivery::from).collect();
     Ok(Json(page(views, limit, |d| d.id.to_string())))
 }
 
@@ -100,9 +100,7 @@ pub(super) async fn event_deliveries(
     Path(id): Path<String>,
 ) -> Result<Json<Page<Delivery>>, ApiError> {
     let items = state.db.event_deliveries(account.id.as_str(), &id).await?;
-    Ok(Json(whole(
-        items.into_iter().map(views::delivery).collect(),
-    )))
+    Ok(Json(whole(items.into_iter().map(Delivery::from).collect())))
 }
 
 /// Every attempt of one delivery, first to last, with what the endpoint answered.
@@ -115,7 +113,7 @@ pub(super) async fn delivery_attempts(
     Path(id): Path<String>,
 ) -> Result<Json<Page<Attempt>>, ApiError> {
     let items = state.db.attempts(account.id.as_str(), &id).await?;
-    Ok(Json(whole(items.into_iter().map(views::attempt).collect())))
+    Ok(Json(whole(items.into_iter().map(Attempt::from).collect())))
 }
 
 /// Replays one delivery: a new delivery of the same event (same id, same bytes) to the same
@@ -133,5 +131,5 @@ pub(super) async fn replay_delivery(
 ) -> Result<Response, ApiError> {
     let delivery = state.db.replay(account.id.as_str(), &id).await?;
     state.shared.wake.notify_waiters();
-    Ok((StatusCode::ACCEPTED, Json(views::delivery(delivery))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(Delivery::from(delivery))).into_response())
 }

@@ -25,7 +25,7 @@ pub(super) async fn pause_endpoint(
 ) -> Result<Json<Endpoint>, ApiError> {
     let (endpoint, held) = state.db.pause_endpoint(account.id.as_str(), &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused");
-    Ok(Json(views::endpoint(endpoint)))
+    Ok(Json(Endpoint::from(endpoint)))
 }
 
 /// Resumes a paused or disabled endpoint: its circuit closes and its backlog drains at the
@@ -46,7 +46,7 @@ pub(super) async fn resume_endpoint(
     if due > 0 {
         state.shared.wake.notify_waiters();
     }
-    Ok(Json(views::endpoint(endpoint)))
+    Ok(Json(Endpoint::from(endpoint)))
 }
 
 /// Makes a new signing secret. During the overlap (default 24 h, at most 7 d; `"0s"` ends the

@@ -16,7 +16,7 @@ use super::checks::{
     check_description, check_event_types, check_name, check_rate_limit, check_timeout, check_url,
 };
 use super::pagination::{PageParams, page};
-use super::{ApiError, AppState, Authed, parse, views};
+use super::{ApiError, AppState, Authed, parse};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
 use crate::model::{EndpointChanges, NewEndpoint as StoredEndpoint, ms};
@@ -71,7 +71,7 @@ pub(super) async fn create_endpoint(
         )
         .await?;
     let created = EndpointCreated {
-        endpoint: views::endpoint(endpoint),
+        endpoint: Endpoint::from(endpoint),
         secret: Secret::from(secret),
     };
     Ok((StatusCode::CREATED, Json(created)).into_response())
@@ -113,7 +113,7 @@ pub(super) async fn list_endpoints(
         .db
         .endpoints(account.id.as_str(), params.cursor.as_deref(), limit)
         .await?;
-    let views = endpoints.into_iter().map(views::endpoint).collect();
+    let views = endpoints.into_iter().map(Endpoint::from).collect();
     Ok(Json(page(views, limit, |e| e.id.to_string())))
 }
 
@@ -127,7 +127,7 @@ pub(super) async fn get_endpoint(
     Path(id): Path<String>,
 ) -> Result<Json<Endpoint>, ApiError> {
     let endpoint = state.db.endpoint(account.id.as_str(), &id).await?;
-    Ok(Json(views::endpoint(endpoint)))
+    Ok(Json(Endpoint::from(endpoint)))
 }
 
 /// Changes an endpoint: a field left out stays as it is; `null` clears `api_version` and
@@ -191,7 +191,7 @@ pub(super) async fn patch_endpoint(
         .db
         .update_endpoint(account.id.as_str(), &id, &changes)
         .await?;
-    Ok(Json(views::endpoint(endpoint)))
+    Ok(Json(Endpoint::from(endpoint)))
 }
 
 /// Deletes an endpoint. Its unfinished deliveries become dead with `endpoint_deleted` (they

@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use kxp_api::{EndpointHealth, ServiceHealth};
 
-use super::{ApiError, AppState, Authed, views};
+use super::{ApiError, AppState, Authed};
 
 /// Whether the process can reach its database. No key.
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
@@ -56,5 +56,5 @@ pub(super) async fn endpoint_health(
     Path(id): Path<String>,
 ) -> Result<Json<EndpointHealth>, ApiError> {
     let health = state.db.endpoint_health(account.id.as_str(), &id).await?;
-    Ok(Json(views::health(health)))
+    Ok(Json(EndpointHealth::from(health)))
 }

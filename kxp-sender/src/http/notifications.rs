@@ -5,7 +5,7 @@ use axum::extract::{Query, State};
 use kxp_api::{Notification, Page};
 
 use super::pagination::{PageParams, page};
-use super::{ApiError, AppState, Authed, views};
+use super::{ApiError, AppState, Authed};
 
 /// The notices sent (or being sent) to the account's ops URL and contact address, newest
 /// first.
@@ -22,6 +22,6 @@ pub(super) async fn list_notifications(
         .db
         .notifications(account.id.as_str(), params.cursor.as_deref(), limit)
         .await?;
-    let views = items.into_iter().map(views::notification).collect();
+    let views = items.into_iter().map(Notification::from).collect();
     Ok(Json(page(views, limit, |n| n.id.to_string())))
 }

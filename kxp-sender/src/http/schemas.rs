@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::checks::check_name;
 use super::pagination::whole;
-use super::{ApiError, AppState, Authed, parse, views};
+use super::{ApiError, AppState, Authed, parse};
 
 /// The largest schema document accepted.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
@@ -70,7 +70,7 @@ pub(super) async fn put_schema(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(views::schema(stored))).into_response())
+    Ok((status, Json(Schema::from(stored))).into_response())
 }
 
 /// Every schema of the account.
@@ -81,9 +81,7 @@ pub(super) async fn list_schemas(
     Authed(account): Authed,
 ) -> Result<Json<Page<Schema>>, ApiError> {
     let schemas = state.db.schemas(account.id.as_str()).await?;
-    Ok(Json(whole(
-        schemas.into_iter().map(views::schema).collect(),
-    )))
+    Ok(Json(whole(schemas.into_iter().map(Schema::from).collect())))
 }
 
 /// One schema.
@@ -102,7 +100,7 @@ pub(super) async fn get_schema(
         .db
         .schema(account.id.as_str(), &event_type, &api_version)
         .await?;
-    Ok(Json(views::schema(schema)))
+    Ok(Json(Schema::from(schema)))
 }
 
 /// Removes a schema: events of this type and version are no longer checked.

@@ -1,6 +1,6 @@
-//! The rows of the store as the API shows them: [`kxp_api`]'s types, so the server writes
-//! exactly what the published contract (and its OpenAPI document) says, and the typed client
-//! reads it back.
+//! The rows of the store as the API shows them: conversions into [`kxp_api`]'s types, so the
+//! server writes exactly what the published contract (and its OpenAPI document) says, and
+//! anything else showing a row (`kxp dlq` on the database) shows it the same way.
 
 use kxp_api as api;
 use kxp_api::Timestamp;
@@ -20,90 +20,97 @@ fn unsigned<T: TryFrom<i64> + Default>(n: i64) -> T {
     T::try_from(n).unwrap_or_default()
 }
 
-/// An id of the model as the API's id of the same name (the same text).
-fn id<T: From<String>>(id: impl ToString) -> T {
-    T::from(id.to_string())
-}
-
-pub(super) fn endpoint(e: Endpoint) -> api::Endpoint {
-    api::Endpoint {
-        event_types: e.types(),
-        id: id(e.id),
-        url: e.url,
-        description: e.description,
-        timeout_ms: unsigned(e.timeout_ms),
-        status: api::EndpointStatus::parse(e.status.as_str()),
-        api_version: e.api_version,
-        rate_limit_per_second: e.rate_limit_per_second.map(unsigned),
-        circuit_state: api::CircuitState::parse(e.circuit_state.as_str()),
-        created_at: time(e.created_at),
-        updated_at: time(e.updated_at),
+impl From<Endpoint> for api::Endpoint {
+    fn from(e: Endpoint) -> api::Endpoint {
+        api::Endpoint {
+            event_types: e.types(),
+            id: e.id,
+            url: e.url,
+            description: e.description,
+            timeout_ms: unsigned(e.timeout_ms),
+            status: api::EndpointStatus::parse(e.status.as_str()),
+            api_version: e.api_version,
+            rate_limit_per_second: e.rate_limit_per_second.map(unsigned),
+            circuit_state: api::CircuitState::parse(e.circuit_state.as_str()),
+            created_at: time(e.created_at),
+            updated_at: time(e.updated_at),
+        }
     }
 }
 
-pub(super) fn delivery(d: Delivery) -> api::Delivery {
-    api::Delivery {
-        // Held for a paused endpoint or an open circuit: no time until it is released.
-        next_attempt_at: (d.status == DeliveryStatus::Pending && d.next_attempt_at != HELD)
-            .then(|| time(d.next_attempt_at)),
-        id: id(d.id),
-        event_id: id(d.event_id),
-        endpoint_id: id(d.endpoint_id),
-        status: api::DeliveryStatus::parse(d.status.as_str()),
-        attempts: unsigned(d.attempts),
-        last_status: d.last_status.map(unsigned),
-        last_error: d.last_error,
-        replayed_by: d.replayed_by.map(id),
-        created_at: time(d.created_at),
-        updated_at: time(d.updated_at),
+impl From<Delivery> for api::Delivery {
+    fn from(d: Delivery) -> api::Delivery {
+        api::Delivery {
+            // Held for a paused endpoint or an open circuit: no time until it is released.
+            next_attempt_at: (d.status == DeliveryStatus::Pending && d.next_attempt_at != HELD)
+                .then(|| time(d.next_attempt_at)),
+            id: d.id,
+            event_id: d.event_id,
+            endpoint_id: d.endpoint_id,
+            status: api::DeliveryStatus::parse(d.status.as_str()),
+            attempts: unsigned(d.attempts),
+            last_status: d.last_status.map(unsigned),
+            last_error: d.last_error,
+            replayed_by: d.replayed_by,
+            created_at: time(d.created_at),
+            updated_at: time(d.updated_at),
+        }
     }
 }
 
-pub(super) fn attempt(a: Attempt) -> api::Attempt {
-    api::Attempt {
-        attempt: unsigned(a.attempt),
-        started_at: time(a.started_at),
-        duration_ms: unsigned(a.duration_ms),
-        status_code: a.status_code.map(unsigned),
-        error: a.error,
-        response_snippet: a.response_snippet,
+impl From<Attempt> for api::Attempt {
+    fn from(a: Attempt) -> api::Attempt {
+        api::Attempt {
+            attempt: unsigned(a.attempt),
+            started_at: time(a.started_at),
+            duration_ms: unsigned(a.duration_ms),
+            status_code: a.status_code.map(unsigned),
+            error: a.error,
+            response_snippet: a.response_snippet,
+        }
     }
 }
 
-pub(super) fn account(a: Account) -> api::Account {
-    api::Account {
-        id: id(a.id),
-        name: a.name,
-        default_api_version: a.default_api_version,
-        ops_url: a.ops_url,
-        contact_email: a.contact_email,
+impl From<Account> for api::Account {
+    fn from(a: Account) -> api::Account {
+        api::Account {
+            id: a.id,
+            name: a.name,
+            default_api_version: a.default_api_version,
+            ops_url: a.ops_url,
+            contact_email: a.contact_email,
+        }
     }
 }
 
-pub(super) fn notification(n: Notification) -> api::Notification {
-    api::Notification {
-        id: id(n.id),
-        endpoint_id: id(n.endpoint_id),
-        kind: api::NotificationKind::parse(&n.kind),
-        channel: api::NotificationChannel::parse(&n.channel),
-        target: n.target,
-        event_id: id(n.event_id),
-        status: api::NotificationStatus::parse(&n.status),
-        attempts: unsigned(n.attempts),
-        last_error: n.last_error,
-        created_at: time(n.created_at),
+impl From<Notification> for api::Notification {
+    fn from(n: Notification) -> api::Notification {
+        api::Notification {
+            id: n.id,
+            endpoint_id: n.endpoint_id,
+            kind: api::NotificationKind::parse(&n.kind),
+            channel: api::NotificationChannel::parse(&n.channel),
+            target: n.target,
+            event_id: n.event_id,
+            status: api::NotificationStatus::parse(&n.status),
+            attempts: unsigned(n.attempts),
+            last_error: n.last_error,
+            created_at: time(n.created_at),
+        }
     }
 }
 
-pub(super) fn schema(s: Schema) -> api::Schema {
-    api::Schema {
-        id: id(s.id),
-        event_type: s.event_type,
-        api_version: s.api_version,
-        // Stored only after it parsed and compiled.
-        schema: serde_json::from_str(&s.schema).unwrap_or(serde_json::Value::Null),
-        created_at: time(s.created_at),
-        updated_at: time(s.updated_at),
+impl From<Schema> for api::Schema {
+    fn from(s: Schema) -> api::Schema {
+        api::Schema {
+            id: s.id,
+            event_type: s.event_type,
+            api_version: s.api_version,
+            // Stored only after it parsed and compiled.
+            schema: serde_json::from_str(&s.schema).unwrap_or(serde_json::Value::Null),
+            created_at: time(s.created_at),
+            updated_at: time(s.updated_at),
+        }
     }
 }
 
@@ -123,21 +130,23 @@ fn text_time(text: Option<String>) -> Option<Timestamp> {
     text.and_then(|t| t.parse().ok())
 }
 
-pub(super) fn health(h: EndpointHealth) -> api::EndpointHealth {
-    api::EndpointHealth {
-        endpoint_id: id(h.endpoint_id),
-        last_1h: window(h.last_1h),
-        last_24h: window(h.last_24h),
-        consecutive_failures: unsigned(h.consecutive_failures),
-        last_success_at: text_time(h.last_success_at),
-        last_failure_at: text_time(h.last_failure_at),
-        last_error: h.last_error,
-        pending: unsigned(h.pending),
-        dead: unsigned(h.dead),
-        status: api::EndpointStatus::parse(h.status.as_str()),
-        circuit_state: api::CircuitState::parse(h.circuit_state.as_str()),
-        circuit_opened_at: text_time(h.circuit_opened_at),
-        next_probe_at: text_time(h.next_probe_at),
-        failing_since: text_time(h.failing_since),
+impl From<EndpointHealth> for api::EndpointHealth {
+    fn from(h: EndpointHealth) -> api::EndpointHealth {
+        api::EndpointHealth {
+            endpoint_id: h.endpoint_id,
+            last_1h: window(h.last_1h),
+            last_24h: window(h.last_24h),
+            consecutive_failures: unsigned(h.consecutive_failures),
+            last_success_at: text_time(h.last_success_at),
+            last_failure_at: text_time(h.last_failure_at),
+            last_error: h.last_error,
+            pending: unsigned(h.pending),
+            dead: unsigned(h.dead),
+            status: api::EndpointStatus::parse(h.status.as_str()),
+            circuit_state: api::CircuitState::parse(h.circuit_state.as_str()),
+            circuit_opened_at: text_time(h.circuit_opened_at),
+            next_probe_at: text_time(h.next_probe_at),
+            failing_since: text_time(h.failing_since),
+        }
     }
 }
