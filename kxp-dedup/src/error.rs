@@ -197,7 +197,10 @@ impl Redactor {
         }
         let mut secrets = Vec::new();
         for secret in raw {
-            let decoded = percent_decode(&secret);
+            // Lossy on invalid UTF-8: good enough to find a password in a message.
+            let decoded = percent_encoding::percent_decode_str(&secret)
+                .decode_utf8_lossy()
+                .into_owned();
             if decoded != secret && !decoded.is_empty() {
                 secrets.push(decoded);
             }
@@ -254,41 +257,6 @@ impl Redactor {
     }
 }
 
-/// `%XX` decoding, lossy on invalid UTF-8: good enough to find a password in a message.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        let escaped = match (byte, bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&hi), Some(&lo)) => match (hex_value(hi), hex_value(lo)) {
-                (Some(hi), Some(lo)) => Some(hi * 16 + lo),
-                _ => None,
-            },
-            _ => None,
-        };
-        match escaped {
-            Some(decoded) => {
-                out.push(decoded);
-                i += 3;
-            }
-            None => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
-}
 
 #[cfg(test)]
 mod tests {
