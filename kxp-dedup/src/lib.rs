@@ -8,6 +8,7 @@ compile_error!(
 mod error;
 mod inbox;
 mod process;
+mod record;
 mod store;
 mod tx;
 mod util;
@@ -18,7 +19,8 @@ use std::time::Duration;
 pub use error::StoreError;
 pub use inbox::{InboxPut, InboxRun, inbox_retry_delay};
 pub use process::{Outcome, process, process_in_transaction};
-pub use store::{Backend, Claim, EventRecord, EventStatus, Store};
+pub use record::{Backend, Claim, EventRecord, EventStatus};
+pub use store::Store;
 pub use tx::Tx;
 
 /// The sqlx this crate is built with: [`Tx::sqlite`], [`Tx::postgres`] and the pool accessors

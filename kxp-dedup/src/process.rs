@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
-use crate::store::Claim;
+use crate::record::Claim;
 use crate::{STORE_UNAVAILABLE_RETRY_AFTER, Store, Tx};
 
 /// What happened to one delivery, and so what the receiver answers (ARCHITECTURE.md,

@@ -9,7 +9,7 @@ use sqlx::{PgConnection, Postgres};
 use sqlx::{Sqlite, SqliteConnection};
 
 use crate::StoreError;
-use crate::store::Claim;
+use crate::record::Claim;
 #[cfg(feature = "postgres")]
 use crate::store::PG_STATE;
 #[cfg(feature = "sqlite")]
