@@ -6,7 +6,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 use sha2_std::Digest;
 
-use crate::support::{Api, sender_with};
+use crate::support::sender_with;
 
 fn kxp(args: &[&str], database_url: Option<&str>) -> (i32, String, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kxp"));
@@ -79,26 +79,15 @@ async fn a_created_account_gets_a_key_shown_once_and_stored_only_as_its_hash() {
         .to_owned();
 
     // The key works against the server, as its own account.
-    let b = Api {
-        key: key.clone(),
-        ..s.api.clone()
-    };
-    let (status, list) = b.call("GET", "/v1/endpoints", None).await;
-    assert_eq!((status, list["data"].clone()), (200, json!([])));
-    let (status, _) = b
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": "http://127.0.0.1:9/hook", "skip_challenge": true})),
-        )
-        .await;
-    assert_eq!(status, 201);
-    let (_, a_list) = s.api.call("GET", "/v1/endpoints", None).await;
-    assert_eq!(a_list["data"], json!([]), "A does not see B's endpoint");
-    let wrong = Api {
-        key: format!("{key}x"),
-        ..s.api.clone()
-    };
+    let b = s.api.with_key(&key);
+    assert_eq!(b.client.all_endpoints().await.unwrap(), []);
+    b.endpoint("http://127.0.0.1:9/hook", json!({})).await;
+    assert_eq!(
+        s.api.client.all_endpoints().await.unwrap(),
+        [],
+        "A does not see B's endpoint"
+    );
+    let wrong = s.api.with_key(&format!("{key}x"));
     assert_eq!(wrong.call("GET", "/v1/endpoints", None).await.0, 401);
 
     // A second create: another account, another key. KXP_DATABASE_URL works as a fallback.

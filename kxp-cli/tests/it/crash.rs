@@ -111,43 +111,43 @@ async fn receiver() -> (String, Seen) {
 }
 
 async fn create_endpoint(base: &str, url: &str) {
-    let response = reqwest::Client::new()
-        .post(format!("{base}/v1/endpoints"))
-        .bearer_auth(KEY)
-        .json(&json!({"url": url, "timeout_ms": 1000, "skip_challenge": true}))
-        .send()
+    let mut endpoint = kxp_api::NewEndpoint::new(url);
+    endpoint.timeout_ms = Some(1000);
+    endpoint.skip_challenge = true;
+    kxp_api::Client::new(base, KEY)
+        .unwrap()
+        .create_endpoint(&endpoint)
         .await
         .unwrap();
-    assert_eq!(response.status(), 201);
 }
 
 /// Emits `count` events to whichever server answers; returns the ids the sender acknowledged
-/// (202). A request cut off by a kill is not acknowledged, and the sender owes nothing for it.
+/// (202, read by the typed client). A request cut off by a kill is not acknowledged, and the sender owes nothing for it.
 async fn emit(
     bases: &[String],
     count: usize,
     tag: &str,
     progress: Arc<AtomicUsize>,
 ) -> Vec<String> {
-    let client = reqwest::Client::builder()
+    let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
+    let clients: Vec<kxp_api::Client> = bases
+        .iter()
+        .map(|base| {
+            kxp_api::Client::new(base, KEY)
+                .unwrap()
+                .with_http(http.clone())
+        })
+        .collect();
     let mut acknowledged = Vec::new();
     for n in 0..count {
-        let base = &bases[n % bases.len()];
-        let sent = client
-            .post(format!("{base}/v1/events"))
-            .bearer_auth(KEY)
-            .header("Idempotency-Key", format!("{tag}-{n}"))
-            .json(&json!({"type": "payment.succeeded", "data": {"n": n}}))
-            .send()
-            .await;
-        if let Ok(response) = sent
-            && response.status() == 202
-        {
-            let event: serde_json::Value = response.json().await.unwrap();
-            acknowledged.push(event["id"].as_str().unwrap().to_owned());
+        let client = &clients[n % clients.len()];
+        let event = kxp_api::NewEvent::new("payment.succeeded", &json!({"n": n})).unwrap();
+        let key = format!("{tag}-{n}");
+        if let Ok(event) = client.create_event(&event, Some(&key)).await {
+            acknowledged.push(event.id.into_string());
             progress.fetch_add(1, Ordering::SeqCst);
         }
     }

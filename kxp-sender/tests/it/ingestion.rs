@@ -14,7 +14,7 @@ async fn an_idempotency_key_returns_the_same_event_and_refuses_another_body() {
         let api = s.api.clone();
         async move {
             let response = api
-                .client
+                .http
                 .post(format!("{}/v1/events", api.base))
                 .bearer_auth(&api.key)
                 .header("Idempotency-Key", "order-42")
@@ -64,7 +64,7 @@ async fn concurrent_requests_with_one_key_make_one_event() {
         let body = body.clone();
         tasks.push(tokio::spawn(async move {
             let response = api
-                .client
+                .http
                 .post(format!("{}/v1/events", api.base))
                 .bearer_auth(&api.key)
                 .header("Idempotency-Key", "same")
@@ -97,7 +97,7 @@ async fn invalid_input_is_refused_precisely_and_nothing_is_stored() {
         let api = s.api.clone();
         async move {
             let response = api
-                .client
+                .http
                 .post(format!("{}/v1/events", api.base))
                 .bearer_auth(&api.key)
                 .header("content-type", "application/json")
@@ -209,7 +209,7 @@ async fn the_api_needs_a_key_and_lists_page_by_page() {
     let s = sender("0s").await;
     let anonymous = s
         .api
-        .client
+        .http
         .get(format!("{}/v1/endpoints", s.api.base))
         .send()
         .await
@@ -217,7 +217,7 @@ async fn the_api_needs_a_key_and_lists_page_by_page() {
     assert_eq!(anonymous.status(), 401);
     let wrong = s
         .api
-        .client
+        .http
         .get(format!("{}/v1/endpoints", s.api.base))
         .bearer_auth("kxp_wrong")
         .send()

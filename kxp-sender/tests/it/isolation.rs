@@ -450,10 +450,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
     let a = s.api.clone();
     let a_account = s.server.db().account_by_key(&a.key).await.unwrap().unwrap();
     let (b_account, b_key) = s.server.db().create_account("b", None).await.unwrap();
-    let b = Api {
-        key: b_key.clone(),
-        ..a.clone()
-    };
+    let b = a.with_key(&b_key);
     // One failure each, then 200s: with the one-try schedule, a dead and a delivered delivery.
     let rx_a = Receiver::start(vec![Reply::Status(500)]).await;
     let rx_b = Receiver::start(vec![Reply::Status(500)]).await;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use kxp_api::{BulkReplay, DeliveryQuery};
 use serde_json::json;
 
 use crate::support::{Receiver, Reply, sender, verifies};
@@ -47,11 +48,8 @@ async fn a_delivery_carries_the_envelope_headers_and_a_valid_signature() {
     assert!(request.header("user-agent").starts_with("kxp-webhooks/"));
     assert_eq!(delivery["endpoint_id"], endpoint_id.as_str());
     // The API shows exactly the bytes receivers get.
-    let (_, event) = s
-        .api
-        .call("GET", &format!("/v1/events/{event_id}"), None)
-        .await;
-    assert_eq!(event, envelope);
+    let event = s.api.client.event(&event_id.as_str().into()).await.unwrap();
+    assert_eq!(serde_json::to_value(&event).unwrap(), envelope);
     s.server.shutdown().await;
 }
 
@@ -107,29 +105,23 @@ async fn nine_failures_make_a_dead_delivery_and_a_replay_delivers_the_same_event
     assert_eq!(receiver.seen().len(), 9);
 
     // The dead-letter queue lists it.
-    let (_, dlq) = s
+    let dlq = s
         .api
-        .call(
-            "GET",
-            &format!("/v1/deliveries?status=dead&endpoint_id={endpoint_id}"),
-            None,
-        )
-        .await;
-    let listed: Vec<&str> = dlq["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["id"].as_str().unwrap())
-        .collect();
+        .client
+        .deliveries(&DeliveryQuery::dead().endpoint(endpoint_id.as_str().into()))
+        .await
+        .unwrap();
+    let listed: Vec<&str> = dlq.data.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(listed, [dead_id.as_str()]);
 
     // Replay: a new delivery of the same event id, which now gets through.
-    let (status, replay) = s
+    let replay = s
         .api
-        .call("POST", &format!("/v1/deliveries/{dead_id}/replay"), None)
-        .await;
-    assert_eq!(status, 202, "{replay}");
-    assert_ne!(replay["id"], dead_id.as_str());
+        .client
+        .replay_delivery(&dead_id.as_str().into())
+        .await
+        .unwrap();
+    assert_ne!(replay.id, dead_id.as_str());
     s.api.wait_for(&event_id, "delivered", SECS_10).await;
     let seen = receiver.seen();
     assert_eq!(seen.len(), 10);
@@ -141,11 +133,16 @@ async fn nine_failures_make_a_dead_delivery_and_a_replay_delivers_the_same_event
     assert_eq!(seen[9].body, seen[0].body);
 
     // Replayed deliveries leave the queue, and the history keeps both.
-    let (_, dlq) = s.api.call("GET", "/v1/deliveries?status=dead", None).await;
-    assert!(dlq["data"].as_array().unwrap().is_empty(), "{dlq}");
+    let dlq = s
+        .api
+        .client
+        .deliveries(&DeliveryQuery::dead())
+        .await
+        .unwrap();
+    assert!(dlq.data.is_empty(), "{dlq:?}");
     let history = s.api.deliveries_of(&event_id).await;
     assert_eq!(history.len(), 2);
-    assert_eq!(history[0]["replayed_by"], replay["id"]);
+    assert_eq!(history[0]["replayed_by"], replay.id.as_str());
     s.server.shutdown().await;
 }
 
@@ -160,19 +157,18 @@ async fn bulk_replay_queues_every_dead_delivery_of_an_endpoint() {
         s.api.wait_for(&id, "dead", SECS_10).await;
         events.push(id);
     }
-    let (status, body) = s
+    let replayed = s
         .api
-        .call(
-            "POST",
-            &format!("/v1/endpoints/{endpoint_id}/replay"),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!((status, body["queued"].as_u64()), (202, Some(3)));
+        .client
+        .replay_endpoint(&endpoint_id.as_str().into(), &BulkReplay::default())
+        .await
+        .unwrap();
+    assert_eq!(replayed.queued, 3);
     for id in &events {
         s.api.wait_for(id, "delivered", SECS_10).await;
     }
-    // A second bulk replay finds nothing left in the queue.
+    // A second bulk replay finds nothing left in the queue (and a request without a body is
+    // one with an empty body: raw HTTP, as the typed client always sends one).
     let (_, body) = s
         .api
         .call("POST", &format!("/v1/endpoints/{endpoint_id}/replay"), None)

@@ -45,7 +45,7 @@ async fn retries_dead_letters_replays_and_idempotency_on_postgresql() {
     for _ in 0..3 {
         let response = s
             .api
-            .client
+            .http
             .post(format!("{}/v1/events", s.api.base))
             .bearer_auth(&s.api.key)
             .header("Idempotency-Key", "pg-key")

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use kxp_api::{DeliveryQuery, EndpointId, EndpointPatch, RotateSecret};
 use kxp_sender::Db;
 use kxp_sender::Purged;
 use kxp_sender::now_ms;
@@ -26,52 +27,39 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue() {
     let db = s.server.db();
     let rx = Receiver::start(vec![Reply::Status(500), Reply::Status(500)]).await;
     let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
+    let endpoint = EndpointId::from(ep);
 
     // Two dead letters: one stays dead, the other is replayed and delivered.
     let kept_dead = s.api.emit("t", json!({"n": 1})).await;
     s.api.wait_for(&kept_dead, "dead", WITHIN).await;
     let replayed = s.api.emit("t", json!({"n": 2})).await;
     let dead = s.api.wait_for(&replayed, "dead", WITHIN).await;
-    let (status, _) = s
-        .api
-        .call(
-            "POST",
-            &format!("/v1/deliveries/{}/replay", dead["id"].as_str().unwrap()),
-            None,
-        )
-        .await;
-    assert_eq!(status, 202);
+    s.api
+        .client
+        .replay_delivery(&dead["id"].as_str().unwrap().into())
+        .await
+        .unwrap();
     s.api.wait_for(&replayed, "delivered", WITHIN).await;
     let delivered = s.api.emit("t", json!({"n": 3})).await;
     s.api.wait_for(&delivered, "delivered", WITHIN).await;
     // One still pending: held by a pause.
-    let (status, _) = s
-        .api
-        .call("POST", &format!("/v1/endpoints/{ep}/pause"), None)
-        .await;
-    assert_eq!(status, 200);
+    s.api.client.pause_endpoint(&endpoint).await.unwrap();
     let held = s.api.emit("t", json!({"n": 4})).await;
     // An event no endpoint takes.
-    let (status, _) = s
-        .api
-        .call(
-            "PATCH",
-            &format!("/v1/endpoints/{ep}"),
-            Some(json!({"event_types": ["t"]})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    let mut patch = EndpointPatch::default();
+    patch.event_types = Some(vec!["t".to_owned()]);
+    s.api
+        .client
+        .update_endpoint(&endpoint, &patch)
+        .await
+        .unwrap();
     let unsubscribed = s.api.emit("other", json!({"n": 5})).await;
     // A rotation with no overlap leaves an expired secret behind; statistics of long ago.
-    let (status, _) = s
-        .api
-        .call(
-            "POST",
-            &format!("/v1/endpoints/{ep}/rotate-secret"),
-            Some(json!({"overlap": "0s"})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    s.api
+        .client
+        .rotate_secret(&endpoint, &RotateSecret::overlap("0s"))
+        .await
+        .unwrap();
     let Db::Sqlite(pool) = db else { unreachable!() };
     sqlx::query(
         "INSERT INTO kxp_endpoint_stats_hourly SELECT endpoint_id, 0, successes, failures, le_10, le_25, \
@@ -128,8 +116,13 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue() {
     for gone in [&replayed, &delivered, &unsubscribed] {
         assert_eq!(exists(gone).await, 404);
     }
-    let (_, dlq) = s.api.call("GET", "/v1/deliveries?status=dead", None).await;
-    assert_eq!(dlq["data"].as_array().unwrap().len(), 1, "{dlq}");
+    let dlq = s
+        .api
+        .client
+        .deliveries(&DeliveryQuery::dead())
+        .await
+        .unwrap();
+    assert_eq!(dlq.data.len(), 1, "{dlq:?}");
     assert_eq!(s.api.deliveries_of(&held).await[0]["status"], "pending");
     assert_eq!(count(db, "SELECT COUNT(*) FROM kxp_attempts").await, 1);
     assert_eq!(
@@ -139,11 +132,7 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue() {
 
     // A second purge finds nothing, and the endpoint still works.
     assert_eq!(db.purge(Some(now_ms())).await.unwrap(), Purged::default());
-    let (status, _) = s
-        .api
-        .call("POST", &format!("/v1/endpoints/{ep}/resume"), None)
-        .await;
-    assert_eq!(status, 200);
+    s.api.client.resume_endpoint(&endpoint).await.unwrap();
     s.api.wait_for(&held, "delivered", WITHIN).await;
     s.server.shutdown().await;
 }

@@ -12,6 +12,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use kxp_api::{Delivery, DeliveryQuery, DeliveryStatus, RotateSecret};
 use kxp_testkit::db::PgDatabase;
 use kxp_verify::{Secret, Signer, Verifier};
 use serde_json::{Value, json};
@@ -177,17 +178,14 @@ async fn rotation_scenario(s: &Sender) {
     wait_until(|| receiver.lock().handled.len() >= 10).await;
 
     // Rotate mid-way; the merchant then deploys the new secret on the receiver.
-    let (status, rotated) = s
+    let rotated = s
         .api
-        .call(
-            "POST",
-            &format!("/v1/endpoints/{endpoint_id}/rotate-secret"),
-            Some(json!({"overlap": "1s"})),
-        )
-        .await;
+        .client
+        .rotate_secret(&endpoint_id.as_str().into(), &RotateSecret::overlap("1s"))
+        .await
+        .unwrap();
     let rotated_at = Instant::now();
-    assert_eq!(status, 200, "{rotated}");
-    let new = rotated["secret"].as_str().unwrap().to_owned();
+    let new = rotated.secret.expose().to_owned();
     assert_eq!(new.len(), 64);
     assert_ne!(new, old);
     receiver.lock().next = Some(new.clone());
@@ -215,14 +213,11 @@ async fn rotation_scenario(s: &Sender) {
     let emitted: Vec<String> = emitted.lock().unwrap().clone();
     let delivered = wait_delivered(&s.api, &endpoint_id, emitted.len()).await;
     assert!(
-        delivered.iter().all(|d| d["attempts"] == 1),
+        delivered.iter().all(|d| d.attempts == 1),
         "a delivery needed a retry: {:?}",
-        delivered.iter().find(|d| d["attempts"] != 1)
+        delivered.iter().find(|d| d.attempts != 1)
     );
-    let delivered_events: BTreeSet<&str> = delivered
-        .iter()
-        .map(|d| d["event_id"].as_str().unwrap())
-        .collect();
+    let delivered_events: BTreeSet<&str> = delivered.iter().map(|d| d.event_id.as_str()).collect();
     let emitted_events: BTreeSet<&str> = emitted.iter().map(String::as_str).collect();
     assert_eq!(delivered_events, emitted_events);
 
@@ -279,27 +274,23 @@ async fn wait_until(mut condition: impl FnMut() -> bool) {
 }
 
 /// Polls the endpoint's delivered deliveries until there are `expected`; returns them.
-async fn wait_delivered(api: &Api, endpoint_id: &str, expected: usize) -> Vec<Value> {
+async fn wait_delivered(api: &Api, endpoint_id: &str, expected: usize) -> Vec<Delivery> {
     let start = Instant::now();
+    let query = DeliveryQuery::default()
+        .endpoint(endpoint_id.into())
+        .limit(500);
     loop {
-        let (status, page) = api
-            .call(
-                "GET",
-                &format!("/v1/deliveries?endpoint_id={endpoint_id}&limit=500"),
-                None,
-            )
-            .await;
-        assert_eq!(status, 200, "{page}");
-        let all = page["data"].as_array().unwrap().clone();
+        let all = api.client.deliveries(&query).await.unwrap().data;
         assert!(all.len() < 500, "more deliveries than a page");
-        if all.len() == expected && all.iter().all(|d| d["status"] == "delivered") {
+        let delivered = |d: &&Delivery| d.status == DeliveryStatus::Delivered;
+        if all.len() == expected && all.iter().all(|d| delivered(&d)) {
             return all;
         }
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "{} of {expected} deliveries, not all delivered: {:?}",
             all.len(),
-            all.iter().find(|d| d["status"] != "delivered")
+            all.iter().find(|d| !delivered(d))
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -458,10 +449,7 @@ async fn rotation_requests_are_checked() {
         .create_account("other", Some("kxp_other_key"))
         .await
         .unwrap();
-    let other = Api {
-        key: "kxp_other_key".to_owned(),
-        ..s.api.clone()
-    };
+    let other = s.api.with_key("kxp_other_key");
     let (status, _) = other
         .call(
             "POST",

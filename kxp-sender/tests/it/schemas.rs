@@ -188,10 +188,7 @@ async fn an_invalid_schema_is_refused_with_the_problem() {
 async fn another_account_neither_sees_nor_changes_nor_is_checked_by_your_schemas() {
     let s = sender("0s").await;
     let (_, b_key) = s.server.db().create_account("b", None).await.unwrap();
-    let b = Api {
-        key: b_key,
-        ..s.api.clone()
-    };
+    let b = s.api.with_key(&b_key);
     let path = format!("/v1/schemas/payment.succeeded/{VERSION}");
     let (status, _) = s.api.call("PUT", &path, Some(payment_schema())).await;
     assert_eq!(status, 201);

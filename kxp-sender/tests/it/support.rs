@@ -53,11 +53,7 @@ pub async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sen
     tweak(&mut config);
     let database_url = config.database_url.clone();
     let server = kxp_sender::start(config).await.unwrap();
-    let api = Api {
-        base: format!("http://{}", server.addr()),
-        key: "kxp_test_key".to_owned(),
-        client: reqwest::Client::new(),
-    };
+    let api = Api::new(format!("http://{}", server.addr()), "kxp_test_key");
     Sender {
         server,
         api,
@@ -66,19 +62,43 @@ pub async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sen
     }
 }
 
-/// A thin client of the sender's API.
-#[derive(Clone)]
+/// A client of the sender's API, holding one account's key: the typed client for what the
+/// tests do on the way to what they check, and [`Api::call`] for raw HTTP.
+#[derive(Clone, Debug)]
 pub struct Api {
     pub base: String,
     pub key: String,
-    pub client: reqwest::Client,
+    /// Raw HTTP, for requests the typed client cannot (or must not) make.
+    pub http: reqwest::Client,
+    /// The typed client, with the same base and key.
+    pub client: kxp_api::Client,
 }
 
 impl Api {
+    /// A client of the server at `base` calling with `key`.
+    pub fn new(base: String, key: &str) -> Api {
+        Api {
+            client: kxp_api::Client::new(&base, key).unwrap(),
+            base,
+            key: key.to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The same server with another account's key. (Not `Api { key, ..api }`: the typed
+    /// client would keep the old key.)
+    pub fn with_key(&self, key: &str) -> Api {
+        Api::new(self.base.clone(), key)
+    }
+
+    /// Raw HTTP: the status and the body (JSON, or the text as a JSON string). For negative
+    /// tests only (error statuses and bodies, bad JSON, bad auth, wrong methods, headers the
+    /// typed client does not send): everything else goes through [`Api::client`], so every
+    /// test also proves kxp-api's types read the server's real answers.
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut request = self
-            .client
+            .http
             .request(method, format!("{}{path}", self.base))
             .bearer_auth(&self.key);
         if let Some(body) = body {
@@ -95,51 +115,58 @@ impl Api {
 
     /// Creates an endpoint for `url`; returns (id, secret). The scripted receivers do not
     /// answer the endpoint challenge, so it is skipped unless `extra` says
-    /// `"skip_challenge": false`.
+    /// `"skip_challenge": false`. `extra` holds more fields of [`kxp_api::NewEndpoint`].
     pub async fn endpoint(&self, url: &str, extra: Value) -> (String, String) {
         let mut body = json!({"url": url, "skip_challenge": true});
         if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
             body.extend(extra.clone());
         }
-        let (status, created) = self.call("POST", "/v1/endpoints", Some(body)).await;
-        assert_eq!(status, 201, "{created}");
+        let new: kxp_api::NewEndpoint = serde_json::from_value(body).unwrap();
+        let created = self
+            .client
+            .create_endpoint(&new)
+            .await
+            .unwrap_or_else(|e| panic!("POST /v1/endpoints: {e}"));
         (
-            created["id"].as_str().unwrap().to_owned(),
-            created["secret"].as_str().unwrap().to_owned(),
+            created.endpoint.id.into_string(),
+            created.secret.expose().to_owned(),
         )
     }
 
     /// Emits an event; returns its id.
     pub async fn emit(&self, event_type: &str, data: Value) -> String {
-        let (status, event) = self
-            .call(
-                "POST",
-                "/v1/events",
-                Some(json!({"type": event_type, "data": data})),
-            )
-            .await;
-        assert_eq!(status, 202, "{event}");
-        event["id"].as_str().unwrap().to_owned()
+        let event = kxp_api::NewEvent::new(event_type, &data).unwrap();
+        let event = self
+            .client
+            .create_event(&event, None)
+            .await
+            .unwrap_or_else(|e| panic!("POST /v1/events: {e}"));
+        event.id.into_string()
+    }
+
+    /// The deliveries of an event, as typed.
+    pub async fn typed_deliveries_of(&self, event_id: &str) -> Vec<kxp_api::Delivery> {
+        self.client
+            .event_deliveries(&event_id.into())
+            .await
+            .unwrap_or_else(|e| panic!("GET /v1/events/{event_id}/deliveries: {e}"))
+            .data
     }
 
     /// The deliveries of an event.
     pub async fn deliveries_of(&self, event_id: &str) -> Vec<Value> {
-        let (status, page) = self
-            .call("GET", &format!("/v1/events/{event_id}/deliveries"), None)
-            .await;
-        assert_eq!(status, 200, "{page}");
-        page["data"].as_array().unwrap().clone()
+        values(self.typed_deliveries_of(event_id).await)
     }
 
     /// Polls until the event's latest delivery reaches `status`, for at most `within`.
     pub async fn wait_for(&self, event_id: &str, status: &str, within: Duration) -> Value {
         let start = Instant::now();
         loop {
-            let deliveries = self.deliveries_of(event_id).await;
+            let deliveries = self.typed_deliveries_of(event_id).await;
             if let Some(latest) = deliveries.last()
-                && latest["status"] == status
+                && latest.status.as_str() == status
             {
-                return latest.clone();
+                return serde_json::to_value(latest).unwrap();
             }
             assert!(
                 start.elapsed() < within,
@@ -149,17 +176,23 @@ impl Api {
         }
     }
 
+    /// The attempts of a delivery.
     pub async fn attempts(&self, delivery_id: &str) -> Vec<Value> {
-        let (status, page) = self
-            .call(
-                "GET",
-                &format!("/v1/deliveries/{delivery_id}/attempts"),
-                None,
-            )
-            .await;
-        assert_eq!(status, 200, "{page}");
-        page["data"].as_array().unwrap().clone()
+        let page = self
+            .client
+            .delivery_attempts(&delivery_id.into())
+            .await
+            .unwrap_or_else(|e| panic!("GET /v1/deliveries/{delivery_id}/attempts: {e}"));
+        values(page.data)
     }
+}
+
+/// Typed answers as JSON values, for the assertions written against JSON.
+pub fn values<T: serde::Serialize>(items: Vec<T>) -> Vec<Value> {
+    items
+        .iter()
+        .map(|item| serde_json::to_value(item).unwrap())
+        .collect()
 }
 
 /// How a scripted receiver answers one request.
