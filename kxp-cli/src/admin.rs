@@ -1,12 +1,14 @@
 //! `kxp dlq` and `kxp replay`: the dead-letter queue from the command line, through a running
-//! server's API, or straight on the database when no server is up.
+//! server's API ([`kxp_api::Client`]), or straight on the database when no server is up. Both
+//! print the same type, [`kxp_api::Delivery`]: a row converts into it as the API's answer does.
 
 use std::process::ExitCode;
 
 use clap::Args;
-use kxp_sender::Db;
-use kxp_sender::{Delivery, DeliveryFilter, parse_rfc3339, rfc3339};
-use serde_json::{Value, json};
+use kxp_api::{
+    BulkReplay, Client, ClientError, Delivery, DeliveryQuery, DeliveryStatus, Timestamp,
+};
+use kxp_sender::{Db, DeliveryFilter};
 
 /// Where the command acts.
 #[derive(Args)]
@@ -30,8 +32,8 @@ pub(crate) struct DlqArgs {
     #[arg(long)]
     endpoint: Option<String>,
     /// How many to list at most.
-    #[arg(long, default_value_t = 100)]
-    limit: i64,
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    limit: u32,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
@@ -60,11 +62,7 @@ pub(crate) struct ReplayArgs {
 
 pub(crate) fn dlq(args: DlqArgs) -> ExitCode {
     run(async move {
-        let query = [
-            ("status", Some("dead".to_owned())),
-            ("endpoint_id", args.endpoint.clone()),
-        ];
-        let deliveries: Vec<Value> = match &args.target.database_url {
+        let deliveries: Vec<Delivery> = match &args.target.database_url {
             Some(url) => {
                 let (db, account) = open(url, &args.target.api_key).await?;
                 let filter = DeliveryFilter {
@@ -73,25 +71,27 @@ pub(crate) fn dlq(args: DlqArgs) -> ExitCode {
                     ..Default::default()
                 };
                 let rows = db
-                    .deliveries(&account, &filter, None, args.limit)
+                    .deliveries(&account, &filter, None, i64::from(args.limit))
                     .await
                     .map_err(|e| e.to_string())?;
-                rows.into_iter().map(view).collect()
+                rows.into_iter().map(Delivery::from).collect()
             }
             None => {
-                let mut path = format!("/v1/deliveries?limit={}", args.limit);
-                for (key, value) in query {
-                    if let Some(value) = value {
-                        path.push_str(&format!("&{key}={value}"));
-                    }
+                let mut query = DeliveryQuery::dead().limit(args.limit);
+                if let Some(endpoint) = args.endpoint {
+                    query = query.endpoint(endpoint.into());
                 }
-                let page = api(&args.target, reqwest::Method::GET, &path, None).await?;
-                page["data"].as_array().cloned().unwrap_or_default()
+                let client = client(&args.target)?;
+                let page = client
+                    .deliveries(&query)
+                    .await
+                    .map_err(|e| failure(&args.target, &e))?;
+                page.data
             }
         };
         if args.json {
             for d in &deliveries {
-                println!("{d}");
+                println!("{}", serde_json::to_string(d).map_err(|e| e.to_string())?);
             }
         } else if deliveries.is_empty() {
             println!("The dead-letter queue is empty.");
@@ -103,11 +103,11 @@ pub(crate) fn dlq(args: DlqArgs) -> ExitCode {
             for d in &deliveries {
                 println!(
                     "{:<32}  {:<36}  {:<30}  {:>8}  {}",
-                    text(&d["id"]),
-                    text(&d["event_id"]),
-                    text(&d["endpoint_id"]),
-                    d["attempts"],
-                    text(&d["last_error"]),
+                    d.id.as_str(),
+                    d.event_id.as_str(),
+                    d.endpoint_id.as_str(),
+                    d.attempts,
+                    d.last_error.as_deref().unwrap_or_default(),
                 );
             }
             println!(
@@ -126,33 +126,28 @@ pub(crate) fn replay(args: ReplayArgs) -> ExitCode {
                 let new = match &args.target.database_url {
                     Some(url) => {
                         let (db, account) = open(url, &args.target.api_key).await?;
-                        view(db.replay(&account, id).await.map_err(|e| e.to_string())?)
+                        Delivery::from(db.replay(&account, id).await.map_err(|e| e.to_string())?)
                     }
-                    None => {
-                        api(
-                            &args.target,
-                            reqwest::Method::POST,
-                            &format!("/v1/deliveries/{id}/replay"),
-                            None,
-                        )
-                        .await?
-                    }
+                    None => client(&args.target)?
+                        .replay_delivery(&id.as_str().into())
+                        .await
+                        .map_err(|e| failure(&args.target, &e))?,
                 };
                 println!(
                     "Queued {} (event {}) as delivery {}.",
-                    id,
-                    text(&new["event_id"]),
-                    text(&new["id"])
+                    id, new.event_id, new.id
                 );
             }
             (None, Some(endpoint)) => {
+                let since = args.since.as_deref().map(parse_time).transpose()?;
+                let until = args.until.as_deref().map(parse_time).transpose()?;
                 let queued = match &args.target.database_url {
                     Some(url) => {
                         let (db, account) = open(url, &args.target.api_key).await?;
                         let filter = DeliveryFilter {
                             status: Some(args.status.clone()),
-                            since: args.since.as_deref().map(parse_time).transpose()?,
-                            until: args.until.as_deref().map(parse_time).transpose()?,
+                            since: since.as_ref().and_then(Timestamp::unix_ms),
+                            until: until.as_ref().and_then(Timestamp::unix_ms),
                             ..Default::default()
                         };
                         db.replay_endpoint(&account, endpoint, &filter)
@@ -160,15 +155,14 @@ pub(crate) fn replay(args: ReplayArgs) -> ExitCode {
                             .map_err(|e| e.to_string())?
                     }
                     None => {
-                        let body = json!({"status": args.status, "since": args.since, "until": args.until});
-                        let answer = api(
-                            &args.target,
-                            reqwest::Method::POST,
-                            &format!("/v1/endpoints/{endpoint}/replay"),
-                            Some(body),
-                        )
-                        .await?;
-                        answer["queued"].as_u64().unwrap_or_default()
+                        let mut which = BulkReplay::status(DeliveryStatus::parse(&args.status));
+                        which.since = since;
+                        which.until = until;
+                        client(&args.target)?
+                            .replay_endpoint(&endpoint.as_str().into(), &which)
+                            .await
+                            .map_err(|e| failure(&args.target, &e))?
+                            .queued
                     }
                 };
                 println!("Queued {queued} deliveries of endpoint {endpoint} again.");
@@ -193,35 +187,25 @@ pub(crate) fn run(work: impl std::future::Future<Output = Result<(), String>>) -
     }
 }
 
-async fn api(
-    target: &Target,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> Result<Value, String> {
-    let url = format!("{}{path}", target.server.trim_end_matches('/'));
-    let mut request = reqwest::Client::new()
-        .request(method, &url)
-        .bearer_auth(&target.api_key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| format!("cannot reach {}: {e}", target.server))?;
-    let status = response.status();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    if status.is_success() {
-        Ok(body)
-    } else {
-        Err(format!(
-            "{status}: {}",
-            body["message"]
-                .as_str()
-                .or(body["error"].as_str())
-                .unwrap_or("no details")
-        ))
+/// The typed client of the server `target` names.
+fn client(target: &Target) -> Result<Client, String> {
+    Client::new(&target.server, target.api_key.as_str()).map_err(|e| e.to_string())
+}
+
+/// A failed call as the command prints it: `<status>: <message>` for the API's own errors
+/// (their code stays in the [`ClientError`] for code that needs it).
+fn failure(target: &Target, e: &ClientError) -> String {
+    match e {
+        ClientError::Api {
+            status, message, ..
+        } => {
+            // `401 Unauthorized`, as reqwest writes a status.
+            let status = reqwest::StatusCode::from_u16(*status)
+                .map_or_else(|_| status.to_string(), |s| s.to_string());
+            format!("{status}: {message}")
+        }
+        ClientError::Transport(e) => format!("cannot reach {}: {e}", target.server),
+        e => e.to_string(),
     }
 }
 
@@ -242,28 +226,7 @@ async fn open(url: &str, api_key: &str) -> Result<(Db, String), String> {
     Ok((db, account.id.into_string()))
 }
 
-fn view(d: Delivery) -> Value {
-    json!({
-        "id": d.id, "event_id": d.event_id, "endpoint_id": d.endpoint_id, "status": d.status,
-        "attempts": d.attempts, "last_status": d.last_status, "last_error": d.last_error,
-        "replayed_by": d.replayed_by, "created_at": rfc3339(d.created_at), "updated_at": rfc3339(d.updated_at),
-    })
-}
-
-fn text(value: &Value) -> String {
-    value.as_str().map_or_else(
-        || {
-            if value.is_null() {
-                String::new()
-            } else {
-                value.to_string()
-            }
-        },
-        str::to_owned,
-    )
-}
-
-fn parse_time(text: &str) -> Result<i64, String> {
-    parse_rfc3339(text)
-        .ok_or_else(|| format!("`{text}` is not an RFC 3339 time such as 2026-11-30T01:02:03Z"))
+fn parse_time(text: &str) -> Result<Timestamp, String> {
+    text.parse()
+        .map_err(|_| format!("`{text}` is not an RFC 3339 time such as 2026-11-30T01:02:03Z"))
 }
