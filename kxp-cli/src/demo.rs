@@ -11,7 +11,6 @@
 //! The receiver's ledger is the evidence: the command exits non-zero unless every emitted event
 //! was processed exactly once ([`report::verdict`]).
 
-mod api;
 mod receiver;
 mod report;
 
@@ -23,12 +22,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use kxp_api::{
+    AccountPatch, BulkReplay, CircuitState, Client, ClientError, DeliveryQuery, DeliveryStatus,
+    EndpointCreated, EndpointId, EventId, NewEndpoint, NewEvent, Patch,
+};
 use kxp_sender::Protection;
 use kxp_sender::{Config, Schedule};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use self::api::Api;
 use self::receiver::{ENDPOINT_TIMEOUT, FlakyReceiver, Phase, Reserved};
 use self::report::{Deliveries, Live, Progress};
 
@@ -158,40 +160,39 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     let sender = kxp_sender::start(config)
         .await
         .map_err(|e| format!("cannot start the sender: {e}"))?;
-    let api = Api::new(sender.addr(), api_key)?;
+    let api = client(sender.addr(), api_key)?;
 
     let reserved = Reserved::new()?;
     let base = format!("http://{}", reserved.addr());
-    let payments = api
-        .create_endpoint(
-            &format!("{base}/webhooks/payments"),
-            "payment.*",
-            "kxp demo: the shop (flaky)",
-            ENDPOINT_TIMEOUT,
-        )
-        .await?;
-    let refunds = api
-        .create_endpoint(
-            &format!("{base}/webhooks/refunds"),
-            "refund.*",
-            "kxp demo: bookkeeping (broken until fixed)",
-            ENDPOINT_TIMEOUT,
-        )
-        .await?;
+    let payments = create_endpoint(
+        &api,
+        &format!("{base}/webhooks/payments"),
+        "payment.*",
+        "kxp demo: the shop (flaky)",
+    )
+    .await?;
+    let refunds = create_endpoint(
+        &api,
+        &format!("{base}/webhooks/refunds"),
+        "refund.*",
+        "kxp demo: bookkeeping (broken until fixed)",
+    )
+    .await?;
     // The merchant's on-call hook: told when a circuit opens or an endpoint is disabled.
-    let ops_secret = api.set_ops_url(&format!("{base}/webhooks/ops")).await?;
+    let ops_secret = set_ops_url(&api, &format!("{base}/webhooks/ops")).await?;
     let receiver = FlakyReceiver::start(
         reserved,
         &dir.sqlite_url("receiver.db"),
         seed,
         receiver::Secrets {
-            payments: &payments.secret,
-            refunds: &refunds.secret,
-            ops: &ops_secret,
+            payments: payments.secret.expose(),
+            refunds: refunds.secret.expose(),
+            ops: ops_secret.expose(),
         },
     )
     .await?;
-    drop((payments.secret, refunds.secret, ops_secret));
+    let (payments, refunds) = (payments.endpoint, refunds.endpoint);
+    drop(ops_secret);
 
     progress.say(&format!(
         "kxp demo: {} events through the real sender to a receiver that misbehaves on purpose (seed {seed})",
@@ -199,7 +200,7 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     ));
     progress.say(&format!(
         "  sender    {} · SQLite in {} · tries at {SCHEDULE} (±25 %)",
-        api.base(),
+        api.base_url().as_str().trim_end_matches('/'),
         dir.path.display()
     ));
     progress.say(&format!(
@@ -222,8 +223,8 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
         api: &api,
         receiver: &receiver,
         endpoints: [
-            (payments.id.clone(), "payments", "closed".to_owned()),
-            (refunds.id.clone(), "refunds", "closed".to_owned()),
+            (payments.id.clone(), "payments", CircuitState::Closed),
+            (refunds.id.clone(), "refunds", CircuitState::Closed),
         ],
         refunds_fixed: false,
         notices_seen: 0,
@@ -234,7 +235,7 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     };
     let settled = watch.until_settled(emission).await?;
 
-    let deliveries = Deliveries::of(&api.deliveries().await?);
+    let deliveries = Deliveries::of(&all_deliveries(&api).await?);
     let ledger = receiver.ledger().await?;
     let counts = receiver.counts();
     let ids = lock(&emitted).clone();
@@ -257,10 +258,10 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
 /// Emits `n` events at `pace`: payments, and a refund every tenth. Each has an idempotency key,
 /// so a retried POST never makes a second event.
 async fn emit_all(
-    api: Api,
+    api: Client,
     n: u64,
     pace: Duration,
-    emitted: Arc<Mutex<Vec<String>>>,
+    emitted: Arc<Mutex<Vec<EventId>>>,
 ) -> Result<(), String> {
     let mut ticker = tokio::time::interval(pace.max(Duration::from_millis(1)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -278,7 +279,7 @@ async fn emit_all(
                 json!({"payment_id": format!("pay_demo_{seq:05}"), "seq": seq, "amount": amount, "currency": "EUR"}),
             )
         };
-        let id = api.emit(&format!("demo-{seq}"), kind, data).await?;
+        let id = emit(&api, &format!("demo-{seq}"), kind, &data).await?;
         lock(&emitted).push(id);
     }
     Ok(())
@@ -287,17 +288,17 @@ async fn emit_all(
 /// Watches the run: shows progress, narrates, and replays dead deliveries once the first round
 /// has settled.
 struct Watch<'a> {
-    api: &'a Api,
+    api: &'a Client,
     receiver: &'a FlakyReceiver,
     /// Each endpoint's id, name, and circuit state as last seen.
-    endpoints: [(String, &'static str, String); 2],
+    endpoints: [(EndpointId, &'static str, CircuitState); 2],
     refunds_fixed: bool,
     /// Operational notices already narrated.
     notices_seen: usize,
-    refunds_endpoint: &'a str,
+    refunds_endpoint: &'a EndpointId,
     progress: &'a mut Progress,
     requested: u64,
-    emitted: &'a Mutex<Vec<String>>,
+    emitted: &'a Mutex<Vec<EventId>>,
 }
 
 impl Watch<'_> {
@@ -347,13 +348,18 @@ impl Watch<'_> {
             }
             if last_poll.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
                 last_poll = Some(Instant::now());
-                let rows = self.api.deliveries().await?;
+                let rows = all_deliveries(self.api).await?;
                 view = Deliveries::of(&rows);
                 self.narrate_circuits(&stamp).await?;
                 let refunds_waiting = rows
                     .iter()
-                    .filter(|d| d.endpoint_id == self.refunds_endpoint)
-                    .filter(|d| d.status == "pending" || d.status == "delivering")
+                    .filter(|d| d.endpoint_id == *self.refunds_endpoint)
+                    .filter(|d| {
+                        matches!(
+                            d.status,
+                            DeliveryStatus::Pending | DeliveryStatus::Delivering
+                        )
+                    })
                     .count() as u64;
                 if emitted_at.is_some()
                     && !self.refunds_fixed
@@ -423,16 +429,21 @@ impl Watch<'_> {
     /// Says when an endpoint's circuit breaker changes state.
     async fn narrate_circuits(&mut self, stamp: &str) -> Result<(), String> {
         for (id, name, seen) in &mut self.endpoints {
-            let state = self.api.circuit_state(id).await?;
+            let state = self
+                .api
+                .endpoint(id)
+                .await
+                .map_err(|e| format!("GET /v1/endpoints/{id}: {e}"))?
+                .circuit_state;
             if state == *seen {
                 continue;
             }
-            self.progress.say(&match state.as_str() {
-                "open" => format!(
+            self.progress.say(&match state {
+                CircuitState::Open => format!(
                     "{stamp} {name}: circuit open after {} failures in a row; its deliveries are held (no retries used)",
                     PROTECTION.breaker_failures
                 ),
-                "half_open" => format!("{stamp} {name}: circuit half-open, probing with one delivery"),
+                CircuitState::HalfOpen => format!("{stamp} {name}: circuit half-open, probing with one delivery"),
                 _ => format!(
                     "{stamp} {name}: probe succeeded, circuit closed; held deliveries drain at {}/s",
                     PROTECTION.rate_limit
@@ -444,7 +455,7 @@ impl Watch<'_> {
             let name = self
                 .endpoints
                 .iter()
-                .find(|(id, _, _)| *id == notice.endpoint_id)
+                .find(|(id, _, _)| *id == notice.endpoint_id.as_str())
                 .map_or("an unknown endpoint", |(_, name, _)| *name);
             self.progress.say(&format!(
                 "{stamp} ops webhook received: {} for {name} (signed with the account's ops secret, verified)",
@@ -458,11 +469,11 @@ impl Watch<'_> {
     /// Fixes the refunds route, then replays the dead deliveries of every endpoint that has
     /// some, through the API.
     async fn replay_dead(&mut self, stamp: &str) -> Result<(), String> {
-        let rows = self.api.deliveries().await?;
-        let mut dead_by_endpoint: Vec<(String, u64)> = Vec::new();
+        let rows = all_deliveries(self.api).await?;
+        let mut dead_by_endpoint: Vec<(EndpointId, u64)> = Vec::new();
         for d in rows
             .iter()
-            .filter(|d| d.status == "dead" && d.replayed_by.is_none())
+            .filter(|d| d.status == DeliveryStatus::Dead && d.replayed_by.is_none())
         {
             match dead_by_endpoint
                 .iter_mut()
@@ -473,7 +484,7 @@ impl Watch<'_> {
             }
         }
         for (endpoint, dead) in dead_by_endpoint {
-            if endpoint == self.refunds_endpoint {
+            if endpoint == *self.refunds_endpoint {
                 self.progress.say(&format!(
                     "{stamp} {dead} refund deliveries are dead: the refunds handler failed all of their tries"
                 ));
@@ -485,13 +496,100 @@ impl Watch<'_> {
                     "{stamp} {dead} deliveries to {endpoint} are dead; replaying them"
                 ));
             }
-            let queued = self.api.replay_endpoint(&endpoint).await?;
+            let queued = self
+                .api
+                .replay_endpoint(&endpoint, &BulkReplay::status(DeliveryStatus::Dead))
+                .await
+                .map_err(|e| format!("POST /v1/endpoints/{endpoint}/replay: {e}"))?
+                .queued;
             self.progress.say(&format!(
                 "{stamp} POST /v1/endpoints/{endpoint}/replay → {queued} deliveries queued again (same event ids)"
             ));
         }
         Ok(())
     }
+}
+
+/// The demo's client of the sender's API (`kxp_api::Client`, as a payment platform's code would
+/// use it), over loopback.
+fn client(addr: SocketAddr, api_key: String) -> Result<Client, String> {
+    let http = reqwest::Client::builder()
+        // Loopback only: a proxy from the environment must not see the demo's traffic.
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    Ok(Client::new(&format!("http://{addr}"), api_key)
+        .map_err(|e| e.to_string())?
+        .with_http(http))
+}
+
+/// Registers an endpoint for the event types matching `pattern`. The answer holds its signing
+/// secret, handed to the receiver and never printed.
+async fn create_endpoint(
+    api: &Client,
+    url: &str,
+    pattern: &str,
+    description: &str,
+) -> Result<EndpointCreated, String> {
+    let mut endpoint = NewEndpoint::new(url);
+    endpoint.event_types = Some(vec![pattern.to_owned()]);
+    endpoint.description = Some(description.to_owned());
+    endpoint.timeout_ms = Some(u64::try_from(ENDPOINT_TIMEOUT.as_millis()).unwrap_or(5000));
+    // The demo's receiver is not listening yet (it needs the secret first), and its routes
+    // take POSTs only.
+    endpoint.skip_challenge = true;
+    api.create_endpoint(&endpoint)
+        .await
+        .map_err(|e| format!("POST /v1/endpoints: {e}"))
+}
+
+/// Points the account's operational webhooks at `url`; returns the ops secret they are signed
+/// with (shown only in this answer).
+async fn set_ops_url(api: &Client, url: &str) -> Result<kxp_api::Secret, String> {
+    let mut patch = AccountPatch::default();
+    patch.ops_url = Patch::Set(url.to_owned());
+    api.update_account(&patch)
+        .await
+        .map_err(|e| format!("PATCH /v1/account: {e}"))?
+        .ops_secret
+        .ok_or_else(|| "PATCH /v1/account: the answer has no `ops_secret`".to_owned())
+}
+
+/// Emits one event with an `Idempotency-Key`; a try that fails in transit or with a 5xx is
+/// repeated with the same key, so the event exists once whatever happened to the answer.
+async fn emit(
+    api: &Client,
+    idempotency_key: &str,
+    event_type: &str,
+    data: &Value,
+) -> Result<EventId, String> {
+    let event = NewEvent::new(event_type, data).map_err(|e| e.to_string())?;
+    let mut last_error = String::new();
+    for _ in 0..3 {
+        match api.create_event(&event, Some(idempotency_key)).await {
+            Ok(event) => return Ok(event.id),
+            Err(e) => {
+                last_error = format!("POST /v1/events: {e}");
+                let retry = match &e {
+                    ClientError::Transport(_) => true,
+                    e => e.status().is_some_and(|status| status >= 500),
+                };
+                if !retry {
+                    return Err(last_error);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(last_error)
+}
+
+/// Every delivery of the account, all pages, oldest first.
+async fn all_deliveries(api: &Client) -> Result<Vec<kxp_api::Delivery>, String> {
+    api.all_deliveries(&DeliveryQuery::default().limit(500))
+        .await
+        .map_err(|e| format!("GET /v1/deliveries: {e}"))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -7,9 +7,9 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kxp_api::{Delivery, DeliveryId, DeliveryStatus, EventId};
 use tracing_subscriber::fmt::MakeWriter;
 
-use super::api::DeliveryRow;
 use super::receiver::Counts;
 
 /// The title line above the table; the test finds the table by it.
@@ -70,9 +70,9 @@ pub(super) struct Tally {
 }
 
 /// Compares the ledger (event id, times processed) with the emitted ids.
-pub(super) fn tally(emitted: &[String], ledger: &[(String, u64)]) -> Tally {
+pub(super) fn tally(emitted: &[EventId], ledger: &[(String, u64)]) -> Tally {
     let counts: HashMap<&str, u64> = ledger.iter().map(|(id, n)| (id.as_str(), *n)).collect();
-    let emitted: HashSet<&str> = emitted.iter().map(String::as_str).collect();
+    let emitted: HashSet<&str> = emitted.iter().map(EventId::as_str).collect();
     let mut tally = Tally::default();
     for id in &emitted {
         match counts.get(id).copied().unwrap_or(0) {
@@ -107,31 +107,32 @@ pub(super) struct Deliveries {
 
 impl Deliveries {
     /// Counts a listing of every delivery.
-    pub(super) fn of(rows: &[DeliveryRow]) -> Deliveries {
-        let by_id: HashMap<&str, &DeliveryRow> = rows.iter().map(|d| (d.id.as_str(), d)).collect();
+    pub(super) fn of(rows: &[Delivery]) -> Deliveries {
+        let by_id: HashMap<&DeliveryId, &Delivery> = rows.iter().map(|d| (&d.id, d)).collect();
         let mut out = Deliveries::default();
         let mut delivered = HashSet::new();
         for d in rows {
-            out.attempts += d.attempts;
-            out.retried += d.attempts.saturating_sub(1);
-            match d.status.as_str() {
-                "delivered" => {
-                    delivered.insert(d.event_id.as_str());
+            let attempts = u64::from(d.attempts);
+            out.attempts += attempts;
+            out.retried += attempts.saturating_sub(1);
+            match d.status {
+                DeliveryStatus::Delivered => {
+                    delivered.insert(&d.event_id);
                 }
-                "dead" if d.replayed_by.is_none() => out.dead += 1,
-                "dead" => {
+                DeliveryStatus::Dead if d.replayed_by.is_none() => out.dead += 1,
+                DeliveryStatus::Dead => {
                     // Follow the replay chain to its end (bounded: ids cannot loop, but a
                     // corrupt listing must not hang the demo).
-                    let mut next = d.replayed_by.as_deref();
+                    let mut next = d.replayed_by.as_ref();
                     let mut end = None;
                     for _ in 0..rows.len() {
                         let Some(row) = next.and_then(|id| by_id.get(id)) else {
                             break;
                         };
                         end = Some(*row);
-                        next = row.replayed_by.as_deref();
+                        next = row.replayed_by.as_ref();
                     }
-                    if end.is_some_and(|row| row.status == "delivered") {
+                    if end.is_some_and(|row| row.status == DeliveryStatus::Delivered) {
                         out.dead_replayed += 1;
                     }
                 }
@@ -147,7 +148,7 @@ impl Deliveries {
 /// emitted ids.
 pub(super) fn summarize(
     requested: u64,
-    emitted: &[String],
+    emitted: &[EventId],
     deliveries: &Deliveries,
     counts: &Counts,
     ledger: &[(String, u64)],
@@ -380,8 +381,8 @@ impl io::Write for LogWriter {
 mod tests {
     use super::*;
 
-    fn ids(n: u64) -> Vec<String> {
-        (0..n).map(|i| format!("evt-{i}")).collect()
+    fn ids(n: u64) -> Vec<EventId> {
+        (0..n).map(|i| EventId::from(format!("evt-{i}"))).collect()
     }
 
     fn good() -> Summary {
@@ -398,7 +399,7 @@ mod tests {
     #[test]
     fn everything_once_passes() {
         assert_eq!(verdict(&good()), Ok(()));
-        let ledger: Vec<(String, u64)> = ids(3).into_iter().map(|id| (id, 1)).collect();
+        let ledger: Vec<(String, u64)> = ids(3).into_iter().map(|id| (id.into(), 1)).collect();
         assert_eq!(
             tally(&ids(3), &ledger),
             Tally {
@@ -479,14 +480,20 @@ mod tests {
         }
     }
 
-    fn row(id: &str, event: &str, status: &str, attempts: u64, by: Option<&str>) -> DeliveryRow {
-        DeliveryRow {
-            id: id.to_owned(),
-            event_id: event.to_owned(),
-            endpoint_id: "ep".to_owned(),
-            status: status.to_owned(),
+    fn row(id: &str, event: &str, status: &str, attempts: u32, by: Option<&str>) -> Delivery {
+        let at = kxp_api::Timestamp::from_unix_ms(0);
+        Delivery {
+            id: id.into(),
+            event_id: event.into(),
+            endpoint_id: "ep".into(),
+            status: DeliveryStatus::parse(status),
             attempts,
-            replayed_by: by.map(str::to_owned),
+            next_attempt_at: None,
+            last_status: None,
+            last_error: None,
+            replayed_by: by.map(DeliveryId::from),
+            created_at: at.clone(),
+            updated_at: at,
         }
     }
 
