@@ -1,0 +1,95 @@
+//! What the store answers: the outcome of a claim, an event's record and its status, and
+//! which backend a store runs on.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::StoreError;
+
+/// Which database a [`Store`](crate::Store) uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// SQLite: a file (WAL mode) or an in-memory database.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+}
+
+impl Backend {
+    /// `"sqlite"` or `"postgres"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`Store::claim`] decided for a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller holds the event until the lease ends: process it, then
+    /// [`complete`](Store::complete) or [`fail`](Store::fail).
+    Claimed,
+    /// Processed before: answer 200 without processing again.
+    AlreadyDone,
+    /// Another caller holds a live lease on it: answer 409 and let the sender come back.
+    InProgress {
+        /// What is left of that lease, rounded up to whole seconds, at least 1 s: a ready
+        /// `Retry-After` value.
+        retry_after: Duration,
+    },
+}
+
+/// The state of one event id, as [`Store::record`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventRecord {
+    /// Where the event stands.
+    pub status: EventStatus,
+    /// How many times it was claimed (or marked in in-transaction mode).
+    pub attempts: u32,
+    /// The most recent handler error, kept after a later success.
+    pub last_error: Option<String>,
+}
+
+/// The `status` column of `kxp_processed_events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventStatus {
+    /// `processing`: claimed; another claim succeeds only after the lease ends.
+    Processing,
+    /// `done`: processed; never processed again.
+    Done,
+    /// `failed`: the handler failed; the next claim takes it.
+    Failed,
+}
+
+impl EventStatus {
+    /// The value stored in the `status` column.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Processing => "processing",
+            EventStatus::Done => "done",
+            EventStatus::Failed => "failed",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Result<EventStatus, StoreError> {
+        match text {
+            "processing" => Ok(EventStatus::Processing),
+            "done" => Ok(EventStatus::Done),
+            "failed" => Ok(EventStatus::Failed),
+            other => Err(StoreError::Query {
+                cause: sqlx::Error::Decode(
+                    format!("unknown kxp_processed_events.status {other:?}").into(),
+                ),
+            }),
+        }
+    }
+}
