@@ -779,15 +779,20 @@ async fn sample_waits(
 }
 
 fn summary(m: &Measured) -> String {
+    let postgres = if m.pg_own_cpu > 0.0 {
+        format!(", postgres {:.0} µs/event", m.per_event_us(m.pg_own_cpu))
+    } else {
+        String::new()
+    };
     format!(
-        "delivered {:.0}/s, ingest {:.0}/s, p50 {:.1} ms, p99 {:.1} ms, server {:.0} µs/event, \
-         postgres {:.0} µs/event, {}/{} arrived, {} duplicates, load {:.1}–{:.1}",
+        "delivered {:.0}/s, ingest {:.0}/s, p50 {:.1} ms, p99 {:.1} ms, server {:.0} µs/event{}, \
+         {}/{} arrived, {} duplicates, load {:.1}–{:.1}",
         m.delivered_per_s,
         m.ingest_per_s,
         m.p50,
         m.p99,
         m.per_event_us(m.server_cpu),
-        m.per_event_us(m.pg_own_cpu),
+        postgres,
         m.arrived,
         m.expected,
         m.duplicates,
@@ -824,6 +829,14 @@ fn thousands(x: f64) -> String {
         out.push(c);
     }
     if x < 0.0 { format!("-{out}") } else { out }
+}
+
+fn ratio(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.3}")
+    } else {
+        "–".into()
+    }
 }
 
 fn ms(x: f64) -> String {
@@ -975,7 +988,7 @@ async fn print_report(
                 .map_or(f64::NAN, |n| n as f64 / m.arrived.max(1) as f64)
         });
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {:.3} | {:.3} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |",
             config.system.name(),
             config.processes,
             config.flags(),
@@ -1000,8 +1013,8 @@ async fn print_report(
                     .map(|m| (m.expected - m.arrived) as f64)
                     .sum::<f64>()
             ),
-            delivered / receiver,
-            delivered / floor,
+            ratio(delivered / receiver),
+            ratio(delivered / floor),
         );
     }
     println!(
