@@ -27,7 +27,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Args, Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Settings {
-    /// `sqlite://path` (created if missing) or `postgres://user@host/db`. [default: sqlite://kxp.db]
+    /// `sqlite://path` (created if missing) or `postgres://user@host/db`.
     #[arg(
         long,
         env = "KXP_DATABASE_URL",
@@ -36,12 +36,12 @@ pub(crate) struct Settings {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database_url: Option<String>,
-    /// Where the API listens. [default: 127.0.0.1:8080]
+    /// Where the API listens.
     #[arg(long, env = "KXP_LISTEN", value_name = "ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
     /// Development mode: accept http:// endpoint URLs and let deliveries reach loopback
-    /// (127.0.0.0/8, ::1) — loopback only. Never in production. [default: false]
+    /// (127.0.0.0/8, ::1) — loopback only. Never in production.
     #[arg(long, env = "KXP_DEV", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,51 +57,50 @@ pub(crate) struct Settings {
     )]
     #[serde(default, with = "text_list", skip_serializing_if = "Option::is_none")]
     pub allow_address: Option<Vec<Cidr>>,
-    /// Offsets from the first try, comma-separated. [default: 0s,10s,30s,1m,5m,15m,1h,6h,1d]
+    /// Offsets from the first try, comma-separated.
     #[arg(long, env = "KXP_RETRY_SCHEDULE", value_name = "OFFSETS")]
     #[serde(default, with = "text", skip_serializing_if = "Option::is_none")]
     pub retry_schedule: Option<Schedule>,
-    /// How much each gap between tries is randomly stretched or shrunk (0 to 1). [default: 0.25]
+    /// How much each gap between tries is randomly stretched or shrunk (0 to 1).
     #[arg(long, env = "KXP_JITTER", value_name = "FRACTION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jitter: Option<f64>,
-    /// Per-attempt timeout of endpoints that do not set their own (100ms to 30s). [default: 5s]
+    /// Per-attempt timeout of endpoints that do not set their own (100ms to 30s).
     #[arg(long, env = "KXP_DELIVERY_TIMEOUT", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery_timeout: Option<Dur>,
-    /// Attempts in flight at once in this process. [default: 64]
+    /// Attempts in flight at once in this process.
     #[arg(long, env = "KXP_WORKERS", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
-    /// Attempts in flight at once to one endpoint, from this process. [default: 8]
+    /// Attempts in flight at once to one endpoint, from this process.
     #[arg(long, env = "KXP_PER_ENDPOINT_CONCURRENCY", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_endpoint_concurrency: Option<usize>,
     /// How long a claimed delivery's lease outlives its endpoint's timeout: after a crash, its
-    /// deliveries are taken over this long after their attempts could have ended. [default: 10s]
+    /// deliveries are taken over this long after their attempts could have ended.
     #[arg(long, env = "KXP_LEASE_EXTRA", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_extra: Option<Dur>,
     /// Deliveries per second to one endpoint, for endpoints without their own
-    /// `rate_limit_per_second` (per process; 0: no default limit). [default: 50]
+    /// `rate_limit_per_second` (per process; 0: no default limit).
     #[arg(long, env = "KXP_RATE_LIMIT", value_name = "PER_SECOND")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<u32>,
     /// Consecutive failed attempts that open an endpoint's circuit breaker (1 or more).
-    /// [default: 10]
     #[arg(long, env = "KXP_BREAKER_FAILURES", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breaker_failures: Option<u32>,
     /// How long an open circuit holds deliveries before probing with one; doubles after each
-    /// failed probe, up to breaker_cooldown_max. [default: 1m]
+    /// failed probe, up to breaker_cooldown_max.
     #[arg(long, env = "KXP_BREAKER_COOLDOWN", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breaker_cooldown: Option<Dur>,
-    /// The longest wait between two probes of an open circuit. [default: 1h]
+    /// The longest wait between two probes of an open circuit.
     #[arg(long, env = "KXP_BREAKER_COOLDOWN_MAX", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breaker_cooldown_max: Option<Dur>,
-    /// Disable an endpoint that has failed every attempt for this long. [default: 3d]
+    /// Disable an endpoint that has failed every attempt for this long.
     #[arg(long, env = "KXP_DISABLE_AFTER", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disable_after: Option<Dur>,
@@ -110,17 +109,16 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_SMTP_URL", hide_env_values = true, value_name = "URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub smtp_url: Option<String>,
-    /// The From of e-mail notifications. [default: kxp-webhooks <kxp@localhost>]
+    /// The From of e-mail notifications.
     #[arg(long, env = "KXP_SMTP_FROM", value_name = "MAILBOX")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub smtp_from: Option<String>,
     /// How long finished deliveries (delivered, or dead and replayed), their events and
     /// notifications are kept; `0` keeps them forever. Dead deliveries never replayed stay.
-    /// [default: 30d]
     #[arg(long, env = "KXP_RETENTION", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<Dur>,
-    /// Log lines as JSON objects instead of text. [default: false]
+    /// Log lines as JSON objects instead of text.
     #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -160,6 +158,32 @@ pub(crate) enum ConfigError {
         /// Why.
         why: String,
     },
+}
+
+/// Appends `[default: …]` to the help of every setting of `serve`, from
+/// [`Config::default`] itself (through the same form `--print-config` shows), so `--help`
+/// cannot drift from the defaults in force.
+pub(crate) fn defaults_in_help(command: clap::Command) -> clap::Command {
+    let defaults = Settings::effective(&Config::default(), false);
+    let table: toml::Table = toml::from_str(&defaults.to_toml()).unwrap_or_default();
+    command.mut_subcommand("serve", |serve| {
+        let ids: Vec<String> = serve
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect();
+        ids.into_iter().fold(serve, |serve, id| {
+            let shown = match table.get(&id) {
+                Some(toml::Value::String(text)) => text.clone(),
+                Some(toml::Value::Array(items)) if items.is_empty() => return serve,
+                Some(value) => value.to_string(),
+                None => return serve,
+            };
+            serve.mut_arg(&id, |arg| {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                arg.help(format!("{help} [default: {shown}]"))
+            })
+        })
+    })
 }
 
 /// Takes each field from `$high`, else from `$low`.

@@ -11,7 +11,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// kxp-webhooks: sign, verify and deliver payment webhooks.
 #[derive(Parser)]
@@ -56,7 +56,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let matches = config::defaults_in_help(Cli::command()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
         Command::Demo(args) => demo::demo(args),
         Command::Sign(args) => debug::sign(args),
         Command::Verify(args) => debug::verify(args),

@@ -137,3 +137,23 @@ fn out_of_range_values_are_refused_whatever_their_source() {
     let out = print_config(&["--workers", "many"], &[]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn help_shows_the_defaults_in_force() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kxp"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let defaults = kxp_sender::Config::default();
+    for shown in [
+        format!("[default: {}]", defaults.workers),
+        format!("[default: {}]", defaults.database_url),
+        format!("[default: {}]", defaults.schedule),
+        "[default: 5s]".to_owned(),
+        "[default: 30d]".to_owned(),
+    ] {
+        assert!(help.contains(&shown), "{shown} missing from:\n{help}");
+    }
+}
