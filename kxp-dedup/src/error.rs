@@ -257,7 +257,6 @@ impl Redactor {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,7 +55,6 @@ pub(crate) enum Pool {
     Postgres(PgPool),
 }
 
-
 /// The claim statement's result before it becomes a public [`Claim`]: the inbox needs the
 /// attempt number for its back-off.
 pub(crate) enum ClaimState {
