@@ -31,11 +31,11 @@ impl fmt::Display for Backend {
     }
 }
 
-/// What [`Store::claim`] decided for a delivery.
+/// What [`Store::claim`](crate::Store::claim) decided for a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
     /// This caller holds the event until the lease ends: process it, then
-    /// [`complete`](Store::complete) or [`fail`](Store::fail).
+    /// [`complete`](crate::Store::complete) or [`fail`](crate::Store::fail).
     Claimed,
     /// Processed before: answer 200 without processing again.
     AlreadyDone,
@@ -47,7 +47,7 @@ pub enum Claim {
     },
 }
 
-/// The state of one event id, as [`Store::record`] reads it.
+/// The state of one event id, as [`Store::record`](crate::Store::record) reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EventRecord {
