@@ -91,13 +91,23 @@ pub(crate) struct Shared {
     pub mailer: Option<Mailer>,
     /// This process's counters, for `/metrics`.
     pub metrics: Metrics,
-    /// Poked after ingestion, replays and resumes, so idle workers start at once.
+    /// Poked after ingestion, replays and resumes, so idle workers start at once: through
+    /// [`Shared::wake_workers`] only.
     pub wake: Notify,
     /// Poked when a state change queued a notification.
     pub notices: Notify,
 }
 
 impl Shared {
+    /// Tells the delivery loop there is new due work. `notify_one` keeps a permit when the
+    /// loop is not waiting (it is in the middle of a claim that may have read the table before
+    /// the new rows committed), so the loop's next wait returns at once and claims again: a
+    /// wake-up is never lost, and a new event never waits for the next poll.
+    /// (`notify_waiters` would wake only a loop already waiting.)
+    pub fn wake_workers(&self) {
+        self.wake.notify_one();
+    }
+
     /// The address guard every connection passes.
     pub fn guard(&self) -> &AddressGuard {
         self.client.guard()

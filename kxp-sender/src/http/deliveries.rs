@@ -130,6 +130,6 @@ pub(super) async fn replay_delivery(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let delivery = state.db.replay(account.id.as_str(), &id).await?;
-    state.shared.wake.notify_waiters();
+    state.shared.wake_workers();
     Ok((StatusCode::ACCEPTED, Json(Delivery::from(delivery))).into_response())
 }

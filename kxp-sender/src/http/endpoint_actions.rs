@@ -44,7 +44,7 @@ pub(super) async fn resume_endpoint(
         .await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed");
     if due > 0 {
-        state.shared.wake.notify_waiters();
+        state.shared.wake_workers();
     }
     Ok(Json(Endpoint::from(endpoint)))
 }
@@ -130,7 +130,7 @@ pub(super) async fn replay_endpoint(
         .replay_endpoint(account.id.as_str(), &id, &filter)
         .await?;
     if queued > 0 {
-        state.shared.wake.notify_waiters();
+        state.shared.wake_workers();
     }
     Ok((StatusCode::ACCEPTED, Json(ReplayQueued { queued })).into_response())
 }

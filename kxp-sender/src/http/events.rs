@@ -77,7 +77,7 @@ pub(super) async fn create_event(
         Ingested::Created(event, queued) => {
             state.shared.metrics.event_ingested();
             if queued > 0 {
-                state.shared.wake.notify_waiters();
+                state.shared.wake_workers();
             }
             event
         }

@@ -73,7 +73,10 @@ impl Db {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
+                // FULL: a commit is on disk before it returns, so an event answered 202 (and an
+                // attempt recorded) survives a power loss. NORMAL in WAL mode can lose the last
+                // commits then; it only survives a crash of the process.
+                .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true);
             Db::Sqlite(
