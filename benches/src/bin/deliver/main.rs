@@ -951,7 +951,8 @@ async fn print_report(
     );
     let receiver = median(limits.receiver.clone());
     let pg8 = median(limits.pg8.clone());
-    let sqlite_normal = median(limits.sqlite_normal.clone());
+    // kxp's SQLite store commits with synchronous=FULL (kxp-sender/src/store/mod.rs).
+    let sqlite_full = median(limits.sqlite_full.clone());
     println!(
         "| system | procs | kxp flags | delivered/s | ingest/s | p50 ms | p90 ms | p99 ms | max ms \
          | server CPU µs/event | PostgreSQL CPU µs/event (own backends; all) | commits/event | bench CPU µs/event \
@@ -970,7 +971,7 @@ async fn print_report(
         let med = |f: &dyn Fn(&Measured) -> f64| median(mine.iter().map(|m| f(m)).collect());
         let delivered = med(&|m| m.delivered_per_s);
         let floor = if config.system == System::KxpSqlite {
-            sqlite_normal
+            sqlite_full
         } else {
             pg8
         };
@@ -1019,7 +1020,7 @@ async fn print_report(
     }
     println!(
         "\n`÷ receiver`: delivered/s over the receiver alone; `÷ bare commits`: over bare \
-         single-row commits/s (SQLite WAL NORMAL, kxp's setting, for kxp-sqlite; PostgreSQL \
+         single-row commits/s (SQLite WAL FULL, kxp's setting, for kxp-sqlite; PostgreSQL \
          with 8 clients otherwise). CPU per delivered event, from /proc, between the first emit \
          and the last arrival; `own backends` are the PostgreSQL backends connected to the run's \
          database, `all` every postgres process on the machine (other users' included). \
