@@ -36,6 +36,9 @@ string_enum! {
         TooManySecrets = "too_many_secrets",
         /// 409: the delivery's endpoint is deleted, so it cannot be replayed.
         EndpointDeleted = "endpoint_deleted",
+        /// 503: the account's due backlog of deliveries is at its bound, so the event was not
+        /// stored; retry after the `Retry-After` header's seconds.
+        BacklogFull = "backlog_full",
     }
 }
 
@@ -55,7 +58,7 @@ impl ErrorCode {
             | ErrorCode::ChallengeFailed
             | ErrorCode::BlockedAddress
             | ErrorCode::InvalidSchema => 422,
-            ErrorCode::StoreUnavailable => 503,
+            ErrorCode::StoreUnavailable | ErrorCode::BacklogFull => 503,
             ErrorCode::Unknown(_) => 500,
         }
     }
@@ -93,7 +96,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 13);
+        assert_eq!(ErrorCode::KNOWN.len(), 14);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -118,6 +118,12 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_RETENTION", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<Dur>,
+    /// Due deliveries an account may have waiting before its ingestion answers 503
+    /// `backlog_full` (held deliveries of paused, disabled or open-circuit endpoints do not
+    /// count); 0: no limit.
+    #[arg(long, env = "KXP_BACKLOG_LIMIT", value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backlog_limit: Option<u64>,
     /// Log lines as JSON objects instead of text.
     #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
@@ -213,7 +219,7 @@ impl Settings {
         layer!(high over lower: database_url, listen, dev, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, json_logs, api_key)
+            smtp_from, retention, backlog_limit, json_logs, api_key)
     }
 
     /// Whether logs are JSON lines.
@@ -280,6 +286,7 @@ impl Settings {
             smtp_url: self.smtp_url.clone().filter(|url| !url.is_empty()),
             smtp_from: self.smtp_from.clone().unwrap_or(d.smtp_from),
             retention,
+            backlog_limit: self.backlog_limit.unwrap_or(d.backlog_limit),
             ..d
         })
     }
@@ -306,6 +313,7 @@ impl Settings {
             smtp_url: config.smtp_url.as_deref().map(redact_passwords),
             smtp_from: Some(config.smtp_from.clone()),
             retention: Some(Dur(config.retention.unwrap_or(Duration::ZERO))),
+            backlog_limit: Some(config.backlog_limit),
             json_logs: Some(json_logs),
             api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
 use crate::engine::dispatch;
 use crate::engine::guard::AddressGuard;
@@ -112,6 +113,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     let client = dispatch::client(guard)?;
     let (stop, stopped) = watch::channel(false);
     let shared = Arc::new(Shared {
+        backlog: Backlog::new(config.backlog_limit),
         config,
         client,
         mailer,

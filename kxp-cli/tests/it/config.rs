@@ -157,3 +157,30 @@ fn help_shows_the_defaults_in_force() {
         assert!(help.contains(&shown), "{shown} missing from:\n{help}");
     }
 }
+
+#[test]
+fn the_backlog_limit_comes_from_every_source() {
+    assert_eq!(
+        effective(&[], &[])["backlog_limit"].as_integer(),
+        Some(10_000),
+        "default"
+    );
+    let (_dir, path) = file("backlog_limit = 500\n");
+    let config = effective(&["--config", &path], &[]);
+    assert_eq!(config["backlog_limit"].as_integer(), Some(500), "file");
+    let config = effective(&["--config", &path], &[("KXP_BACKLOG_LIMIT", "0")]);
+    assert_eq!(
+        config["backlog_limit"].as_integer(),
+        Some(0),
+        "env over file"
+    );
+    let config = effective(
+        &["--config", &path, "--backlog-limit", "42"],
+        &[("KXP_BACKLOG_LIMIT", "0")],
+    );
+    assert_eq!(
+        config["backlog_limit"].as_integer(),
+        Some(42),
+        "flag over env"
+    );
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
 use crate::engine::guard::{AddressGuard, Cidr};
 use crate::engine::mail::Mailer;
@@ -53,6 +54,10 @@ pub struct Config {
     /// How long finished deliveries, their events and notifications are kept (retention);
     /// `None`: forever.
     pub retention: Option<Duration>,
+    /// How many due deliveries an account may have waiting before its ingestion answers 503
+    /// `backlog_full`: pending deliveries whose time has come, held ones (paused, disabled or
+    /// open-circuit endpoints) and scheduled retries left out. 0: no limit.
+    pub backlog_limit: u64,
 }
 
 impl Default for Config {
@@ -74,6 +79,7 @@ impl Default for Config {
             smtp_url: None,
             smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
             retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
+            backlog_limit: 10_000,
         }
     }
 }
@@ -96,6 +102,8 @@ pub(crate) struct Shared {
     pub wake: Notify,
     /// Poked when a state change queued a notification.
     pub notices: Notify,
+    /// The per-account backpressure gate of ingestion.
+    pub backlog: Backlog,
 }
 
 impl Shared {

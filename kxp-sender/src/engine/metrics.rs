@@ -66,6 +66,8 @@ const CHANNELS: [&str; 2] = ["webhook", "email"];
 #[derive(Debug, Default)]
 pub struct Metrics {
     events: AtomicU64,
+    /// Ingests refused with `backlog_full`.
+    refused: AtomicU64,
     attempts: [AtomicU64; OUTCOMES.len()],
     /// Per bucket of [`LATENCY_BOUNDS_MS`], then `+Inf`; not cumulative here.
     duration_buckets: [AtomicU64; LATENCY_BOUNDS_MS.len() + 1],
@@ -89,6 +91,11 @@ impl Metrics {
     /// An event was stored.
     pub fn event_ingested(&self) {
         bump(&self.events);
+    }
+
+    /// An ingest was refused with `backlog_full`.
+    pub fn ingest_refused(&self) {
+        bump(&self.refused);
     }
 
     /// An attempt ended with `outcome` after `took`.
@@ -138,6 +145,15 @@ impl Metrics {
             "Events stored by this process's API.",
         );
         sample(o, "kxp_events_ingested_total", "", get(&self.events));
+
+        let name = "kxp_events_refused_total";
+        family(
+            o,
+            name,
+            "counter",
+            "Events this process's API refused, by reason: backlog_full (the account's due backlog was at backlog_limit).",
+        );
+        sample(o, name, "reason=\"backlog_full\"", get(&self.refused));
 
         family(
             o,
@@ -329,6 +345,7 @@ mod tests {
     fn the_exposition_groups_each_family() {
         let m = Metrics::default();
         m.event_ingested();
+        m.ingest_refused();
         m.attempt(
             &Outcome::Delivered {
                 status: 200,
@@ -352,6 +369,7 @@ mod tests {
         let text = m.render(&gauges);
         for line in [
             "kxp_events_ingested_total 1",
+            "kxp_events_refused_total{reason=\"backlog_full\"} 1",
             "kxp_attempts_total{outcome=\"success\"} 1",
             "kxp_attempts_total{outcome=\"timeout\"} 1",
             "kxp_attempt_duration_seconds_bucket{le=\"0.01\"} 1",

@@ -3,6 +3,7 @@
 //! pieces they send with (the address guard, the guarded HTTP client, SMTP). It calls the store
 //! for every read and write and the policy for every decision; it holds no SQL.
 
+pub(crate) mod backlog;
 pub(crate) mod config;
 pub(crate) mod dispatch;
 pub(crate) mod guard;

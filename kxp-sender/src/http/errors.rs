@@ -13,18 +13,27 @@ use crate::store::StoreError;
 #[derive(Debug)]
 pub struct ApiError {
     body: ErrorBody,
+    /// Seconds for a `Retry-After` header.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             body: ErrorBody::new(code, message),
+            retry_after: None,
         }
     }
 
     /// A field that is not acceptable: 422 `invalid_request`.
     pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::InvalidRequest, message)
+    }
+
+    /// Tells the client when to try again: a `Retry-After` header of `seconds`.
+    pub(crate) fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// Points at the part of the request at fault (a JSON pointer into `data`).
@@ -38,7 +47,14 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.body.error.status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self.body)).into_response()
+        let mut response = (status, Json(self.body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        response
     }
 }
 

@@ -9,11 +9,17 @@ use serde_json::value::RawValue;
 
 use super::checks::check_name;
 use super::{ApiError, AppState, Authed, parse};
+use crate::engine::backlog::{Admission, RETRY_AFTER_SECS};
 use crate::model::{Account, Ingested, sha256_hex};
 
 /// Emits an event: stored with one delivery per subscribed endpoint, in one transaction,
 /// before this answers. The answer is the envelope exactly as receivers will get it. With an
 /// `Idempotency-Key`, a retried request returns the original event instead of a second one.
+///
+/// Backpressure: while the account's due backlog (deliveries whose time has come, held ones
+/// left out) is at the server's `backlog_limit`, the answer is 503 `backlog_full` with
+/// `Retry-After` and nothing is stored. A retry of a request already accepted under its
+/// `Idempotency-Key` still answers its event: it adds nothing to the backlog.
 #[utoipa::path(post, path = "/v1/events", tag = "events",
     request_body = NewEvent,
     params(("Idempotency-Key" = Option<String>, Header,
@@ -24,6 +30,9 @@ use crate::model::{Account, Ingested, sha256_hex};
         (status = 202, description = "Accepted: stored, deliveries queued", body = Event),
         (status = 400, description = "`invalid_json`, `invalid_idempotency_key`, or `schema_violation` (with `path`)", body = kxp_api::ErrorBody),
         (status = 422, description = "`invalid_request` or `idempotency_key_reused`", body = kxp_api::ErrorBody),
+        (status = 503, description = "`backlog_full`: the account's due backlog is at the server's `backlog_limit`; nothing was stored, retry after `Retry-After` seconds. `store_unavailable`: the database is unreachable; retry",
+            body = kxp_api::ErrorBody,
+            headers(("Retry-After" = u64, description = "With `backlog_full`: seconds to wait before retrying"))),
     ))]
 pub(super) async fn create_event(
     State(state): State<AppState>,
@@ -63,19 +72,48 @@ pub(super) async fn create_event(
         }
     };
     let hash = sha256_hex(&body);
-    let ingested = state
-        .db
-        .ingest(
-            &account,
-            &new.event_type,
-            &api_version,
-            new.data.as_raw(),
-            key.map(|k| (k, hash.as_str())),
-        )
-        .await?;
+    let idempotency = key.map(|k| (k, hash.as_str()));
+    let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {
+        Admission::Admit => {
+            state
+                .db
+                .ingest(
+                    &account,
+                    &new.event_type,
+                    &api_version,
+                    new.data.as_raw(),
+                    idempotency,
+                )
+                .await?
+        }
+        Admission::Full(due) => {
+            let before = match idempotency {
+                Some((key, hash)) => {
+                    state
+                        .db
+                        .ingested_before(account.id.as_str(), key, hash)
+                        .await?
+                }
+                None => None,
+            };
+            before.ok_or_else(|| {
+                state.shared.metrics.ingest_refused();
+                ApiError::new(
+                    ErrorCode::BacklogFull,
+                    format!(
+                        "{due} deliveries of this account are due and waiting (limit {}); \
+                         nothing was stored, retry later",
+                        state.shared.backlog.limit()
+                    ),
+                )
+                .retry_after(RETRY_AFTER_SECS)
+            })?
+        }
+    };
     let event = match ingested {
         Ingested::Created(event, queued) => {
             state.shared.metrics.event_ingested();
+            state.shared.backlog.queued(&account.id, queued);
             if queued > 0 {
                 state.shared.wake_workers();
             }

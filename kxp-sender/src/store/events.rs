@@ -143,6 +143,54 @@ impl Db {
         })
     }
 
+    /// The account's due backlog, counted up to `bound`: its pending deliveries whose time has
+    /// come (held ones, at [`HELD`](crate::HELD), and retries scheduled later are past `now`).
+    /// The count stops at `bound` on the `kxp_deliveries_account_due` index, so it costs at
+    /// most `bound` index entries however large the backlog is.
+    pub async fn due_backlog(&self, account_id: &str, bound: u64) -> Result<u64, StoreError> {
+        let now = now_ms();
+        let bound = i64::try_from(bound).unwrap_or(i64::MAX);
+        let due = on_db!(self, |pool, _begin| {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM kxp_deliveries \
+                 WHERE account_id = $1 AND status = 'pending' AND next_attempt_at <= $2 LIMIT $3) AS due",
+            )
+            .bind(account_id)
+            .bind(now)
+            .bind(bound)
+            .fetch_one(pool)
+            .await?
+        });
+        Ok(u64::try_from(due).unwrap_or(0))
+    }
+
+    /// What an ingestion with this idempotency key would answer without storing anything:
+    /// [`Ingested::Replayed`] or [`Ingested::KeyReused`] when the key was used before, `None`
+    /// when it is new. Lets a full backlog still answer the retry of an accepted request.
+    pub async fn ingested_before(
+        &self,
+        account_id: &str,
+        key: &str,
+        hash: &str,
+    ) -> Result<Option<Ingested>, StoreError> {
+        let existing = on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Event>(select_event!(
+                "WHERE account_id = $1 AND idempotency_key = $2"
+            ))
+            .bind(account_id)
+            .bind(key)
+            .fetch_optional(pool)
+            .await?
+        });
+        Ok(existing.map(|e| {
+            if e.request_hash.as_deref() == Some(hash) {
+                Ingested::Replayed(e)
+            } else {
+                Ingested::KeyReused
+            }
+        }))
+    }
+
     /// One event of the account.
     pub async fn event(&self, account_id: &str, id: &str) -> Result<Event, StoreError> {
         on_db!(self, |pool, _begin| {
