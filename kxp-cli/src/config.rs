@@ -24,7 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Every setting of `kxp serve`. Flags and environment variables are named after the keys:
 /// `delivery_timeout` is `--delivery-timeout` and `KXP_DELIVERY_TIMEOUT`.
-#[derive(Args, Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Args, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Settings {
     /// `sqlite://path` (created if missing) or `postgres://user@host/db`.
@@ -137,6 +137,19 @@ pub(crate) struct Settings {
     pub api_key: Option<String>,
 }
 
+/// The settings as `--print-config` would show them: passwords and the API key redacted.
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = Settings {
+            database_url: self.database_url.as_deref().map(redact_passwords),
+            smtp_url: self.smtp_url.as_deref().map(redact_passwords),
+            api_key: self.api_key.as_ref().map(|_| "[redacted]".to_owned()),
+            ..self.clone()
+        };
+        f.write_str(&shown.to_toml())
+    }
+}
+
 /// What stops a configuration from being used: the message names the setting.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConfigError {
@@ -207,9 +220,20 @@ impl Settings {
             path: shown.clone(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::File {
-            path: shown,
-            message: e.to_string().trim_end().replace('\n', " "),
+        // toml's own Display quotes the offending line, which may hold a secret (a misspelt
+        // `api_key`, an unquoted database URL): say the line number and the problem only.
+        toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+            let message = e.message().trim_end().replace('\n', " ");
+            ConfigError::File {
+                path: match line {
+                    Some(line) => format!("{shown}, line {line}"),
+                    None => shown,
+                },
+                message,
+            }
         })
     }
 

@@ -184,3 +184,45 @@ fn the_backlog_limit_comes_from_every_source() {
         "flag over env"
     );
 }
+
+/// A mistake on a line that holds a secret is reported by line number, never by quoting it.
+#[test]
+fn errors_in_the_file_never_quote_its_lines() {
+    for (text, what) in [
+        ("apikey = \"kxp_live_0123456789abcdef\"\n", "apikey"),
+        (
+            "workers = 3\nsmtp_ur1 = \"smtps://ops:s3cret@127.0.0.1:465\"\n",
+            "smtp_ur1",
+        ),
+        (
+            "database_url = postgres://kxp:hunter2@127.0.0.1/kxp\n",
+            "line 1",
+        ),
+    ] {
+        let (_dir, path) = file(text);
+        let out = print_config(&["--config", &path], &[]);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(what), "{what} missing: {stderr}");
+        for secret in ["kxp_live_0123456789abcdef", "s3cret", "hunter2"] {
+            assert!(!stderr.contains(secret), "{stderr}");
+        }
+    }
+}
+
+#[test]
+fn a_password_in_the_database_url_query_is_redacted_too() {
+    let out = print_config(
+        &[],
+        &[(
+            "KXP_DATABASE_URL",
+            "postgres://kxp@127.0.0.1:5432/kxp?password=hunter2&sslmode=disable",
+        )],
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(
+        printed.contains("?password=[redacted]&sslmode=disable"),
+        "{printed}"
+    );
+}

@@ -1,6 +1,7 @@
 //! The configuration, and what every task of a running sender shares: built once at start
 //! from the [`Config`], never copied field by field into each task's own settings.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -13,9 +14,11 @@ use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
 use crate::policy::circuit::Protection;
 use crate::policy::schedule::Schedule;
+use crate::store::redact_passwords;
 
-/// Everything `kxp serve` can be told.
-#[derive(Debug, Clone)]
+/// Everything `kxp serve` can be told. Its `Debug` hides the API key and the passwords in the
+/// database and SMTP URLs.
+#[derive(Clone)]
 pub struct Config {
     /// `sqlite://path` (created if missing) or `postgres://…`.
     pub database_url: String,
@@ -58,6 +61,30 @@ pub struct Config {
     /// `backlog_full`: pending deliveries whose time has come, held ones (paused, disabled or
     /// open-circuit endpoints) and scheduled retries left out. 0: no limit.
     pub backlog_limit: u64,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("database_url", &redact_passwords(&self.database_url))
+            .field("listen", &self.listen)
+            .field("dev", &self.dev)
+            .field("allow_addresses", &self.allow_addresses)
+            .field("schedule", &self.schedule)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("workers", &self.workers)
+            .field("per_endpoint_concurrency", &self.per_endpoint_concurrency)
+            .field("lease_extra", &self.lease_extra)
+            .field("poll_interval", &self.poll_interval)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("run_workers", &self.run_workers)
+            .field("protection", &self.protection)
+            .field("smtp_url", &self.smtp_url.as_deref().map(redact_passwords))
+            .field("smtp_from", &self.smtp_from)
+            .field("retention", &self.retention)
+            .field("backlog_limit", &self.backlog_limit)
+            .finish()
+    }
 }
 
 impl Default for Config {

@@ -83,7 +83,7 @@ pub(super) async fn rotate_secret(
         "endpoint secret rotated"
     );
     Ok(Json(SecretRotated {
-        secret: rotated.secret.into(),
+        secret: rotated.secret,
         previous_expires_at: views::time(rotated.previous_expires_at),
     }))
 }

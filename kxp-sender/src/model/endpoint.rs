@@ -98,8 +98,8 @@ impl EndpointChanges {
 /// A secret rotation's result.
 #[derive(Debug, Clone)]
 pub struct Rotated {
-    /// The new secret, shown once.
-    pub secret: String,
+    /// The new secret, shown once (its `Debug` is redacted).
+    pub secret: kxp_api::Secret,
     /// When the secrets it replaces stop signing (Unix ms; now, for an overlap of zero).
     pub previous_expires_at: i64,
 }

@@ -153,9 +153,15 @@ pub enum StoreError {
     },
 }
 
-/// Replaces the password of any `scheme://user:password@` in `text`: sqlx errors can quote a
-/// database URL, and a password must never reach a terminal or a log.
+/// Replaces the password of any `scheme://user:password@` in `text`, and the value of any
+/// `password=` query parameter (`postgres://kxp@db/kxp?password=…`, which libpq and sqlx
+/// accept too): sqlx errors can quote a database URL, and a password must never reach a
+/// terminal or a log.
 pub fn redact_passwords(text: &str) -> String {
+    redact_query_passwords(&redact_userinfo(text))
+}
+
+fn redact_userinfo(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
@@ -179,6 +185,31 @@ pub fn redact_passwords(text: &str) -> String {
     out
 }
 
+/// `password=<value>` after `?` or `&` (any case), up to the next `&`, quote or white space.
+fn redact_query_passwords(text: &str) -> String {
+    const KEY: &str = "password=";
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(KEY) {
+        let key_at = from + found;
+        let value_at = key_at + KEY.len();
+        let after_separator = key_at > 0 && matches!(text.as_bytes()[key_at - 1], b'?' | b'&');
+        if after_separator {
+            let end = text[value_at..]
+                .find(|c: char| c == '&' || c == '"' || c == '\'' || c.is_whitespace())
+                .map_or(text.len(), |n| value_at + n);
+            out.push_str(&text[copied..value_at]);
+            out.push_str("[redacted]");
+            copied = end;
+        }
+        from = value_at;
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact_passwords as redact;
@@ -191,5 +222,26 @@ mod tests {
         );
         assert_eq!(redact("postgres://kxp@db/kxp"), "postgres://kxp@db/kxp");
         assert_eq!(redact("no url here"), "no url here");
+    }
+
+    #[test]
+    fn passwords_in_query_parameters_are_redacted() {
+        assert_eq!(
+            redact("postgres://kxp@db:5432/kxp?password=hunter2&sslmode=require"),
+            "postgres://kxp@db:5432/kxp?password=[redacted]&sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://db/kxp?sslmode=require&PASSWORD=hunter2 refused"),
+            "postgres://db/kxp?sslmode=require&PASSWORD=[redacted] refused"
+        );
+        assert_eq!(
+            redact("postgres://a:b@db/kxp?password=c"),
+            "postgres://a:[redacted]@db/kxp?password=[redacted]"
+        );
+        // Not a query parameter: left alone.
+        assert_eq!(
+            redact("the password=field is required"),
+            "the password=field is required"
+        );
     }
 }

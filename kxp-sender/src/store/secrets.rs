@@ -78,7 +78,7 @@ impl Db {
                 .await?;
             tx.commit().await?;
             Ok(Rotated {
-                secret,
+                secret: secret.into(),
                 previous_expires_at: expires_at,
             })
         })
