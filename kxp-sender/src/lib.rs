@@ -1,7 +1,7 @@
 //! The kxp sender: a durable webhook delivery service, as a library and as `kxp serve`.
 //!
 //! Events come in through the HTTP API, are stored with one delivery per subscribed endpoint in
-//! a single transaction ([`Db::ingest`]), and are sent by workers that claim due deliveries
+//! a single transaction, and are sent by workers that claim due deliveries
 //! under a lease, sign each attempt with every live secret of the endpoint, and record every
 //! try. A failed delivery is retried on a jittered [`Schedule`], then lands in the dead-letter
 //! queue, where it stays until replayed. A process killed at any instant loses nothing: a
@@ -30,7 +30,7 @@
 //!
 //! - **model** — plain data: the rows the store returns ([`Endpoint`], [`Delivery`], …), typed
 //!   ids ([`EndpointId`], [`DeliveryId`], …), the states rows move through
-//!   ([`EndpointStatus`], [`DeliveryStatus`], [`CircuitState`], [`Transition`]) and why an
+//!   ([`EndpointStatus`], [`DeliveryStatus`], [`CircuitState`], a breaker transition) and why an
 //!   attempt failed ([`FailureKind`]). No SQL, no I/O.
 //! - **policy** — the decisions, as pure functions of the model, the settings and a time passed
 //!   in: the retry [`Schedule`], the circuit breaker and auto-disable ([`Protection`]), the rate
@@ -62,11 +62,10 @@ pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Emb
 pub use engine::mail::MailError;
 pub use http::{DEFAULT_OVERLAP, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TIMEOUT, openapi};
 pub use model::{
-    Account, AccountChanges, AccountId, Attempt, AttemptError, AttemptRecord, CircuitState,
-    DEFAULT_API_VERSION, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint,
-    EndpointChanges, EndpointHealth, EndpointId, EndpointStatus, Event, EventId, Failure,
-    FailureKind, Finished, HELD, Ingested, Job, NewEndpoint, NextState, NoticeNext, Notification,
-    NotificationId, Rotated, Schema, SchemaId, Transition, UnknownStatus, Window, new_id, now_ms,
+    Account, AccountId, Attempt, AttemptError, AttemptRecord, CircuitState, Delivery,
+    DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointHealth, EndpointId,
+    EndpointStatus, Event, EventId, Failure, FailureKind, Finished, NewEndpoint, NextState,
+    NoticeNext, Notification, NotificationId, Rotated, Schema, SchemaId, new_id, now_ms,
     parse_rfc3339, random_hex_32, rfc3339, sha256_hex,
 };
 pub use policy::circuit::Protection;
@@ -76,4 +75,4 @@ pub use policy::schedule::{
     parse_duration,
 };
 pub use server::{Server, StartError, start};
-pub use store::{Db, Gauges, Purged, StoreError, redact_passwords};
+pub use store::{Db, Purged, StoreError, redact_passwords};

@@ -111,7 +111,7 @@ impl Endpoint {
     }
 
     /// When a new delivery to this endpoint is due: now while it is active with a closed
-    /// circuit, else [`HELD`] (paused, disabled, or its circuit not closed: the probe release or
+    /// circuit, else `HELD` (paused, disabled, or its circuit not closed: the probe release or
     /// a resume lets it go). The one rule for ingestion and replays alike.
     pub fn due_for_new_delivery(&self, now: i64) -> i64 {
         if self.status == EndpointStatus::Active && self.circuit_state == CircuitState::Closed {

@@ -26,5 +26,5 @@ pub use ids::{
 };
 pub use notification::{NoticeFacts, NoticeNext, Notification};
 pub use schema::Schema;
-pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition, UnknownStatus};
+pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
 pub use time::{ms, now_ms, parse_rfc3339, rfc3339};

@@ -73,7 +73,7 @@ impl Db {
     /// Changes an account. Setting an ops URL gives the account a new ops secret, returned
     /// here and shown once: operational webhooks are signed with it. Removing the URL erases
     /// the secret.
-    pub async fn update_account(
+    pub(crate) async fn update_account(
         &self,
         id: &str,
         changes: &AccountChanges,

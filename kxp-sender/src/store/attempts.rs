@@ -19,7 +19,7 @@ impl Db {
     ///
     /// The scan stays on the `kxp_deliveries_due` index in due order, with one primary key probe
     /// per candidate, over a window of `4 × limit` candidates; held deliveries (paused, disabled
-    /// or open endpoints) are outside its range altogether ([`HELD`](crate::HELD)). Each claimed delivery is
+    /// or open endpoints) are outside its range altogether (`HELD`). Each claimed delivery is
     /// leased for its endpoint's timeout plus `lease_extra_ms`: if the worker dies, the delivery
     /// is claimable again soon after any attempt of its could have ended.
     pub async fn claim(
@@ -57,7 +57,7 @@ impl Db {
     }
 
     /// What a worker needs to send a claimed delivery.
-    pub async fn job(&self, delivery_id: &str) -> Result<Job, StoreError> {
+    pub(crate) async fn job(&self, delivery_id: &str) -> Result<Job, StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Job>(
                 "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts, \
@@ -160,7 +160,7 @@ impl Db {
     /// Puts a claimed delivery back, untried (shutdown, more claimed than an endpoint may take
     /// at once, or an endpoint paused since the claim); if its endpoint was deleted meanwhile,
     /// it ends dead with `endpoint_deleted` instead.
-    pub async fn release(&self, delivery_id: &str, owner: &str) -> Result<(), StoreError> {
+    pub(crate) async fn release(&self, delivery_id: &str, owner: &str) -> Result<(), StoreError> {
         let sql = format!(
             "UPDATE kxp_deliveries SET status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
              last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
@@ -180,7 +180,7 @@ impl Db {
 
     /// Makes deliveries whose lease ran out (their worker died) claimable again (or dead with
     /// `endpoint_deleted`, if their endpoint was deleted meanwhile).
-    pub async fn reclaim_expired(&self) -> Result<u64, StoreError> {
+    pub(crate) async fn reclaim_expired(&self) -> Result<u64, StoreError> {
         let now = now_ms();
         let sql = format!(
             "UPDATE kxp_deliveries SET status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \

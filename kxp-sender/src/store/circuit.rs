@@ -180,7 +180,7 @@ impl Db {
     /// reclaimed after a crash, while the circuit was open) are held first. An open circuit
     /// with nothing pending stays open until there is something to probe with. Returns how many
     /// probes were released.
-    pub async fn release_probes(&self) -> Result<u64, StoreError> {
+    pub(crate) async fn release_probes(&self) -> Result<u64, StoreError> {
         let now = now_ms();
         let due: Vec<EndpointId> = on_db!(self, |pool, _begin| {
             sqlx::query_scalar::<_, EndpointId>(

@@ -126,7 +126,7 @@ impl Db {
     /// Applies `changes` (all checked by the caller) to one of the account's endpoints, in one
     /// statement that sets only the fields given, so concurrent changes to other fields are
     /// kept. Pending deliveries pick up the new URL and timeout at their next try.
-    pub async fn update_endpoint(
+    pub(crate) async fn update_endpoint(
         &self,
         account_id: &str,
         id: &str,

@@ -24,7 +24,7 @@ impl Db {
     ///
     /// With an idempotency key, a repeat of the same request (same `request_hash`) returns the
     /// original event, and the same key with another request is refused.
-    pub async fn ingest(
+    pub(crate) async fn ingest(
         &self,
         account: &Account,
         event_type: &str,
@@ -147,7 +147,11 @@ impl Db {
     /// come (held ones, at [`HELD`](crate::HELD), and retries scheduled later are past `now`).
     /// The count stops at `bound` on the `kxp_deliveries_account_due` index, so it costs at
     /// most `bound` index entries however large the backlog is.
-    pub async fn due_backlog(&self, account_id: &str, bound: u64) -> Result<u64, StoreError> {
+    pub(crate) async fn due_backlog(
+        &self,
+        account_id: &str,
+        bound: u64,
+    ) -> Result<u64, StoreError> {
         let now = now_ms();
         let bound = i64::try_from(bound).unwrap_or(i64::MAX);
         let due = on_db!(self, |pool, _begin| {
@@ -167,7 +171,7 @@ impl Db {
     /// What an ingestion with this idempotency key would answer without storing anything:
     /// [`Ingested::Replayed`] or [`Ingested::KeyReused`] when the key was used before, `None`
     /// when it is new. Lets a full backlog still answer the retry of an accepted request.
-    pub async fn ingested_before(
+    pub(crate) async fn ingested_before(
         &self,
         account_id: &str,
         key: &str,

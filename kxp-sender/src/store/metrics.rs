@@ -23,7 +23,7 @@ pub struct Gauges {
 impl Db {
     /// The gauges of `/metrics`. The delivery counts stay on the partial indexes of pending
     /// and leased deliveries; delivered and dead rows are never counted.
-    pub async fn gauges(&self) -> Result<Gauges, StoreError> {
+    pub(crate) async fn gauges(&self) -> Result<Gauges, StoreError> {
         let now = now_ms();
         let held = HELD;
         on_db!(self, |pool, _begin| {
