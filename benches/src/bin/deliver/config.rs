@@ -1,0 +1,164 @@
+//! The command line and what it asks for: [`Args`] (clap), checked and expanded into the
+//! [`Config`]urations to run (system × processes × kxp flags). Nothing here starts or measures
+//! anything; the runs are in [`crate::run`], the report in [`crate::report`].
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::Result;
+use crate::systems::System;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "deliver",
+    about = "End-to-end webhook delivery benchmark: kxp serve (SQLite, PostgreSQL) and Svix, \
+             against a loopback receiver, beside the receiver-alone and bare-commit limits."
+)]
+pub(crate) struct Args {
+    /// Systems under test, comma-separated: kxp-sqlite, kxp-postgres, svix-memory, svix-redis.
+    #[arg(long, default_value = "kxp-sqlite", value_delimiter = ',')]
+    pub(crate) system: Vec<String>,
+    /// Server processes, comma-separated (2 only where they share the work: kxp-postgres,
+    /// svix-redis).
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    pub(crate) processes: Vec<usize>,
+    /// Extra flags for `kxp serve`, split on spaces; repeat for variants (`''`: the defaults).
+    #[arg(long = "kxp-args", allow_hyphen_values = true)]
+    pub(crate) kxp_args: Vec<String>,
+    /// The `kxp` binary (`cargo build --release -p kxp-cli` in the main workspace).
+    #[arg(long, default_value = "../target/release/kxp")]
+    pub(crate) kxp_bin: PathBuf,
+    /// The `svix-server` binary.
+    #[arg(long, default_value = "/tmp/svix-target/release/svix-server")]
+    pub(crate) svix_bin: PathBuf,
+    /// Events per run.
+    #[arg(long, default_value_t = 5000)]
+    pub(crate) events: usize,
+    /// Concurrent emitting clients.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) clients: usize,
+    /// Events per second in all (0: as fast as the clients go).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) rate: f64,
+    /// Size of each event's `data`, in bytes (about).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) payload_bytes: usize,
+    /// Endpoints; event i goes to endpoint i mod endpoints (each endpoint subscribes to its own
+    /// event type, so every event has one delivery).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) endpoints: usize,
+    /// kxp accounts the endpoints are spread over (endpoint j belongs to account j mod accounts).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) accounts: usize,
+    /// Fraction of endpoints that are unhealthy, alternately slow (200 after 10 s) and failing
+    /// (500); rate and latency are then those of the healthy endpoints.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) unhealthy: f64,
+    /// Runs of each configuration.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) repeat: usize,
+    /// Take the configurations in turn (forwards, then backwards) in each of the rounds,
+    /// instead of each configuration's runs back to back.
+    #[arg(long)]
+    pub(crate) alternate: bool,
+    /// Longest wait, per run, for every event to arrive (seconds).
+    #[arg(long, default_value_t = 300)]
+    pub(crate) timeout: u64,
+    /// PostgreSQL server (loopback), without a database.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+    pub(crate) pg_server: String,
+    /// Redis for svix-redis (loopback; the database is flushed).
+    #[arg(long, default_value = "redis://127.0.0.1:6379/13")]
+    pub(crate) redis_url: String,
+    /// Seconds for each limit measurement.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) limit_secs: f64,
+    /// Skip the limit measurements.
+    #[arg(long)]
+    pub(crate) no_limits: bool,
+    /// Sample pg_stat_activity's wait events every this many ms during PostgreSQL runs (0: off).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) sample_ms: u64,
+    /// Keep each run's temporary directory (server logs, SQLite file).
+    #[arg(long)]
+    pub(crate) keep_logs: bool,
+}
+
+pub(crate) struct Config {
+    pub(crate) system: System,
+    pub(crate) processes: usize,
+    pub(crate) kxp_args: Vec<String>,
+}
+
+impl Config {
+    pub(crate) fn flags(&self) -> String {
+        if self.kxp_args.is_empty() {
+            if self.system.is_kxp() {
+                "defaults"
+            } else {
+                "—"
+            }
+            .to_owned()
+        } else {
+            format!("`{}`", self.kxp_args.join(" "))
+        }
+    }
+}
+
+pub(crate) fn loopback(url: &str) -> bool {
+    let host = url
+        .split("://")
+        .nth(1)
+        .unwrap_or("")
+        .rsplit('@')
+        .next()
+        .unwrap_or("");
+    host.starts_with("127.0.0.1") || host.starts_with("localhost") || host.starts_with("[::1]")
+}
+
+pub(crate) fn configs(args: &Args) -> Result<Vec<Config>> {
+    let variants: Vec<Vec<String>> = if args.kxp_args.is_empty() {
+        vec![Vec::new()]
+    } else {
+        args.kxp_args
+            .iter()
+            .map(|v| v.split_whitespace().map(str::to_owned).collect())
+            .collect()
+    };
+    let mut configs = Vec::new();
+    for name in &args.system {
+        let system = System::parse(name.trim())?;
+        for &processes in &args.processes {
+            if processes == 0 || processes > 8 {
+                return Err("--processes: 1 to 8".into());
+            }
+            if processes > 1 && !system.scales_out() {
+                eprintln!(
+                    "note: {} runs as one process only; skipping {processes}",
+                    system.name()
+                );
+                continue;
+            }
+            if system.is_kxp() {
+                for v in &variants {
+                    configs.push(Config {
+                        system,
+                        processes,
+                        kxp_args: v.clone(),
+                    });
+                }
+            } else {
+                configs.push(Config {
+                    system,
+                    processes,
+                    kxp_args: Vec::new(),
+                });
+            }
+        }
+    }
+    if configs.is_empty() {
+        return Err("nothing to run".into());
+    }
+    Ok(configs)
+}
