@@ -10,29 +10,33 @@
 //! dead-letter queue is replayed through the API.
 //! The receiver's ledger is the evidence: the command exits non-zero unless every emitted event
 //! was processed exactly once ([`report::verdict`]).
+//!
+//! This file is the narrative: the command, the run from start to verdict, and the [`Watch`]
+//! that narrates and replays. The calls it makes through [`kxp_api::Client`] are in [`api`],
+//! the receiver in [`receiver`], the figures and the verdict in [`report`], the temporary
+//! folder and the seed in [`sandbox`].
 
+mod api;
 mod receiver;
 mod report;
+mod sandbox;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use kxp_api::{
-    AccountPatch, BulkReplay, CircuitState, Client, ClientError, DeliveryQuery, DeliveryStatus,
-    EndpointCreated, EndpointId, EventId, NewEndpoint, NewEvent, Patch,
-};
+use kxp_api::{BulkReplay, CircuitState, Client, DeliveryStatus, EndpointId, EventId};
 use kxp_sender::Protection;
 use kxp_sender::{Config, Schedule};
-use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use self::api::{all_deliveries, client, create_endpoint, emit_all, set_ops_url};
 use self::receiver::{ENDPOINT_TIMEOUT, FlakyReceiver, Phase, Reserved};
 use self::report::{Deliveries, Live, Progress};
+use self::sandbox::{TempDir, random_seed};
 
 #[derive(Args)]
 pub(crate) struct DemoArgs {
@@ -253,36 +257,6 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     sender.shutdown().await;
     stopped?;
     Ok(summary)
-}
-
-/// Emits `n` events at `pace`: payments, and a refund every tenth. Each has an idempotency key,
-/// so a retried POST never makes a second event.
-async fn emit_all(
-    api: Client,
-    n: u64,
-    pace: Duration,
-    emitted: Arc<Mutex<Vec<EventId>>>,
-) -> Result<(), String> {
-    let mut ticker = tokio::time::interval(pace.max(Duration::from_millis(1)));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for seq in 0..n {
-        ticker.tick().await;
-        let amount = 500 + (seq * 7919) % 20_000;
-        let (kind, data) = if seq % 10 == 9 {
-            (
-                "refund.created",
-                json!({"refund_id": format!("re_demo_{seq:05}"), "seq": seq, "amount": amount, "currency": "EUR"}),
-            )
-        } else {
-            (
-                "payment.succeeded",
-                json!({"payment_id": format!("pay_demo_{seq:05}"), "seq": seq, "amount": amount, "currency": "EUR"}),
-            )
-        };
-        let id = emit(&api, &format!("demo-{seq}"), kind, &data).await?;
-        lock(&emitted).push(id);
-    }
-    Ok(())
 }
 
 /// Watches the run: shows progress, narrates, and replays dead deliveries once the first round
@@ -510,131 +484,6 @@ impl Watch<'_> {
     }
 }
 
-/// The demo's client of the sender's API (`kxp_api::Client`, as a payment platform's code would
-/// use it), over loopback.
-fn client(addr: SocketAddr, api_key: String) -> Result<Client, String> {
-    let http = reqwest::Client::builder()
-        // Loopback only: a proxy from the environment must not see the demo's traffic.
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-    Ok(Client::new(&format!("http://{addr}"), api_key)
-        .map_err(|e| e.to_string())?
-        .with_http(http))
-}
-
-/// Registers an endpoint for the event types matching `pattern`. The answer holds its signing
-/// secret, handed to the receiver and never printed.
-async fn create_endpoint(
-    api: &Client,
-    url: &str,
-    pattern: &str,
-    description: &str,
-) -> Result<EndpointCreated, String> {
-    let mut endpoint = NewEndpoint::new(url);
-    endpoint.event_types = Some(vec![pattern.to_owned()]);
-    endpoint.description = Some(description.to_owned());
-    endpoint.timeout_ms = Some(u64::try_from(ENDPOINT_TIMEOUT.as_millis()).unwrap_or(5000));
-    // The demo's receiver is not listening yet (it needs the secret first), and its routes
-    // take POSTs only.
-    endpoint.skip_challenge = true;
-    api.create_endpoint(&endpoint)
-        .await
-        .map_err(|e| format!("POST /v1/endpoints: {e}"))
-}
-
-/// Points the account's operational webhooks at `url`; returns the ops secret they are signed
-/// with (shown only in this answer).
-async fn set_ops_url(api: &Client, url: &str) -> Result<kxp_api::Secret, String> {
-    let mut patch = AccountPatch::default();
-    patch.ops_url = Patch::Set(url.to_owned());
-    api.update_account(&patch)
-        .await
-        .map_err(|e| format!("PATCH /v1/account: {e}"))?
-        .ops_secret
-        .ok_or_else(|| "PATCH /v1/account: the answer has no `ops_secret`".to_owned())
-}
-
-/// Emits one event with an `Idempotency-Key`; a try that fails in transit or with a 5xx is
-/// repeated with the same key, so the event exists once whatever happened to the answer.
-async fn emit(
-    api: &Client,
-    idempotency_key: &str,
-    event_type: &str,
-    data: &Value,
-) -> Result<EventId, String> {
-    let event = NewEvent::new(event_type, data).map_err(|e| e.to_string())?;
-    let mut last_error = String::new();
-    for _ in 0..3 {
-        match api.create_event(&event, Some(idempotency_key)).await {
-            Ok(event) => return Ok(event.id),
-            Err(e) => {
-                last_error = format!("POST /v1/events: {e}");
-                let retry = match &e {
-                    ClientError::Transport(_) => true,
-                    e => e.status().is_some_and(|status| status >= 500),
-                };
-                if !retry {
-                    return Err(last_error);
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(last_error)
-}
-
-/// Every delivery of the account, all pages, oldest first.
-async fn all_deliveries(api: &Client) -> Result<Vec<kxp_api::Delivery>, String> {
-    api.all_deliveries(&DeliveryQuery::default().limit(500))
-        .await
-        .map_err(|e| format!("GET /v1/deliveries: {e}"))
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn random_seed() -> u64 {
-    let mut bytes = [0u8; 8];
-    match getrandom::fill(&mut bytes) {
-        Ok(()) => u64::from_le_bytes(bytes) % 1_000_000,
-        // Only the flaky pattern depends on it: the clock is random enough.
-        Err(_) => u64::from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .subsec_nanos(),
-        ),
-    }
-}
-
-/// A folder of its own under the system's temporary directory, removed when dropped.
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn new() -> Result<TempDir, String> {
-        let mut bytes = [0u8; 6];
-        getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a folder name: {e}"))?;
-        let path = std::env::temp_dir().join(format!(
-            "kxp-demo-{}-{}",
-            std::process::id(),
-            hex::encode(bytes)
-        ));
-        std::fs::create_dir(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        Ok(TempDir { path })
-    }
-
-    fn sqlite_url(&self, file: &str) -> String {
-        format!("sqlite://{}", self.path.join(file).display())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }
