@@ -50,9 +50,12 @@ async fn metric(api: &Api, sample: &str) -> f64 {
 
 /// How many deliveries the account has (up to 100).
 async fn deliveries_count(api: &Api) -> usize {
-    let (status, body) = api.call("GET", "/v1/deliveries?limit=100", None).await;
-    assert_eq!(status, 200, "{body}");
-    body["data"].as_array().unwrap().len()
+    let page = api
+        .client
+        .deliveries(&kxp_api::DeliveryQuery::default().limit(100))
+        .await
+        .unwrap_or_else(|e| panic!("GET /v1/deliveries: {e}"));
+    page.data.len()
 }
 
 async fn backlog_full_refuses_only_the_account_behind(database_url: Option<String>) {
@@ -77,10 +80,10 @@ async fn backlog_full_refuses_only_the_account_behind(database_url: Option<Strin
 
     // C's endpoint is paused: its 50 held deliveries are no backlog, and C keeps ingesting.
     let (c_ep, _) = c.endpoint(&rx.url, json!({})).await;
-    let (status, _) = c
-        .call("POST", &format!("/v1/endpoints/{c_ep}/pause"), None)
-        .await;
-    assert_eq!(status, 200);
+    c.client
+        .pause_endpoint(&c_ep.as_str().into())
+        .await
+        .unwrap();
     for n in 0..50 {
         let (status, _, body) = post_event(&c, json!({"n": n}), None).await;
         assert_eq!(status, 202, "held deliveries must not count: {body}");

@@ -10,17 +10,18 @@ use kxp_sender::{LATENCY_BOUNDS_MS, bucket_of};
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Reply, Sender, sender, sender_with};
+use crate::support::{Receiver, Reply, Sender, sender, sender_with, value};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
 async fn health(s: &Sender, endpoint_id: &str) -> Value {
-    let (status, body) = s
+    let health = s
         .api
-        .call("GET", &format!("/v1/endpoints/{endpoint_id}/health"), None)
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body
+        .client
+        .endpoint_health(&endpoint_id.into())
+        .await
+        .unwrap_or_else(|e| panic!("GET /v1/endpoints/{endpoint_id}/health: {e}"));
+    value(&health)
 }
 
 /// Both windows hold every attempt of the test (it runs within the current hour or the one
@@ -145,11 +146,11 @@ async fn scenario(s: &Sender) {
     }
 
     // A paused endpoint holds its new deliveries: pending.
-    let (status, _) = s
-        .api
-        .call("POST", &format!("/v1/endpoints/{endpoint_id}/pause"), None)
-        .await;
-    assert_eq!(status, 200);
+    s.api
+        .client
+        .pause_endpoint(&endpoint_id.as_str().into())
+        .await
+        .unwrap();
     s.api.emit("t", json!({"n": 5})).await;
     let h = health(s, &endpoint_id).await;
     assert_eq!(

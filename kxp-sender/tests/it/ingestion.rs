@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{Receiver, sender};
+use crate::support::{Receiver, sender, typed};
 
 #[tokio::test]
 async fn an_idempotency_key_returns_the_same_event_and_refuses_another_body() {
@@ -136,11 +136,13 @@ async fn invalid_input_is_refused_precisely_and_nothing_is_stored() {
         );
         assert!(!error["message"].as_str().unwrap().is_empty());
     }
-    let (_, all) = s.api.call("GET", "/v1/deliveries", None).await;
-    assert!(
-        all["data"].as_array().unwrap().is_empty(),
-        "nothing was stored: {all}"
-    );
+    let all = s
+        .api
+        .client
+        .deliveries(&kxp_api::DeliveryQuery::default())
+        .await
+        .unwrap();
+    assert!(all.data.is_empty(), "nothing was stored: {all:?}");
     assert!(receiver.seen().is_empty());
 
     for (endpoint, fragment) in [
@@ -191,16 +193,15 @@ async fn outside_dev_mode_only_https_non_loopback_urls_are_accepted() {
     }
     // Without the challenge, registration never connects, so a public-looking https URL is
     // accepted without traffic.
-    let (status, created) = s
+    let created = s
         .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": "https://merchant.example/webhooks", "skip_challenge": true})),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    assert_eq!(created["secret"].as_str().unwrap().len(), 64);
+        .client
+        .create_endpoint(&typed(
+            json!({"url": "https://merchant.example/webhooks", "skip_challenge": true}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(created.secret.expose().len(), 64);
     s.server.shutdown().await;
 }
 
@@ -231,36 +232,31 @@ async fn the_api_needs_a_key_and_lists_page_by_page() {
     for _ in 0..5 {
         s.api.endpoint(&receiver.url, json!({})).await;
     }
-    let (_, page1) = s.api.call("GET", "/v1/endpoints?limit=2", None).await;
+    // Raw: the first page is checked as sent (no `secret` in it).
+    let (status, page1) = s.api.call("GET", "/v1/endpoints?limit=2", None).await;
+    assert_eq!(status, 200, "{page1}");
     let cursor = page1["next_cursor"].as_str().unwrap();
-    let (_, page2) = s
+    let page2 = s
         .api
-        .call(
-            "GET",
-            &format!("/v1/endpoints?limit=2&cursor={cursor}"),
-            None,
-        )
-        .await;
-    let (_, page3) = s
+        .client
+        .list_endpoints(&typed(json!({"limit": 2, "cursor": cursor})))
+        .await
+        .unwrap();
+    let page3 = s
         .api
-        .call(
-            "GET",
-            &format!(
-                "/v1/endpoints?limit=2&cursor={}",
-                page2["next_cursor"].as_str().unwrap()
-            ),
-            None,
-        )
-        .await;
-    assert_eq!(page3["data"].as_array().unwrap().len(), 1);
-    assert!(page3["next_cursor"].is_null());
+        .client
+        .list_endpoints(&kxp_api::PageQuery::limit(2).after(page2.next_cursor))
+        .await
+        .unwrap();
+    assert_eq!(page3.data.len(), 1);
+    assert!(page3.next_cursor.is_none());
     assert!(
         page1["data"][0].get("secret").is_none(),
         "lists never show secrets"
     );
     let (status, _) = s.api.call("GET", "/v1/endpoints/ep_nope", None).await;
     assert_eq!(status, 404);
-    let (status, health) = s.api.call("GET", "/healthz", None).await;
-    assert_eq!((status, health["database"].as_str()), (200, Some("sqlite")));
+    let health = s.api.client.healthz().await.unwrap();
+    assert_eq!(health.database, "sqlite");
     s.server.shutdown().await;
 }

@@ -15,7 +15,7 @@ use axum::routing::post;
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Reply, Sender, sender, sender_with};
+use crate::support::{Receiver, Reply, Sender, sender, sender_with, typed, value, values};
 
 const SECS_10: Duration = Duration::from_secs(10);
 
@@ -121,26 +121,91 @@ fn token_of(line: &str) -> String {
     token
 }
 
-async fn endpoint_count(s: &Sender) -> usize {
-    let (status, page) = s.api.call("GET", "/v1/endpoints", None).await;
-    assert_eq!(status, 200, "{page}");
-    page["data"].as_array().unwrap().len()
+/// The account's endpoints (one page), as JSON.
+async fn list_endpoints(s: &Sender) -> Vec<Value> {
+    let page = s
+        .api
+        .client
+        .list_endpoints(&kxp_api::PageQuery::default())
+        .await
+        .unwrap_or_else(|e| panic!("GET /v1/endpoints: {e}"));
+    values(page.data)
 }
 
+async fn endpoint_count(s: &Sender) -> usize {
+    list_endpoints(s).await.len()
+}
+
+/// Raw: for the endpoints that must not be found.
 async fn get_endpoint(s: &Sender, id: &str) -> (u16, Value) {
     s.api
         .call("GET", &format!("/v1/endpoints/{id}"), None)
         .await
 }
 
+/// The endpoint, as JSON.
+async fn endpoint_of(s: &Sender, id: &str) -> Value {
+    let endpoint = s
+        .api
+        .client
+        .endpoint(&id.into())
+        .await
+        .unwrap_or_else(|e| panic!("GET /v1/endpoints/{id}: {e}"));
+    value(&endpoint)
+}
+
+/// Raw: for the patches that must be refused, and answers checked as sent.
 async fn patch(s: &Sender, id: &str, body: Value) -> (u16, Value) {
     s.api
         .call("PATCH", &format!("/v1/endpoints/{id}"), Some(body))
         .await
 }
 
+/// Applies `body` (an `EndpointPatch` as JSON) through the typed client; the endpoint as JSON.
+async fn patched(s: &Sender, id: &str, body: Value) -> Value {
+    let endpoint = s
+        .api
+        .client
+        .update_endpoint(&id.into(), &typed(body))
+        .await
+        .unwrap_or_else(|e| panic!("PATCH /v1/endpoints/{id}: {e}"));
+    value(&endpoint)
+}
+
+/// Raw: for the unknown ids.
 async fn post_to(s: &Sender, path: &str) -> (u16, Value) {
     s.api.call("POST", path, None).await
+}
+
+/// Pauses the endpoint; the endpoint as JSON.
+async fn pause(s: &Sender, id: &str) -> Value {
+    let endpoint = s
+        .api
+        .client
+        .pause_endpoint(&id.into())
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/endpoints/{id}/pause: {e}"));
+    value(&endpoint)
+}
+
+/// Resumes the endpoint; the endpoint as JSON.
+async fn resume(s: &Sender, id: &str) -> Value {
+    let endpoint = s
+        .api
+        .client
+        .resume_endpoint(&id.into())
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/endpoints/{id}/resume: {e}"));
+    value(&endpoint)
+}
+
+/// Registers `body` (a `NewEndpoint` as JSON) through the typed client.
+async fn create(s: &Sender, body: Value) -> kxp_api::EndpointCreated {
+    s.api
+        .client
+        .create_endpoint(&typed(body))
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/endpoints: {e}"))
 }
 
 // ---- the challenge ----
@@ -149,11 +214,7 @@ async fn post_to(s: &Sender, path: &str) -> (u16, Value) {
 async fn registration_performs_the_challenge_and_a_kxp_receiver_passes_it() {
     let s = sender("0s").await;
     let (url, requests) = kxp_axum_receiver().await;
-    let (status, created) = s
-        .api
-        .call("POST", "/v1/endpoints", Some(json!({"url": url})))
-        .await;
-    assert_eq!(status, 201, "{created}");
+    create(&s, json!({"url": url})).await;
     let lines = requests.lock().unwrap().clone();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].starts_with("GET /hook?challenge="), "{lines:?}");
@@ -161,11 +222,7 @@ async fn registration_performs_the_challenge_and_a_kxp_receiver_passes_it() {
 
     // A URL with a query keeps it: the token is appended with `&`.
     let with_query = format!("{url}?tenant=7");
-    let (status, created) = s
-        .api
-        .call("POST", "/v1/endpoints", Some(json!({"url": with_query})))
-        .await;
-    assert_eq!(status, 201, "{created}");
+    create(&s, json!({"url": with_query})).await;
     let lines = requests.lock().unwrap().clone();
     assert!(
         lines[1].starts_with("GET /hook?tenant=7&challenge="),
@@ -175,11 +232,7 @@ async fn registration_performs_the_challenge_and_a_kxp_receiver_passes_it() {
 
     // Every challenge has its own token; trailing whitespace after it is fine.
     let echo = Challenged::start(Answer::EchoWithNewline).await;
-    let (status, created) = s
-        .api
-        .call("POST", "/v1/endpoints", Some(json!({"url": echo.url})))
-        .await;
-    assert_eq!(status, 201, "{created}");
+    create(&s, json!({"url": echo.url})).await;
     assert_ne!(token_of(&lines[0]), token_of(&echo.requests()[0]));
     assert_eq!(endpoint_count(&s).await, 3);
     s.server.shutdown().await;
@@ -260,15 +313,7 @@ async fn a_failed_challenge_refuses_the_endpoint_and_stores_nothing() {
     assert_eq!(missing.requests().len(), 1);
 
     // `skip_challenge` registers without a request.
-    let (status, created) = s
-        .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": missing.url, "skip_challenge": true})),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
+    create(&s, json!({"url": missing.url, "skip_challenge": true})).await;
     assert_eq!(missing.requests().len(), 1);
     s.server.shutdown().await;
 }
@@ -280,7 +325,7 @@ async fn patch_changes_each_field_with_the_validation_of_creation() {
     let s = sender("0s").await;
     let receiver = Receiver::start(vec![]).await;
     let (id, _) = s.api.endpoint(&receiver.url, json!({})).await;
-    let (_, created) = get_endpoint(&s, &id).await;
+    let created = endpoint_of(&s, &id).await;
     assert_eq!(created["api_version"], Value::Null);
     assert_eq!(created["rate_limit_per_second"], Value::Null);
     assert_eq!(created["status"], "active");
@@ -312,10 +357,10 @@ async fn patch_changes_each_field_with_the_validation_of_creation() {
         assert_eq!(status, 200, "{change}: {patched}");
         assert_eq!(patched[field], value, "{change}: {patched}");
         assert!(patched.get("secret").is_none());
-        let (_, got) = get_endpoint(&s, &id).await;
+        let got = endpoint_of(&s, &id).await;
         assert_eq!(got[field], value, "{change}: {got}");
     }
-    let (_, before) = get_endpoint(&s, &id).await;
+    let before = endpoint_of(&s, &id).await;
     assert_eq!(before["description"], "orders", "earlier changes are kept");
 
     let long = "x".repeat(513);
@@ -383,37 +428,32 @@ async fn patch_changes_each_field_with_the_validation_of_creation() {
         );
     }
     // Nothing of a refused request was applied, and `{}` changes nothing either.
-    let (status, same) = patch(&s, &id, json!({})).await;
-    assert_eq!(status, 200);
+    let same = patched(&s, &id, json!({})).await;
     assert_eq!(same, before);
-    let (_, after) = get_endpoint(&s, &id).await;
+    let after = endpoint_of(&s, &id).await;
     assert_eq!(after, before);
 
     // null clears the two nullable settings.
-    let (status, cleared) = patch(
+    let cleared = patched(
         &s,
         &id,
         json!({"api_version": null, "rate_limit_per_second": null}),
     )
     .await;
-    assert_eq!(status, 200, "{cleared}");
     assert_eq!(cleared["api_version"], Value::Null);
     assert_eq!(cleared["rate_limit_per_second"], Value::Null);
     assert_eq!(cleared["timeout_ms"], 1500);
 
     // Creation takes and checks them too.
-    let (status, created) = s
-        .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": receiver.url, "skip_challenge": true,
-                        "api_version": "2026-11-01", "rate_limit_per_second": 10000})),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    assert_eq!(created["api_version"], "2026-11-01");
-    assert_eq!(created["rate_limit_per_second"], 10000);
+    let created = create(
+        &s,
+        json!({"url": receiver.url, "skip_challenge": true,
+               "api_version": "2026-11-01", "rate_limit_per_second": 10000}),
+    )
+    .await
+    .endpoint;
+    assert_eq!(created.api_version.as_deref(), Some("2026-11-01"));
+    assert_eq!(created.rate_limit_per_second, Some(10000));
     let (status, _) = s
         .api
         .call(
@@ -434,8 +474,7 @@ async fn new_event_types_apply_to_the_next_events() {
     let s = sender("0s").await;
     let receiver = Receiver::start(vec![]).await;
     let (id, _) = s.api.endpoint(&receiver.url, json!({})).await;
-    let (status, _) = patch(&s, &id, json!({"event_types": ["refund.*"]})).await;
-    assert_eq!(status, 200);
+    patched(&s, &id, json!({"event_types": ["refund.*"]})).await;
     let payment = s.api.emit("payment.succeeded", json!({})).await;
     let refund = s.api.emit("refund.created", json!({})).await;
     assert!(s.api.deliveries_of(&payment).await.is_empty());
@@ -455,32 +494,27 @@ async fn a_new_url_is_challenged_and_pending_deliveries_follow_it() {
     assert_eq!(status, 422, "{error}");
     assert_eq!(error["error"], "challenge_failed");
     assert_eq!(failing.requests().len(), 1);
-    let (_, endpoint) = get_endpoint(&s, &id).await;
+    let endpoint = endpoint_of(&s, &id).await;
     assert_eq!(endpoint["url"], old.url.as_str());
 
     // One that passes is taken; the same URL again is not challenged.
     let (passing, requests) = kxp_axum_receiver().await;
-    let (status, patched) = patch(&s, &id, json!({"url": passing})).await;
-    assert_eq!(status, 200, "{patched}");
-    assert_eq!(patched["url"], passing.as_str());
-    let (status, _) = patch(&s, &id, json!({"url": passing, "description": "d"})).await;
-    assert_eq!(status, 200);
+    let answer = patched(&s, &id, json!({"url": passing})).await;
+    assert_eq!(answer["url"], passing.as_str());
+    patched(&s, &id, json!({"url": passing, "description": "d"})).await;
     assert_eq!(requests.lock().unwrap().len(), 1);
 
     // Deliveries held while the URL changes go to the new one.
-    let (status, _) = post_to(&s, &format!("/v1/endpoints/{id}/pause")).await;
-    assert_eq!(status, 200);
+    pause(&s, &id).await;
     let event = s.api.emit("payment.succeeded", json!({})).await;
     let new = Receiver::start(vec![]).await;
-    let (status, patched) = patch(
+    patched(
         &s,
         &id,
         json!({"url": new.url, "skip_challenge": true, "timeout_ms": 2000}),
     )
     .await;
-    assert_eq!(status, 200, "{patched}");
-    let (status, _) = post_to(&s, &format!("/v1/endpoints/{id}/resume")).await;
-    assert_eq!(status, 200);
+    resume(&s, &id).await;
     s.api.wait_for(&event, "delivered", SECS_10).await;
     assert!(old.seen().is_empty());
     assert_eq!(new.seen().len(), 1);
@@ -517,13 +551,12 @@ async fn pause_scenario(s: &Sender) {
     let retried = s.api.emit("payment.succeeded", json!({"n": 0})).await;
     wait_attempts(s, &retried, &id, 1).await;
 
-    let (status, paused) = post_to(s, &format!("/v1/endpoints/{id}/pause")).await;
-    assert_eq!(status, 200, "{paused}");
+    let paused = pause(s, &id).await;
     assert_eq!(paused["status"], "paused");
-    let (status, again) = post_to(s, &format!("/v1/endpoints/{id}/pause")).await;
-    assert_eq!((status, &again["status"]), (200, &json!("paused")));
-    let (_, listed) = s.api.call("GET", "/v1/endpoints", None).await;
-    assert_eq!(listed["data"][0]["status"], "paused");
+    let again = pause(s, &id).await;
+    assert_eq!(again["status"], "paused");
+    let listed = list_endpoints(s).await;
+    assert_eq!(listed[0]["status"], "paused");
 
     // New events still queue deliveries for it: nothing is lost while it rests.
     let mut events = vec![retried.clone()];
@@ -542,8 +575,7 @@ async fn pause_scenario(s: &Sender) {
         assert_eq!(d["next_attempt_at"], Value::Null, "held: no time: {d}");
     }
 
-    let (status, resumed) = post_to(s, &format!("/v1/endpoints/{id}/resume")).await;
-    assert_eq!(status, 200, "{resumed}");
+    let resumed = resume(s, &id).await;
     assert_eq!(resumed["status"], "active");
     for event in &events {
         s.api.wait_for(event, "delivered", SECS_10).await;
@@ -563,8 +595,7 @@ async fn pause_scenario(s: &Sender) {
     assert_eq!(receiver.seen().len(), 5);
 
     // Resuming an active endpoint is a no-op; unknown ids are 404.
-    let (status, _) = post_to(s, &format!("/v1/endpoints/{id}/resume")).await;
-    assert_eq!(status, 200);
+    resume(s, &id).await;
     for path in [
         "/v1/endpoints/ep_nope/pause",
         "/v1/endpoints/ep_nope/resume",
@@ -623,36 +654,22 @@ async fn delete_scenario(s: &Sender) {
         .await;
     let retrying = s.api.emit("payment.failed", json!({})).await;
     wait_attempts(s, &retrying, &id, 1).await;
-    assert_eq!(
-        post_to(s, &format!("/v1/endpoints/{id}/pause")).await.0,
-        200
-    );
+    pause(s, &id).await;
     let held = [
         s.api.emit("payment.succeeded", json!({"n": 1})).await,
         s.api.emit("payment.succeeded", json!({"n": 2})).await,
     ];
 
-    let (status, deleted) = s
-        .api
-        .call("DELETE", &format!("/v1/endpoints/{id}"), None)
-        .await;
-    assert_eq!(status, 200, "{deleted}");
+    let deleted = s.api.client.delete_endpoint(&id.as_str().into()).await;
     assert_eq!(
-        deleted,
+        value(&deleted.unwrap()),
         json!({"id": id, "status": "deleted", "dead_deliveries": 3})
     );
 
     // Gone from the endpoint routes...
     assert_eq!(get_endpoint(s, &id).await.0, 404);
-    let (_, listed) = s.api.call("GET", "/v1/endpoints", None).await;
-    assert!(
-        listed["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|e| e["id"] != id.as_str()),
-        "{listed}"
-    );
+    let listed = list_endpoints(s).await;
+    assert!(listed.iter().all(|e| e["id"] != id.as_str()), "{listed:?}");
     for (method, path, body) in [
         ("DELETE", format!("/v1/endpoints/{id}"), None),
         (
@@ -682,20 +699,13 @@ async fn delete_scenario(s: &Sender) {
         assert_eq!(d["attempts"], attempts, "{d}");
         dead_ids.push(d["id"].as_str().unwrap().to_owned());
     }
-    let (_, dlq) = s
+    let dlq = s
         .api
-        .call(
-            "GET",
-            &format!("/v1/deliveries?status=dead&endpoint_id={id}"),
-            None,
-        )
-        .await;
-    let listed: Vec<&str> = dlq["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["id"].as_str().unwrap())
-        .collect();
+        .client
+        .deliveries(&typed(json!({"status": "dead", "endpoint_id": id})))
+        .await
+        .unwrap();
+    let listed: Vec<&str> = dlq.data.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(listed, dead_ids);
 
     // A replay has nowhere to go, and says so.
@@ -739,14 +749,15 @@ async fn an_attempt_in_flight_when_its_endpoint_is_deleted_ends_dead_not_retried
         assert!(start.elapsed() < SECS_10);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (status, deleted) = s
+    let deleted = s
         .api
-        .call("DELETE", &format!("/v1/endpoints/{id}"), None)
-        .await;
-    assert_eq!(status, 200, "{deleted}");
+        .client
+        .delete_endpoint(&id.as_str().into())
+        .await
+        .unwrap();
     assert_eq!(
-        deleted["dead_deliveries"], 0,
-        "it was in flight, not pending"
+        deleted.dead_deliveries, 0,
+        "it was in flight, not pending: {deleted:?}"
     );
     let dead = s.api.wait_for(&event, "dead", SECS_10).await;
     assert_eq!(dead["last_error"], "endpoint_deleted", "{dead}");
@@ -778,10 +789,7 @@ async fn an_attempt_in_flight_when_its_endpoint_is_paused_retries_only_after_the
         assert!(start.elapsed() < SECS_10);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(
-        post_to(&s, &format!("/v1/endpoints/{id}/pause")).await.0,
-        200
-    );
+    pause(&s, &id).await;
     // The attempt times out, and its retry (due 10 ms later) waits for the resume.
     wait_attempts(&s, &event, &id, 1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -792,10 +800,7 @@ async fn an_attempt_in_flight_when_its_endpoint_is_paused_retries_only_after_the
         (&json!("pending"), &json!(1))
     );
 
-    assert_eq!(
-        post_to(&s, &format!("/v1/endpoints/{id}/resume")).await.0,
-        200
-    );
+    resume(&s, &id).await;
     let delivered = s.api.wait_for(&event, "delivered", SECS_10).await;
     assert_eq!(delivered["attempts"], 2);
     s.server.shutdown().await;

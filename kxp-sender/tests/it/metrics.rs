@@ -65,11 +65,11 @@ async fn metrics_count_attempts_deliveries_and_the_queue() {
             .wait_for(event, "delivered", Duration::from_secs(10))
             .await;
     }
-    let (status, _) = s
-        .api
-        .call("POST", &format!("/v1/endpoints/{ep}/pause"), None)
-        .await;
-    assert_eq!(status, 200);
+    s.api
+        .client
+        .pause_endpoint(&ep.as_str().into())
+        .await
+        .unwrap();
     s.api.emit("t", json!({"n": 3})).await;
 
     // No key needed: a scraper has none.
@@ -129,11 +129,11 @@ async fn metrics_read_the_queue_on_postgresql() {
     let s = sender_with("0s", move |c| c.database_url = url).await;
     let rx = Receiver::start(vec![]).await;
     let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
-    let (status, _) = s
-        .api
-        .call("POST", &format!("/v1/endpoints/{ep}/pause"), None)
-        .await;
-    assert_eq!(status, 200);
+    s.api
+        .client
+        .pause_endpoint(&ep.as_str().into())
+        .await
+        .unwrap();
     s.api.emit("t", json!({"n": 1})).await;
     let text = reqwest::get(format!("{}/metrics", s.api.base))
         .await

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-use crate::support::{Receiver, Reply, sender_with};
+use crate::support::{Receiver, Reply, sender_with, typed, value};
 
 #[tokio::test]
 async fn retries_dead_letters_replays_and_idempotency_on_postgresql() {
@@ -15,8 +15,8 @@ async fn retries_dead_letters_replays_and_idempotency_on_postgresql() {
     };
     let url = database.url().to_owned();
     let s = sender_with("0s,20ms,40ms", move |c| c.database_url = url).await;
-    let (_, health) = s.api.call("GET", "/healthz", None).await;
-    assert_eq!(health["database"], "postgres");
+    let health = s.api.client.healthz().await.unwrap();
+    assert_eq!(health.database, "postgres");
 
     let receiver = Receiver::start(vec![
         Reply::Status(500),
@@ -31,11 +31,13 @@ async fn retries_dead_letters_replays_and_idempotency_on_postgresql() {
         .wait_for(&event_id, "dead", Duration::from_secs(10))
         .await;
     assert_eq!(s.api.attempts(dead["id"].as_str().unwrap()).await.len(), 3);
-    let (status, body) = s
+    let queued = s
         .api
-        .call("POST", &format!("/v1/endpoints/{endpoint_id}/replay"), None)
-        .await;
-    assert_eq!((status, body["queued"].as_u64()), (202, Some(1)));
+        .client
+        .replay_endpoint(&endpoint_id.as_str().into(), &typed(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(value(&queued)["queued"].as_u64(), Some(1), "{queued:?}");
     s.api
         .wait_for(&event_id, "delivered", Duration::from_secs(10))
         .await;

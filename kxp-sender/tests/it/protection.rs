@@ -13,7 +13,7 @@ use kxp_sender::Protection;
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Sender, sender_with};
+use crate::support::{Receiver, Sender, sender_with, typed, value};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -66,12 +66,23 @@ async fn circuit(db: &Db, endpoint_id: &str) -> (String, i64, i64, i64) {
 }
 
 async fn endpoint(s: &Sender, id: &str) -> Value {
-    let (status, body) = s
+    let endpoint = s
         .api
-        .call("GET", &format!("/v1/endpoints/{id}"), None)
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body
+        .client
+        .endpoint(&id.into())
+        .await
+        .unwrap_or_else(|e| panic!("GET /v1/endpoints/{id}: {e}"));
+    value(&endpoint)
+}
+
+async fn health_of(s: &Sender, id: &str) -> Value {
+    let health = s
+        .api
+        .client
+        .endpoint_health(&id.into())
+        .await
+        .unwrap_or_else(|e| panic!("GET /v1/endpoints/{id}/health: {e}"));
+    value(&health)
 }
 
 /// Polls `check` until it holds, for at most [`WITHIN`].
@@ -106,10 +117,7 @@ async fn breaker_scenario(s: &Sender) {
     .await;
     let h = endpoint(s, &ep).await;
     assert_eq!(h["status"], "active", "{h}");
-    let (_, health) = s
-        .api
-        .call("GET", &format!("/v1/endpoints/{ep}/health"), None)
-        .await;
+    let health = health_of(s, &ep).await;
     assert!(health["circuit_opened_at"].is_string(), "{health}");
 
     // While open, new events queue up held: pending, not one attempt.
@@ -169,10 +177,7 @@ async fn breaker_scenario(s: &Sender) {
     }
     let (state, _, failed_probes_after, _) = circuit(db, &ep).await;
     assert_eq!((state.as_str(), failed_probes_after), ("closed", 0));
-    let (_, health) = s
-        .api
-        .call("GET", &format!("/v1/endpoints/{ep}/health"), None)
-        .await;
+    let health = health_of(s, &ep).await;
     assert_eq!(
         (&health["circuit_state"], &health["consecutive_failures"]),
         (&json!("closed"), &json!(0)),
@@ -310,24 +315,21 @@ async fn a_burst_of_deliveries_is_sent_at_the_rate_limit() {
         s.api.wait_for(event, "delivered", WITHIN).await;
     }
     // Back to the default limit, and all 20 due at the same instant: a bulk replay.
-    let (status, body) = s
-        .api
-        .call(
-            "PATCH",
-            &format!("/v1/endpoints/{ep}"),
-            Some(json!({"rate_limit_per_second": null})),
+    s.api
+        .client
+        .update_endpoint(
+            &ep.as_str().into(),
+            &typed(json!({"rate_limit_per_second": null})),
         )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let (status, body) = s
+        .await
+        .unwrap();
+    let queued = s
         .api
-        .call(
-            "POST",
-            &format!("/v1/endpoints/{ep}/replay"),
-            Some(json!({"status": "delivered"})),
-        )
-        .await;
-    assert_eq!((status, body["queued"].as_u64()), (202, Some(20)), "{body}");
+        .client
+        .replay_endpoint(&ep.as_str().into(), &typed(json!({"status": "delivered"})))
+        .await
+        .unwrap();
+    assert_eq!(value(&queued)["queued"].as_u64(), Some(20), "{queued:?}");
     let mut replayed = Vec::new();
     for event in &events {
         replayed.push(s.api.wait_for(event, "delivered", WITHIN).await);
@@ -378,10 +380,7 @@ async fn an_endpoint_failing_for_the_whole_period_is_disabled_and_resumes_on_req
     assert_eq!(d["status"], "pending", "{d}");
     let attempts = d["attempts"].as_i64().unwrap();
     assert!(attempts >= 3, "{d}");
-    let (_, health) = s
-        .api
-        .call("GET", &format!("/v1/endpoints/{ep}/health"), None)
-        .await;
+    let health = health_of(&s, &ep).await;
     assert_eq!(
         (&health["status"], &health["circuit_state"]),
         (&json!("disabled"), &json!("closed")),
@@ -402,22 +401,22 @@ async fn an_endpoint_failing_for_the_whole_period_is_disabled_and_resumes_on_req
     // The merchant fixes the endpoint and resumes it: the backlog is delivered, and the
     // failure period starts again.
     rx.answer_rest_with(200);
-    let (status, resumed) = s
-        .api
-        .call("POST", &format!("/v1/endpoints/{ep}/resume"), None)
-        .await;
+    let resumed = value(
+        &s.api
+            .client
+            .resume_endpoint(&ep.as_str().into())
+            .await
+            .unwrap(),
+    );
     assert_eq!(
-        (status, &resumed["status"], &resumed["circuit_state"]),
-        (200, &json!("active"), &json!("closed")),
+        (&resumed["status"], &resumed["circuit_state"]),
+        (&json!("active"), &json!("closed")),
         "{resumed}"
     );
     for event in [&first, &during] {
         s.api.wait_for(event, "delivered", WITHIN).await;
     }
-    let (_, health) = s
-        .api
-        .call("GET", &format!("/v1/endpoints/{ep}/health"), None)
-        .await;
+    let health = health_of(&s, &ep).await;
     assert_eq!(health["failing_since"], Value::Null, "{health}");
     assert_eq!(circuit(db, &ep).await.0, "closed");
     s.server.shutdown().await;

@@ -7,7 +7,7 @@ use kxp_sender::Db;
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Api, Receiver, Sender, sender, sender_with};
+use crate::support::{Api, Receiver, Sender, sender, sender_with, typed, value, values};
 
 const VERSION: &str = "2026-11-01";
 
@@ -41,8 +41,19 @@ async fn stored(db: &Db) -> (i64, i64) {
     }
 }
 
+/// Raw: for the events the server must refuse.
 async fn post_event(api: &Api, body: Value) -> (u16, Value) {
     api.call("POST", "/v1/events", Some(body)).await
+}
+
+/// Emits `body` (a `NewEvent` as JSON) through the typed client; the event as JSON.
+async fn create_event(api: &Api, body: Value) -> Value {
+    let event = api
+        .client
+        .create_event(&typed(body), None)
+        .await
+        .unwrap_or_else(|e| panic!("POST /v1/events: {e}"));
+    value(&event)
 }
 
 /// Register, a valid event delivered, an invalid one refused with nothing stored, the schema
@@ -52,16 +63,26 @@ async fn register_validate_and_deliver(s: &Sender) {
     s.api.endpoint(&receiver.url, json!({})).await;
     let path = format!("/v1/schemas/payment.succeeded/{VERSION}");
 
-    let (status, created) = s.api.call("PUT", &path, Some(payment_schema())).await;
-    assert_eq!(status, 201, "{created}");
-    assert_eq!(created["type"], "payment.succeeded");
-    assert_eq!(created["api_version"], VERSION);
-    assert_eq!(created["schema"], payment_schema());
-    let (status, got) = s.api.call("GET", &path, None).await;
-    assert_eq!((status, &got), (200, &created));
-    let (status, list) = s.api.call("GET", "/v1/schemas", None).await;
-    assert_eq!(status, 200);
-    assert_eq!(list["data"], json!([created]));
+    let (created, new) = s
+        .api
+        .client
+        .put_schema("payment.succeeded", VERSION, &payment_schema())
+        .await
+        .unwrap();
+    assert!(new, "201: {created:?}");
+    assert_eq!(created.event_type, "payment.succeeded");
+    assert_eq!(created.api_version, VERSION);
+    assert_eq!(created.schema, payment_schema());
+    let created = value(&created);
+    let got = s
+        .api
+        .client
+        .schema("payment.succeeded", VERSION)
+        .await
+        .unwrap();
+    assert_eq!(value(&got), created);
+    let list = s.api.client.schemas().await.unwrap();
+    assert_eq!(values(list.data), vec![created]);
 
     // Valid (the account's default version applies): stored and delivered.
     let id = s.api.emit("payment.succeeded", json!({"amount": 5})).await;
@@ -93,26 +114,27 @@ async fn register_validate_and_deliver(s: &Sender) {
     assert_eq!(stored(s.server.db()).await, before, "no event, no delivery");
 
     // Another version, or another type, has no schema: accepted as before.
-    let (status, _) = post_event(
+    create_event(
         &s.api,
         json!({"type": "payment.succeeded", "api_version": "2027-01-01", "data": {"amount": "five"}}),
     )
     .await;
-    assert_eq!(status, 202);
     s.api
         .emit("payment.failed", json!({"amount": "five"}))
         .await;
 
     // Replaced (200), then the new schema applies at once; deleted, then nothing is checked.
-    let (status, _) = s
+    let (_, new) = s
         .api
-        .call(
-            "PUT",
-            &path,
-            Some(json!({"type": "object", "required": ["currency"]})),
+        .client
+        .put_schema(
+            "payment.succeeded",
+            VERSION,
+            &json!({"type": "object", "required": ["currency"]}),
         )
-        .await;
-    assert_eq!(status, 200);
+        .await
+        .unwrap();
+    assert!(!new, "replaced: 200");
     let (status, error) = post_event(
         &s.api,
         json!({"type": "payment.succeeded", "data": {"amount": 5}}),
@@ -122,8 +144,11 @@ async fn register_validate_and_deliver(s: &Sender) {
         (status, error["error"].as_str()),
         (400, Some("schema_violation"))
     );
-    let (status, _) = s.api.call("DELETE", &path, None).await;
-    assert_eq!(status, 200);
+    s.api
+        .client
+        .delete_schema("payment.succeeded", VERSION)
+        .await
+        .unwrap();
     let (status, _) = s.api.call("GET", &path, None).await;
     assert_eq!(status, 404);
     let (status, _) = s.api.call("DELETE", &path, None).await;
@@ -179,8 +204,8 @@ async fn an_invalid_schema_is_refused_with_the_problem() {
         .call("PUT", "/v1/schemas/bad type/v1", Some(json!({})))
         .await;
     assert_eq!(status, 422);
-    let (_, list) = s.api.call("GET", "/v1/schemas", None).await;
-    assert_eq!(list["data"], json!([]), "nothing stored");
+    let list = s.api.client.schemas().await.unwrap();
+    assert!(list.data.is_empty(), "nothing stored: {list:?}");
     s.server.shutdown().await;
 }
 
@@ -190,20 +215,34 @@ async fn another_account_neither_sees_nor_changes_nor_is_checked_by_your_schemas
     let (_, b_key) = s.server.db().create_account("b", None).await.unwrap();
     let b = s.api.with_key(&b_key);
     let path = format!("/v1/schemas/payment.succeeded/{VERSION}");
-    let (status, _) = s.api.call("PUT", &path, Some(payment_schema())).await;
-    assert_eq!(status, 201);
+    let (_, new) = s
+        .api
+        .client
+        .put_schema("payment.succeeded", VERSION, &payment_schema())
+        .await
+        .unwrap();
+    assert!(new);
 
-    let (_, list) = b.call("GET", "/v1/schemas", None).await;
-    assert_eq!(list["data"], json!([]));
+    let list = b.client.schemas().await.unwrap();
+    assert!(list.data.is_empty(), "{list:?}");
     assert_eq!(b.call("GET", &path, None).await.0, 404);
     assert_eq!(b.call("DELETE", &path, None).await.0, 404);
     // B's events are not checked against A's schema.
     b.emit("payment.succeeded", json!({"amount": "five"})).await;
     // B's PUT of the same name is B's own schema; A's is untouched.
-    let (status, _) = b.call("PUT", &path, Some(json!({"type": "array"}))).await;
-    assert_eq!(status, 201);
-    let (_, a_schema) = s.api.call("GET", &path, None).await;
-    assert_eq!(a_schema["schema"], payment_schema());
+    let (_, new) = b
+        .client
+        .put_schema("payment.succeeded", VERSION, &json!({"type": "array"}))
+        .await
+        .unwrap();
+    assert!(new);
+    let a_schema = s
+        .api
+        .client
+        .schema("payment.succeeded", VERSION)
+        .await
+        .unwrap();
+    assert_eq!(a_schema.schema, payment_schema());
     s.api.emit("payment.succeeded", json!({"amount": 1})).await;
     s.server.shutdown().await;
 }
@@ -225,15 +264,13 @@ async fn pinned_and_unpinned(s: &Sender) {
         .await;
 
     // The account's default version is the event's when it names none.
-    let (status, v1) = post_event(&s.api, json!({"type": "order.paid", "data": {}})).await;
-    assert_eq!(status, 202);
+    let v1 = create_event(&s.api, json!({"type": "order.paid", "data": {}})).await;
     assert_eq!(v1["api_version"], VERSION);
-    let (status, v2) = post_event(
+    let v2 = create_event(
         &s.api,
         json!({"type": "order.paid", "api_version": "2027-01-01", "data": {}}),
     )
     .await;
-    assert_eq!(status, 202);
     assert_eq!(v2["api_version"], "2027-01-01");
 
     let (pinned, unpinned) = (&pinned, &unpinned);
@@ -270,16 +307,15 @@ async fn pinned_and_unpinned(s: &Sender) {
     assert_eq!(seen_by_pinned, vec![v1_id]);
 
     // Unpinned again (PATCH null): it takes every version.
-    let (status, _) = s
-        .api
-        .call(
-            "PATCH",
-            &format!("/v1/endpoints/{pinned}"),
-            Some(json!({"api_version": null})),
+    s.api
+        .client
+        .update_endpoint(
+            &pinned.as_str().into(),
+            &typed(json!({"api_version": null})),
         )
-        .await;
-    assert_eq!(status, 200);
-    let (_, v3) = post_event(
+        .await
+        .unwrap();
+    let v3 = create_event(
         &s.api,
         json!({"type": "order.paid", "api_version": "2027-01-01", "data": {}}),
     )

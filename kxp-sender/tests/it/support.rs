@@ -195,6 +195,16 @@ pub fn values<T: serde::Serialize>(items: Vec<T>) -> Vec<Value> {
         .collect()
 }
 
+/// A typed answer as a JSON value, for the assertions written against JSON.
+pub fn value<T: serde::Serialize>(item: &T) -> Value {
+    serde_json::to_value(item).unwrap()
+}
+
+/// A typed request written as JSON (as the API documents it).
+pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> T {
+    serde_json::from_value(body.clone()).unwrap_or_else(|e| panic!("{body}: {e}"))
+}
+
 /// How a scripted receiver answers one request.
 #[derive(Debug, Clone)]
 pub enum Reply {
