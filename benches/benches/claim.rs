@@ -126,17 +126,17 @@ async fn claim_ours(db: &Db, rows: usize, capped: Option<&str>) -> Result<Vec<Du
     let mut times = Vec::new();
     while taken < rows {
         let start = Instant::now();
-        let ids = db
+        let jobs = db
             .claim("bench", 60_000, BATCH, &caps, PER_ENDPOINT)
             .await?;
         times.push(start.elapsed());
-        if ids.is_empty() {
+        if jobs.is_empty() {
             return Err(format!("Db::claim found nothing after {taken} of {rows}").into());
         }
-        if capped.is_some() && ids.iter().any(|id| id.starts_with("dlv_backlog")) {
+        if capped.is_some() && jobs.iter().any(|job| job.id.as_str().starts_with("dlv_backlog")) {
             return Err("Db::claim took a capped endpoint's delivery".into());
         }
-        taken += ids.len();
+        taken += jobs.len();
     }
     Ok(times)
 }

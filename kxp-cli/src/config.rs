@@ -73,7 +73,8 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_WORKERS", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
-    /// Attempts in flight at once to one endpoint, from this process.
+    /// The most attempts in flight at once to one endpoint, from this process: the ceiling of
+    /// its adaptive limit, which starts at 4 and grows while the endpoint keeps up.
     #[arg(long, env = "KXP_PER_ENDPOINT_CONCURRENCY", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_endpoint_concurrency: Option<usize>,

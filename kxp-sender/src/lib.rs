@@ -64,9 +64,9 @@ pub use http::{DEFAULT_OVERLAP, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TI
 pub use model::{
     Account, AccountId, Attempt, AttemptError, AttemptRecord, CircuitState, Delivery,
     DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointHealth, EndpointId,
-    EndpointStatus, Event, EventId, Failure, FailureKind, Finished, NewEndpoint, NextState,
-    NoticeNext, Notification, NotificationId, Rotated, Schema, SchemaId, new_id, now_ms,
-    parse_rfc3339, random_hex_32, rfc3339, sha256_hex,
+    EndpointStatus, Event, EventId, Failure, FailureKind, FinishAttempt, Finished, Job,
+    NewEndpoint, NextState, NoticeNext, Notification, NotificationId, Rotated, Schema, SchemaId,
+    Secrets, new_id, now_ms, parse_rfc3339, random_hex_32, rfc3339, sha256_hex,
 };
 pub use policy::circuit::Protection;
 pub use policy::health::{LATENCY_BOUNDS_MS, bucket_of};

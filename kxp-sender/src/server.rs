@@ -12,6 +12,7 @@ use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
 use crate::engine::dispatch;
 use crate::engine::guard::AddressGuard;
+use crate::engine::ingester::Ingester;
 use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
 use crate::engine::{notifier, retention, worker};
@@ -112,13 +113,17 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     // never an unguarded one, since all three connect to merchants' URLs.
     let client = dispatch::client(guard)?;
     let (stop, stopped) = watch::channel(false);
+    let ingester = Ingester::start(&db);
     let shared = Arc::new(Shared {
+        ingester,
         backlog: Backlog::new(config.backlog_limit),
         config,
         client,
         mailer,
         metrics: Metrics::default(),
         wake: Notify::new(),
+        ready: Default::default(),
+        rescan: Default::default(),
         notices: Notify::new(),
     });
     let state = AppState {

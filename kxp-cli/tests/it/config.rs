@@ -58,7 +58,7 @@ fn each_layer_wins_over_the_ones_below_it() {
     assert_eq!(config["lease_extra"].as_str(), Some("10s"), "default");
     assert_eq!(
         config["per_endpoint_concurrency"].as_integer(),
-        Some(8),
+        Some(64),
         "default"
     );
 }

@@ -1,8 +1,11 @@
 //! The configuration, and what every task of a running sender shares: built once at start
 //! from the [`Config`], never copied field by field into each task's own settings.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -10,8 +13,10 @@ use tokio::sync::Notify;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
 use crate::engine::guard::{AddressGuard, Cidr};
+use crate::engine::ingester::Ingester;
 use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
+use crate::model::EndpointId;
 use crate::policy::circuit::Protection;
 use crate::policy::schedule::Schedule;
 use crate::store::redact_passwords;
@@ -37,7 +42,8 @@ pub struct Config {
     pub delivery_timeout: Duration,
     /// Attempts in flight at once in this process.
     pub workers: usize,
-    /// Attempts in flight at once to one endpoint, from this process.
+    /// The most attempts in flight at once to one endpoint, from this process: the ceiling of
+    /// the endpoint's adaptive limit, which starts at 4 and grows while the endpoint keeps up.
     pub per_endpoint_concurrency: usize,
     /// How long a lease outlives its endpoint's timeout.
     pub lease_extra: Duration,
@@ -96,8 +102,8 @@ impl Default for Config {
             allow_addresses: Vec::new(),
             schedule: Schedule::default(),
             delivery_timeout: Duration::from_secs(5),
-            workers: 64,
-            per_endpoint_concurrency: 8,
+            workers: 256,
+            per_endpoint_concurrency: 64,
             lease_extra: Duration::from_secs(10),
             poll_interval: Duration::from_millis(250),
             api_key: None,
@@ -125,22 +131,56 @@ pub(crate) struct Shared {
     /// This process's counters, for `/metrics`.
     pub metrics: Metrics,
     /// Poked after ingestion, replays and resumes, so idle workers start at once: through
-    /// [`Shared::wake_workers`] only.
+    /// [`Shared::wake_for`] and [`Shared::wake_workers`] only.
     pub wake: Notify,
+    /// Endpoints with new due work since the delivery loop last looked ([`Shared::wake_for`]).
+    pub ready: Mutex<HashSet<EndpointId>>,
+    /// Set when there is new due work the loop cannot tell by endpoint (a replay, a resume):
+    /// the loop then scans for due work at once instead of at its next poll.
+    pub rescan: AtomicBool,
     /// Poked when a state change queued a notification.
     pub notices: Notify,
     /// The per-account backpressure gate of ingestion.
     pub backlog: Backlog,
+    /// How ingestion writes to the store (group commit on SQLite).
+    pub ingester: Ingester,
 }
 
 impl Shared {
-    /// Tells the delivery loop there is new due work. `notify_one` keeps a permit when the
-    /// loop is not waiting (it is in the middle of a claim that may have read the table before
-    /// the new rows committed), so the loop's next wait returns at once and claims again: a
-    /// wake-up is never lost, and a new event never waits for the next poll.
-    /// (`notify_waiters` would wake only a loop already waiting.)
+    /// Tells the delivery loop there is new due work, without saying where: it scans for due
+    /// deliveries at once. `notify_one` keeps a permit when the loop is not waiting (it is in
+    /// the middle of a claim that may have read the table before the new rows committed), so
+    /// the loop's next wait returns at once and claims again: a wake-up is never lost, and new
+    /// work never waits for the next poll. (`notify_waiters` would wake only a loop already
+    /// waiting.)
     pub fn wake_workers(&self) {
+        self.rescan.store(true, Ordering::SeqCst);
         self.wake.notify_one();
+    }
+
+    /// Tells the delivery loop that these endpoints have new due deliveries (committed before
+    /// this is called): it claims for them at once, from each endpoint's own queue, if they have
+    /// room. Never lost, as [`Shared::wake_workers`].
+    pub fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
+        let mut endpoints = endpoints.into_iter().peekable();
+        if endpoints.peek().is_none() {
+            return;
+        }
+        self.ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(endpoints);
+        self.wake.notify_one();
+    }
+
+    /// Takes the endpoints [`Shared::wake_for`] named since the last call.
+    pub fn take_ready(&self) -> HashSet<EndpointId> {
+        std::mem::take(
+            &mut *self
+                .ready
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The address guard every connection passes.

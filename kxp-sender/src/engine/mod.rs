@@ -4,12 +4,15 @@
 //! for every read and write and the policy for every decision; it holds no SQL.
 
 pub(crate) mod backlog;
+pub(crate) mod batch;
 pub(crate) mod config;
 pub(crate) mod dispatch;
 pub(crate) mod guard;
+pub(crate) mod ingester;
 pub(crate) mod mail;
 pub(crate) mod metrics;
 pub(crate) mod notifier;
+pub(crate) mod recorder;
 pub(crate) mod retention;
 pub(crate) mod schemas;
 pub(crate) mod worker;

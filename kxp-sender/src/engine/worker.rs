@@ -1,14 +1,25 @@
 //! The delivery loop: claim due deliveries, send each in its own task, record the outcome.
 //!
 //! Every attempt runs concurrently with the others, bounded by a global worker count and, per
-//! endpoint, by a concurrency limit and a rate limit ([`RateLimiter`]), so an endpoint that
-//! hangs until its timeout holds at most its own share of the workers and never delays
-//! deliveries to healthy endpoints. The claim asks the database for no more of an endpoint's
-//! deliveries than it may start now, so a backlog is not claimed only to be put back.
-//! The loop also releases the probes of open circuits whose cool-down has passed
-//! ([`Db::release_probes`](crate::store::Db::release_probes)).
+//! endpoint, by an adaptive concurrency limit ([`Adaptive`]: it grows while the endpoint answers
+//! quickly and halves on timeouts, 429s, 503s and slow answers, up to the configured
+//! per-endpoint concurrency) and, where one is set, a rate limit ([`RateLimiter`]). So an
+//! endpoint that hangs until its timeout holds at most its own share of the workers and never
+//! delays deliveries to healthy ones, and a fast endpoint is not held to a fixed cap.
+//!
+//! The loop claims from each endpoint's own queue for the endpoints it knows have work and
+//! room for it — ingestion names the endpoints it queued for, and a finished attempt names its
+//! own — so a claim costs what it takes, and an endpoint at its limit is not read at all,
+//! however long its backlog ([`Db::claim_for`]). Every poll interval, and when told of work it
+//! cannot place (a replay, a resume), it also scans everything due in due order
+//! ([`Db::claim`]): retries coming due, expired leases, other processes' events. Either claim
+//! asks for no more of an endpoint's deliveries than it may start now, so a backlog is not
+//! claimed only to be put back, and returns them ready to send. Outcomes are
+//! recorded in batches by the [`Recorder`]. The loop also releases the probes of open circuits
+//! whose cool-down has passed ([`Db::release_probes`](crate::store::Db::release_probes)).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,38 +28,109 @@ use tokio::task::JoinSet;
 
 use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
+use crate::engine::recorder::Recorder;
 use crate::model::{
-    AttemptError, AttemptRecord, DeliveryId, EndpointId, Finished, Job, NextState, Transition, ms,
-    new_id, now_ms,
+    AttemptError, AttemptRecord, DeliveryId, EndpointId, FailureKind, FinishAttempt, Finished, Job,
+    NextState, Transition, ms, new_id, now_ms,
 };
+use crate::policy::concurrency::{self, Adaptive, Signal};
 use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::AfterFailure;
 use crate::store::Db;
 
+/// How long an endpoint with nothing in flight keeps its learned limit.
+const IDLE_LIMIT: Duration = Duration::from_secs(300);
+
 /// Shared state of the in-flight attempts.
-#[derive(Default)]
 struct InFlight {
     per_endpoint: HashMap<EndpointId, usize>,
+    /// Endpoints whose attempts finished since the loop last claimed: they may have more.
+    ready: HashSet<EndpointId>,
+    limits: HashMap<EndpointId, (Adaptive, tokio::time::Instant)>,
     deliveries: HashSet<DeliveryId>,
     limiter: RateLimiter,
+    ceiling: usize,
 }
 
 impl InFlight {
-    /// What the next claim may take of each endpoint this worker is limiting now: the smaller
-    /// of its free concurrency and its rate tokens. Endpoints not listed may take up to the
-    /// concurrency limit.
-    fn caps(&mut self, per_endpoint: usize) -> Vec<(String, usize)> {
+    fn new(ceiling: usize) -> InFlight {
+        InFlight {
+            per_endpoint: HashMap::new(),
+            ready: HashSet::new(),
+            limits: HashMap::new(),
+            deliveries: HashSet::new(),
+            limiter: RateLimiter::default(),
+            ceiling,
+        }
+    }
+
+    /// The endpoint's adaptive limit now.
+    fn limit(&self, endpoint_id: &EndpointId) -> usize {
+        self.limits
+            .get(endpoint_id)
+            .map_or(concurrency::INITIAL.min(self.ceiling), |(a, _)| a.limit())
+    }
+
+    /// What the next claim may take of each endpoint this worker knows: the smaller of its
+    /// free concurrency and its rate tokens. Endpoints not listed may take
+    /// [`default_cap`](InFlight::default_cap).
+    fn caps(&mut self) -> Vec<(String, usize)> {
         let now = tokio::time::Instant::now();
+        self.limits.retain(|id, (_, used)| {
+            now.saturating_duration_since(*used) < IDLE_LIMIT || self.per_endpoint.contains_key(id)
+        });
         let mut caps: HashMap<String, usize> = self
-            .per_endpoint
+            .limits
             .iter()
-            .map(|(id, n)| (id.to_string(), per_endpoint.saturating_sub(*n)))
+            .map(|(id, (a, _))| {
+                let busy = self.per_endpoint.get(id).copied().unwrap_or(0);
+                (id.to_string(), a.limit().saturating_sub(busy))
+            })
             .collect();
+        for (id, busy) in &self.per_endpoint {
+            if !self.limits.contains_key(id) {
+                let limit = concurrency::INITIAL.min(self.ceiling);
+                caps.insert(id.to_string(), limit.saturating_sub(*busy));
+            }
+        }
+        let default_cap = self.default_cap();
         for (id, tokens) in self.limiter.allowances(now) {
-            let cap = caps.entry(id.to_owned()).or_insert(per_endpoint);
+            let cap = caps.entry(id.to_owned()).or_insert(default_cap);
             *cap = (*cap).min(tokens);
         }
         caps.into_iter().collect()
+    }
+
+    /// What the claim may take of an endpoint this worker has not seen lately.
+    fn default_cap(&self) -> usize {
+        concurrency::INITIAL.min(self.ceiling)
+    }
+
+    /// Feeds an attempt's outcome to its endpoint's limit.
+    fn observe(&mut self, endpoint_id: &EndpointId, signal: Signal) {
+        let ceiling = self.ceiling;
+        let (adaptive, used) = self
+            .limits
+            .entry(endpoint_id.clone())
+            .or_insert_with(|| (Adaptive::new(ceiling), tokio::time::Instant::now()));
+        adaptive.observe(signal);
+        *used = tokio::time::Instant::now();
+    }
+}
+
+/// What an outcome says about the endpoint's load, for its adaptive limit.
+fn signal(outcome: &Outcome, took: Duration) -> Signal {
+    match outcome {
+        Outcome::Delivered { .. } => Signal::Answered(took.as_secs_f64() * 1000.0),
+        Outcome::Rejected {
+            status: 429 | 503, ..
+        } => Signal::Overloaded,
+        Outcome::Failed(failure)
+            if matches!(failure.kind, FailureKind::Timeout | FailureKind::Connect) =>
+        {
+            Signal::Overloaded
+        }
+        _ => Signal::Neutral,
     }
 }
 
@@ -61,12 +143,14 @@ pub(crate) async fn run(
     grace: Duration,
 ) {
     let config = &shared.config;
-    let per_endpoint = config.per_endpoint_concurrency.max(1);
+    let ceiling = config.per_endpoint_concurrency.max(1);
     let owner = new_id("wrk");
     let permits = Arc::new(Semaphore::new(config.workers.max(1)));
-    let in_flight = Arc::new(Mutex::new(InFlight::default()));
+    let in_flight = Arc::new(Mutex::new(InFlight::new(ceiling)));
+    let (recorder, recording) = Recorder::start(db.clone(), config.protection.clone());
     let mut tasks = JoinSet::new();
     let mut last_reclaim = tokio::time::Instant::now();
+    let mut last_scan: Option<tokio::time::Instant> = None;
     // Housekeeping (expired leases, due probes) runs this often; tests with millisecond
     // schedules poll faster, and housekeeping keeps pace with them.
     let housekeeping = (config.poll_interval * 4).min(Duration::from_secs(1));
@@ -80,22 +164,59 @@ pub(crate) async fn run(
             last_reclaim = tokio::time::Instant::now();
         }
         let free = permits.available_permits();
-        let claimed = if free == 0 {
-            Vec::new()
-        } else {
-            let caps = lock(&in_flight).caps(per_endpoint);
-            let limit = i64::try_from(free.min(100)).unwrap_or(100);
-            match db
-                .claim(&owner, ms(config.lease_extra), limit, &caps, per_endpoint)
-                .await
-            {
-                Ok(ids) => ids,
-                Err(e) => {
-                    tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed");
-                    Vec::new()
+        let mut claimed = Vec::new();
+        if free > 0 {
+            let (targets, mut caps, default_cap) = {
+                let mut state = lock(&in_flight);
+                let mut ready = std::mem::take(&mut state.ready);
+                ready.extend(shared.take_ready());
+                let caps: HashMap<String, usize> = state.caps().into_iter().collect();
+                let default_cap = state.default_cap();
+                let targets: Vec<(EndpointId, usize)> = ready
+                    .into_iter()
+                    .map(|id| {
+                        let cap = caps.get(id.as_str()).copied().unwrap_or(default_cap);
+                        (id, cap)
+                    })
+                    .filter(|(_, cap)| *cap > 0)
+                    .collect();
+                (targets, caps, default_cap)
+            };
+            // The endpoints known to have work and room: each from its own queue.
+            if !targets.is_empty() {
+                match db.claim_for(&owner, ms(config.lease_extra), &targets).await {
+                    Ok(jobs) => claimed = jobs,
+                    Err(e) => {
+                        tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed")
+                    }
                 }
             }
-        };
+            // And, every poll interval or when told, a scan of everything due: retries coming
+            // due, expired leases, replays, other processes' events.
+            let scan = shared.rescan.swap(false, Ordering::SeqCst)
+                || last_scan
+                    .is_none_or(|at: tokio::time::Instant| at.elapsed() >= config.poll_interval);
+            let room = free.saturating_sub(claimed.len());
+            if scan && room > 0 {
+                last_scan = Some(tokio::time::Instant::now());
+                for job in &claimed {
+                    if let Some(cap) = caps.get_mut(job.endpoint_id.as_str()) {
+                        *cap = cap.saturating_sub(1);
+                    }
+                }
+                let caps: Vec<(String, usize)> = caps.into_iter().collect();
+                let limit = i64::try_from(room.min(100)).unwrap_or(100);
+                match db
+                    .claim(&owner, ms(config.lease_extra), limit, &caps, default_cap)
+                    .await
+                {
+                    Ok(jobs) => claimed.extend(jobs),
+                    Err(e) => {
+                        tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed")
+                    }
+                }
+            }
+        }
         if claimed.is_empty() {
             tokio::select! {
                 _ = tokio::time::sleep(config.poll_interval) => {}
@@ -105,14 +226,7 @@ pub(crate) async fn run(
             }
             continue;
         }
-        for id in claimed {
-            let job = match db.job(&id).await {
-                Ok(job) => job,
-                Err(e) => {
-                    tracing::error!(target: "kxp_sender", delivery_id = %id, error = %e, "loading a claimed delivery failed");
-                    continue;
-                }
-            };
+        for job in claimed {
             if !job.sendable() {
                 // Paused or deleted, or its circuit opened, between the claim and now: put it
                 // back untried (a deleted endpoint's delivery ends dead there, an open circuit's
@@ -132,7 +246,7 @@ pub(crate) async fn run(
                     .copied()
                     .unwrap_or(0);
                 let rate = config.protection.rate_of(job.rate_limit_per_second);
-                let admitted = count < per_endpoint
+                let admitted = count < state.limit(&job.endpoint_id)
                     && state.limiter.try_take(
                         job.endpoint_id.as_str(),
                         rate,
@@ -153,12 +267,19 @@ pub(crate) async fn run(
                 release(&db, job.id.as_str(), &owner).await;
                 continue;
             }
-            let (db, owner, shared, in_flight) =
-                (db.clone(), owner.clone(), shared.clone(), in_flight.clone());
+            let (owner, shared, in_flight, recorder) = (
+                owner.clone(),
+                shared.clone(),
+                in_flight.clone(),
+                recorder.clone(),
+            );
             tasks.spawn(async move {
-                attempt(&db, &owner, &shared, &job).await;
+                let signal = attempt(&recorder, &owner, &shared, &job).await;
                 let mut state = lock(&in_flight);
                 state.deliveries.remove(&job.id);
+                state.observe(&job.endpoint_id, signal);
+                // It may have more waiting: the loop claims for it next, from its own queue.
+                state.ready.insert(job.endpoint_id.clone());
                 if let Some(count) = state.per_endpoint.get_mut(&job.endpoint_id) {
                     *count = count.saturating_sub(1);
                     if *count == 0 {
@@ -174,21 +295,19 @@ pub(crate) async fn run(
     // period is aborted and put back, so another process can take it at once.
     let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
+    // Every outcome handed to the recorder is written before the loop returns.
+    drop(recorder);
+    let _ = recording.await;
     let left: Vec<DeliveryId> = lock(&in_flight).deliveries.iter().cloned().collect();
     for id in left {
         release(&db, id.as_str(), &owner).await;
     }
 }
 
-async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
+/// Sends one job and records its outcome; returns what the outcome says about the endpoint's
+/// load.
+async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -> Signal {
     let config = &shared.config;
-    let secrets = match db.live_secrets(job.endpoint_id.as_str()).await {
-        Ok(secrets) => secrets,
-        Err(e) => {
-            tracing::error!(target: "kxp_sender", delivery_id = %job.id, error = %e, "loading secrets failed");
-            return release(db, job.id.as_str(), owner).await;
-        }
-    };
     let number = job.attempts + 1;
     let started_at = now_ms();
     let request = dispatch::Request {
@@ -198,7 +317,7 @@ async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
         event_type: &job.event_type,
         delivery_id: job.id.as_str(),
         attempt: number,
-        secrets: &secrets,
+        secrets: &job.secrets.0,
         timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
         allow_http: config.dev,
     };
@@ -225,17 +344,17 @@ async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
         error,
         response_snippet: snippet,
     };
-    match db
-        .finish_attempt(
-            job.id.as_str(),
-            owner,
-            number,
-            &record,
+    let finished = recorder
+        .finish(FinishAttempt {
+            delivery_id: job.id.clone(),
+            endpoint_id: job.endpoint_id.clone(),
+            owner: owner.to_owned(),
+            attempt: number,
+            record,
             next,
-            &config.protection,
-        )
-        .await
-    {
+        })
+        .await;
+    match finished {
         Ok(Finished::Recorded {
             transition,
             notices,
@@ -272,6 +391,7 @@ async fn attempt(db: &Db, owner: &str, shared: &Shared, job: &Job) {
             tracing::error!(target: "kxp_sender", delivery_id = %job.id, error = %e, "recording an attempt failed")
         }
     }
+    signal(&outcome, took)
 }
 
 fn after_failure(shared: &Shared, attempts_made: i64, retry_after: Option<Duration>) -> NextState {

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use super::checks::check_name;
 use super::{ApiError, AppState, Authed, parse};
 use crate::engine::backlog::{Admission, RETRY_AFTER_SECS};
-use crate::model::{Account, Ingested, sha256_hex};
+use crate::model::{Account, Ingest, Ingested, sha256_hex};
 
 /// Emits an event: stored with one delivery per subscribed endpoint, in one transaction,
 /// before this answers. The answer is the envelope exactly as receivers will get it. With an
@@ -75,16 +75,14 @@ pub(super) async fn create_event(
     let idempotency = key.map(|k| (k, hash.as_str()));
     let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {
         Admission::Admit => {
-            state
-                .db
-                .ingest(
-                    &account,
-                    &new.event_type,
-                    &api_version,
-                    new.data.as_raw(),
-                    idempotency,
-                )
-                .await?
+            let item = Ingest {
+                account: account.clone(),
+                event_type: new.event_type.clone(),
+                api_version: api_version.clone(),
+                data: new.data.as_raw().to_owned(),
+                idempotency: idempotency.map(|(key, hash)| (key.to_owned(), hash.to_owned())),
+            };
+            state.shared.ingester.ingest(item).await?
         }
         Admission::Full(due) => {
             let before = match idempotency {
@@ -111,12 +109,10 @@ pub(super) async fn create_event(
         }
     };
     let event = match ingested {
-        Ingested::Created(event, queued) => {
+        Ingested::Created(event, due_to) => {
             state.shared.metrics.event_ingested();
-            state.shared.backlog.queued(&account.id, queued);
-            if queued > 0 {
-                state.shared.wake_workers();
-            }
+            state.shared.backlog.queued(&account.id, due_to.len());
+            state.shared.wake_for(due_to);
             event
         }
         Ingested::Replayed(event) => event,

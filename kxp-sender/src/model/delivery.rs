@@ -51,7 +51,8 @@ pub struct Attempt {
     pub response_snippet: Option<String>,
 }
 
-/// A delivery claimed by a worker, with everything needed to send it.
+/// A delivery claimed by a worker, with everything needed to send it: the claim returns it
+/// whole, so an attempt reads nothing more before sending.
 #[derive(Debug, Clone, FromRow)]
 pub struct Job {
     /// The delivery.
@@ -80,6 +81,32 @@ pub struct Job {
     pub circuit_state: CircuitState,
     /// The half-open circuit's probe, if there is one.
     pub circuit_probe_id: Option<DeliveryId>,
+    /// The endpoint's live secrets at the claim, newest first: what the attempt signs with.
+    #[sqlx(try_from = "String")]
+    pub secrets: Secrets,
+}
+
+/// An endpoint's live signing secrets, newest first, as the claim reads them (one text of
+/// comma-separated secrets: a secret is 64 hex digits, so it never holds a comma).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secrets(pub Vec<String>);
+
+impl From<String> for Secrets {
+    fn from(joined: String) -> Secrets {
+        Secrets(
+            joined
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets([{} redacted])", self.0.len())
+    }
 }
 
 impl Job {
@@ -102,6 +129,24 @@ pub enum NextState {
     RetryAt(i64),
     /// Failed for the last time.
     Dead,
+}
+
+/// A finished attempt, to be recorded: what [`Db::finish_attempts`](crate::Db::finish_attempts)
+/// takes, many at a time.
+#[derive(Debug, Clone)]
+pub struct FinishAttempt {
+    /// The delivery.
+    pub delivery_id: DeliveryId,
+    /// Its endpoint (whose statistics and breaker the attempt moves).
+    pub endpoint_id: EndpointId,
+    /// The worker that holds the delivery's lease: nothing is written unless it still does.
+    pub owner: String,
+    /// The attempt's number (1-based).
+    pub attempt: i64,
+    /// What happened.
+    pub record: AttemptRecord,
+    /// What becomes of the delivery.
+    pub next: NextState,
 }
 
 /// What recording a finished attempt did.

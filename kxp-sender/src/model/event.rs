@@ -1,8 +1,10 @@
 //! Events, as stored: the exact envelope every attempt sends.
 
+use serde_json::value::RawValue;
 use sqlx::FromRow;
 
-use super::ids::{AccountId, EventId};
+use super::account::Account;
+use super::ids::{AccountId, EndpointId, EventId};
 
 /// A stored event.
 #[derive(Debug, Clone, FromRow)]
@@ -26,10 +28,28 @@ pub struct Event {
 /// The result of `POST /v1/events`.
 #[derive(Debug)]
 pub enum Ingested {
-    /// A new event, with this many deliveries queued.
-    Created(Event, usize),
+    /// A new event, and the endpoints it queued a delivery for that is due now (held
+    /// deliveries of resting endpoints are queued too, and not listed): whom the workers may
+    /// claim for at once.
+    Created(Event, Vec<EndpointId>),
     /// The `Idempotency-Key` was seen before with the same request: the original event.
     Replayed(Event),
     /// The `Idempotency-Key` was seen before with a different request.
     KeyReused,
+}
+
+/// An event to ingest, as `POST /v1/events` checked it: owned, so a batch of ingestions can
+/// hold many.
+#[derive(Debug, Clone)]
+pub struct Ingest {
+    /// The account it is for.
+    pub account: Account,
+    /// Its type.
+    pub event_type: String,
+    /// The schema version of `data`.
+    pub api_version: String,
+    /// `data`, byte for byte as the caller sent it.
+    pub data: Box<RawValue>,
+    /// The `Idempotency-Key` and the hash of the request that carried it.
+    pub idempotency: Option<(String, String)>,
 }

@@ -15,9 +15,12 @@ mod status;
 mod time;
 
 pub use account::{Account, AccountChanges, DEFAULT_API_VERSION};
-pub use delivery::{Attempt, AttemptRecord, Delivery, DeliveryFilter, Finished, Job, NextState};
+pub use delivery::{
+    Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, NextState,
+    Secrets,
+};
 pub use endpoint::{Endpoint, EndpointChanges, HELD, NewEndpoint, Rotated};
-pub use event::{Event, Ingested};
+pub use event::{Event, Ingest, Ingested};
 pub use failure::{AttemptError, Failure, FailureKind};
 pub use health::{EndpointHealth, Window};
 pub use ids::{

@@ -39,8 +39,9 @@ pub struct Protection {
     pub breaker_cooldown_max: Duration,
     /// How long an endpoint may fail every attempt before it is disabled.
     pub disable_after: Duration,
-    /// Deliveries per second to one endpoint unless the endpoint sets its own limit; 0 lifts the
-    /// default limit (the concurrency limit still applies).
+    /// Deliveries per second to one endpoint unless the endpoint sets its own limit; 0 (the
+    /// default): no fixed limit, only the endpoint's adaptive concurrency. A drained backlog is
+    /// spread at this rate when one applies.
     pub rate_limit: u32,
 }
 
@@ -51,7 +52,7 @@ impl Default for Protection {
             breaker_cooldown: Duration::from_secs(60),
             breaker_cooldown_max: Duration::from_secs(60 * 60),
             disable_after: Duration::from_secs(3 * 24 * 60 * 60),
-            rate_limit: 50,
+            rate_limit: 0,
         }
     }
 }

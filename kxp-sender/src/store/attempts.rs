@@ -1,21 +1,25 @@
-//! The worker's side of `kxp_deliveries` and `kxp_attempts`: the claim, the job, recording an
-//! attempt (with the endpoint's statistics, its breaker and any notification, in one
-//! transaction), putting deliveries back and reclaiming expired leases.
+//! The worker's side of `kxp_deliveries` and `kxp_attempts`: the claim (which hands out
+//! ready-to-send jobs), recording finished attempts in batches (with the endpoints'
+//! statistics, breakers and any notification, in one transaction), putting deliveries back and
+//! reclaiming expired leases.
 
 use std::sync::LazyLock;
 
-use crate::model::{AttemptRecord, Finished, Job, NextState, now_ms};
+use crate::model::{EndpointId, FinishAttempt, Finished, Job, NextState, now_ms};
 use crate::policy::circuit::Protection;
-use crate::store::circuit::after_attempt;
-use crate::store::health::record_stats;
+use crate::policy::health::{HourTally, hour_of};
+use crate::store::circuit::{breaker_row, breaker_step};
+use crate::store::health::{add_hourly, lock_stats, write_stats};
 use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
 
 impl Db {
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
     /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
-    /// their concurrency or rate limit allows). Only deliveries of `active` endpoints with a
-    /// closed circuit are claimed, and of a half-open one only its probe.
+    /// their concurrency or rate limit allows), and returns them as jobs: the event, the URL
+    /// and the live secrets with each, read in the same round trip. Only deliveries of
+    /// `active` endpoints with a closed circuit are claimed, and of a half-open one only its
+    /// probe.
     ///
     /// The scan stays on the `kxp_deliveries_due` index in due order, with one primary key probe
     /// per candidate, over a window of `4 × limit` candidates; held deliveries (paused, disabled
@@ -29,7 +33,7 @@ impl Db {
         limit: i64,
         caps: &[(String, usize)],
         default_cap: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<Job>, StoreError> {
         let now = now_ms();
         let caps = serde_json::to_string(
             &caps
@@ -39,121 +43,214 @@ impl Db {
         )
         .unwrap_or_else(|_| "{}".to_owned());
         let default_cap = i64::try_from(default_cap).unwrap_or(i64::MAX);
-        let sql = match self {
-            Db::Sqlite(_) => CLAIM_SQLITE.as_str(),
-            Db::Postgres(_) => CLAIM_POSTGRES.as_str(),
-        };
-        Ok(on_db!(self, |pool, _begin| {
-            sqlx::query_scalar::<_, String>(sql)
-                .bind(lease_extra_ms)
-                .bind(owner)
-                .bind(now)
-                .bind(&caps)
-                .bind(limit)
-                .bind(default_cap)
-                .fetch_all(pool)
-                .await?
-        }))
-    }
-
-    /// What a worker needs to send a claimed delivery.
-    pub(crate) async fn job(&self, delivery_id: &str) -> Result<Job, StoreError> {
-        on_db!(self, |pool, _begin| {
-            sqlx::query_as::<_, Job>(
-                "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts, \
-                 p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id \
-                 FROM kxp_deliveries d JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id \
-                 WHERE d.id = $1",
-            )
-            .bind(delivery_id)
-            .fetch_optional(pool)
-            .await?
+        Ok(match self {
+            // One statement: the claim's UPDATE in a CTE, joined with what each job needs.
+            Db::Postgres(pool) => {
+                sqlx::query_as::<_, Job>(CLAIM_POSTGRES.as_str())
+                    .bind(lease_extra_ms)
+                    .bind(owner)
+                    .bind(now)
+                    .bind(&caps)
+                    .bind(limit)
+                    .bind(default_cap)
+                    .fetch_all(pool)
+                    .await?
+            }
+            // SQLite has no UPDATE in a CTE: the claim, then one read of its jobs (in-process,
+            // so the second statement costs microseconds, not a round trip).
+            Db::Sqlite(pool) => {
+                let ids = sqlx::query_scalar::<_, String>(CLAIM_SQLITE.as_str())
+                    .bind(lease_extra_ms)
+                    .bind(owner)
+                    .bind(now)
+                    .bind(&caps)
+                    .bind(limit)
+                    .bind(default_cap)
+                    .fetch_all(pool)
+                    .await?;
+                jobs_sqlite(pool, &ids, now).await?
+            }
         })
-        .ok_or(StoreError::NotFound)
     }
 
-    /// Records a finished attempt and moves the delivery on, if `owner` still holds its lease;
-    /// in the same transaction, updates the endpoint's statistics and its circuit breaker
-    /// (the circuit policy), and queues the notification a state change calls for.
-    /// [`Finished::LeaseLost`] when the lease was lost (it expired and another worker took
-    /// over): then nothing is written, and that worker's outcome stands.
-    pub async fn finish_attempt(
+    /// Claims for `owner` up to `cap` due deliveries of each endpoint in `targets` (the
+    /// endpoints this worker knows have work and room for it: new events, a finished attempt),
+    /// and returns them as jobs like [`Db::claim`]. Each endpoint is read on the
+    /// `kxp_deliveries_endpoint_due` index, from its oldest due delivery, and the read stops
+    /// at its cap: the cost is what is claimed, however long any endpoint's backlog is, and an
+    /// endpoint at its limit is not in `targets` at all. Only `active` endpoints with a closed
+    /// circuit give deliveries, and a half-open one only its probe.
+    pub async fn claim_for(
         &self,
-        delivery_id: &str,
         owner: &str,
-        attempt: i64,
-        record: &AttemptRecord,
-        next: NextState,
-        protection: &Protection,
-    ) -> Result<Finished, StoreError> {
+        lease_extra_ms: i64,
+        targets: &[(EndpointId, usize)],
+    ) -> Result<Vec<Job>, StoreError> {
+        let targets: Vec<(&EndpointId, i64)> = targets
+            .iter()
+            .filter(|(_, cap)| *cap > 0)
+            .map(|(id, cap)| (id, i64::try_from(*cap).unwrap_or(i64::MAX)))
+            .collect();
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = now_ms();
-        // Stored as text: `http_503`, `timeout: no answer within 5000 ms`, …
-        let error = record.error.as_ref().map(ToString::to_string);
-        let (status, next_at) = match next {
-            NextState::Delivered => ("delivered", now),
-            NextState::RetryAt(at) => ("pending", at),
-            NextState::Dead => ("dead", now),
-        };
-        let lock_endpoint = matches!(self, Db::Postgres(_)).then_some(
-            "SELECT 1 FROM kxp_endpoints WHERE id = (SELECT endpoint_id FROM kxp_deliveries WHERE id = $1) \
-             FOR NO KEY UPDATE",
-        );
+        Ok(match self {
+            Db::Postgres(pool) => {
+                let caps: std::collections::HashMap<&str, i64> = targets
+                    .iter()
+                    .map(|(id, cap)| (id.as_str(), *cap))
+                    .collect();
+                let caps = serde_json::to_string(&caps).unwrap_or_else(|_| "{}".to_owned());
+                sqlx::query_as::<_, Job>(CLAIM_FOR_POSTGRES.as_str())
+                    .bind(lease_extra_ms)
+                    .bind(owner)
+                    .bind(now)
+                    .bind(&caps)
+                    .fetch_all(pool)
+                    .await?
+            }
+            // One write transaction, one statement per endpoint (in-process: microseconds
+            // each), then one read of the jobs.
+            Db::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let mut ids = Vec::new();
+                for (endpoint_id, cap) in &targets {
+                    ids.extend(
+                        sqlx::query_scalar::<_, String>(CLAIM_FOR_SQLITE.as_str())
+                            .bind(lease_extra_ms)
+                            .bind(owner)
+                            .bind(now)
+                            .bind(*endpoint_id)
+                            .bind(cap)
+                            .fetch_all(&mut *tx)
+                            .await?,
+                    );
+                }
+                tx.commit().await?;
+                jobs_sqlite(pool, &ids, now).await?
+            }
+        })
+    }
+
+    /// Records a batch of finished attempts in one transaction, each only if its `owner` still
+    /// holds the delivery's lease ([`Finished::LeaseLost`] otherwise: that item writes nothing,
+    /// and the worker that took over stands; the others are recorded all the same). Per
+    /// endpoint of the batch, once: its statistics (locked, folded in order, written back) and
+    /// its hourly tally; its circuit breaker sees the attempts one by one, in order, exactly as
+    /// if each had been recorded alone, and queues the notification a state change calls for.
+    /// Answers one [`Finished`] per item, in order.
+    ///
+    /// One commit for the whole batch is what makes delivery fast: a commit waits for the disk,
+    /// and on PostgreSQL each endpoint's rows are locked once per batch instead of once per
+    /// attempt.
+    pub async fn finish_attempts(
+        &self,
+        batch: &[FinishAttempt],
+        protection: &Protection,
+    ) -> Result<Vec<Finished>, StoreError> {
+        let now = now_ms();
+        let mut endpoints: Vec<&EndpointId> = batch.iter().map(|f| &f.endpoint_id).collect();
+        endpoints.sort_unstable();
+        endpoints.dedup();
+        let lock_endpoints = matches!(self, Db::Postgres(_));
+        let errors: Vec<Option<String>> = batch
+            .iter()
+            .map(|f| f.record.error.as_ref().map(ToString::to_string))
+            .collect();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
-            // The endpoint row first (PostgreSQL), as every transaction that changes an
-            // endpoint and its deliveries takes it: one lock order (no deadlock with a resume),
-            // and a delete waits for this attempt's outcome instead of missing it.
-            if let Some(lock) = lock_endpoint {
-                sqlx::query(lock)
-                    .bind(delivery_id)
+            // PostgreSQL: the endpoint rows under KEY SHARE, in id order. A pause, resume or
+            // delete (FOR UPDATE) waits for this batch's outcome instead of missing it, and
+            // batches, ingestion and the breaker's own updates never wait for each other.
+            if lock_endpoints {
+                for id in &endpoints {
+                    sqlx::query("SELECT 1 FROM kxp_endpoints WHERE id = $1 FOR KEY SHARE")
+                        .bind(*id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+            let mut results = vec![Finished::LeaseLost; batch.len()];
+            let mut recorded = vec![false; batch.len()];
+            for (i, item) in batch.iter().enumerate() {
+                let (status, next_at) = match item.next {
+                    NextState::Delivered => ("delivered", now),
+                    NextState::RetryAt(at) => ("pending", at),
+                    NextState::Dead => ("dead", now),
+                };
+                let record = &item.record;
+                let updated = sqlx::query(FINISH_ATTEMPT.as_str())
+                    .bind(status)
+                    .bind(item.attempt)
+                    .bind(record.started_at)
+                    .bind(next_at)
+                    .bind(record.status_code.map(i64::from))
+                    .bind(&errors[i])
+                    .bind(now)
+                    .bind(&item.delivery_id)
+                    .bind(&item.owner)
                     .execute(&mut *tx)
-                    .await?;
-            }
-            let updated = sqlx::query(FINISH_ATTEMPT.as_str())
-                .bind(status)
-                .bind(attempt)
+                    .await?
+                    .rows_affected();
+                if updated == 0 {
+                    continue;
+                }
+                sqlx::query(
+                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(&item.delivery_id)
+                .bind(item.attempt)
                 .bind(record.started_at)
-                .bind(next_at)
+                .bind(record.duration_ms)
                 .bind(record.status_code.map(i64::from))
-                .bind(&error)
-                .bind(now)
-                .bind(delivery_id)
-                .bind(owner)
+                .bind(&errors[i])
+                .bind(&record.response_snippet)
                 .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if updated == 0 {
-                tx.rollback().await?;
-                return Ok(Finished::LeaseLost);
+                .await?;
+                recorded[i] = true;
             }
-            sqlx::query(
-                "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(delivery_id)
-            .bind(attempt)
-            .bind(record.started_at)
-            .bind(record.duration_ms)
-            .bind(record.status_code.map(i64::from))
-            .bind(&error)
-            .bind(&record.response_snippet)
-            .execute(&mut *tx)
-            .await?;
-            // The endpoint's health statistics and its breaker move on in the same transaction.
-            record_stats!(tx, delivery_id, now, record)?;
-            let success = record.error.is_none();
-            let changed = after_attempt!(tx, delivery_id, success, now, protection)?;
-            let mut notices = 0;
-            if let Some((transition, endpoint)) = &changed
-                && let Some(kind) = transition.notice()
-            {
-                notices = queue_notices!(tx, kind, &endpoint.id, now)?;
+            for endpoint in endpoints {
+                let mine: Vec<usize> = (0..batch.len())
+                    .filter(|&i| recorded[i] && &batch[i].endpoint_id == endpoint)
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let mut stats = lock_stats!(tx, endpoint, now)?;
+                let mut row = breaker_row!(tx, endpoint)?;
+                let mut tally = HourTally::default();
+                for i in mine {
+                    let item = &batch[i];
+                    let success = errors[i].is_none();
+                    stats.record(now, errors[i].as_deref());
+                    tally.add(success, item.record.duration_ms);
+                    let changed = breaker_step!(
+                        tx,
+                        &mut row,
+                        item.delivery_id.as_str(),
+                        success,
+                        &stats,
+                        now,
+                        protection
+                    )?;
+                    let mut notices = 0;
+                    if let Some(kind) = changed.and_then(|t| t.notice()) {
+                        // The notice quotes the statistics: they go down first.
+                        write_stats!(tx, endpoint, stats, now)?;
+                        notices = queue_notices!(tx, kind, endpoint, now)?;
+                    }
+                    results[i] = Finished::Recorded {
+                        transition: changed,
+                        notices,
+                    };
+                }
+                write_stats!(tx, endpoint, stats, now)?;
+                add_hourly!(tx, endpoint, hour_of(now), tally)?;
             }
             tx.commit().await?;
-            Ok(Finished::Recorded {
-                transition: changed.map(|(transition, _)| transition),
-                notices,
-            })
+            Ok(results)
         })
     }
 
@@ -198,7 +295,25 @@ impl Db {
     }
 }
 
-/// The worker's claim ([`Db::claim`]) for one backend; built once each.
+/// The jobs of the deliveries a SQLite claim took (`ids`), read at `now`.
+async fn jobs_sqlite(
+    pool: &sqlx::SqlitePool,
+    ids: &[String],
+    now: i64,
+) -> Result<Vec<Job>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    sqlx::query_as::<_, Job>(JOBS_SQLITE.as_str())
+        .bind(&ids)
+        .bind(now)
+        .fetch_all(pool)
+        .await
+}
+
+/// The worker's claim ([`Db::claim`]) for one backend; built once each. On SQLite it returns
+/// the claimed ids ([`JOBS_SQLITE`] reads their jobs); on PostgreSQL the jobs themselves.
 fn claim_sql(sqlite: bool) -> String {
     // `cap` is the endpoint's entry in the JSON object `$4`, else `$6`.
     let (cap_d, cap_c, lock) = if sqlite {
@@ -216,10 +331,13 @@ fn claim_sql(sqlite: bool) -> String {
             " FOR UPDATE OF d SKIP LOCKED",
         )
     };
-    format!(
-        "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
-           lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id) \
-         WHERE id IN (SELECT c.id FROM ( \
+    let returning = if sqlite {
+        "id"
+    } else {
+        "id, event_id, endpoint_id, attempts"
+    };
+    let claim = format!(
+        "{TAKE} WHERE id IN (SELECT c.id FROM ( \
              SELECT w.id, w.endpoint_id, w.next_attempt_at, \
                ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
              FROM (SELECT d.id, d.endpoint_id, d.next_attempt_at FROM kxp_deliveries d \
@@ -228,12 +346,70 @@ fn claim_sql(sqlite: bool) -> String {
                  AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
                ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
            ) c WHERE c.rn <= {cap_c} ORDER BY c.next_attempt_at LIMIT $5) \
-         RETURNING id"
+         RETURNING {returning}"
+    );
+    if sqlite {
+        claim
+    } else {
+        format!("WITH d AS ({claim}) {}", job_select("d", "$3"))
+    }
+}
+
+/// The columns of a [`Job`], from the claimed deliveries `from` (aliased `d`), their events
+/// and endpoints, with the endpoint's secrets live at `now` (newest first, comma-separated).
+fn job_select(from: &str, now: &str) -> String {
+    format!(
+        "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts, \
+           p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
+           COALESCE((SELECT string_agg(s.secret, ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
+             WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secrets \
+         FROM {from} JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id"
     )
 }
 
+/// What a claim sets on each delivery it takes: `$1` the lease's extra ms, `$2` the owner, `$3`
+/// now.
+const TAKE: &str = "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
+       lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id)";
+
+/// [`Db::claim_for`] on SQLite, for one endpoint: `$4` the endpoint, `$5` its cap.
+static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{TAKE} WHERE id IN (SELECT d.id FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
+           WHERE d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $3 AND p.status = 'active' \
+           AND (p.circuit_state = 'closed' OR (p.circuit_state = 'half_open' AND p.circuit_probe_id = d.id)) \
+           ORDER BY d.next_attempt_at LIMIT $5) \
+         RETURNING id"
+    )
+});
+
+/// [`Db::claim_for`] on PostgreSQL, every endpoint in one statement: `$4` a JSON object of
+/// endpoint id → cap. Each endpoint's deliveries are read in a `LATERAL` subquery that stops at
+/// its cap, skipping rows another process is claiming.
+static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH t AS (SELECT key AS endpoint_id, value::bigint AS cap FROM jsonb_each_text($4::jsonb)), \
+         picked AS (SELECT x.id FROM t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
+           CROSS JOIN LATERAL (SELECT d.id FROM kxp_deliveries d \
+             WHERE d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 \
+             AND (p.circuit_state = 'closed' OR d.id = p.circuit_probe_id) \
+             ORDER BY d.next_attempt_at LIMIT t.cap FOR UPDATE SKIP LOCKED) x \
+           WHERE p.status = 'active' AND p.circuit_state <> 'open'), \
+         d AS ({TAKE} WHERE id IN (SELECT id FROM picked) RETURNING id, event_id, endpoint_id, attempts) \
+         {}",
+        job_select("d", "$3")
+    )
+});
+
 static CLAIM_SQLITE: LazyLock<String> = LazyLock::new(|| claim_sql(true));
 static CLAIM_POSTGRES: LazyLock<String> = LazyLock::new(|| claim_sql(false));
+/// The jobs of the deliveries SQLite's claim returned: `$1` their ids as a JSON array, `$2` now.
+static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} WHERE d.id IN (SELECT value FROM json_each($1))",
+        job_select("kxp_deliveries d", "$2")
+    )
+});
 
 /// Records an attempt's outcome on its delivery ([`Db::finish_attempt`]): `$1` the new status,
 /// … `$8` the delivery, `$9` the lease owner. A retry for an endpoint deleted during the

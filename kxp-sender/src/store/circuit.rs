@@ -46,16 +46,14 @@ macro_rules! hold_pending {
 }
 pub(crate) use hold_pending;
 
-/// The endpoint columns a finished attempt reads, by the delivery's id.
-pub(crate) const ENDPOINT_OF_DELIVERY: &str = "SELECT p.id, p.status, p.circuit_state, \
-       p.circuit_failed_probes, p.circuit_probe_id, p.rate_limit_per_second, s.consecutive_failures, \
-       s.failing_since \
-     FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
-     LEFT JOIN kxp_endpoint_stats s ON s.endpoint_id = p.id WHERE d.id = $1";
+/// The endpoint columns the breaker reads, by the endpoint's id: once per endpoint and batch
+/// of finished attempts, and again after a change.
+pub(crate) const BREAKER_ROW: &str = "SELECT id, status, circuit_state, circuit_failed_probes, \
+       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints WHERE id = $1";
 
-/// A row of [`ENDPOINT_OF_DELIVERY`].
+/// A row of [`BREAKER_ROW`].
 #[derive(Debug, sqlx::FromRow)]
-pub(crate) struct EndpointRow {
+pub(crate) struct BreakerRow {
     pub id: EndpointId,
     #[sqlx(try_from = "String")]
     pub status: EndpointStatus,
@@ -64,9 +62,18 @@ pub(crate) struct EndpointRow {
     pub circuit_failed_probes: i64,
     pub circuit_probe_id: Option<DeliveryId>,
     pub rate_limit_per_second: Option<i64>,
-    pub consecutive_failures: Option<i64>,
-    pub failing_since: Option<i64>,
 }
+
+/// Reads the [`BreakerRow`] of `$endpoint_id` on the transaction `$tx`.
+macro_rules! breaker_row {
+    ($tx:expr, $endpoint_id:expr) => {
+        sqlx::query_as::<_, $crate::store::circuit::BreakerRow>($crate::store::circuit::BREAKER_ROW)
+            .bind($endpoint_id)
+            .fetch_one(&mut *$tx)
+            .await
+    };
+}
+pub(crate) use breaker_row;
 
 /// The statements that carry out each [`Transition`]; `$1` the endpoint, `$2` now, and for the
 /// two that open the circuit `$3` the next probe time. Each is conditional on the state it leaves, so two processes finishing
@@ -97,29 +104,26 @@ pub(crate) fn transition_sql(transition: Transition) -> Option<&'static str> {
     }
 }
 
-/// Applies a finished attempt's outcome to its endpoint's breaker, on the transaction `$tx`
-/// (after the statistics were updated): reads the endpoint, asks the circuit policy what to do
-/// ([`decide`](crate::policy::circuit::decide), [`follow_up`](crate::policy::circuit::follow_up)),
-/// and writes it. Evaluates to `Result<Option<(Transition, EndpointRow)>, sqlx::Error>`: the
-/// change made, if one was. A macro only because the statements must compile for each
-/// backend's transaction type.
-macro_rules! after_attempt {
-    ($tx:expr, $delivery_id:expr, $success:expr, $now:expr, $protection:expr) => {{
+/// Applies one finished attempt to its endpoint's breaker, on the transaction `$tx`: `$row`
+/// is the endpoint as the batch has left it so far (a `&mut BreakerRow`, read again after a
+/// change), `$stats` its running statistics with this attempt folded in. Asks the circuit
+/// policy what to do ([`decide`](crate::policy::circuit::decide),
+/// [`follow_up`](crate::policy::circuit::follow_up)) and writes it. Evaluates to
+/// `Result<Option<Transition>, sqlx::Error>`: the change made, if one was. A macro only because
+/// the statements must compile for each backend's transaction type.
+macro_rules! breaker_step {
+    ($tx:expr, $row:expr, $delivery_id:expr, $success:expr, $stats:expr, $now:expr, $protection:expr) => {{
         async {
             use $crate::policy::circuit::{self as policy, FollowUp};
-            let row = sqlx::query_as::<_, $crate::store::circuit::EndpointRow>(
-                $crate::store::circuit::ENDPOINT_OF_DELIVERY,
-            )
-            .bind($delivery_id)
-            .fetch_one(&mut *$tx)
-            .await?;
+            let row: &mut $crate::store::circuit::BreakerRow = $row;
+            let before = row.circuit_state;
             let after = policy::AfterAttempt {
-                state: row.circuit_state,
+                state: before,
                 probe: row.circuit_probe_id.as_ref().map(|id| id.as_str()) == Some($delivery_id),
                 active: row.status == $crate::model::EndpointStatus::Active,
                 success: $success,
-                consecutive_failures: row.consecutive_failures.unwrap_or(0),
-                failing_since: row.failing_since,
+                consecutive_failures: $stats.consecutive_failures,
+                failing_since: $stats.failing_since,
             };
             let transition = policy::decide($protection, &after, $now);
             let changed = match $crate::store::circuit::transition_sql(transition) {
@@ -143,7 +147,7 @@ macro_rules! after_attempt {
                 $protection,
                 transition,
                 changed,
-                row.circuit_state,
+                before,
                 row.rate_limit_per_second,
             );
             match follow_up {
@@ -165,12 +169,15 @@ macro_rules! after_attempt {
                     .await?;
                 }
             }
-            Ok::<_, sqlx::Error>(changed.then_some((transition, row)))
+            if changed {
+                *row = $crate::store::circuit::breaker_row!($tx, &row.id)?;
+            }
+            Ok::<_, sqlx::Error>(changed.then_some(transition))
         }
         .await
     }};
 }
-pub(crate) use after_attempt;
+pub(crate) use breaker_step;
 
 impl Db {
     /// Moves every open circuit whose cool-down has passed to `half_open`, releasing one held

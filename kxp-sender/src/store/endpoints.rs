@@ -10,6 +10,22 @@ use crate::policy::circuit::{Protection, spacing_ms};
 use crate::store::circuit::{hold_pending, spread_held};
 use crate::store::{Db, StoreError, on_db};
 
+/// Runs the statement [`Db::lock_for_change`] gave (`$lock`, if any) for the account's endpoint
+/// on the transaction `$tx`. A macro: it must compile for each backend's transaction type.
+macro_rules! lock_for_change {
+    ($tx:expr, $lock:expr, $account_id:expr, $id:expr) => {
+        match $lock {
+            Some(sql) => sqlx::query(sql)
+                .bind($account_id)
+                .bind($id)
+                .execute(&mut *$tx)
+                .await
+                .map(|_| ()),
+            None => Ok(()),
+        }
+    };
+}
+
 impl Db {
     /// Creates an endpoint with a fresh secret; returns both.
     pub async fn create_endpoint(
@@ -193,11 +209,13 @@ impl Db {
         id: &str,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
-        // Changing the endpoint row first locks it (PostgreSQL) or the database (SQLite) until
-        // commit, and ingestion and replays read the status under a share lock: no delivery
-        // can be queued by the old status after the deliveries below are moved.
+        // The endpoint row is locked for the change first (PostgreSQL; SQLite's write lock is
+        // already held), and ingestion and replays read the status under a key-share lock: no
+        // delivery can be queued by the old status after the deliveries below are moved.
+        let lock = self.lock_for_change();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
+            lock_for_change!(tx, lock, account_id, id)?;
             let endpoint = sqlx::query_as::<_, Endpoint>(
                 "UPDATE kxp_endpoints SET status = $1, updated_at = $2 \
                  WHERE account_id = $3 AND id = $4 AND status <> 'deleted' RETURNING *",
@@ -226,8 +244,10 @@ impl Db {
         protection: &Protection,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
+        let lock = self.lock_for_change();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
+            lock_for_change!(tx, lock, account_id, id)?;
             let endpoint = sqlx::query_as::<_, Endpoint>(
                 "UPDATE kxp_endpoints SET status = 'active', circuit_state = 'closed', circuit_opened_at = NULL, \
                  circuit_probe_at = NULL, circuit_probe_id = NULL, circuit_failed_probes = 0, updated_at = $1 \
@@ -261,8 +281,10 @@ impl Db {
     /// erased. Returns how many deliveries it ended.
     pub async fn delete_endpoint(&self, account_id: &str, id: &str) -> Result<u64, StoreError> {
         let now = now_ms();
+        let lock = self.lock_for_change();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
+            lock_for_change!(tx, lock, account_id, id)?;
             let deleted = sqlx::query(
                 "UPDATE kxp_endpoints SET status = 'deleted', updated_at = $1 \
                  WHERE account_id = $2 AND id = $3 AND status <> 'deleted'",

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::model::{Account, Endpoint, Event, EventId, Ingested, new_id, now_ms, rfc3339};
+use crate::model::{Endpoint, Event, EventId, Ingest, Ingested, new_id, now_ms, rfc3339};
 use crate::store::deliveries::insert_delivery;
 use crate::store::{Db, StoreError, on_db};
 
@@ -19,86 +19,32 @@ macro_rules! select_event {
     };
 }
 
-impl Db {
-    /// Stores an event and one delivery per subscribed endpoint, in one transaction.
-    ///
-    /// With an idempotency key, a repeat of the same request (same `request_hash`) returns the
-    /// original event, and the same key with another request is refused.
-    pub(crate) async fn ingest(
-        &self,
-        account: &Account,
-        event_type: &str,
-        api_version: &str,
-        data: &RawValue,
-        idempotency: Option<(&str, &str)>,
-    ) -> Result<Ingested, StoreError> {
-        // Two requests with one new key can race past the lookup; the unique index stops the
-        // second insert, and the retry then finds the first one's event.
-        for _ in 0..2 {
-            match self
-                .try_ingest(account, event_type, api_version, data, idempotency)
-                .await
-            {
-                Err(StoreError::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
-                    continue;
-                }
-                other => return other,
-            }
-        }
-        self.try_ingest(account, event_type, api_version, data, idempotency)
-            .await
-    }
-
-    async fn try_ingest(
-        &self,
-        account: &Account,
-        event_type: &str,
-        api_version: &str,
-        data: &RawValue,
-        idempotency: Option<(&str, &str)>,
-    ) -> Result<Ingested, StoreError> {
-        let now = now_ms();
-        let id = uuid::Uuid::new_v4().to_string();
-        let created_at = rfc3339(now);
-        let payload = serde_json::to_string(&Envelope {
-            id: &id,
-            event_type,
-            api_version,
-            created_at: &created_at,
-            data,
-        })
-        .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
-        let event = Event {
-            id: EventId::from(id),
-            account_id: account.id.clone(),
-            event_type: event_type.to_owned(),
-            api_version: api_version.to_owned(),
-            payload,
-            created_at: now,
-            request_hash: idempotency.map(|(_, hash)| hash.to_owned()),
-        };
-        let subscribers = format!(
-            "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled'){}",
-            self.share_lock()
-        );
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            if let Some((key, hash)) = idempotency {
+/// Ingests `$item` (an [`Ingest`]) on the transaction `$tx`, at `$now`: the event and one
+/// delivery per subscribed endpoint, idempotent by key. `$subscribers` reads the account's
+/// endpoints (under the key-share lock on PostgreSQL). Evaluates to
+/// `Result<Ingested, StoreError>`. A macro: it must compile for each backend's transaction type.
+macro_rules! ingest_on {
+    ($tx:expr, $item:expr, $now:expr, $subscribers:expr) => {{
+        async {
+            let item: &Ingest = $item;
+            let now: i64 = $now;
+            if let Some((key, hash)) = &item.idempotency {
                 let existing = sqlx::query_as::<_, Event>(select_event!(
                     "WHERE account_id = $1 AND idempotency_key = $2"
                 ))
-                .bind(&account.id)
+                .bind(&item.account.id)
                 .bind(key)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut *$tx)
                 .await?;
                 if let Some(existing) = existing {
-                    return Ok(if existing.request_hash.as_deref() == Some(hash) {
+                    return Ok(if existing.request_hash.as_ref() == Some(hash) {
                         Ingested::Replayed(existing)
                     } else {
                         Ingested::KeyReused
                     });
                 }
             }
+            let event = new_event(item, now)?;
             sqlx::query(
                 "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -109,38 +55,109 @@ impl Db {
             .bind(&event.api_version)
             .bind(&event.payload)
             .bind(event.created_at)
-            .bind(idempotency.map(|(key, _)| key))
+            .bind(item.idempotency.as_ref().map(|(key, _)| key))
             .bind(&event.request_hash)
-            .execute(&mut *tx)
+            .execute(&mut *$tx)
             .await?;
             // A paused or disabled endpoint, or one whose circuit is open, gets its deliveries
             // too, held: nothing is lost while it rests.
-            let endpoints = sqlx::query_as::<_, Endpoint>(&subscribers)
-                .bind(&account.id)
-                .fetch_all(&mut *tx)
+            let endpoints = sqlx::query_as::<_, Endpoint>($subscribers)
+                .bind(&item.account.id)
+                .fetch_all(&mut *$tx)
                 .await?;
-            let mut queued = 0;
+            let mut due_to = Vec::new();
             // A pinned endpoint takes only events of its version; an unpinned one takes all.
             let takes = |e: &&Endpoint| {
-                e.subscribes_to(event_type)
-                    && e.api_version.as_deref().is_none_or(|v| v == api_version)
+                e.subscribes_to(&item.event_type)
+                    && e.api_version.as_deref().is_none_or(|v| v == item.api_version)
             };
             for endpoint in endpoints.iter().filter(takes) {
                 let due = endpoint.due_for_new_delivery(now);
                 insert_delivery!(
-                    tx,
+                    $tx,
                     new_id("dlv"),
-                    &account.id,
+                    &item.account.id,
                     &event.id,
                     &endpoint.id,
                     now,
                     due
                 )?;
-                queued += 1;
+                if due <= now {
+                    due_to.push(endpoint.id.clone());
+                }
+            }
+            Ok::<_, StoreError>(Ingested::Created(event, due_to))
+        }
+        .await
+    }};
+}
+
+impl Db {
+    /// Stores an event and one delivery per subscribed endpoint, in one transaction.
+    ///
+    /// With an idempotency key, a repeat of the same request (same `request_hash`) returns the
+    /// original event, and the same key with another request is refused.
+    pub(crate) async fn ingest(&self, item: &Ingest) -> Result<Ingested, StoreError> {
+        // Two requests with one new key can race past the lookup; the unique index stops the
+        // second insert, and the retry then finds the first one's event.
+        for _ in 0..2 {
+            match self.try_ingest(item).await {
+                Err(StoreError::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
+                    continue;
+                }
+                other => return other,
+            }
+        }
+        self.try_ingest(item).await
+    }
+
+    async fn try_ingest(&self, item: &Ingest) -> Result<Ingested, StoreError> {
+        let subscribers = self.subscribers_sql();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let ingested = ingest_on!(tx, item, now_ms(), &subscribers)?;
+            tx.commit().await?;
+            Ok(ingested)
+        })
+    }
+
+    /// Ingests a batch in one transaction, each item under its own savepoint: an item that
+    /// fails is rolled back alone and answers its error, the others commit together. One
+    /// commit, one wait for the disk, for the whole batch: what SQLite, with one writer and a
+    /// flush per commit, needs to ingest faster than its disk flushes. (PostgreSQL flushes
+    /// concurrent transactions' commits together by itself.)
+    pub(crate) async fn ingest_many(
+        &self,
+        batch: &[Ingest],
+    ) -> Result<Vec<Result<Ingested, StoreError>>, StoreError> {
+        let subscribers = self.subscribers_sql();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let mut results = Vec::with_capacity(batch.len());
+            for item in batch {
+                let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
+                match ingest_on!(savepoint, item, now_ms(), &subscribers) {
+                    Ok(ingested) => {
+                        savepoint.commit().await?;
+                        results.push(Ok(ingested));
+                    }
+                    Err(e) => {
+                        savepoint.rollback().await?;
+                        results.push(Err(e));
+                    }
+                }
             }
             tx.commit().await?;
-            Ok(Ingested::Created(event, queued))
+            Ok(results)
         })
+    }
+
+    /// The statement that reads an account's subscribable endpoints for ingestion.
+    fn subscribers_sql(&self) -> String {
+        format!(
+            "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled'){}",
+            self.share_lock()
+        )
     }
 
     /// The account's due backlog, counted up to `bound`: its pending deliveries whose time has
@@ -206,6 +223,30 @@ impl Db {
         })
         .ok_or(StoreError::NotFound)
     }
+}
+
+/// The event `item` becomes, created at `now`: a fresh UUIDv4 and the envelope serialized
+/// once, with `data` byte for byte as the caller sent it.
+fn new_event(item: &Ingest, now: i64) -> Result<Event, StoreError> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let created_at = rfc3339(now);
+    let payload = serde_json::to_string(&Envelope {
+        id: &id,
+        event_type: &item.event_type,
+        api_version: &item.api_version,
+        created_at: &created_at,
+        data: &item.data,
+    })
+    .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
+    Ok(Event {
+        id: EventId::from(id),
+        account_id: item.account.id.clone(),
+        event_type: item.event_type.clone(),
+        api_version: item.api_version.clone(),
+        payload,
+        created_at: now,
+        request_hash: item.idempotency.as_ref().map(|(_, hash)| hash.clone()),
+    })
 }
 
 /// The wire envelope, serialized once at ingestion with `data` byte for byte as the caller sent

@@ -1,8 +1,11 @@
 //! Endpoint health: statistics kept up to date as attempts finish, so reading them costs one
 //! stats row, at most 25 hourly rows and two index range counts, never a scan of attempts.
 //!
-//! `record_stats!` runs inside `finish_attempt`'s transaction: an attempt whose lease was lost
-//! writes neither its attempt row nor its statistics.
+//! Recording a batch of finished attempts (`finish_attempts`) reads each endpoint's stats row
+//! once under a row lock (`lock_stats!`), folds the batch's attempts into it
+//! ([`RunningStats`]), writes it back (`write_stats!`) and adds the batch's hourly tally
+//! (`add_hourly!`): a few statements per endpoint and batch, not per attempt. An attempt whose
+//! lease was lost is in none of them.
 
 use sqlx::FromRow;
 
@@ -16,29 +19,81 @@ const BUCKET_COLUMNS: [&str; 12] = [
     "le_10000", "le_30000", "le_inf",
 ];
 
-/// The statement that upserts an endpoint's running statistics after one attempt of the
-/// delivery `$1`: `$2` is 1 for a success and 0 for a failure, `$3` the time, `$4` the error.
-/// `failing_since` marks the first failure after a success: what auto-disable measures.
-pub(crate) const UPSERT_STATS: &str = "INSERT INTO kxp_endpoint_stats \
-       (endpoint_id, consecutive_failures, last_success_at, last_failure_at, last_error, failing_since, updated_at) \
-     SELECT endpoint_id, 1 - $2, CASE WHEN $2 = 1 THEN $3 END, CASE WHEN $2 = 1 THEN NULL ELSE $3 END, \
-       CASE WHEN $2 = 1 THEN NULL ELSE $4 END, CASE WHEN $2 = 1 THEN NULL ELSE $3 END, $3 \
-     FROM kxp_deliveries WHERE id = $1 \
-     ON CONFLICT (endpoint_id) DO UPDATE SET \
-       consecutive_failures = CASE WHEN $2 = 1 THEN 0 ELSE kxp_endpoint_stats.consecutive_failures + 1 END, \
-       last_success_at = CASE WHEN $2 = 1 THEN $3 ELSE kxp_endpoint_stats.last_success_at END, \
-       last_failure_at = CASE WHEN $2 = 1 THEN kxp_endpoint_stats.last_failure_at ELSE $3 END, \
-       last_error = CASE WHEN $2 = 1 THEN kxp_endpoint_stats.last_error ELSE $4 END, \
-       failing_since = CASE WHEN $2 = 1 THEN NULL ELSE COALESCE(kxp_endpoint_stats.failing_since, $3) END, \
-       updated_at = $3";
+/// Makes sure the endpoint `$1` has a stats row (`$2` the time), locks it until the
+/// transaction ends, and returns it: an upsert that changes nothing on conflict, because an
+/// `ON CONFLICT DO UPDATE` locks the row on both backends where a `SELECT` of a missing row
+/// locks nothing.
+pub(crate) const LOCK_STATS: &str = "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
+     VALUES ($1, 0, $2) ON CONFLICT (endpoint_id) DO UPDATE SET updated_at = kxp_endpoint_stats.updated_at \
+     RETURNING consecutive_failures, failing_since, last_success_at, last_failure_at, last_error";
 
-/// The statement that adds one attempt to its endpoint's hourly bucket: `$1` the delivery,
-/// `$2` the hour, `$3` successes, `$4` failures, `$5`… the histogram increments. Built once:
-/// it runs with every attempt.
-pub(crate) static UPSERT_HOURLY: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(upsert_hourly);
+/// Writes an endpoint's running statistics back: `$1` the endpoint, `$2`… the values, `$7` now.
+pub(crate) const WRITE_STATS: &str = "UPDATE kxp_endpoint_stats SET consecutive_failures = $2, \
+     failing_since = $3, last_success_at = $4, last_failure_at = $5, last_error = $6, updated_at = $7 \
+     WHERE endpoint_id = $1";
 
-fn upsert_hourly() -> String {
+/// A row of [`LOCK_STATS`].
+#[derive(Debug, FromRow)]
+pub(crate) struct StatsRow {
+    pub consecutive_failures: i64,
+    pub failing_since: Option<i64>,
+    pub last_success_at: Option<i64>,
+    pub last_failure_at: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+impl From<StatsRow> for crate::policy::health::RunningStats {
+    fn from(row: StatsRow) -> Self {
+        crate::policy::health::RunningStats {
+            consecutive_failures: row.consecutive_failures,
+            failing_since: row.failing_since,
+            last_success_at: row.last_success_at,
+            last_failure_at: row.last_failure_at,
+            last_error: row.last_error,
+        }
+    }
+}
+
+/// Locks and reads the stats row of the endpoint `$endpoint_id` on the transaction `$tx`
+/// ([`LOCK_STATS`]). Evaluates to `Result<RunningStats, sqlx::Error>`. A macro: it must compile
+/// for each backend's transaction type.
+macro_rules! lock_stats {
+    ($tx:expr, $endpoint_id:expr, $now:expr) => {
+        sqlx::query_as::<_, $crate::store::health::StatsRow>($crate::store::health::LOCK_STATS)
+            .bind($endpoint_id)
+            .bind($now)
+            .fetch_one(&mut *$tx)
+            .await
+            .map($crate::policy::health::RunningStats::from)
+    };
+}
+pub(crate) use lock_stats;
+
+/// Writes `$stats` back as the running statistics of `$endpoint_id` ([`WRITE_STATS`]).
+macro_rules! write_stats {
+    ($tx:expr, $endpoint_id:expr, $stats:expr, $now:expr) => {
+        sqlx::query($crate::store::health::WRITE_STATS)
+            .bind($endpoint_id)
+            .bind($stats.consecutive_failures)
+            .bind($stats.failing_since)
+            .bind($stats.last_success_at)
+            .bind($stats.last_failure_at)
+            .bind(&$stats.last_error)
+            .bind($now)
+            .execute(&mut *$tx)
+            .await
+            .map(|_| ())
+    };
+}
+pub(crate) use write_stats;
+
+/// The statement that adds a tally to an endpoint's clock hour: `$1` the endpoint, `$2` the
+/// hour, `$3` successes, `$4` failures, `$5`… the histogram's counts. Built once: it runs with
+/// every batch.
+pub(crate) static ADD_HOURLY: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(add_hourly_sql);
+
+fn add_hourly_sql() -> String {
     let columns = BUCKET_COLUMNS.join(", ");
     let values = (0..BUCKET_COLUMNS.len())
         .map(|i| format!("${}", i + 5))
@@ -52,41 +107,27 @@ fn upsert_hourly() -> String {
         .join(", ");
     format!(
         "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, {columns}) \
-         SELECT endpoint_id, $2, $3, $4, {values} FROM kxp_deliveries WHERE id = $1 \
+         VALUES ($1, $2, $3, $4, {values}) \
          ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
     )
 }
 
-/// Adds one finished attempt to its endpoint's statistics, on the transaction `$tx`: two
-/// upserts, one statement each. A macro: it must compile for each backend's transaction type.
-macro_rules! record_stats {
-    ($tx:expr, $delivery_id:expr, $now:expr, $record:expr) => {{
-        let success = i64::from($record.error.is_none());
-        let result = sqlx::query($crate::store::health::UPSERT_STATS)
-            .bind($delivery_id)
-            .bind(success)
-            .bind($now)
-            .bind($record.error.as_ref().map(ToString::to_string))
-            .execute(&mut *$tx)
-            .await;
-        match result {
-            Err(e) => Err(e),
-            Ok(_) => {
-                let bucket = $crate::policy::health::bucket_of($record.duration_ms);
-                let mut query = sqlx::query($crate::store::health::UPSERT_HOURLY.as_str())
-                    .bind($delivery_id)
-                    .bind($crate::policy::health::hour_of($now))
-                    .bind(success)
-                    .bind(1 - success);
-                for i in 0..=$crate::policy::health::LATENCY_BOUNDS_MS.len() {
-                    query = query.bind(i64::from(i == bucket));
-                }
-                query.execute(&mut *$tx).await.map(|_| ())
-            }
+/// Adds the [`HourTally`](crate::policy::health::HourTally) `$tally` to the clock hour `$hour`
+/// of `$endpoint_id` ([`ADD_HOURLY`]), on the transaction `$tx`.
+macro_rules! add_hourly {
+    ($tx:expr, $endpoint_id:expr, $hour:expr, $tally:expr) => {{
+        let mut query = sqlx::query($crate::store::health::ADD_HOURLY.as_str())
+            .bind($endpoint_id)
+            .bind($hour)
+            .bind($tally.successes)
+            .bind($tally.failures);
+        for count in $tally.histogram {
+            query = query.bind(count);
         }
+        query.execute(&mut *$tx).await.map(|_| ())
     }};
 }
-pub(crate) use record_stats;
+pub(crate) use add_hourly;
 
 #[derive(FromRow)]
 struct Hourly {
@@ -130,7 +171,7 @@ impl Hourly {
     }
 }
 
-type StatsRow = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+type HealthRow = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
 
 impl Db {
     /// The health of one of the account's endpoints (deleted ones are not found).
@@ -143,7 +184,7 @@ impl Db {
         let current = hour_of(now_ms());
         let since = current - 24 * HOUR_MS;
         let (stats, hourly, counts) = on_db!(self, |pool, _begin| {
-            let stats = sqlx::query_as::<_, StatsRow>(
+            let stats = sqlx::query_as::<_, HealthRow>(
                 "SELECT consecutive_failures, last_success_at, last_failure_at, last_error, failing_since \
                  FROM kxp_endpoint_stats WHERE endpoint_id = $1",
             )

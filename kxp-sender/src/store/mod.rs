@@ -121,13 +121,32 @@ impl Db {
         on_db!(self, |pool, _begin| pool.close().await);
     }
 
-    /// `FOR SHARE` on PostgreSQL, for a read whose answer decides what a transaction writes:
-    /// it waits for a pause, resume or delete of the same endpoint in progress, and holds the
-    /// next one off until commit. (On SQLite the write transaction already holds the lock.)
+    /// `FOR KEY SHARE` on PostgreSQL, for a read of an endpoint whose answer decides what a
+    /// transaction writes (ingestion and replays queue deliveries by its status): it waits
+    /// for a pause, resume or delete of the endpoint in progress, which lock the row
+    /// `FOR UPDATE` ([`Db::lock_for_change`]), and holds the next one off until commit. It does
+    /// not conflict with itself, with recording attempts (which takes it too) or with the
+    /// breaker's updates, so events and attempts of one endpoint never wait for each other.
+    /// (On SQLite the write transaction already holds the lock.)
     fn share_lock(&self) -> &'static str {
         match self {
             Db::Sqlite(_) => "",
-            Db::Postgres(_) => " FOR SHARE",
+            Db::Postgres(_) => " FOR KEY SHARE",
+        }
+    }
+
+    /// The statement that locks one of the account's endpoints (`$1` the account, `$2` the
+    /// endpoint) for a change of its status before the change: `FOR UPDATE` on PostgreSQL,
+    /// which waits for every ingestion, replay and batch of attempts holding the row under
+    /// [`share_lock`](Db::share_lock), so none of them can queue or record by the old status
+    /// after the change moves the endpoint's deliveries. `None` on SQLite, whose write
+    /// transaction already excludes them.
+    fn lock_for_change(&self) -> Option<&'static str> {
+        match self {
+            Db::Sqlite(_) => None,
+            Db::Postgres(_) => {
+                Some("SELECT 1 FROM kxp_endpoints WHERE account_id = $1 AND id = $2 FOR UPDATE")
+            }
         }
     }
 }

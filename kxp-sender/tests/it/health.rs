@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kxp_sender::Db;
 use kxp_sender::Protection;
-use kxp_sender::{AttemptError, AttemptRecord, Finished, NextState};
+use kxp_sender::{AttemptError, AttemptRecord, FinishAttempt, Finished, NextState};
 use kxp_sender::{LATENCY_BOUNDS_MS, bucket_of};
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
@@ -158,7 +158,8 @@ async fn scenario(s: &Sender) {
         (Some(1), Some(1))
     );
 
-    // A finish_attempt whose lease was lost writes nothing, statistics included.
+    // A finished attempt whose lease was lost writes nothing, statistics included, and does
+    // not keep the others of its batch from being recorded.
     let db = Db::connect(&s.database_url).await.unwrap();
     let delivered = s.api.wait_for(&ev4, "delivered", WITHIN).await;
     let record = AttemptRecord {
@@ -168,18 +169,19 @@ async fn scenario(s: &Sender) {
         error: Some(AttemptError::Http(500)),
         response_snippet: None,
     };
+    let lost = FinishAttempt {
+        delivery_id: delivered["id"].as_str().unwrap().into(),
+        endpoint_id: endpoint_id.as_str().into(),
+        owner: "not-the-owner".to_owned(),
+        attempt: 2,
+        record,
+        next: NextState::Dead,
+    };
     let finished = db
-        .finish_attempt(
-            delivered["id"].as_str().unwrap(),
-            "not-the-owner",
-            2,
-            &record,
-            NextState::Dead,
-            &Protection::default(),
-        )
+        .finish_attempts(&[lost.clone(), lost], &Protection::default())
         .await
         .unwrap();
-    assert_eq!(finished, Finished::LeaseLost);
+    assert_eq!(finished, [Finished::LeaseLost, Finished::LeaseLost]);
     assert_eq!(health(s, &endpoint_id).await, h);
     db.close().await;
 

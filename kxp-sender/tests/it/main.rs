@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod backpressure;
+mod concurrency;
 mod durability;
 mod guard;
 mod health;

@@ -1,0 +1,104 @@
+//! Group commit: many callers' writes in one transaction. Each caller hands its item to one
+//! task, which writes whatever has queued up in one commit and answers every caller when that
+//! commit is on disk.
+//!
+//! No timer holds a batch back: while one commit waits for the disk, the items that arrive
+//! meanwhile queue up and form the next batch, so a lone item is written at once and a busy
+//! process writes hundreds per flush. A batch is bounded (`max`) so one transaction never holds
+//! the database for long. If a batch's transaction fails, its items are written again one by
+//! one, so one item the database refuses cannot keep the others from being written.
+//!
+//! Used for recording finished attempts ([`Recorder`](crate::engine::recorder::Recorder)) and,
+//! on SQLite, for ingestion ([`Ingester`](crate::engine::ingester::Ingester)).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::store::StoreError;
+
+/// What a caller gets back: its own result, or the error that kept its item from being
+/// written (shared by every item of a failed batch).
+pub(crate) type Answer<O> = Result<O, Arc<StoreError>>;
+
+type Reply<O> = oneshot::Sender<Answer<O>>;
+
+/// The handle callers submit through; cheap to clone.
+pub(crate) struct Batcher<I, O> {
+    queue: mpsc::UnboundedSender<(I, Reply<O>)>,
+}
+
+impl<I, O> Clone for Batcher<I, O> {
+    fn clone(&self) -> Self {
+        Batcher {
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+impl<I, O> Batcher<I, O>
+where
+    I: Clone + Send + 'static,
+    O: Send + 'static,
+{
+    /// Starts the task. `commit` writes a batch in one transaction and answers one result per
+    /// item, in order (an item can fail alone: `Ok(vec![Err(…), …])`), or fails as a whole.
+    /// The task ends once every handle is dropped and the queue is drained: nothing handed to
+    /// it is left unwritten.
+    pub(crate) fn start<F, Fut>(max: usize, commit: F) -> (Batcher<I, O>, JoinHandle<()>)
+    where
+        F: Fn(Vec<I>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>> + Send,
+    {
+        let (queue, mut inbox) = mpsc::unbounded_channel::<(I, Reply<O>)>();
+        let task = tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(max);
+            while inbox.recv_many(&mut batch, max.max(1)).await > 0 {
+                let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.drain(..).unzip();
+                let count = items.len();
+                match commit(items.clone()).await {
+                    Ok(results) => {
+                        for (reply, result) in replies.into_iter().zip(results) {
+                            let _ = reply.send(result.map_err(Arc::new));
+                        }
+                    }
+                    Err(e) if count > 1 => {
+                        tracing::warn!(target: "kxp_sender", error = %e, items = count,
+                            "a group commit failed; writing its items one by one");
+                        for (item, reply) in items.into_iter().zip(replies) {
+                            let answer = match commit(vec![item]).await {
+                                Ok(mut results) => results
+                                    .pop()
+                                    .unwrap_or_else(|| {
+                                        Err(StoreError::Database(sqlx::Error::RowNotFound))
+                                    })
+                                    .map_err(Arc::new),
+                                Err(e) => Err(Arc::new(e)),
+                            };
+                            let _ = reply.send(answer);
+                        }
+                    }
+                    Err(e) => {
+                        let e = Arc::new(e);
+                        for reply in replies {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        (Batcher { queue }, task)
+    }
+
+    /// Writes `item` with whatever else is queued, and answers once its batch has committed.
+    pub(crate) async fn submit(&self, item: I) -> Answer<O> {
+        let stopped = || Arc::new(StoreError::Database(sqlx::Error::PoolClosed));
+        let (reply, answer) = oneshot::channel();
+        if self.queue.send((item, reply)).is_err() {
+            return Err(stopped());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
