@@ -5,8 +5,9 @@
 //! No timer holds a batch back: while one commit waits for the disk, the items that arrive
 //! meanwhile queue up and form the next batch, so a lone item is written at once and a busy
 //! process writes hundreds per flush. A batch is bounded (`max`) so one transaction never holds
-//! the database for long. If a batch's transaction fails, its items are written again one by
-//! one, so one item the database refuses cannot keep the others from being written.
+//! the database for long. If the database refuses a batch's transaction, its items are written
+//! again one by one, so one item it refuses cannot keep the others from being written; if it
+//! is unreachable, the whole batch fails at once.
 //!
 //! Used for recording finished attempts ([`Recorder`](crate::engine::recorder::Recorder)) and,
 //! on SQLite, for ingestion ([`Ingester`](crate::engine::ingester::Ingester)).
@@ -64,7 +65,9 @@ where
                             let _ = reply.send(result.map_err(Arc::new));
                         }
                     }
-                    Err(e) if count > 1 => {
+                    // Item by item only when the database refused something in the batch: when
+                    // it is unreachable, each item alone would wait for it again.
+                    Err(e @ StoreError::Database(sqlx::Error::Database(_))) if count > 1 => {
                         tracing::warn!(target: "kxp_sender", error = %e, items = count,
                             "a group commit failed; writing its items one by one");
                         for (item, reply) in items.into_iter().zip(replies) {

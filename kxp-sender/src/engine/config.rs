@@ -160,7 +160,8 @@ impl Shared {
 
     /// Tells the delivery loop that these endpoints have new due deliveries (committed before
     /// this is called): it claims for them at once, from each endpoint's own queue, if they have
-    /// room. Never lost, as [`Shared::wake_workers`].
+    /// room. The wake-up is never lost, as with [`Shared::wake_workers`]; an endpoint already
+    /// at its limit is claimed for when one of its attempts finishes (or by the next scan).
     pub fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
         let mut endpoints = endpoints.into_iter().peekable();
         if endpoints.peek().is_none() {

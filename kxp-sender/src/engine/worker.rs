@@ -38,6 +38,9 @@ use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::AfterFailure;
 use crate::store::Db;
 
+/// The least time between two claims of the delivery loop.
+const CLAIM_GAP: Duration = Duration::from_millis(2);
+
 /// How long an endpoint with nothing in flight keeps its learned limit.
 const IDLE_LIMIT: Duration = Duration::from_secs(300);
 
@@ -156,7 +159,17 @@ pub(crate) async fn run(
     let housekeeping = (config.poll_interval * 4).min(Duration::from_secs(1));
     reclaim(&db).await;
 
+    let mut last_claim: Option<tokio::time::Instant> = None;
     while !*shutdown.borrow() {
+        // Claims are at least CLAIM_GAP apart: work that comes in meanwhile (finished attempts
+        // freeing room, new events) is claimed together, one statement for many deliveries
+        // instead of one per delivery. A claim after a quiet spell runs at once.
+        if let Some(wait) = last_claim.and_then(|at| CLAIM_GAP.checked_sub(at.elapsed())) {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => continue,
+            }
+        }
         while tasks.try_join_next().is_some() {}
         if last_reclaim.elapsed() >= housekeeping {
             reclaim(&db).await;
@@ -166,50 +179,68 @@ pub(crate) async fn run(
         let free = permits.available_permits();
         let mut claimed = Vec::new();
         if free > 0 {
-            let (targets, mut caps, default_cap) = {
+            last_claim = Some(tokio::time::Instant::now());
+            let (ready, mut caps, default_cap) = {
                 let mut state = lock(&in_flight);
                 let mut ready = std::mem::take(&mut state.ready);
                 ready.extend(shared.take_ready());
                 let caps: HashMap<String, usize> = state.caps().into_iter().collect();
-                let default_cap = state.default_cap();
-                let targets: Vec<(EndpointId, usize)> = ready
-                    .into_iter()
-                    .map(|id| {
-                        let cap = caps.get(id.as_str()).copied().unwrap_or(default_cap);
-                        (id, cap)
-                    })
-                    .filter(|(_, cap)| *cap > 0)
-                    .collect();
-                (targets, caps, default_cap)
+                (ready, caps, state.default_cap())
             };
-            // The endpoints known to have work and room: each from its own queue.
-            if !targets.is_empty() {
-                match db.claim_for(&owner, ms(config.lease_extra), &targets).await {
+            // First, every poll interval or when told, a scan of everything due in due order:
+            // retries coming due, expired leases, replays, other processes' events. It comes
+            // first so that endpoints busy with their own backlogs never keep it from running.
+            let told = shared.rescan.swap(false, Ordering::SeqCst);
+            let scan = told
+                || last_scan
+                    .is_none_or(|at: tokio::time::Instant| at.elapsed() >= config.poll_interval);
+            if scan {
+                last_scan = Some(tokio::time::Instant::now());
+                let scan_caps: Vec<(String, usize)> =
+                    caps.iter().map(|(id, cap)| (id.clone(), *cap)).collect();
+                let limit = i64::try_from(free.min(100)).unwrap_or(100);
+                match db
+                    .claim(
+                        &owner,
+                        ms(config.lease_extra),
+                        limit,
+                        &scan_caps,
+                        default_cap,
+                    )
+                    .await
+                {
                     Ok(jobs) => claimed = jobs,
                     Err(e) => {
                         tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed")
                     }
                 }
-            }
-            // And, every poll interval or when told, a scan of everything due: retries coming
-            // due, expired leases, replays, other processes' events.
-            let scan = shared.rescan.swap(false, Ordering::SeqCst)
-                || last_scan
-                    .is_none_or(|at: tokio::time::Instant| at.elapsed() >= config.poll_interval);
-            let room = free.saturating_sub(claimed.len());
-            if scan && room > 0 {
-                last_scan = Some(tokio::time::Instant::now());
                 for job in &claimed {
-                    if let Some(cap) = caps.get_mut(job.endpoint_id.as_str()) {
-                        *cap = cap.saturating_sub(1);
-                    }
+                    let cap = caps
+                        .entry(job.endpoint_id.to_string())
+                        .or_insert(default_cap);
+                    *cap = cap.saturating_sub(1);
                 }
-                let caps: Vec<(String, usize)> = caps.into_iter().collect();
-                let limit = i64::try_from(room.min(100)).unwrap_or(100);
-                match db
-                    .claim(&owner, ms(config.lease_extra), limit, &caps, default_cap)
-                    .await
-                {
+            }
+            // Then the endpoints known to have work and room, each from its own queue, for no
+            // more than the free workers in all.
+            let mut budget = free.saturating_sub(claimed.len());
+            let mut targets: Vec<(EndpointId, usize)> = Vec::new();
+            for id in ready {
+                let cap = caps
+                    .get(id.as_str())
+                    .copied()
+                    .unwrap_or(default_cap)
+                    .min(budget);
+                if cap > 0 {
+                    budget -= cap;
+                    targets.push((id, cap));
+                } else if budget == 0 {
+                    // No worker free for it now: it stays named for the next round.
+                    lock(&in_flight).ready.insert(id);
+                }
+            }
+            if !targets.is_empty() {
+                match db.claim_for(&owner, ms(config.lease_extra), &targets).await {
                     Ok(jobs) => claimed.extend(jobs),
                     Err(e) => {
                         tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed")
@@ -297,7 +328,8 @@ pub(crate) async fn run(
     tasks.abort_all();
     // Every outcome handed to the recorder is written before the loop returns.
     drop(recorder);
-    let _ = recording.await;
+    // Bounded: with the database gone, what is left is reclaimed when its leases run out.
+    let _ = tokio::time::timeout(grace, recording).await;
     let left: Vec<DeliveryId> = lock(&in_flight).deliveries.iter().cloned().collect();
     for id in left {
         release(&db, id.as_str(), &owner).await;

@@ -6,7 +6,10 @@
 //! round trip while every answer is quick and fine (slow start), then grows by one per round
 //! trip; a sign of trouble halves it, at most once per round trip (the attempts already in
 //! flight when it was cut say nothing new). Trouble is a timeout, a refused connection, a 429
-//! or 503, or an answer much slower than the endpoint's usual ([`Adaptive::congested`]). Other
+//! or 503, or answers getting much slower than the endpoint's usual: its recent latency (a
+//! fast-moving average) above twice its usual latency (a slow-moving average) plus 20 ms. Both
+//! are averages, so an endpoint whose answers merely vary (10 to 100 ms, say) is not cut for
+//! its slow ones, and a lasting change (a slower deployment) becomes the new usual. Other
 //! failures (a 500, a 401) say nothing about load and leave the limit alone: deciding that an
 //! endpoint is down is the circuit breaker's job, and a `Retry-After` stays a floor on the next
 //! try of that delivery. The configured per-endpoint concurrency is the ceiling.
@@ -34,14 +37,20 @@ pub struct Adaptive {
     max: usize,
     /// Below the first cut, the limit grows by one per success (doubling per round trip).
     slow_start: bool,
-    /// The endpoint's usual latency: the fastest recent answer, drifting up slowly when its
-    /// answers get slower for good (a new deployment), so one lucky answer does not make every
-    /// later one look congested.
-    baseline_ms: Option<f64>,
+    /// Recent latency: an average that follows the last few answers.
+    recent_ms: Option<f64>,
+    /// Usual latency: an average over the last hundred or so answers.
+    usual_ms: Option<f64>,
+    /// Answers (2xx) seen so far.
+    answered: u64,
     /// Outcomes seen so far, and the count before which no new cut is made.
     seen: u64,
     cut_until: u64,
 }
+
+/// How fast each average follows new answers.
+const RECENT_WEIGHT: f64 = 0.2;
+const USUAL_WEIGHT: f64 = 0.02;
 
 impl Adaptive {
     /// A new endpoint's limit, at most `max` (at least 1).
@@ -51,7 +60,9 @@ impl Adaptive {
             limit: INITIAL.min(max) as f64,
             max,
             slow_start: true,
-            baseline_ms: None,
+            recent_ms: None,
+            usual_ms: None,
+            answered: 0,
             seen: 0,
             cut_until: 0,
         }
@@ -62,12 +73,14 @@ impl Adaptive {
         (self.limit.floor() as usize).clamp(1, self.max)
     }
 
-    /// Whether an answer after `latency_ms` is slow enough, against the endpoint's usual, to
-    /// mean it is queueing: more than twice its baseline plus 20 ms (so a 1 ms receiver is not
-    /// cut for answering in 5 ms on a busy machine).
-    pub fn congested(&self, latency_ms: f64) -> bool {
-        self.baseline_ms
-            .is_some_and(|base| latency_ms > 2.0 * base + 20.0)
+    /// Whether the endpoint is answering much slower than usual: its recent latency above
+    /// twice its usual latency plus 20 ms (so a 1 ms receiver is not cut for answering in 5 ms
+    /// on a busy machine).
+    pub fn congested(&self) -> bool {
+        match (self.recent_ms, self.usual_ms) {
+            (Some(recent), Some(usual)) => recent > 2.0 * usual + 20.0,
+            _ => false,
+        }
     }
 
     /// Takes one attempt's outcome into account.
@@ -75,13 +88,16 @@ impl Adaptive {
         self.seen += 1;
         let trouble = match signal {
             Signal::Answered(latency) => {
-                let congested = self.congested(latency);
-                self.baseline_ms = Some(match self.baseline_ms {
-                    None => latency,
-                    Some(base) if latency < base => latency,
-                    Some(base) => base + (latency - base) * 0.01,
-                });
-                congested
+                self.answered += 1;
+                // Until there are enough answers, each average is the plain mean of them all:
+                // the first answer alone says little about what is usual.
+                let mean = 1.0 / self.answered as f64;
+                let follow = |average: Option<f64>, weight: f64| {
+                    Some(average.map_or(latency, |a| a + (latency - a) * weight.max(mean)))
+                };
+                self.recent_ms = follow(self.recent_ms, RECENT_WEIGHT);
+                self.usual_ms = follow(self.usual_ms, USUAL_WEIGHT);
+                self.congested()
             }
             Signal::Overloaded => true,
             Signal::Neutral => return,
@@ -153,13 +169,15 @@ mod tests {
     }
 
     #[test]
-    fn slow_answers_count_as_trouble_and_other_failures_do_not() {
-        let mut a = Adaptive::new(64);
-        answered(&mut a, 12, 10.0);
-        assert_eq!(a.limit(), 16);
-        assert!(!a.congested(39.0) && a.congested(41.0), "2 × 10 + 20 ms");
+    fn slower_answers_count_as_trouble_and_other_failures_do_not() {
+        let mut a = Adaptive::new(1000);
+        answered(&mut a, 100, 10.0);
+        assert_eq!(a.limit(), 104);
+        assert!(!a.congested());
+        // An answer 50 times slower than usual: recent latency jumps, the usual one lags.
         a.observe(Signal::Answered(500.0));
-        assert_eq!(a.limit(), 8, "an answer 50 times slower than usual");
+        assert!(a.congested());
+        assert_eq!(a.limit(), 52);
         let before = a.limit();
         for _ in 0..50 {
             a.observe(Signal::Neutral);
@@ -168,17 +186,26 @@ mod tests {
     }
 
     #[test]
-    fn the_baseline_follows_a_lasting_change() {
-        let mut a = Adaptive::new(1000);
-        answered(&mut a, 5, 1.0);
-        // The endpoint is now 100 ms for good: after the first cut, its baseline catches up
-        // and it grows again instead of being cut forever.
-        for _ in 0..2000 {
-            a.observe(Signal::Answered(100.0));
+    fn answers_that_merely_vary_are_not_trouble() {
+        let mut a = Adaptive::new(64);
+        // 10 to 100 ms, spread evenly, for a long time.
+        for n in 0..2000 {
+            a.observe(Signal::Answered(10.0 + f64::from(n % 10) * 10.0));
         }
-        assert!(!a.congested(100.0));
-        let grown = a.limit();
-        answered(&mut a, 200, 100.0);
-        assert!(a.limit() > grown);
+        assert_eq!(a.limit(), 64, "never cut");
+    }
+
+    #[test]
+    fn a_lasting_change_becomes_the_usual() {
+        let mut a = Adaptive::new(64);
+        answered(&mut a, 200, 1.0);
+        assert_eq!(a.limit(), 64);
+        // The endpoint is now 100 ms for good: it is cut while its usual latency catches up,
+        // then grows back to the ceiling instead of being cut forever.
+        answered(&mut a, 30, 100.0);
+        assert!(a.limit() < 64, "cut: {}", a.limit());
+        answered(&mut a, 2500, 100.0);
+        assert!(!a.congested());
+        assert_eq!(a.limit(), 64);
     }
 }

@@ -137,9 +137,11 @@ impl Db {
     /// holds the delivery's lease ([`Finished::LeaseLost`] otherwise: that item writes nothing,
     /// and the worker that took over stands; the others are recorded all the same). Per
     /// endpoint of the batch, once: its statistics (locked, folded in order, written back) and
-    /// its hourly tally; its circuit breaker sees the attempts one by one, in order, exactly as
-    /// if each had been recorded alone, and queues the notification a state change calls for.
-    /// Answers one [`Finished`] per item, in order.
+    /// its hourly tally; its circuit breaker sees the attempts one by one, in order, each with
+    /// the statistics as of that attempt, and queues the notification a state change calls for.
+    /// (Every delivery row of the batch is written before the breaker steps, and the batch has
+    /// one time: the end states are those of recording the attempts one at a time.) Answers
+    /// one [`Finished`] per item, in order.
     ///
     /// One commit for the whole batch is what makes delivery fast: a commit waits for the disk,
     /// and on PostgreSQL each endpoint's rows are locked once per batch instead of once per
@@ -279,11 +281,18 @@ impl Db {
     /// `endpoint_deleted`, if their endpoint was deleted meanwhile).
     pub(crate) async fn reclaim_expired(&self) -> Result<u64, StoreError> {
         let now = now_ms();
+        // PostgreSQL: rows a batch of attempts is recording right now are left to it (their
+        // outcome decides), so the two never wait for each other in opposite orders.
+        let skip_locked = match self {
+            Db::Sqlite(_) => "",
+            Db::Postgres(_) => " FOR UPDATE SKIP LOCKED",
+        };
         let sql = format!(
             "UPDATE kxp_deliveries SET status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
              last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
              lease_until = NULL, lease_owner = NULL, next_attempt_at = $1, updated_at = $1 \
-             WHERE status = 'delivering' AND lease_until < $1"
+             WHERE id IN (SELECT id FROM kxp_deliveries WHERE status = 'delivering' AND lease_until < $1{skip_locked}) \
+             AND status = 'delivering' AND lease_until < $1"
         );
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query(&sql)
@@ -411,7 +420,7 @@ static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Records an attempt's outcome on its delivery ([`Db::finish_attempt`]): `$1` the new status,
+/// Records an attempt's outcome on its delivery ([`Db::finish_attempts`]): `$1` the new status,
 /// … `$8` the delivery, `$9` the lease owner. A retry for an endpoint deleted during the
 /// attempt ends the delivery instead. Built once: it runs with every attempt.
 static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {

@@ -121,17 +121,20 @@ impl Db {
         on_db!(self, |pool, _begin| pool.close().await);
     }
 
-    /// `FOR KEY SHARE` on PostgreSQL, for a read of an endpoint whose answer decides what a
-    /// transaction writes (ingestion and replays queue deliveries by its status): it waits
-    /// for a pause, resume or delete of the endpoint in progress, which lock the row
-    /// `FOR UPDATE` ([`Db::lock_for_change`]), and holds the next one off until commit. It does
-    /// not conflict with itself, with recording attempts (which takes it too) or with the
-    /// breaker's updates, so events and attempts of one endpoint never wait for each other.
-    /// (On SQLite the write transaction already holds the lock.)
+    /// `FOR SHARE` on PostgreSQL, for a read of an endpoint whose answer decides what a
+    /// transaction writes (ingestion and replays queue deliveries by its status and circuit:
+    /// held or due). It waits for any uncommitted change of the row — a pause, resume or delete
+    /// ([`Db::lock_for_change`]), or a breaker transition that holds or releases the endpoint's
+    /// deliveries — and holds the next one off until commit, so a new delivery is never queued
+    /// by a state that is being left (held on a circuit that is closing, due on one that is
+    /// opening). It does not conflict with itself or with recording attempts (`FOR KEY SHARE`),
+    /// and the breaker writes the row only on transitions, so events and attempts of one
+    /// endpoint do not wait for each other. (On SQLite the write transaction already holds the
+    /// lock.)
     fn share_lock(&self) -> &'static str {
         match self {
             Db::Sqlite(_) => "",
-            Db::Postgres(_) => " FOR KEY SHARE",
+            Db::Postgres(_) => " FOR SHARE",
         }
     }
 
