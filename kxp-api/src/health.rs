@@ -42,6 +42,8 @@ pub struct HealthWindow {
     "last_failure_at": "2026-11-30T04:26:59Z",
     "last_error": "http_503",
     "pending": 0,
+    "due": 0,
+    "oldest_due_at": null,
     "dead": 1,
     "status": "active",
     "circuit_state": "closed",
@@ -69,6 +71,15 @@ pub struct EndpointHealth {
     pub last_error: Option<String>,
     /// Deliveries not finished yet (`pending`, held, or in flight).
     pub pending: u64,
+    /// Of those, the ones whose time has come and that wait for a worker (held deliveries and
+    /// retries scheduled later are not due): the endpoint's backlog. (0 from servers that
+    /// predate it.)
+    #[serde(default)]
+    pub due: u64,
+    /// When the oldest due delivery came due: the backlog's age. `null` without a backlog.
+    #[schema(required = true)]
+    #[serde(default)]
+    pub oldest_due_at: Option<Timestamp>,
     /// Dead deliveries.
     pub dead: u64,
     /// `active`, `paused` or `disabled`.

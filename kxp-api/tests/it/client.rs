@@ -148,7 +148,7 @@ async fn every_route_has_its_method_and_path() {
             "last_1h": {"attempts": 0, "successes": 0, "failures": 0, "success_rate": null, "latency_p50_ms": null, "latency_p95_ms": null},
             "last_24h": {"attempts": 0, "successes": 0, "failures": 0, "success_rate": null, "latency_p50_ms": null, "latency_p95_ms": null},
             "consecutive_failures": 0, "last_success_at": null, "last_failure_at": null, "last_error": null,
-            "pending": 0, "dead": 0, "status": "active", "circuit_state": "closed",
+            "pending": 0, "due": 0, "oldest_due_at": null, "dead": 0, "status": "active", "circuit_state": "closed",
             "circuit_opened_at": null, "next_probe_at": null, "failing_since": null})),
         ok(202, json!({"queued": 2})),
         ok(200, event.clone()),

@@ -312,7 +312,7 @@ fn health() {
         "endpoint_id": "ep_1", "last_1h": empty, "last_24h": window,
         "consecutive_failures": 2, "last_success_at": null,
         "last_failure_at": "2026-11-30T04:26:59Z", "last_error": "http_503",
-        "pending": 4, "dead": 1, "status": "paused", "circuit_state": "open",
+        "pending": 4, "due": 0, "oldest_due_at": null, "dead": 1, "status": "paused", "circuit_state": "open",
         "circuit_opened_at": "2026-11-30T04:20:00Z", "next_probe_at": "2026-11-30T04:30:00Z",
         "failing_since": "2026-11-30T04:00:00Z"
     }));

@@ -141,6 +141,8 @@ impl From<EndpointHealth> for api::EndpointHealth {
             last_failure_at: text_time(h.last_failure_at),
             last_error: h.last_error,
             pending: unsigned(h.pending),
+            due: unsigned(h.due),
+            oldest_due_at: text_time(h.oldest_due_at),
             dead: unsigned(h.dead),
             status: api::EndpointStatus::parse(h.status.as_str()),
             circuit_state: api::CircuitState::parse(h.circuit_state.as_str()),

@@ -24,6 +24,10 @@ pub struct EndpointHealth {
     pub last_error: Option<String>,
     /// Deliveries not finished yet (`pending` or `delivering`).
     pub pending: i64,
+    /// Pending deliveries whose time has come, waiting for a worker: the backlog.
+    pub due: i64,
+    /// RFC 3339: when the oldest of them came due; `null` without a backlog.
+    pub oldest_due_at: Option<String>,
     /// Dead deliveries.
     pub dead: i64,
     /// `active`, `paused` or `disabled` (by the sender, after failing for too long).

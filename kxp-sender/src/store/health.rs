@@ -181,9 +181,10 @@ impl Db {
         id: &str,
     ) -> Result<EndpointHealth, StoreError> {
         let endpoint = self.endpoint(account_id, id).await?;
-        let current = hour_of(now_ms());
+        let now = now_ms();
+        let current = hour_of(now);
         let since = current - 24 * HOUR_MS;
-        let (stats, hourly, counts) = on_db!(self, |pool, _begin| {
+        let (stats, hourly, counts, (due, oldest_due)) = on_db!(self, |pool, _begin| {
             let stats = sqlx::query_as::<_, HealthRow>(
                 "SELECT consecutive_failures, last_success_at, last_failure_at, last_error, failing_since \
                  FROM kxp_endpoint_stats WHERE endpoint_id = $1",
@@ -207,7 +208,16 @@ impl Db {
             .bind(&endpoint.id)
             .fetch_all(pool)
             .await?;
-            (stats, hourly, counts)
+            // On the endpoint's due index: held deliveries sit past every due time.
+            let backlog = sqlx::query_as::<_, (i64, Option<i64>)>(
+                "SELECT COUNT(*), MIN(next_attempt_at) FROM kxp_deliveries \
+                 WHERE endpoint_id = $1 AND status = 'pending' AND next_attempt_at <= $2",
+            )
+            .bind(&endpoint.id)
+            .bind(now)
+            .fetch_one(pool)
+            .await?;
+            (stats, hourly, counts, backlog)
         });
         let count = |wanted: &[&str]| -> i64 {
             counts
@@ -232,6 +242,8 @@ impl Db {
             last_failure_at: last_failure_at.map(rfc3339),
             last_error,
             pending: count(&["pending", "delivering"]),
+            due,
+            oldest_due_at: oldest_due.map(rfc3339),
             dead: count(&["dead"]),
             status: endpoint.status,
             circuit_state: endpoint.circuit_state,

@@ -234,3 +234,45 @@ async fn health_follows_attempts_on_postgresql() {
     s.server.shutdown().await;
     database.drop().await;
 }
+
+#[tokio::test]
+async fn the_backlog_and_its_age_show_in_the_health() {
+    // No workers: what is emitted stays due, waiting.
+    let s = sender_with("0s", |c| c.run_workers = false).await;
+    let receiver = Receiver::start(Vec::new()).await;
+    let (endpoint_id, _) = s.api.endpoint(&receiver.url, json!({})).await;
+    let h = health(&s, &endpoint_id).await;
+    assert_eq!(
+        (h["due"].as_i64(), &h["oldest_due_at"]),
+        (Some(0), &Value::Null)
+    );
+    let before = kxp_sender::now_ms();
+    for n in 0..3 {
+        s.api.emit("t", json!({"n": n})).await;
+    }
+    let h = health(&s, &endpoint_id).await;
+    assert_eq!(
+        (h["pending"].as_i64(), h["due"].as_i64()),
+        (Some(3), Some(3)),
+        "{h}"
+    );
+    let oldest = kxp_sender::parse_rfc3339(h["oldest_due_at"].as_str().unwrap()).unwrap();
+    // The API's times are whole seconds.
+    assert!(
+        (before / 1000 * 1000..=kxp_sender::now_ms()).contains(&oldest),
+        "came due when it was emitted: {h}"
+    );
+    // Held deliveries (a paused endpoint) are pending but not due: no backlog.
+    s.api
+        .client
+        .pause_endpoint(&endpoint_id.as_str().into())
+        .await
+        .unwrap();
+    let h = health(&s, &endpoint_id).await;
+    assert_eq!(
+        (h["pending"].as_i64(), h["due"].as_i64()),
+        (Some(3), Some(0)),
+        "{h}"
+    );
+    assert!(h["oldest_due_at"].is_null(), "{h}");
+}
