@@ -13,6 +13,89 @@ use crate::store::health::{add_hourly, lock_stats, write_stats};
 use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
 
+/// What a batch's finished attempts do to their endpoints, on the transaction `$tx`, once the
+/// delivery and attempt rows are written (`$recorded[i]`: item `i` still held its lease): per
+/// endpoint, in id order, its statistics are locked, folded attempt by attempt and written
+/// back, its hourly tally added, and its breaker stepped through each attempt, with the
+/// notices a state change calls for. Evaluates to `Result<Vec<Finished>, sqlx::Error>`, one per
+/// item. A macro: it must compile for each backend's transaction type.
+macro_rules! record_endpoints {
+    ($tx:expr, $batch:expr, $errors:expr, $recorded:expr, $endpoints:expr, $now:expr, $protection:expr) => {{
+        async {
+            let (batch, errors, recorded): (&[FinishAttempt], &[Option<String>], &[bool]) =
+                ($batch, $errors, $recorded);
+            let now: i64 = $now;
+            let mut results = vec![Finished::LeaseLost; batch.len()];
+            for endpoint in $endpoints.iter().copied() {
+                let mine: Vec<usize> = (0..batch.len())
+                    .filter(|&i| recorded[i] && &batch[i].endpoint_id == endpoint)
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let mut stats = lock_stats!($tx, endpoint, now)?;
+                let mut row = breaker_row!($tx, endpoint)?;
+                let mut tally = HourTally::default();
+                for i in mine {
+                    let item = &batch[i];
+                    let success = errors[i].is_none();
+                    stats.record(now, errors[i].as_deref());
+                    tally.add(success, item.record.duration_ms);
+                    let changed = breaker_step!(
+                        $tx,
+                        &mut row,
+                        item.delivery_id.as_str(),
+                        success,
+                        &stats,
+                        now,
+                        $protection
+                    )?;
+                    let mut notices = 0;
+                    if let Some(kind) = changed.and_then(|t| t.notice()) {
+                        // The notice quotes the statistics: they go down first.
+                        write_stats!($tx, endpoint, stats, now)?;
+                        notices = queue_notices!($tx, kind, endpoint, now)?;
+                    }
+                    results[i] = Finished::Recorded {
+                        transition: changed,
+                        notices,
+                    };
+                }
+                write_stats!($tx, endpoint, stats, now)?;
+                add_hourly!($tx, endpoint, hour_of(now), tally)?;
+            }
+            Ok::<_, sqlx::Error>(results)
+        }
+        .await
+    }};
+}
+
+/// One finished attempt as its delivery row records it.
+struct Finishing<'a> {
+    /// The delivery's new status: `delivered`, `pending` (a retry) or `dead`.
+    status: &'static str,
+    /// Its next try (a retry), else the time it ended.
+    next_at: i64,
+    status_code: Option<i64>,
+    error: Option<&'a str>,
+}
+
+impl<'a> Finishing<'a> {
+    fn of(item: &FinishAttempt, error: Option<&'a str>, now: i64) -> Finishing<'a> {
+        let (status, next_at) = match item.next {
+            NextState::Delivered => ("delivered", now),
+            NextState::RetryAt(at) => ("pending", at),
+            NextState::Dead => ("dead", now),
+        };
+        Finishing {
+            status,
+            next_at,
+            status_code: item.record.status_code.map(i64::from),
+            error,
+        }
+    }
+}
+
 impl Db {
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
     /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
@@ -155,105 +238,130 @@ impl Db {
         let mut endpoints: Vec<&EndpointId> = batch.iter().map(|f| &f.endpoint_id).collect();
         endpoints.sort_unstable();
         endpoints.dedup();
-        let lock_endpoints = matches!(self, Db::Postgres(_));
         let errors: Vec<Option<String>> = batch
             .iter()
             .map(|f| f.record.error.as_ref().map(ToString::to_string))
             .collect();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            // PostgreSQL: the endpoint rows under KEY SHARE, in id order. A pause, resume or
-            // delete (FOR UPDATE) waits for this batch's outcome instead of missing it, and
-            // batches, ingestion and the breaker's own updates never wait for each other.
-            if lock_endpoints {
-                for id in &endpoints {
-                    sqlx::query("SELECT 1 FROM kxp_endpoints WHERE id = $1 FOR KEY SHARE")
-                        .bind(*id)
+        let finishing: Vec<Finishing> = batch
+            .iter()
+            .zip(&errors)
+            .map(|(item, error)| Finishing::of(item, error.as_deref(), now))
+            .collect();
+        match self {
+            // In-process: one small statement per delivery costs microseconds.
+            Db::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let mut recorded = vec![false; batch.len()];
+                for (i, (item, f)) in batch.iter().zip(&finishing).enumerate() {
+                    let record = &item.record;
+                    let updated = sqlx::query(FINISH_ATTEMPT.as_str())
+                        .bind(f.status)
+                        .bind(item.attempt)
+                        .bind(record.started_at)
+                        .bind(f.next_at)
+                        .bind(f.status_code)
+                        .bind(f.error)
+                        .bind(now)
+                        .bind(&item.delivery_id)
+                        .bind(&item.owner)
                         .execute(&mut *tx)
-                        .await?;
-                }
-            }
-            let mut results = vec![Finished::LeaseLost; batch.len()];
-            let mut recorded = vec![false; batch.len()];
-            for (i, item) in batch.iter().enumerate() {
-                let (status, next_at) = match item.next {
-                    NextState::Delivered => ("delivered", now),
-                    NextState::RetryAt(at) => ("pending", at),
-                    NextState::Dead => ("dead", now),
-                };
-                let record = &item.record;
-                let updated = sqlx::query(FINISH_ATTEMPT.as_str())
-                    .bind(status)
+                        .await?
+                        .rows_affected();
+                    if updated == 0 {
+                        continue;
+                    }
+                    sqlx::query(
+                        "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    )
+                    .bind(&item.delivery_id)
                     .bind(item.attempt)
                     .bind(record.started_at)
-                    .bind(next_at)
-                    .bind(record.status_code.map(i64::from))
-                    .bind(&errors[i])
-                    .bind(now)
-                    .bind(&item.delivery_id)
-                    .bind(&item.owner)
+                    .bind(record.duration_ms)
+                    .bind(f.status_code)
+                    .bind(f.error)
+                    .bind(&record.response_snippet)
                     .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if updated == 0 {
-                    continue;
+                    .await?;
+                    recorded[i] = true;
                 }
+                let results =
+                    record_endpoints!(tx, batch, &errors, &recorded, &endpoints, now, protection)?;
+                tx.commit().await?;
+                Ok(results)
+            }
+            // Over the network: every delivery of the batch in one statement, and every attempt
+            // row in another, whatever the batch's size.
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                // The endpoint rows under KEY SHARE: a pause, resume or delete (FOR UPDATE)
+                // waits for this batch's outcome instead of missing it, and batches, ingestion
+                // (FOR SHARE) and the breaker's own updates never wait for each other.
+                let ids: Vec<&str> = endpoints.iter().map(|id| id.as_str()).collect();
                 sqlx::query(
-                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    "SELECT 1 FROM kxp_endpoints WHERE id = ANY($1) ORDER BY id FOR KEY SHARE",
                 )
-                .bind(&item.delivery_id)
-                .bind(item.attempt)
-                .bind(record.started_at)
-                .bind(record.duration_ms)
-                .bind(record.status_code.map(i64::from))
-                .bind(&errors[i])
-                .bind(&record.response_snippet)
+                .bind(&ids)
                 .execute(&mut *tx)
                 .await?;
-                recorded[i] = true;
-            }
-            for endpoint in endpoints {
-                let mine: Vec<usize> = (0..batch.len())
-                    .filter(|&i| recorded[i] && &batch[i].endpoint_id == endpoint)
+                let column =
+                    |f: fn(&FinishAttempt) -> String| batch.iter().map(f).collect::<Vec<_>>();
+                let updated: std::collections::HashSet<String> =
+                    sqlx::query_scalar::<_, String>(FINISH_ATTEMPTS_POSTGRES)
+                        .bind(column(|item| item.delivery_id.to_string()))
+                        .bind(finishing.iter().map(|f| f.status).collect::<Vec<_>>())
+                        .bind(batch.iter().map(|item| item.attempt).collect::<Vec<_>>())
+                        .bind(
+                            batch
+                                .iter()
+                                .map(|item| item.record.started_at)
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(finishing.iter().map(|f| f.next_at).collect::<Vec<_>>())
+                        .bind(finishing.iter().map(|f| f.status_code).collect::<Vec<_>>())
+                        .bind(finishing.iter().map(|f| f.error).collect::<Vec<_>>())
+                        .bind(column(|item| item.owner.clone()))
+                        .bind(now)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .collect();
+                let recorded: Vec<bool> = batch
+                    .iter()
+                    .map(|item| updated.contains(item.delivery_id.as_str()))
                     .collect();
-                if mine.is_empty() {
-                    continue;
+                let rows: Vec<(&FinishAttempt, &Finishing)> = batch
+                    .iter()
+                    .zip(&finishing)
+                    .zip(&recorded)
+                    .filter(|(_, recorded)| **recorded)
+                    .map(|(pair, _)| pair)
+                    .collect();
+                if !rows.is_empty() {
+                    sqlx::query(
+                        "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet) \
+                         SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[])",
+                    )
+                    .bind(rows.iter().map(|(item, _)| item.delivery_id.as_str()).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|(item, _)| item.attempt).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|(item, _)| item.record.started_at).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|(item, _)| item.record.duration_ms).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|(_, f)| f.status_code).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|(_, f)| f.error).collect::<Vec<_>>())
+                    .bind(
+                        rows.iter()
+                            .map(|(item, _)| item.record.response_snippet.as_deref())
+                            .collect::<Vec<_>>(),
+                    )
+                    .execute(&mut *tx)
+                    .await?;
                 }
-                let mut stats = lock_stats!(tx, endpoint, now)?;
-                let mut row = breaker_row!(tx, endpoint)?;
-                let mut tally = HourTally::default();
-                for i in mine {
-                    let item = &batch[i];
-                    let success = errors[i].is_none();
-                    stats.record(now, errors[i].as_deref());
-                    tally.add(success, item.record.duration_ms);
-                    let changed = breaker_step!(
-                        tx,
-                        &mut row,
-                        item.delivery_id.as_str(),
-                        success,
-                        &stats,
-                        now,
-                        protection
-                    )?;
-                    let mut notices = 0;
-                    if let Some(kind) = changed.and_then(|t| t.notice()) {
-                        // The notice quotes the statistics: they go down first.
-                        write_stats!(tx, endpoint, stats, now)?;
-                        notices = queue_notices!(tx, kind, endpoint, now)?;
-                    }
-                    results[i] = Finished::Recorded {
-                        transition: changed,
-                        notices,
-                    };
-                }
-                write_stats!(tx, endpoint, stats, now)?;
-                add_hourly!(tx, endpoint, hour_of(now), tally)?;
+                let results =
+                    record_endpoints!(tx, batch, &errors, &recorded, &endpoints, now, protection)?;
+                tx.commit().await?;
+                Ok(results)
             }
-            tx.commit().await?;
-            Ok(results)
-        })
+        }
     }
 
     /// Puts a claimed delivery back, untried (shutdown, more claimed than an endpoint may take
@@ -420,7 +528,8 @@ static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Records an attempt's outcome on its delivery ([`Db::finish_attempts`]): `$1` the new status,
+/// Records an attempt's outcome on its delivery ([`Db::finish_attempts`] on SQLite, one delivery
+/// at a time): `$1` the new status,
 /// … `$8` the delivery, `$9` the lease owner. A retry for an endpoint deleted during the
 /// attempt ends the delivery instead. Built once: it runs with every attempt.
 static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
@@ -432,6 +541,20 @@ static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
          WHERE id = $8 AND lease_owner = $9 AND status = 'delivering'"
     )
 });
+
+/// [`FINISH_ATTEMPT`] for a whole batch, on PostgreSQL: `$1`… `$8` the batch's columns as
+/// arrays (delivery, status, attempt, started at, next at, HTTP status, error, lease owner),
+/// `$9` now. Each row is checked against its own lease; returns the deliveries it recorded.
+const FINISH_ATTEMPTS_POSTGRES: &str = "UPDATE kxp_deliveries d SET \
+       status = CASE WHEN u.status = 'pending' AND p.status = 'deleted' THEN 'dead' ELSE u.status END, \
+       attempts = u.attempt, first_attempt_at = COALESCE(d.first_attempt_at, u.started_at), \
+       next_attempt_at = u.next_at, lease_until = NULL, lease_owner = NULL, last_status = u.status_code, \
+       last_error = CASE WHEN u.status = 'pending' AND p.status = 'deleted' THEN 'endpoint_deleted' ELSE u.error END, \
+       updated_at = $9 \
+     FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::text[]) \
+       AS u(id, status, attempt, started_at, next_at, status_code, error, owner), kxp_endpoints p \
+     WHERE d.id = u.id AND d.lease_owner = u.owner AND d.status = 'delivering' AND p.id = d.endpoint_id \
+     RETURNING d.id";
 
 /// True when the row's endpoint is deleted, in an `UPDATE kxp_deliveries`: a delivery that
 /// would go back to pending then ends dead instead, as the deletion made its siblings.
