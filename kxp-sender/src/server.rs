@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
 use crate::engine::dispatch;
+use crate::engine::gate::WriteGate;
 use crate::engine::guard::AddressGuard;
 use crate::engine::ingester::Ingester;
 use crate::engine::mail::{self, MailError};
@@ -113,9 +114,11 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     // never an unguarded one, since all three connect to merchants' URLs.
     let client = dispatch::client(guard)?;
     let (stop, stopped) = watch::channel(false);
-    let ingester = Ingester::start(&db);
+    let gate = WriteGate::for_db(&db);
+    let ingester = Ingester::start(&db, gate.clone());
     let shared = Arc::new(Shared {
         ingester,
+        gate,
         backlog: Backlog::new(config.backlog_limit),
         config,
         client,

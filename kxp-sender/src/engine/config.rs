@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
+use crate::engine::gate::WriteGate;
 use crate::engine::guard::{AddressGuard, Cidr};
 use crate::engine::ingester::Ingester;
 use crate::engine::mail::Mailer;
@@ -144,6 +145,8 @@ pub(crate) struct Shared {
     pub backlog: Backlog,
     /// How ingestion writes to the store (group commit on SQLite).
     pub ingester: Ingester,
+    /// The turns of the hot writers at SQLite's write lock.
+    pub gate: WriteGate,
 }
 
 impl Shared {

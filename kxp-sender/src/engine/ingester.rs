@@ -6,6 +6,7 @@
 //! a batch would only serialise them.
 
 use crate::engine::batch::Batcher;
+use crate::engine::gate::WriteGate;
 use crate::model::{Ingest, Ingested};
 use crate::store::{Db, StoreError};
 
@@ -24,14 +25,17 @@ pub(crate) enum Ingester {
 impl Ingester {
     /// The ingester `db` calls for. The batch task, when there is one, ends once every handle
     /// is dropped and what was handed to it is stored.
-    pub(crate) fn start(db: &Db) -> Ingester {
+    pub(crate) fn start(db: &Db, gate: WriteGate) -> Ingester {
         match db {
             Db::Postgres(_) => Ingester::Direct(db.clone()),
             Db::Sqlite(_) => {
                 let db = db.clone();
                 let (batcher, _task) = Batcher::start(MAX_BATCH, move |batch: Vec<Ingest>| {
-                    let db = db.clone();
-                    async move { db.ingest_many(&batch).await }
+                    let (db, gate) = (db.clone(), gate.clone());
+                    async move {
+                        let _turn = gate.enter().await;
+                        db.ingest_many(&batch).await
+                    }
                 });
                 Ingester::Batched(batcher)
             }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 
 use crate::engine::batch::{Answer, Batcher};
+use crate::engine::gate::WriteGate;
 use crate::model::{FinishAttempt, Finished};
 use crate::policy::circuit::Protection;
 use crate::store::{Db, StoreError};
@@ -23,11 +24,16 @@ pub(crate) struct Recorder(Batcher<FinishAttempt, Finished>);
 impl Recorder {
     /// Starts the recorder on `db`. Its task ends once every handle is dropped and everything
     /// handed to it is recorded.
-    pub(crate) fn start(db: Db, protection: Protection) -> (Recorder, JoinHandle<()>) {
+    pub(crate) fn start(
+        db: Db,
+        protection: Protection,
+        gate: WriteGate,
+    ) -> (Recorder, JoinHandle<()>) {
         let protection = Arc::new(protection);
         let (batcher, task) = Batcher::start(MAX_BATCH, move |batch: Vec<FinishAttempt>| {
-            let (db, protection) = (db.clone(), protection.clone());
+            let (db, protection, gate) = (db.clone(), protection.clone(), gate.clone());
             async move {
+                let _turn = gate.enter().await;
                 let results = db.finish_attempts(&batch, &protection).await?;
                 Ok::<_, StoreError>(results.into_iter().map(Ok).collect())
             }

@@ -150,7 +150,8 @@ pub(crate) async fn run(
     let owner = new_id("wrk");
     let permits = Arc::new(Semaphore::new(config.workers.max(1)));
     let in_flight = Arc::new(Mutex::new(InFlight::new(ceiling)));
-    let (recorder, recording) = Recorder::start(db.clone(), config.protection.clone());
+    let (recorder, recording) =
+        Recorder::start(db.clone(), config.protection.clone(), shared.gate.clone());
     let mut tasks = JoinSet::new();
     let mut last_reclaim = tokio::time::Instant::now();
     let mut last_scan: Option<tokio::time::Instant> = None;
@@ -240,7 +241,10 @@ pub(crate) async fn run(
                 }
             }
             if !targets.is_empty() {
-                match db.claim_for(&owner, ms(config.lease_extra), &targets).await {
+                let turn = shared.gate.enter().await;
+                let taken = db.claim_for(&owner, ms(config.lease_extra), &targets).await;
+                drop(turn);
+                match taken {
                     Ok(jobs) => claimed.extend(jobs),
                     Err(e) => {
                         tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed")
