@@ -110,25 +110,70 @@ impl Endpoint {
         serde_json::from_str(&self.event_types).unwrap_or_default()
     }
 
-    /// When a new delivery to this endpoint is due: now while it is active with a closed
-    /// circuit, else `HELD` (paused, disabled, or its circuit not closed: the probe release or
-    /// a resume lets it go). The one rule for ingestion and replays alike.
+    /// When a new delivery to this endpoint is due ([`due_for_new_delivery`]).
     pub fn due_for_new_delivery(&self, now: i64) -> i64 {
-        if self.status == EndpointStatus::Active && self.circuit_state == CircuitState::Closed {
-            now
-        } else {
-            HELD
-        }
+        due_for_new_delivery(self.status, self.circuit_state, now)
     }
 
-    /// Whether an event of `event_type` goes to this endpoint: `*` takes everything, `payment.*`
-    /// every type under `payment.`, anything else only itself.
+    /// Whether an event of `event_type` goes to this endpoint ([`subscribes_to`]).
     pub fn subscribes_to(&self, event_type: &str) -> bool {
-        self.types()
-            .iter()
-            .any(|pattern| match pattern.strip_suffix('*') {
-                Some(prefix) => event_type.starts_with(prefix),
-                None => pattern == event_type,
-            })
+        subscribes_to(&self.event_types, event_type)
     }
+}
+
+/// What ingestion reads of an endpoint: enough to route an event to it and nothing more, since
+/// every event reads all of its account's endpoints (hundreds, for some accounts).
+#[derive(Debug, Clone, FromRow)]
+pub struct Subscriber {
+    /// `ep_…`
+    pub id: EndpointId,
+    /// Its status (deleted endpoints are never read as subscribers).
+    #[sqlx(try_from = "String")]
+    pub status: EndpointStatus,
+    /// Its circuit.
+    #[sqlx(try_from = "String")]
+    pub circuit_state: CircuitState,
+    /// JSON array of event types.
+    pub event_types: String,
+    /// The schema version pinned for it, if any.
+    pub api_version: Option<String>,
+}
+
+impl Subscriber {
+    /// Whether an event of this type and version goes to it: its types take the type, and a
+    /// pinned endpoint takes only events of its version (an unpinned one takes all).
+    pub fn takes(&self, event_type: &str, api_version: &str) -> bool {
+        subscribes_to(&self.event_types, event_type)
+            && self.api_version.as_deref().is_none_or(|v| v == api_version)
+    }
+
+    /// When a new delivery to it is due ([`due_for_new_delivery`]).
+    pub fn due_for_new_delivery(&self, now: i64) -> i64 {
+        due_for_new_delivery(self.status, self.circuit_state, now)
+    }
+}
+
+/// When a new delivery to an endpoint is due: now while it is active with a closed circuit,
+/// else [`HELD`] (paused, disabled, or its circuit not closed: the probe release or a resume
+/// lets it go). The one rule for ingestion and replays alike.
+pub fn due_for_new_delivery(status: EndpointStatus, circuit: CircuitState, now: i64) -> i64 {
+    if status == EndpointStatus::Active && circuit == CircuitState::Closed {
+        now
+    } else {
+        HELD
+    }
+}
+
+/// Whether an event of `event_type` goes to an endpoint subscribed to `event_types` (its
+/// stored JSON array): `*` takes everything, `payment.*` every type under `payment.`, anything
+/// else only itself. Reads the array without copying its strings.
+pub fn subscribes_to(event_types: &str, event_type: &str) -> bool {
+    let patterns: Vec<std::borrow::Cow<'_, str>> =
+        serde_json::from_str(event_types).unwrap_or_default();
+    patterns
+        .iter()
+        .any(|pattern| match pattern.strip_suffix('*') {
+            Some(prefix) => event_type.starts_with(prefix),
+            None => pattern == event_type,
+        })
 }

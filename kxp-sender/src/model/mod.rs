@@ -19,7 +19,7 @@ pub use delivery::{
     Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, NextState,
     Secrets,
 };
-pub use endpoint::{Endpoint, EndpointChanges, HELD, NewEndpoint, Rotated};
+pub use endpoint::{Endpoint, EndpointChanges, HELD, NewEndpoint, Rotated, Subscriber};
 pub use event::{Event, Ingest, Ingested};
 pub use failure::{AttemptError, Failure, FailureKind};
 pub use health::{EndpointHealth, Window};

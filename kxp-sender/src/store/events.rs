@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::model::{Endpoint, Event, EventId, Ingest, Ingested, new_id, now_ms, rfc3339};
+use crate::model::{Event, EventId, Ingest, Ingested, Subscriber, new_id, now_ms, rfc3339};
 use crate::store::deliveries::insert_delivery;
 use crate::store::{Db, StoreError, on_db};
 
@@ -61,16 +61,12 @@ macro_rules! ingest_on {
             .await?;
             // A paused or disabled endpoint, or one whose circuit is open, gets its deliveries
             // too, held: nothing is lost while it rests.
-            let endpoints = sqlx::query_as::<_, Endpoint>($subscribers)
+            let endpoints = sqlx::query_as::<_, Subscriber>($subscribers)
                 .bind(&item.account.id)
                 .fetch_all(&mut *$tx)
                 .await?;
             let mut due_to = Vec::new();
-            // A pinned endpoint takes only events of its version; an unpinned one takes all.
-            let takes = |e: &&Endpoint| {
-                e.subscribes_to(&item.event_type)
-                    && e.api_version.as_deref().is_none_or(|v| v == item.api_version)
-            };
+            let takes = |e: &&Subscriber| e.takes(&item.event_type, &item.api_version);
             for endpoint in endpoints.iter().filter(takes) {
                 let due = endpoint.due_for_new_delivery(now);
                 insert_delivery!(
@@ -155,7 +151,8 @@ impl Db {
     /// The statement that reads an account's subscribable endpoints for ingestion.
     fn subscribers_sql(&self) -> String {
         format!(
-            "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled'){}",
+            "SELECT id, status, circuit_state, event_types, api_version FROM kxp_endpoints \
+             WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled'){}",
             self.share_lock()
         )
     }
