@@ -177,6 +177,17 @@ impl Shared {
         self.wake.notify_one();
     }
 
+    /// Whether new work was announced since the loop last looked ([`Shared::wake_for`],
+    /// [`Shared::wake_workers`]).
+    pub fn has_news(&self) -> bool {
+        self.rescan.load(Ordering::SeqCst)
+            || !self
+                .ready
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
+    }
+
     /// Takes the endpoints [`Shared::wake_for`] named since the last call.
     pub fn take_ready(&self) -> HashSet<EndpointId> {
         std::mem::take(
