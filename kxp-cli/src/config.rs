@@ -46,6 +46,12 @@ pub(crate) struct Settings {
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dev: Option<bool>,
+    /// Serve the API only: no workers, notifier or purger in this process. For PostgreSQL, with
+    /// other processes on the same database delivering; it announces new events to them.
+    #[arg(long, env = "KXP_API_ONLY", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_only: Option<bool>,
     /// Let deliveries reach this block although the address guard refuses it (private,
     /// loopback, link-local…), e.g. `10.20.0.0/16` or `fd00:1::/64`. Repeatable; in the
     /// environment, comma-separated.
@@ -241,7 +247,7 @@ impl Settings {
     /// `self` where it says something, `lower` elsewhere.
     pub fn over(self, lower: Settings) -> Settings {
         let high = self;
-        layer!(high over lower: database_url, listen, dev, allow_address, retry_schedule, jitter,
+        layer!(high over lower: database_url, listen, dev, api_only, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
             smtp_from, retention, backlog_limit, json_logs, api_key)
@@ -283,6 +289,7 @@ impl Settings {
             database_url: self.database_url.clone().unwrap_or(d.database_url),
             listen: self.listen.unwrap_or(d.listen),
             dev: self.dev.unwrap_or(d.dev),
+            run_workers: !self.api_only.unwrap_or(!d.run_workers),
             allow_addresses: self.allow_address.clone().unwrap_or(d.allow_addresses),
             schedule,
             delivery_timeout,
@@ -323,6 +330,7 @@ impl Settings {
             database_url: Some(redact_passwords(&config.database_url)),
             listen: Some(config.listen),
             dev: Some(config.dev),
+            api_only: Some(!config.run_workers),
             allow_address: Some(config.allow_addresses.clone()),
             retry_schedule: Some(config.schedule.clone()),
             jitter: Some(config.schedule.jitter()),

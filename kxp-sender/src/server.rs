@@ -16,7 +16,7 @@ use crate::engine::guard::AddressGuard;
 use crate::engine::ingester::Ingester;
 use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
-use crate::engine::{notifier, retention, worker};
+use crate::engine::{announce, notifier, retention, worker};
 use crate::http::{self, AppState};
 use crate::store::{Db, StoreError};
 
@@ -116,9 +116,12 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     let (stop, stopped) = watch::channel(false);
     let gate = WriteGate::for_db(&db);
     let ingester = Ingester::start(&db, gate.clone());
+    let announce = !config.run_workers && matches!(db, Db::Postgres(_));
     let shared = Arc::new(Shared {
         ingester,
         gate,
+        announce,
+        announcements: Default::default(),
         backlog: Backlog::new(config.backlog_limit),
         config,
         client,
@@ -146,7 +149,21 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             tracing::error!(target: "kxp_sender", error = %e, "the API server stopped");
         }
     });
+    if let (true, Db::Postgres(pool)) = (announce, &db) {
+        tokio::spawn(announce::send(
+            pool.clone(),
+            shared.clone(),
+            stopped.clone(),
+        ));
+    }
     let workers = shared.config.run_workers.then(|| {
+        if let Db::Postgres(pool) = &db {
+            tokio::spawn(announce::listen(
+                pool.clone(),
+                shared.clone(),
+                stopped.clone(),
+            ));
+        }
         let notifier = tokio::spawn(notifier::run(db.clone(), shared.clone(), stopped.clone()));
         let purger = tokio::spawn(retention::run(
             db.clone(),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::engine::announce::Announcements;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
 use crate::engine::gate::WriteGate;
@@ -147,6 +148,11 @@ pub(crate) struct Shared {
     pub ingester: Ingester,
     /// The turns of the hot writers at SQLite's write lock.
     pub gate: WriteGate,
+    /// Whether this process announces new work to the others (PostgreSQL, and no workers
+    /// of its own to wake), and what it announces next.
+    pub announce: bool,
+    /// What is announced next ([`announce`](crate::engine::announce)).
+    pub announcements: Announcements,
 }
 
 impl Shared {
@@ -164,10 +170,16 @@ impl Shared {
     /// Tells the delivery loop that these endpoints have new due deliveries (committed before
     /// this is called): it claims for them at once, from each endpoint's own queue, if they have
     /// room. The wake-up is never lost, as with [`Shared::wake_workers`]; an endpoint already
-    /// at its limit is claimed for when one of its attempts finishes (or by the next scan).
+    /// at its limit is claimed for when one of its attempts finishes (or by the next scan). A
+    /// process without workers announces the endpoints to the processes that have them
+    /// instead ([`announce`](crate::engine::announce)).
     pub fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
         let mut endpoints = endpoints.into_iter().peekable();
         if endpoints.peek().is_none() {
+            return;
+        }
+        if self.announce {
+            self.announcements.add(endpoints);
             return;
         }
         self.ready

@@ -3,6 +3,7 @@
 //! pieces they send with (the address guard, the guarded HTTP client, SMTP). It calls the store
 //! for every read and write and the policy for every decision; it holds no SQL.
 
+pub(crate) mod announce;
 pub(crate) mod backlog;
 pub(crate) mod batch;
 pub(crate) mod config;

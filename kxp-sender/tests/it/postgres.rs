@@ -68,3 +68,36 @@ async fn retries_dead_letters_replays_and_idempotency_on_postgresql() {
     s.server.shutdown().await;
     database.drop().await;
 }
+
+#[tokio::test]
+async fn an_api_only_process_announces_new_work_to_the_workers_on_postgresql() {
+    let Some(database) = PgDatabase::create("kxp_sender_announce").await else {
+        return;
+    };
+    // The worker process scans for due work once at start and then only every minute: within
+    // the test's wait, only the announcement can bring it the event.
+    let url = database.url().to_owned();
+    let workers = sender_with("0s", move |c| {
+        c.database_url = url;
+        c.poll_interval = Duration::from_secs(60);
+    })
+    .await;
+    let url = database.url().to_owned();
+    let api = sender_with("0s", move |c| {
+        c.database_url = url;
+        c.run_workers = false;
+    })
+    .await;
+    let receiver = Receiver::start(Vec::new()).await;
+    api.api.endpoint(&receiver.url, json!({})).await;
+    // Past the workers' first scan.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in 0..3 {
+        let event_id = api.api.emit("t", json!({"n": n})).await;
+        api.api
+            .wait_for(&event_id, "delivered", Duration::from_secs(20))
+            .await;
+    }
+    assert_eq!(receiver.seen().len(), 3);
+    drop(workers);
+}
