@@ -7,10 +7,12 @@
 //! queue, where it stays until replayed. A process killed at any instant loses nothing: a
 //! delivery is marked delivered only after the 2xx, and a lease that runs out makes its
 //! delivery claimable again. Every connection passes the [address guard](AddressGuard) first:
-//! merchants' URLs never reach private networks. Each endpoint is protected by a concurrency
-//! limit, a rate limit and a circuit breaker ([`Protection`]) that holds its deliveries while it
-//! is down and disables it after a long outage; the merchant is notified by an operational
-//! webhook and by e-mail.
+//! merchants' URLs never reach private networks. Each endpoint gets as many attempts at once as
+//! it keeps up with (an adaptive limit), an optional rate limit, and a circuit breaker
+//! ([`Protection`]) that holds its deliveries while it is down and disables it after a long
+//! outage; the merchant is notified by an operational webhook and by e-mail. Writes that come
+//! with every event are group-committed: the attempts that finish while a commit is on its way
+//! to disk are recorded together in the next one (and, on SQLite, so are ingested events).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,14 +35,16 @@
 //!   ([`EndpointStatus`], [`DeliveryStatus`], [`CircuitState`], a breaker transition) and why an
 //!   attempt failed ([`FailureKind`]). No SQL, no I/O.
 //! - **policy** — the decisions, as pure functions of the model, the settings and a time passed
-//!   in: the retry [`Schedule`], the circuit breaker and auto-disable ([`Protection`]), the rate
-//!   limit's token buckets, the health maths ([`bucket_of`]) and what a notice says. No SQL, no
-//!   clock.
+//!   in: the retry [`Schedule`], the circuit breaker and auto-disable ([`Protection`]), the
+//!   adaptive per-endpoint concurrency, the rate limit's token buckets, the health maths
+//!   ([`bucket_of`], an endpoint's running statistics) and what a notice says. No SQL, no clock.
 //! - **store** — every SQL statement, one file per table or aggregate, behind [`Db`] (SQLite or
 //!   PostgreSQL). Transactions that need a decision (recording an attempt: statistics, breaker,
 //!   notifications) call the policy inside the transaction and write down what it returns. No
 //!   other layer holds SQL.
-//! - **engine** — what runs: the workers, the notifier, the purger, this process's metrics, the
+//! - **engine** — what runs: the delivery loop and its workers, the group commits (recording
+//!   attempts; ingestion on SQLite) and SQLite's write gate, the announcements of new work
+//!   between processes (PostgreSQL), the notifier, the purger, this process's metrics, the
 //!   schema validator cache, and the pieces they send with: the address guard, the one guarded
 //!   HTTP client, SMTP. Everything they share is built once at [`start`] from the [`Config`].
 //! - **http** — the API, one file per resource (endpoints, events, deliveries, schemas, account,

@@ -8,62 +8,110 @@ use std::sync::LazyLock;
 use crate::model::{EndpointId, FinishAttempt, Finished, Job, NextState, now_ms};
 use crate::policy::circuit::Protection;
 use crate::policy::health::{HourTally, hour_of};
-use crate::store::circuit::{breaker_row, breaker_step};
-use crate::store::health::{add_hourly, lock_stats, write_stats};
+use crate::store::circuit::{BREAKER_ROWS_POSTGRES, BREAKER_ROWS_SQLITE, breaker_step};
+use crate::store::health::{STATS_POSTGRES, STATS_SQLITE};
 use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
 
 /// What a batch's finished attempts do to their endpoints, on the transaction `$tx`, once the
-/// delivery and attempt rows are written (`$recorded[i]`: item `i` still held its lease): per
-/// endpoint, in id order, its statistics are locked, folded attempt by attempt and written
-/// back, its hourly tally added, and its breaker stepped through each attempt, with the
-/// notices a state change calls for. Evaluates to `Result<Vec<Finished>, sqlx::Error>`, one per
-/// item. A macro: it must compile for each backend's transaction type.
+/// delivery and attempt rows are written (`$recorded[i]`: item `i` still held its lease): the
+/// statistics of every endpoint touched are locked and read in one statement, and their
+/// breakers in another; then, per endpoint, each attempt in order is folded into the
+/// statistics and steps the breaker (SQL only on a transition, with the notices it calls for);
+/// then all statistics and hourly tallies are written in one statement each. `$sql` is the
+/// backend's [`StatsSql`](crate::store::health::StatsSql), `$breakers` its breaker-rows
+/// statement. Evaluates to `Result<Vec<Finished>, sqlx::Error>`, one per item. A macro: it must
+/// compile for each backend's transaction type.
 macro_rules! record_endpoints {
-    ($tx:expr, $batch:expr, $errors:expr, $recorded:expr, $endpoints:expr, $now:expr, $protection:expr) => {{
+    ($tx:expr, $sql:expr, $breakers:expr, $batch:expr, $errors:expr, $recorded:expr, $now:expr, $protection:expr) => {{
         async {
+            use std::collections::BTreeMap;
+            use $crate::policy::health::RunningStats;
+            use $crate::store::circuit::BreakerRow;
+            use $crate::store::health::{StatsRow, hourly_json, stats_json};
+            let (sql, batch, errors, recorded) = ($sql, $batch, $errors, $recorded);
             let (batch, errors, recorded): (&[FinishAttempt], &[Option<String>], &[bool]) =
-                ($batch, $errors, $recorded);
+                (batch, errors, recorded);
             let now: i64 = $now;
             let mut results = vec![Finished::LeaseLost; batch.len()];
-            for endpoint in $endpoints.iter().copied() {
-                let mine: Vec<usize> = (0..batch.len())
-                    .filter(|&i| recorded[i] && &batch[i].endpoint_id == endpoint)
-                    .collect();
-                if mine.is_empty() {
-                    continue;
-                }
-                let mut stats = lock_stats!($tx, endpoint, now)?;
-                let mut row = breaker_row!($tx, endpoint)?;
-                let mut tally = HourTally::default();
-                for i in mine {
-                    let item = &batch[i];
-                    let success = errors[i].is_none();
-                    stats.record(now, errors[i].as_deref());
-                    tally.add(success, item.record.duration_ms);
-                    let changed = breaker_step!(
-                        $tx,
-                        &mut row,
-                        item.delivery_id.as_str(),
-                        success,
-                        &stats,
-                        now,
-                        $protection
-                    )?;
-                    let mut notices = 0;
-                    if let Some(kind) = changed.and_then(|t| t.notice()) {
-                        // The notice quotes the statistics: they go down first.
-                        write_stats!($tx, endpoint, stats, now)?;
-                        notices = queue_notices!($tx, kind, endpoint, now)?;
-                    }
-                    results[i] = Finished::Recorded {
-                        transition: changed,
-                        notices,
-                    };
-                }
-                write_stats!($tx, endpoint, stats, now)?;
-                add_hourly!($tx, endpoint, hour_of(now), tally)?;
+            let mut touched: Vec<&EndpointId> = (0..batch.len())
+                .filter(|&i| recorded[i])
+                .map(|i| &batch[i].endpoint_id)
+                .collect();
+            touched.sort_unstable();
+            touched.dedup();
+            if touched.is_empty() {
+                return Ok(results);
             }
+            let ids = serde_json::to_string(&touched).unwrap_or_else(|_| "[]".to_owned());
+            let mut stats: BTreeMap<EndpointId, RunningStats> =
+                sqlx::query_as::<_, StatsRow>(&sql.lock)
+                    .bind(&ids)
+                    .bind(now)
+                    .fetch_all(&mut *$tx)
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.endpoint_id.clone(), RunningStats::from(row)))
+                    .collect();
+            let mut rows: BTreeMap<EndpointId, BreakerRow> =
+                sqlx::query_as::<_, BreakerRow>($breakers)
+                    .bind(&ids)
+                    .fetch_all(&mut *$tx)
+                    .await?
+                    .into_iter()
+                    .map(|row| (row.id.clone(), row))
+                    .collect();
+            let mut tallies: BTreeMap<EndpointId, HourTally> = BTreeMap::new();
+            // Endpoint by endpoint in id order (a breaker's transition locks its row: two
+            // batches take such locks in the same order), each endpoint's attempts in order.
+            let mut order: Vec<usize> = (0..batch.len()).filter(|&i| recorded[i]).collect();
+            order.sort_by_key(|&i| (&batch[i].endpoint_id, i));
+            for i in order {
+                let item = &batch[i];
+                let endpoint = &item.endpoint_id;
+                let (Some(stats), Some(row)) = (stats.get_mut(endpoint), rows.get_mut(endpoint))
+                else {
+                    continue;
+                };
+                let success = errors[i].is_none();
+                stats.record(now, errors[i].as_deref());
+                tallies
+                    .entry(endpoint.clone())
+                    .or_default()
+                    .add(success, item.record.duration_ms);
+                let changed = breaker_step!(
+                    $tx,
+                    row,
+                    item.delivery_id.as_str(),
+                    success,
+                    &*stats,
+                    now,
+                    $protection
+                )?;
+                let mut notices = 0;
+                if let Some(kind) = changed.and_then(|t| t.notice()) {
+                    // The notice quotes the statistics: they go down first.
+                    sqlx::query(&sql.write)
+                        .bind(stats_json(std::iter::once((endpoint, &*stats))))
+                        .bind(now)
+                        .execute(&mut *$tx)
+                        .await?;
+                    notices = queue_notices!($tx, kind, endpoint, now)?;
+                }
+                results[i] = Finished::Recorded {
+                    transition: changed,
+                    notices,
+                };
+            }
+            sqlx::query(&sql.write)
+                .bind(stats_json(stats.iter()))
+                .bind(now)
+                .execute(&mut *$tx)
+                .await?;
+            sqlx::query(&sql.add_hourly)
+                .bind(hourly_json(hour_of(now), tallies.iter()))
+                .execute(&mut *$tx)
+                .await?;
             Ok::<_, sqlx::Error>(results)
         }
         .await
@@ -285,8 +333,16 @@ impl Db {
                     .await?;
                     recorded[i] = true;
                 }
-                let results =
-                    record_endpoints!(tx, batch, &errors, &recorded, &endpoints, now, protection)?;
+                let results = record_endpoints!(
+                    tx,
+                    &*STATS_SQLITE,
+                    BREAKER_ROWS_SQLITE,
+                    batch,
+                    &errors,
+                    &recorded,
+                    now,
+                    protection
+                )?;
                 tx.commit().await?;
                 Ok(results)
             }
@@ -356,8 +412,16 @@ impl Db {
                     .execute(&mut *tx)
                     .await?;
                 }
-                let results =
-                    record_endpoints!(tx, batch, &errors, &recorded, &endpoints, now, protection)?;
+                let results = record_endpoints!(
+                    tx,
+                    &*STATS_POSTGRES,
+                    BREAKER_ROWS_POSTGRES,
+                    batch,
+                    &errors,
+                    &recorded,
+                    now,
+                    protection
+                )?;
                 tx.commit().await?;
                 Ok(results)
             }

@@ -64,6 +64,14 @@ pub(crate) struct BreakerRow {
     pub rate_limit_per_second: Option<i64>,
 }
 
+/// [`BREAKER_ROW`] for every endpoint of `$1`, a JSON array of ids: SQLite's form and
+/// PostgreSQL's.
+pub(crate) const BREAKER_ROWS_SQLITE: &str = "SELECT id, status, circuit_state, circuit_failed_probes, \
+       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints WHERE id IN (SELECT value FROM json_each($1))";
+pub(crate) const BREAKER_ROWS_POSTGRES: &str = "SELECT id, status, circuit_state, circuit_failed_probes, \
+       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints \
+     WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb))";
+
 /// Reads the [`BreakerRow`] of `$endpoint_id` on the transaction `$tx`.
 macro_rules! breaker_row {
     ($tx:expr, $endpoint_id:expr) => {

@@ -1,11 +1,12 @@
 //! Endpoint health: statistics kept up to date as attempts finish, so reading them costs one
 //! stats row, at most 25 hourly rows and two index range counts, never a scan of attempts.
 //!
-//! Recording a batch of finished attempts (`finish_attempts`) reads each endpoint's stats row
-//! once under a row lock (`lock_stats!`), folds the batch's attempts into it
-//! ([`RunningStats`]), writes it back (`write_stats!`) and adds the batch's hourly tally
-//! (`add_hourly!`): a few statements per endpoint and batch, not per attempt. An attempt whose
-//! lease was lost is in none of them.
+//! Recording a batch of finished attempts (`finish_attempts`) reads its endpoints' stats rows
+//! under a row lock ([`StatsSql::lock`]), folds the batch's attempts into them
+//! ([`RunningStats`](crate::policy::health::RunningStats)), writes them back
+//! ([`StatsSql::write`]) and adds the batch's hourly tallies ([`StatsSql::add_hourly`]): three
+//! statements per batch, however many endpoints it touches. An attempt whose lease was lost is
+//! in none of them.
 
 use sqlx::FromRow;
 
@@ -19,22 +20,98 @@ const BUCKET_COLUMNS: [&str; 12] = [
     "le_10000", "le_30000", "le_inf",
 ];
 
-/// Makes sure the endpoint `$1` has a stats row (`$2` the time), locks it until the
-/// transaction ends, and returns it: an upsert that changes nothing on conflict, because an
-/// `ON CONFLICT DO UPDATE` locks the row on both backends where a `SELECT` of a missing row
-/// locks nothing.
-pub(crate) const LOCK_STATS: &str = "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
-     VALUES ($1, 0, $2) ON CONFLICT (endpoint_id) DO UPDATE SET updated_at = kxp_endpoint_stats.updated_at \
-     RETURNING consecutive_failures, failing_since, last_success_at, last_failure_at, last_error";
+/// The statements that read and write a batch's endpoints' statistics, all endpoints in one
+/// statement each, for one backend: the ids and values travel as one JSON parameter, which
+/// both backends take apart in SQL (`json_each`, `jsonb_to_recordset`).
+pub(crate) struct StatsSql {
+    /// Makes sure each endpoint of `$1` (a JSON array of ids) has a stats row (`$2` the time),
+    /// locks the rows until the transaction ends, and returns them: an upsert that changes
+    /// nothing on conflict, because an `ON CONFLICT DO UPDATE` locks a row on both backends
+    /// where a `SELECT` of a missing row locks nothing. In id order on PostgreSQL, so two
+    /// batches lock the same rows in the same order.
+    pub lock: String,
+    /// Writes the running statistics back: `$1` a JSON array of
+    /// `{id, cf, fs, ls, lf, le}` (consecutive failures, failing since, last success, last
+    /// failure, last error), `$2` now.
+    pub write: String,
+    /// Adds each endpoint's [`HourTally`](crate::policy::health::HourTally) to its clock hour:
+    /// `$1` a JSON array of `{id, hour, s, f, b0 … b11}`.
+    pub add_hourly: String,
+}
 
-/// Writes an endpoint's running statistics back: `$1` the endpoint, `$2`… the values, `$7` now.
-pub(crate) const WRITE_STATS: &str = "UPDATE kxp_endpoint_stats SET consecutive_failures = $2, \
-     failing_since = $3, last_success_at = $4, last_failure_at = $5, last_error = $6, updated_at = $7 \
-     WHERE endpoint_id = $1";
+const STATS_RETURNING: &str = "RETURNING endpoint_id, consecutive_failures, failing_since, last_success_at, last_failure_at, last_error";
 
-/// A row of [`LOCK_STATS`].
+fn stats_sql(sqlite: bool) -> StatsSql {
+    let hourly_columns = BUCKET_COLUMNS.join(", ");
+    let updates = ["successes", "failures"]
+        .iter()
+        .chain(BUCKET_COLUMNS.iter())
+        .map(|c| format!("{c} = kxp_endpoint_stats_hourly.{c} + excluded.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let upsert_stats =
+        "ON CONFLICT (endpoint_id) DO UPDATE SET updated_at = kxp_endpoint_stats.updated_at";
+    if sqlite {
+        let buckets = (0..BUCKET_COLUMNS.len())
+            .map(|i| format!("value ->> '$.b{i}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        StatsSql {
+            lock: format!(
+                "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
+                 SELECT value, 0, $2 FROM json_each($1) WHERE true {upsert_stats} {STATS_RETURNING}"
+            ),
+            write: "UPDATE kxp_endpoint_stats SET consecutive_failures = v.value ->> '$.cf', \
+                   failing_since = v.value ->> '$.fs', last_success_at = v.value ->> '$.ls', \
+                   last_failure_at = v.value ->> '$.lf', last_error = v.value ->> '$.le', updated_at = $2 \
+                 FROM json_each($1) AS v WHERE endpoint_id = v.value ->> '$.id'"
+                .to_owned(),
+            add_hourly: format!(
+                "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, {hourly_columns}) \
+                 SELECT value ->> '$.id', value ->> '$.hour', value ->> '$.s', value ->> '$.f', {buckets} \
+                 FROM json_each($1) WHERE true ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
+            ),
+        }
+    } else {
+        let bucket_names = (0..BUCKET_COLUMNS.len())
+            .map(|i| format!("v.b{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let bucket_types = (0..BUCKET_COLUMNS.len())
+            .map(|i| format!("b{i} bigint"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        StatsSql {
+            lock: format!(
+                "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
+                 SELECT id, 0, $2 FROM jsonb_array_elements_text($1::jsonb) AS t(id) ORDER BY id \
+                 {upsert_stats} {STATS_RETURNING}"
+            ),
+            write: "UPDATE kxp_endpoint_stats s SET consecutive_failures = v.cf, failing_since = v.fs, \
+                   last_success_at = v.ls, last_failure_at = v.lf, last_error = v.le, updated_at = $2 \
+                 FROM jsonb_to_recordset($1::jsonb) AS v(id text, cf bigint, fs bigint, ls bigint, lf bigint, le text) \
+                 WHERE s.endpoint_id = v.id"
+                .to_owned(),
+            add_hourly: format!(
+                "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, {hourly_columns}) \
+                 SELECT v.id, v.hour, v.s, v.f, {bucket_names} \
+                 FROM jsonb_to_recordset($1::jsonb) AS v(id text, hour bigint, s bigint, f bigint, {bucket_types}) \
+                 ORDER BY v.id ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
+            ),
+        }
+    }
+}
+
+/// The statistics statements of each backend, built once.
+pub(crate) static STATS_SQLITE: std::sync::LazyLock<StatsSql> =
+    std::sync::LazyLock::new(|| stats_sql(true));
+pub(crate) static STATS_POSTGRES: std::sync::LazyLock<StatsSql> =
+    std::sync::LazyLock::new(|| stats_sql(false));
+
+/// A row of [`StatsSql::lock`].
 #[derive(Debug, FromRow)]
 pub(crate) struct StatsRow {
+    pub endpoint_id: crate::model::EndpointId,
     pub consecutive_failures: i64,
     pub failing_since: Option<i64>,
     pub last_success_at: Option<i64>,
@@ -54,80 +131,46 @@ impl From<StatsRow> for crate::policy::health::RunningStats {
     }
 }
 
-/// Locks and reads the stats row of the endpoint `$endpoint_id` on the transaction `$tx`
-/// ([`LOCK_STATS`]). Evaluates to `Result<RunningStats, sqlx::Error>`. A macro: it must compile
-/// for each backend's transaction type.
-macro_rules! lock_stats {
-    ($tx:expr, $endpoint_id:expr, $now:expr) => {
-        sqlx::query_as::<_, $crate::store::health::StatsRow>($crate::store::health::LOCK_STATS)
-            .bind($endpoint_id)
-            .bind($now)
-            .fetch_one(&mut *$tx)
-            .await
-            .map($crate::policy::health::RunningStats::from)
-    };
-}
-pub(crate) use lock_stats;
-
-/// Writes `$stats` back as the running statistics of `$endpoint_id` ([`WRITE_STATS`]).
-macro_rules! write_stats {
-    ($tx:expr, $endpoint_id:expr, $stats:expr, $now:expr) => {
-        sqlx::query($crate::store::health::WRITE_STATS)
-            .bind($endpoint_id)
-            .bind($stats.consecutive_failures)
-            .bind($stats.failing_since)
-            .bind($stats.last_success_at)
-            .bind($stats.last_failure_at)
-            .bind(&$stats.last_error)
-            .bind($now)
-            .execute(&mut *$tx)
-            .await
-            .map(|_| ())
-    };
-}
-pub(crate) use write_stats;
-
-/// The statement that adds a tally to an endpoint's clock hour: `$1` the endpoint, `$2` the
-/// hour, `$3` successes, `$4` failures, `$5`… the histogram's counts. Built once: it runs with
-/// every batch.
-pub(crate) static ADD_HOURLY: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(add_hourly_sql);
-
-fn add_hourly_sql() -> String {
-    let columns = BUCKET_COLUMNS.join(", ");
-    let values = (0..BUCKET_COLUMNS.len())
-        .map(|i| format!("${}", i + 5))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let updates = ["successes", "failures"]
-        .iter()
-        .chain(BUCKET_COLUMNS.iter())
-        .map(|c| format!("{c} = kxp_endpoint_stats_hourly.{c} + excluded.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, {columns}) \
-         VALUES ($1, $2, $3, $4, {values}) \
-         ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
-    )
+/// The JSON of [`StatsSql::write`] for these endpoints' statistics.
+pub(crate) fn stats_json<'a>(
+    stats: impl Iterator<
+        Item = (
+            &'a crate::model::EndpointId,
+            &'a crate::policy::health::RunningStats,
+        ),
+    >,
+) -> String {
+    let rows: Vec<serde_json::Value> = stats
+        .map(|(id, s)| {
+            serde_json::json!({"id": id, "cf": s.consecutive_failures, "fs": s.failing_since,
+                "ls": s.last_success_at, "lf": s.last_failure_at, "le": s.last_error})
+        })
+        .collect();
+    serde_json::Value::from(rows).to_string()
 }
 
-/// Adds the [`HourTally`](crate::policy::health::HourTally) `$tally` to the clock hour `$hour`
-/// of `$endpoint_id` ([`ADD_HOURLY`]), on the transaction `$tx`.
-macro_rules! add_hourly {
-    ($tx:expr, $endpoint_id:expr, $hour:expr, $tally:expr) => {{
-        let mut query = sqlx::query($crate::store::health::ADD_HOURLY.as_str())
-            .bind($endpoint_id)
-            .bind($hour)
-            .bind($tally.successes)
-            .bind($tally.failures);
-        for count in $tally.histogram {
-            query = query.bind(count);
-        }
-        query.execute(&mut *$tx).await.map(|_| ())
-    }};
+/// The JSON of [`StatsSql::add_hourly`] for these endpoints' tallies of the clock hour `hour`.
+pub(crate) fn hourly_json<'a>(
+    hour: i64,
+    tallies: impl Iterator<
+        Item = (
+            &'a crate::model::EndpointId,
+            &'a crate::policy::health::HourTally,
+        ),
+    >,
+) -> String {
+    let rows: Vec<serde_json::Value> = tallies
+        .map(|(id, t)| {
+            let mut row =
+                serde_json::json!({"id": id, "hour": hour, "s": t.successes, "f": t.failures});
+            for (i, count) in t.histogram.iter().enumerate() {
+                row[format!("b{i}")] = serde_json::Value::from(*count);
+            }
+            row
+        })
+        .collect();
+    serde_json::Value::from(rows).to_string()
 }
-pub(crate) use add_hourly;
 
 #[derive(FromRow)]
 struct Hourly {
