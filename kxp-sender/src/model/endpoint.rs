@@ -110,12 +110,15 @@ impl Endpoint {
         serde_json::from_str(&self.event_types).unwrap_or_default()
     }
 
-    /// When a new delivery to this endpoint is due ([`due_for_new_delivery`]).
+    /// When a new delivery to this endpoint is due: now while it is active with a closed
+    /// circuit, else `HELD` (paused, disabled, or its circuit not closed: the probe release or
+    /// a resume lets it go). The one rule for ingestion and replays alike.
     pub fn due_for_new_delivery(&self, now: i64) -> i64 {
         due_for_new_delivery(self.status, self.circuit_state, now)
     }
 
-    /// Whether an event of `event_type` goes to this endpoint ([`subscribes_to`]).
+    /// Whether an event of `event_type` goes to this endpoint: `*` takes everything,
+    /// `payment.*` every type under `payment.`, anything else only itself.
     pub fn subscribes_to(&self, event_type: &str) -> bool {
         subscribes_to(&self.event_types, event_type)
     }
@@ -147,16 +150,14 @@ impl Subscriber {
             && self.api_version.as_deref().is_none_or(|v| v == api_version)
     }
 
-    /// When a new delivery to it is due ([`due_for_new_delivery`]).
+    /// When a new delivery to it is due ([`Endpoint::due_for_new_delivery`]'s rule).
     pub fn due_for_new_delivery(&self, now: i64) -> i64 {
         due_for_new_delivery(self.status, self.circuit_state, now)
     }
 }
 
-/// When a new delivery to an endpoint is due: now while it is active with a closed circuit,
-/// else [`HELD`] (paused, disabled, or its circuit not closed: the probe release or a resume
-/// lets it go). The one rule for ingestion and replays alike.
-pub fn due_for_new_delivery(status: EndpointStatus, circuit: CircuitState, now: i64) -> i64 {
+/// [`Endpoint::due_for_new_delivery`]'s rule, for any row that has the two states.
+fn due_for_new_delivery(status: EndpointStatus, circuit: CircuitState, now: i64) -> i64 {
     if status == EndpointStatus::Active && circuit == CircuitState::Closed {
         now
     } else {
@@ -164,10 +165,9 @@ pub fn due_for_new_delivery(status: EndpointStatus, circuit: CircuitState, now: 
     }
 }
 
-/// Whether an event of `event_type` goes to an endpoint subscribed to `event_types` (its
-/// stored JSON array): `*` takes everything, `payment.*` every type under `payment.`, anything
-/// else only itself. Reads the array without copying its strings.
-pub fn subscribes_to(event_types: &str, event_type: &str) -> bool {
+/// [`Endpoint::subscribes_to`]'s rule, on the stored JSON array of types. Reads the array
+/// without copying its strings.
+fn subscribes_to(event_types: &str, event_type: &str) -> bool {
     let patterns: Vec<std::borrow::Cow<'_, str>> =
         serde_json::from_str(event_types).unwrap_or_default();
     patterns
