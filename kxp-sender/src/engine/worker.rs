@@ -312,10 +312,16 @@ pub(crate) async fn run(
                 recorder.clone(),
             );
             tasks.spawn(async move {
-                let signal = attempt(&recorder, &owner, &shared, &job).await;
+                let (signal, closed) = attempt(&recorder, &owner, &shared, &job).await;
                 let mut state = lock(&in_flight);
                 state.deliveries.remove(&job.id);
                 state.observe(&job.endpoint_id, signal);
+                if closed {
+                    // The endpoint is back after an outage: what it could take before says
+                    // nothing about now, and its held backlog is about to be released. It
+                    // starts again from the initial limit, so the drain is gentle.
+                    state.limits.remove(&job.endpoint_id);
+                }
                 // It may have more waiting: the loop claims for it next, from its own queue.
                 state.ready.insert(job.endpoint_id.clone());
                 if let Some(count) = state.per_endpoint.get_mut(&job.endpoint_id) {
@@ -344,8 +350,8 @@ pub(crate) async fn run(
 }
 
 /// Sends one job and records its outcome; returns what the outcome says about the endpoint's
-/// load.
-async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -> Signal {
+/// load, and whether recording it closed the endpoint's circuit.
+async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -> (Signal, bool) {
     let config = &shared.config;
     let number = job.attempts + 1;
     let started_at = now_ms();
@@ -393,6 +399,13 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
             next,
         })
         .await;
+    let closed = matches!(
+        finished,
+        Ok(Finished::Recorded {
+            transition: Some(Transition::Close),
+            ..
+        })
+    );
     match finished {
         Ok(Finished::Recorded {
             transition,
@@ -430,7 +443,7 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
             tracing::error!(target: "kxp_sender", delivery_id = %job.id, error = %e, "recording an attempt failed")
         }
     }
-    signal(&outcome, took)
+    (signal(&outcome, took), closed)
 }
 
 fn after_failure(shared: &Shared, attempts_made: i64, retry_after: Option<Duration>) -> NextState {

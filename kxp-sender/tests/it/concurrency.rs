@@ -1,12 +1,13 @@
 //! Adaptive per-endpoint concurrency, end to end: a receiver on 127.0.0.1 that counts the
 //! attempts it is answering at once. A fast endpoint is given more than a small fixed cap, up to
-//! the ceiling; one that answers 503 is given less and less. No assertion is about speed: the
+//! the ceiling; one that answers 503 is given less and less; a backlog held through an outage
+//! drains from the initial limit. No assertion is about speed: the
 //! receiver counts requests in flight, which the sender's limit bounds whatever the machine's
 //! load.
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -18,14 +19,15 @@ use crate::support::sender_with;
 
 const WITHIN: Duration = Duration::from_secs(60);
 
-/// A receiver that answers `status` after `delay`, and records how many requests it was
-/// answering when each one arrived (that one included).
+/// A receiver that answers its current status after its current delay (both changeable, so a
+/// test can stage an outage), and records how many requests it was answering when each one
+/// arrived (that one included).
 #[derive(Clone)]
 struct Counting {
     busy: Arc<AtomicUsize>,
     at_arrival: Arc<Mutex<Vec<usize>>>,
-    delay: Duration,
-    status: StatusCode,
+    delay_ms: Arc<AtomicU64>,
+    status: Arc<AtomicU16>,
 }
 
 impl Counting {
@@ -33,8 +35,8 @@ impl Counting {
         let counting = Counting {
             busy: Arc::default(),
             at_arrival: Arc::default(),
-            delay,
-            status: StatusCode::from_u16(status).unwrap(),
+            delay_ms: Arc::new(AtomicU64::new(delay.as_millis() as u64)),
+            status: Arc::new(AtomicU16::new(status)),
         };
         let app = Router::new().fallback(answer).with_state(counting.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -46,14 +48,22 @@ impl Counting {
     fn at_arrival(&self) -> Vec<usize> {
         self.at_arrival.lock().unwrap().clone()
     }
+
+    /// From now on, answer `status` after `delay`.
+    fn answer(&self, delay: Duration, status: u16) {
+        self.delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+        self.status.store(status, Ordering::SeqCst);
+    }
 }
 
 async fn answer(State(c): State<Counting>) -> StatusCode {
     let now = c.busy.fetch_add(1, Ordering::SeqCst) + 1;
     c.at_arrival.lock().unwrap().push(now);
-    tokio::time::sleep(c.delay).await;
+    let status = StatusCode::from_u16(c.status.load(Ordering::SeqCst)).unwrap();
+    tokio::time::sleep(Duration::from_millis(c.delay_ms.load(Ordering::SeqCst))).await;
     c.busy.fetch_sub(1, Ordering::SeqCst);
-    c.status
+    status
 }
 
 async fn wait_for_requests(c: &Counting, n: usize) {
@@ -128,5 +138,71 @@ async fn an_endpoint_answering_503_is_given_less_and_less() {
     assert!(
         later <= 2,
         "after repeated 503s it gets one or two attempts at a time, not {later}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_outage_the_held_backlog_drains_from_the_initial_limit() {
+    let s = sender_with("0s,10ms,20ms,30ms,40ms,50ms,60ms,70ms,80ms", |c| {
+        c.per_endpoint_concurrency = 24;
+        c.protection.breaker_failures = 3;
+        c.protection.breaker_cooldown = Duration::from_millis(300);
+        c.backlog_limit = 0;
+    })
+    .await;
+    let (url, receiver) = Counting::start(Duration::from_millis(20), 200).await;
+    let (endpoint_id, _) = s.api.endpoint(&url, json!({})).await;
+    let emit_all = |from: usize, to: usize| {
+        let emits: Vec<_> = (from..to)
+            .map(|n| {
+                let api = s.api.clone();
+                tokio::spawn(async move { api.emit("t", json!({"n": n})).await })
+            })
+            .collect();
+        async move {
+            for emit in emits {
+                emit.await.unwrap();
+            }
+        }
+    };
+    // A healthy spell: the endpoint's limit grows well past where it starts.
+    emit_all(0, 120).await;
+    wait_for_requests(&receiver, 120).await;
+    assert!(receiver.at_arrival().iter().any(|&n| n > 8));
+    // An outage of 500s (which say nothing about load, so they leave the limit alone) opens
+    // the circuit; what is emitted meanwhile is held.
+    receiver.answer(Duration::ZERO, 500);
+    emit_all(120, 123).await;
+    let health = |s: &crate::support::Sender| {
+        let api = s.api.clone();
+        let id = endpoint_id.clone();
+        async move {
+            crate::support::value(
+                &api.client
+                    .endpoint_health(&id.as_str().into())
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while health(&s).await["circuit_state"] != "open" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the circuit never opened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Held while open; the endpoint recovers before the probe.
+    emit_all(123, 163).await;
+    let before = receiver.at_arrival().len();
+    receiver.answer(Duration::from_millis(50), 200);
+    wait_for_requests(&receiver, before + 43).await;
+    let drain = &receiver.at_arrival()[before..];
+    let first = drain.iter().take(12).copied().max().unwrap();
+    assert!(
+        first <= 8,
+        "the drain starts from the initial limit (4, then 8 as those succeed), \
+         not the limit of before the outage: {first} in flight among its first 12 requests"
     );
 }
