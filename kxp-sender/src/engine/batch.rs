@@ -105,3 +105,91 @@ where
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// What the database says when it refuses a statement (a constraint, say).
+    #[derive(Debug)]
+    struct Refused;
+
+    impl std::fmt::Display for Refused {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("refused")
+        }
+    }
+
+    impl std::error::Error for Refused {}
+
+    impl sqlx::error::DatabaseError for Refused {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn refused() -> StoreError {
+        StoreError::Database(sqlx::Error::Database(Box::new(Refused)))
+    }
+
+    #[tokio::test]
+    async fn a_refused_batch_is_written_again_item_by_item() {
+        let commits = Arc::new(AtomicUsize::new(0));
+        let counted = commits.clone();
+        // The database refuses any transaction holding item 2; alone, the others go through.
+        let (batcher, _task) = Batcher::start(16, move |items: Vec<u32>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if items.contains(&2) {
+                    return Err(refused());
+                }
+                Ok(items.into_iter().map(|n| Ok(n * 10)).collect())
+            }
+        });
+        // One thread: the three are queued before the task runs, so they form one batch.
+        let (a, b, c) = tokio::join!(batcher.submit(1), batcher.submit(2), batcher.submit(3));
+        assert_eq!(a.unwrap(), 10);
+        assert!(b.is_err(), "the refused item answers its error");
+        assert_eq!(c.unwrap(), 30);
+        assert_eq!(
+            commits.load(Ordering::SeqCst),
+            4,
+            "the batch, then each item alone"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_database_fails_the_whole_batch_at_once() {
+        let commits = Arc::new(AtomicUsize::new(0));
+        let counted = commits.clone();
+        let (batcher, _task) = Batcher::start(16, move |_: Vec<u32>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async {
+                Err::<Vec<Result<u32, StoreError>>, _>(StoreError::Database(
+                    sqlx::Error::PoolTimedOut,
+                ))
+            }
+        });
+        let (a, b, c) = tokio::join!(batcher.submit(1), batcher.submit(2), batcher.submit(3));
+        assert!(a.is_err() && b.is_err() && c.is_err());
+        assert_eq!(
+            commits.load(Ordering::SeqCst),
+            1,
+            "no item-by-item retry: each would wait for the database again"
+        );
+    }
+}
