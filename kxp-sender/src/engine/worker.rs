@@ -71,7 +71,7 @@ impl InFlight {
     fn limit(&self, endpoint_id: &EndpointId) -> usize {
         self.limits
             .get(endpoint_id)
-            .map_or(concurrency::INITIAL.min(self.ceiling), |(a, _)| a.limit())
+            .map_or(self.default_cap(), |(a, _)| a.limit())
     }
 
     /// What the next claim may take of each endpoint this worker knows: the smaller of its
@@ -92,8 +92,7 @@ impl InFlight {
             .collect();
         for (id, busy) in &self.per_endpoint {
             if !self.limits.contains_key(id) {
-                let limit = concurrency::INITIAL.min(self.ceiling);
-                caps.insert(id.to_string(), limit.saturating_sub(*busy));
+                caps.insert(id.to_string(), self.default_cap().saturating_sub(*busy));
             }
         }
         let default_cap = self.default_cap();

@@ -29,9 +29,9 @@ macro_rules! record_endpoints {
             use $crate::policy::health::RunningStats;
             use $crate::store::circuit::BreakerRow;
             use $crate::store::health::{StatsRow, hourly_json, stats_json};
-            let (sql, batch, errors, recorded) = ($sql, $batch, $errors, $recorded);
+            let sql = $sql;
             let (batch, errors, recorded): (&[FinishAttempt], &[Option<String>], &[bool]) =
-                (batch, errors, recorded);
+                ($batch, $errors, $recorded);
             let now: i64 = $now;
             let mut results = vec![Finished::LeaseLost; batch.len()];
             let mut touched: Vec<&EndpointId> = (0..batch.len())
