@@ -21,18 +21,12 @@ pub struct SignatureHeader<'a> {
     raw: &'a [u8],
     timestamp: u64,
     timestamp_at: Span,
-    /// Where each `v1` value starts. A `v1` item takes at least 68 bytes with its comma, so a
-    /// header within [`MAX_HEADER_LEN`] holds at most [`MAX_SIGNATURES`] of them, and recording
-    /// them during the one parsing pass spares a second pass to find them.
-    signatures_at: [u16; MAX_SIGNATURES],
-    signature_count: u8,
-    /// The first `v1`, decoded while it was validated: almost every header has one `v1` only,
-    /// and decoding it once instead of twice is a measurable share of a verification.
-    first_signature: [u8; 32],
+    /// Where the first `v1` value starts. Almost every header has one `v1` only, so only the
+    /// first is remembered: the others are found again by scanning what follows it (see
+    /// [`signature_digits`](SignatureHeader::signature_digits)), which keeps this value small
+    /// enough to pass around in registers.
+    first_signature_at: u16,
 }
-
-/// The most `v1` items a header within [`MAX_HEADER_LEN`] can hold (`v1=` + 64 digits + `,`).
-const MAX_SIGNATURES: usize = MAX_HEADER_LEN / 68 + 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Span {
@@ -55,18 +49,26 @@ impl<'a> SignatureHeader<'a> {
 
     /// The decoded `v1` signatures, in header order.
     pub fn signatures(&self) -> impl Iterator<Item = [u8; 32]> + '_ {
-        let raw = self.raw;
-        let rest = self
-            .signatures_at
-            .iter()
-            .take(usize::from(self.signature_count))
+        self.signature_digits().map(hex::decode_32)
+    }
+
+    /// The `v1` values as sent (64 hex digits each, either case), in header order. Parsing
+    /// checked every one of them, so what follows the first needs no checking again: only the
+    /// items with the key `v1`, split as the parser split them.
+    pub(crate) fn signature_digits(&self) -> impl Iterator<Item = &'a [u8; 64]> + use<'a> {
+        let start = usize::from(self.first_signature_at);
+        let end = start.wrapping_add(64);
+        let first = self.raw.get(start..end).and_then(|d| d.try_into().ok());
+        // What follows the first value: blanks, then `,` and more items, or nothing.
+        let rest = self.raw.get(end..).unwrap_or_default();
+        let others = rest
+            .split(|&b| b == b',')
             .skip(1)
-            .filter_map(move |&at| {
-                let start = usize::from(at);
-                raw.get(start..start.wrapping_add(64))
-                    .and_then(hex::decode_32)
+            .filter_map(|item| match split_item(item) {
+                Ok((b"v1", _, value)) => value.try_into().ok(),
+                _ => None,
             });
-        core::iter::once(self.first_signature).chain(rest)
+        first.into_iter().chain(others)
     }
 
     /// The `t` digits exactly as sent: they, not a re-formatting of the number, are what was
@@ -93,9 +95,7 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
         return Err(Error::malformed(Malformed::InvalidCharacter));
     }
     let mut timestamp = None;
-    let mut signatures_at = [0u16; MAX_SIGNATURES];
-    let mut signature_count = 0usize;
-    let mut first_signature = [0u8; 32];
+    let mut first_signature_at = None;
     let mut item_start = 0usize;
     for item in raw.split(|&b| b == b',') {
         let (key, value_start, value) = split_item(item).map_err(Error::malformed)?;
@@ -116,19 +116,11 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
                 timestamp = Some((t, span));
             }
             b"v1" => {
-                let decoded = if signature_count == 0 {
-                    hex::decode_32(value)
-                } else {
-                    hex::is_hex_64(value).then_some(first_signature)
-                };
-                let Some(decoded) = decoded else {
+                let valid = <&[u8; 64]>::try_from(value).is_ok_and(hex::is_hex_64);
+                if !valid {
                     return Err(Error::malformed(Malformed::InvalidSignature));
-                };
-                first_signature = decoded;
-                if let Some(slot) = signatures_at.get_mut(signature_count) {
-                    *slot = at as u16;
-                    signature_count = signature_count.wrapping_add(1);
                 }
+                first_signature_at.get_or_insert(at as u16);
             }
             // Unknown schemes (v0, v2, …) are ignored so the format can grow.
             _ => {}
@@ -136,16 +128,13 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
     }
     let (timestamp, timestamp_at) =
         timestamp.ok_or(Error::malformed(Malformed::MissingTimestamp))?;
-    if signature_count == 0 {
-        return Err(Error::malformed(Malformed::MissingSignature));
-    }
+    let first_signature_at =
+        first_signature_at.ok_or(Error::malformed(Malformed::MissingSignature))?;
     Ok(SignatureHeader {
         raw,
         timestamp,
         timestamp_at,
-        signatures_at,
-        signature_count: signature_count as u8,
-        first_signature,
+        first_signature_at,
     })
 }
 
@@ -154,28 +143,25 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
 /// (whitespace, other order, unknown items, or an error) goes to [`parse_general`], which reaches
 /// the same verdict on these headers, only slower.
 fn parse_canonical(raw: &[u8]) -> Option<SignatureHeader<'_>> {
-    let rest = raw.strip_prefix(b"t=")?;
-    let digits = rest.iter().position(|&b| b == b',')?;
-    let timestamp = parse_timestamp(rest.get(..digits)?)?;
-    let mut signatures = rest.get(digits..)?;
-    let mut signatures_at = [0u16; MAX_SIGNATURES];
-    let mut count = 0usize;
-    let mut first_signature = [0u8; 32];
-    let mut at = digits.wrapping_add(2);
-    while !signatures.is_empty() {
-        let value = signatures.strip_prefix(b",v1=")?;
-        let hex_digits = value.get(..64)?;
-        if count == 0 {
-            first_signature = hex::decode_32(hex_digits)?;
-        } else if !hex::is_hex_64(hex_digits) {
-            return None;
-        }
-        *signatures_at.get_mut(count)? = u16::try_from(at.wrapping_add(4)).ok()?;
-        count = count.wrapping_add(1);
-        at = at.wrapping_add(68);
-        signatures = value.get(64..)?;
+    if raw.len() > MAX_HEADER_LEN {
+        return None;
     }
-    if count == 0 || raw.len() > MAX_HEADER_LEN {
+    let rest = raw.strip_prefix(b"t=")?;
+    // Each `,v1=<64 hex>` takes 68 bytes and a timestamp has at most 19 digits, so the length
+    // alone says where the digits end: no search for the comma.
+    let digit_count = rest.len() % SIGNATURE_ITEM_LEN;
+    let (digits, signatures) = rest.split_at_checked(digit_count)?;
+    let timestamp = parse_timestamp(digits)?;
+    if signatures.is_empty() {
+        return None;
+    }
+    let all_canonical = signatures.chunks_exact(SIGNATURE_ITEM_LEN).all(|item| {
+        match item.split_first_chunk::<4>() {
+            Some((b",v1=", value)) => <&[u8; 64]>::try_from(value).is_ok_and(hex::is_hex_64),
+            _ => false,
+        }
+    });
+    if !all_canonical {
         return None;
     }
     Some(SignatureHeader {
@@ -183,13 +169,15 @@ fn parse_canonical(raw: &[u8]) -> Option<SignatureHeader<'_>> {
         timestamp,
         timestamp_at: Span {
             start: 2,
-            len: u8::try_from(digits).ok()?,
+            len: u8::try_from(digit_count).ok()?,
         },
-        signatures_at,
-        signature_count: u8::try_from(count).ok()?,
-        first_signature,
+        // `t=`, the digits, `,v1=`: at most 25, so the cast cannot truncate.
+        first_signature_at: u16::try_from(digit_count.wrapping_add(6)).ok()?,
     })
 }
+
+/// `,v1=` and 64 digits.
+const SIGNATURE_ITEM_LEN: usize = 68;
 
 /// Splits one comma-separated item into its key, where its value starts (relative to the
 /// item), and its value. Spaces and tabs around the item are not part of it.
