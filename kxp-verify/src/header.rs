@@ -52,23 +52,14 @@ impl<'a> SignatureHeader<'a> {
         self.signature_digits().map(hex::decode_32)
     }
 
-    /// The `v1` values as sent (64 hex digits each, either case), in header order. Parsing
-    /// checked every one of them, so what follows the first needs no checking again: only the
-    /// items with the key `v1`, split as the parser split them.
-    pub(crate) fn signature_digits(&self) -> impl Iterator<Item = &'a [u8; 64]> + use<'a> {
+    /// The `v1` values as sent (64 hex digits each, either case), in header order.
+    pub(crate) fn signature_digits(&self) -> SignatureDigits<'a> {
         let start = usize::from(self.first_signature_at);
         let end = start.wrapping_add(64);
-        let first = self.raw.get(start..end).and_then(|d| d.try_into().ok());
-        // What follows the first value: blanks, then `,` and more items, or nothing.
-        let rest = self.raw.get(end..).unwrap_or_default();
-        let others = rest
-            .split(|&b| b == b',')
-            .skip(1)
-            .filter_map(|item| match split_item(item) {
-                Ok((b"v1", _, value)) => value.try_into().ok(),
-                _ => None,
-            });
-        first.into_iter().chain(others)
+        SignatureDigits {
+            first: self.raw.get(start..end).and_then(|d| d.try_into().ok()),
+            rest: self.raw.get(end..).unwrap_or_default(),
+        }
     }
 
     /// The `t` digits exactly as sent: they, not a re-formatting of the number, are what was
@@ -77,6 +68,45 @@ impl<'a> SignatureHeader<'a> {
         let start = usize::from(self.timestamp_at.start);
         let end = start.wrapping_add(usize::from(self.timestamp_at.len));
         self.raw.get(start..end).unwrap_or_default()
+    }
+}
+
+/// The `v1` values of a parsed header: the first where parsing found it, the others found again
+/// in what follows it. Parsing checked every one of them, so they need no checking again: only
+/// finding, as the parser found them (the items with the key `v1`). After the one `v1` of almost
+/// every header nothing is left, and that costs one empty search.
+pub(crate) struct SignatureDigits<'a> {
+    first: Option<&'a [u8; 64]>,
+    /// What follows the previous value (or item): blanks, then `,` and more items, or nothing.
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for SignatureDigits<'a> {
+    type Item = &'a [u8; 64];
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(first) = self.first.take() {
+            return Some(first);
+        }
+        self.next_after_the_first()
+    }
+}
+
+impl<'a> SignatureDigits<'a> {
+    fn next_after_the_first(&mut self) -> Option<&'a [u8; 64]> {
+        loop {
+            let comma = self.rest.iter().position(|&b| b == b',')?;
+            let items = self.rest.get(comma.wrapping_add(1)..).unwrap_or_default();
+            let item_len = items.iter().position(|&b| b == b',').unwrap_or(items.len());
+            let (item, rest) = items.split_at_checked(item_len)?;
+            self.rest = rest;
+            if let Ok((b"v1", _, value)) = split_item(item)
+                && let Ok(digits) = value.try_into()
+            {
+                return Some(digits);
+            }
+        }
     }
 }
 
@@ -157,8 +187,12 @@ fn parse_canonical(raw: &[u8]) -> Option<SignatureHeader<'_>> {
     }
     let all_canonical = signatures.chunks_exact(SIGNATURE_ITEM_LEN).all(|item| {
         match item.split_first_chunk::<4>() {
-            Some((b",v1=", value)) => <&[u8; 64]>::try_from(value).is_ok_and(hex::is_hex_64),
-            _ => false,
+            // One comparison of the four bytes as a word, not four.
+            Some((prefix, value)) => {
+                u32::from_ne_bytes(*prefix) == u32::from_ne_bytes(*b",v1=")
+                    && <&[u8; 64]>::try_from(value).is_ok_and(hex::is_hex_64)
+            }
+            None => false,
         }
     });
     if !all_canonical {
@@ -207,9 +241,12 @@ fn parse_timestamp(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 19 {
         return None;
     }
+    // The leading digits one at a time, then the rest eight at a time: the 10 of a current
+    // timestamp are two steps of the loop and one word.
+    let (head, words) = digits.split_at_checked(digits.len() % 8)?;
     // 19 digits never overflow a u64 (its maximum has 20), so plain wrapping arithmetic is exact.
     let mut value = 0u64;
-    for &d in digits {
+    for &d in head {
         if !d.is_ascii_digit() {
             return None;
         }
@@ -217,7 +254,33 @@ fn parse_timestamp(digits: &[u8]) -> Option<u64> {
             .wrapping_mul(10)
             .wrapping_add(u64::from(d.wrapping_sub(b'0')));
     }
+    for word in words.chunks_exact(8) {
+        value = value
+            .wrapping_mul(100_000_000)
+            .wrapping_add(eight_digits(word.try_into().ok()?)?);
+    }
     Some(value)
+}
+
+/// Eight ASCII digits, most significant first, as a number, reading them as one little-endian
+/// word (the SWAR method of simdjson's `parse_eight_digits_unrolled`).
+fn eight_digits(digits: &[u8; 8]) -> Option<u64> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let word = u64::from_le_bytes(*digits);
+    // A byte is a digit when its high nibble is 3 and stays 3 after adding 6 (0x3a..=0x3f
+    // become 0x40..). Adding 6 carries into the next byte only from a byte of 0xfa or more,
+    // which fails the first test itself.
+    let high_nibbles = word & (ONES * 0xf0);
+    let high_after_six = (word.wrapping_add(ONES * 0x06) & (ONES * 0xf0)) >> 4;
+    if high_nibbles | high_after_six != ONES * 0x33 {
+        return None;
+    }
+    // Each byte its digit; then pairs (10 × the first + the second), quads, and all eight,
+    // each step one multiply that adds a shifted copy to itself.
+    let digits = word & (ONES * 0x0f);
+    let pairs = (digits.wrapping_mul(10 << 8 | 1) >> 8) & 0x00ff_00ff_00ff_00ff;
+    let quads = (pairs.wrapping_mul(100 << 16 | 1) >> 16) & 0x0000_ffff_0000_ffff;
+    Some(quads.wrapping_mul(10_000 << 32 | 1) >> 32)
 }
 
 #[cfg(test)]
@@ -288,6 +351,66 @@ mod tests {
         );
         assert_eq!(parse_timestamp(b"18446744073709551615"), None);
         assert_eq!(parse_timestamp(b"0000000000000000001"), Some(1));
+    }
+
+    /// Every byte value at every position of eight digits, against `str::parse`.
+    #[test]
+    fn eight_digits_agrees_with_a_naive_parse_for_every_byte_at_every_position() {
+        let base = *b"17644645";
+        for position in 0..8 {
+            for value in 0..=255u8 {
+                let mut digits = base;
+                digits[position] = value;
+                let naive = core::str::from_utf8(&digits)
+                    .ok()
+                    .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|s| s.parse::<u64>().ok());
+                assert_eq!(eight_digits(&digits), naive, "{value:#04x} at {position}");
+            }
+        }
+        assert_eq!(eight_digits(b"00000000"), Some(0));
+        assert_eq!(eight_digits(b"99999999"), Some(99_999_999));
+    }
+
+    proptest::proptest! {
+        /// Any digit string of any length, and one byte changed anywhere, as `str::parse` says.
+        #[test]
+        fn timestamps_parse_as_str_parse_does(
+            digits in "[0-9]{0,21}",
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prelude::any::<u8>(),
+        ) {
+            let naive = |d: &[u8]| {
+                core::str::from_utf8(d)
+                    .ok()
+                    .filter(|s| (1..=19).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|s| s.parse::<u64>().ok())
+            };
+            proptest::prop_assert_eq!(parse_timestamp(digits.as_bytes()), naive(digits.as_bytes()));
+            let mut changed = digits.into_bytes();
+            if !changed.is_empty() {
+                let i = at.index(changed.len());
+                changed[i] = byte;
+            }
+            proptest::prop_assert_eq!(parse_timestamp(&changed), naive(&changed));
+        }
+    }
+
+    /// The `v1` values after the first are found again, not remembered: every one, in order,
+    /// whatever blanks and other items lie between.
+    #[test]
+    fn finds_every_v1_after_the_first_whatever_lies_between() {
+        let other = "F".repeat(64);
+        let header =
+            format!("v0=x, t=1 ,v1={SIG}\t, v2=y,v1={other} ,v1 =z, V1=w,\tv1={SIG}  ,v0=");
+        let parsed = SignatureHeader::parse(&header).unwrap();
+        let found: std::vec::Vec<&[u8; 64]> = parsed.signature_digits().collect();
+        let expected: [&[u8]; 3] = [SIG.as_bytes(), other.as_bytes(), SIG.as_bytes()];
+        assert!(found.iter().map(|d| &d[..]).eq(expected), "{found:?}");
+        let canonical = format!("t=1,v1={SIG},v1={other}");
+        let parsed = parse_canonical(canonical.as_bytes()).unwrap();
+        assert_eq!(parsed.signature_digits().count(), 2);
+        assert_eq!(parsed.signatures().nth(1), Some([0xff; 32]));
     }
 
     #[test]

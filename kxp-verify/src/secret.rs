@@ -109,7 +109,9 @@ impl Keyring {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Secret> {
-        self.slots.iter().flatten()
+        // The secrets fill a prefix of the slots (`one` and `many` fill them in order), so the
+        // first empty slot ends them: one check past the last secret, not one per slot.
+        self.slots.iter().map_while(Option::as_ref)
     }
 
     pub(crate) fn len(&self) -> usize {

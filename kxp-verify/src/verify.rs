@@ -94,11 +94,14 @@ impl Verifier {
     ) -> Result<Verified<'b>, Error> {
         let header = SignatureHeader::parse(header)?;
 
+        let timestamp_digits = header.timestamp_digits();
         let mut macs = [[0u8; 32]; MAX_SECRETS];
+        let mut count = 0usize;
         for (slot, secret) in macs.iter_mut().zip(self.keys.iter()) {
-            *slot = secret.mac(header.timestamp_digits(), body);
+            *slot = secret.mac(timestamp_digits, body);
+            count = count.wrapping_add(1);
         }
-        let macs = macs.get(..self.keys.len()).unwrap_or_default();
+        let macs = macs.get(..count).unwrap_or_default();
         // Every signature is compared with every MAC in constant time; which one matched is
         // only known once a genuine signature did, so the search leaks nothing to a forger.
         let mut matched = None;
