@@ -1,5 +1,6 @@
-//! Dedup cost per event: kxp-dedup's claim/complete against a bare single `INSERT`, on SQLite and
-//! PostgreSQL, with 1 and 16 concurrent workers.
+//! Dedup cost per event: kxp-dedup's claim/complete and in-transaction modes against a bare
+//! single `INSERT … ON CONFLICT (event_id) DO NOTHING`, on SQLite and PostgreSQL, with 1 and 16
+//! concurrent workers.
 //!
 //! Run: `cd benches && cargo bench --bench dedup` (see ../../BENCHMARKS.md for the numbers).
 //!
@@ -19,13 +20,25 @@
 //!
 //! Operations, per event id:
 //!
-//! - `bare INSERT`: one `INSERT INTO bench_baseline …` of a fresh id into a table with the
-//!   columns of `kxp_processed_events` and only the primary key (no `updated_at` index), on the
-//!   store's pool: the floor any durable dedup pays (one write, one commit).
+//! - `bare INSERT`: one `INSERT INTO bench_baseline … ON CONFLICT (event_id) DO NOTHING` of a
+//!   fresh id into a table with the columns of `kxp_processed_events` and only the primary key
+//!   (no `updated_at` index), on the store's pool: the floor any durable dedup pays (one write,
+//!   one commit, one round trip). The conflict clause is there because every dedup write has
+//!   one: the baseline is "an `INSERT … ON CONFLICT` per event", not a plain `INSERT`.
 //! - `claim + complete`: `Store::claim` (answers `Claimed`) then `Store::complete`, fresh id.
 //! - `process()`: `kxp_dedup::process` with a handler that returns `Ok(())` at once, fresh id.
 //! - `process_in_transaction()`: the in-transaction mode with a handler that does nothing (the
 //!   mark and the commit only), fresh id.
+//! - `BEGIN; INSERT; COMMIT` (PostgreSQL only): the bare INSERT inside `Pool::begin` … `commit`,
+//!   three round trips and one commit: the floor of an in-transaction mode that sends `BEGIN`
+//!   on its own, as sqlx's `begin` does.
+//! - `BEGIN + INSERT; COMMIT` (PostgreSQL only): `Pool::begin_with("BEGIN; INSERT …")` (one
+//!   simple query, the id as a literal) then `commit`: two round trips and one commit, the
+//!   fewest an in-transaction mode can make with sqlx 0.8, which cannot pipeline (the mark has
+//!   to be answered before the handler runs, the commit comes after it). A simple query has no
+//!   prepared plan: the INSERT is parsed and planned at every event, which costs about what the
+//!   round trip saves. Not checked row by row (`begin_with` discards the INSERT's result); its
+//!   ids are fresh.
 //! - `duplicate claim`: `Store::claim` of an id that `claim + complete` completed (answers
 //!   `AlreadyDone`): the cost of absorbing a redelivery.
 //! - `bare SELECT`: `SELECT status FROM bench_baseline WHERE event_id = …` of an existing id:
@@ -80,11 +93,13 @@ CREATE TABLE bench_baseline (
 
 const SQLITE_INSERT: &str = "
 INSERT INTO bench_baseline (event_id, status, attempts, first_seen_at, updated_at)
-VALUES (?1, 'done', 1, 0, 0)";
+VALUES (?1, 'done', 1, 0, 0)
+ON CONFLICT (event_id) DO NOTHING";
 
 const PG_INSERT: &str = "
 INSERT INTO bench_baseline (event_id, status, attempts, first_seen_at, updated_at)
-VALUES ($1, 'done', 1, now(), now())";
+VALUES ($1, 'done', 1, now(), now())
+ON CONFLICT (event_id) DO NOTHING";
 
 const SQLITE_SELECT: &str = "SELECT status FROM bench_baseline WHERE event_id = ?1";
 const PG_SELECT: &str = "SELECT status FROM bench_baseline WHERE event_id = $1";
@@ -95,6 +110,8 @@ enum Op {
     ClaimComplete,
     Process,
     ProcessInTransaction,
+    BareTransaction,
+    BareBeginInsert,
     DuplicateClaim,
     BareSelect,
 }
@@ -106,6 +123,8 @@ impl Op {
             Op::ClaimComplete => "claim + complete",
             Op::Process => "process()",
             Op::ProcessInTransaction => "process_in_transaction()",
+            Op::BareTransaction => "BEGIN; INSERT; COMMIT",
+            Op::BareBeginInsert => "BEGIN + INSERT; COMMIT",
             Op::DuplicateClaim => "duplicate claim",
             Op::BareSelect => "bare SELECT",
         }
@@ -186,6 +205,32 @@ async fn run_op(store: &Store, op: Op, id: &str) -> Result<(), BoxError> {
                 return Err(format!("process_in_transaction of {id}: {outcome:?}").into());
             }
         }
+        Op::BareTransaction => {
+            let pool = store.postgres_pool().ok_or("a PostgreSQL-only operation")?;
+            let mut tx = pool.begin().await?;
+            let inserted = sqlx::query(PG_INSERT)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            if inserted != 1 {
+                return Err(format!("BEGIN; INSERT; COMMIT of {id}: {inserted} rows").into());
+            }
+        }
+        Op::BareBeginInsert => {
+            let pool = store.postgres_pool().ok_or("a PostgreSQL-only operation")?;
+            // The ids are this file's own (`evt_…`, letters, digits and `_`): safe as a literal.
+            if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(format!("{id:?} is not a plain id").into());
+            }
+            let begin = format!(
+                "BEGIN; INSERT INTO bench_baseline \
+                 (event_id, status, attempts, first_seen_at, updated_at) \
+                 VALUES ('{id}', 'done', 1, now(), now()) ON CONFLICT (event_id) DO NOTHING"
+            );
+            pool.begin_with(begin).await?.commit().await?;
+        }
         Op::DuplicateClaim => {
             let claim = store.claim(id, LEASE).await?;
             if claim != Claim::AlreadyDone {
@@ -248,8 +293,9 @@ fn ids(prefix: &str, count: usize) -> Arc<Vec<String>> {
     Arc::new((0..count).map(|i| format!("evt_{prefix}_{i:06}")).collect())
 }
 
-/// The measured operations, in the order of even rounds (odd rounds run it backwards).
-const OPS: [Op; 6] = [
+/// The measured operations on SQLite, in the order of even rounds (odd rounds run it
+/// backwards).
+const SQLITE_OPS: &[Op] = &[
     Op::BareInsert,
     Op::ClaimComplete,
     Op::Process,
@@ -258,17 +304,29 @@ const OPS: [Op; 6] = [
     Op::BareSelect,
 ];
 
+/// On PostgreSQL, also the two floors of in-transaction mode (three and two round trips).
+const PG_OPS: &[Op] = &[
+    Op::BareInsert,
+    Op::ClaimComplete,
+    Op::Process,
+    Op::ProcessInTransaction,
+    Op::BareTransaction,
+    Op::BareBeginInsert,
+    Op::DuplicateClaim,
+    Op::BareSelect,
+];
+
 /// All the cells of one backend. Per concurrency: a warm-up of every operation (a tenth of the
 /// events), then rounds of every operation over an equal share of the events (see [`CELLS`]),
-/// in the order of [`OPS`] and backwards in turn (ABBA), so a steady drift cancels out.
+/// in the order of `ops` and backwards in turn (ABBA), so a steady drift cancels out.
 ///
 /// Fresh ids for the writes; a duplicate claim takes the ids of the latest `claim + complete`
 /// round (all done), a bare SELECT those of the latest bare INSERT round.
-async fn bench_store(store: &Store, tag: &str) -> Result<Vec<Cell>, BoxError> {
+async fn bench_store(store: &Store, tag: &str, ops: &[Op]) -> Result<Vec<Cell>, BoxError> {
     let mut all = Vec::new();
     for (workers, events, rounds) in CELLS {
         let per_round = events / rounds;
-        let mut cells: Vec<Cell> = OPS
+        let mut cells: Vec<Cell> = ops
             .iter()
             .map(|&op| Cell {
                 op,
@@ -293,11 +351,11 @@ async fn bench_store(store: &Store, tag: &str) -> Result<Vec<Cell>, BoxError> {
             } else {
                 events / 10
             };
-            let mut order = OPS;
+            let mut order = ops.to_vec();
             if round.is_some_and(|r| r % 2 == 1) {
                 order.reverse();
             }
-            for op in order {
+            for &op in &order {
                 let ids = match op {
                     Op::DuplicateClaim => Arc::clone(&completed),
                     Op::BareSelect => Arc::clone(&inserted),
@@ -433,7 +491,7 @@ async fn bench_sqlite() -> Result<Vec<Cell>, BoxError> {
             return Err(format!("journal_mode is {mode}, not wal").into());
         }
         sqlx::query(SQLITE_BASELINE_TABLE).execute(pool).await?;
-        let cells = bench_store(&store, "s").await;
+        let cells = bench_store(&store, "s", SQLITE_OPS).await;
         store.close().await;
         cells
     }
@@ -525,7 +583,7 @@ async fn bench_postgres() -> Result<Option<Vec<Cell>>, BoxError> {
         let store = Store::connect(&url).await?;
         let pool = store.postgres_pool().ok_or("not a PostgreSQL store")?;
         sqlx::query(PG_BASELINE_TABLE).execute(pool).await?;
-        let cells = bench_store(&store, "p").await;
+        let cells = bench_store(&store, "p", PG_OPS).await;
         store.close().await;
         cells
     }
