@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kxp_dedup::sqlx;
-use kxp_dedup::{Outcome, Store, Tx, process_in_transaction};
+use kxp_dedup::{Backend, Claim, EventStatus, Outcome, Store, Tx, process, process_in_transaction};
 
 use crate::support::{exec, scalar};
 
@@ -14,6 +14,9 @@ both_backends!(
     handler_error_rolls_back_effect_and_mark,
     concurrent_mark_waits_for_the_first_transaction,
     reading_before_the_mark_does_not_fail_with_busy,
+    mark_takes_over_failed_and_expired_claims_but_not_live_ones,
+    ids_that_look_like_sql_are_only_data,
+    every_outcome_gives_the_connection_back_idle,
 );
 
 /// The caller's table. No unique constraint on purpose: a second effect would show as a
@@ -199,4 +202,236 @@ async fn reading_before_the_mark_does_not_fail_with_busy(store: Store) {
         scalar(&store, "SELECT COUNT(*) FROM caller_effects").await,
         1
     );
+}
+
+/// The claim rules hold in this mode too: a failed or expired claim of claim/complete mode is
+/// taken over (attempts counted, `last_error` kept), a live one answers `InProgress` with the
+/// rest of its lease, a completed one `Duplicate`; the handler runs only when marked.
+async fn mark_takes_over_failed_and_expired_claims_but_not_live_ones(store: Store) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = |runs: Arc<AtomicUsize>| {
+        move |tx: Tx| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<Tx, sqlx::Error>(tx)
+        }
+    };
+
+    assert_eq!(
+        store
+            .claim("evt_mix_live", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    let live = process_in_transaction(&store, "evt_mix_live", counted(runs.clone())).await;
+    assert!(
+        matches!(live, Outcome::InProgress { retry_after } if retry_after >= Duration::from_secs(50)),
+        "{live:?}"
+    );
+
+    store
+        .claim("evt_mix_failed", Duration::from_secs(60))
+        .await
+        .unwrap();
+    store
+        .fail("evt_mix_failed", "first try failed")
+        .await
+        .unwrap();
+    store
+        .claim("evt_mix_expired", Duration::from_millis(1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for id in ["evt_mix_failed", "evt_mix_expired"] {
+        let outcome = process_in_transaction(&store, id, counted(runs.clone())).await;
+        assert_eq!(outcome, Outcome::Processed, "{id}");
+        let record = store.record(id).await.unwrap().unwrap();
+        assert_eq!(
+            (record.status, record.attempts),
+            (EventStatus::Done, 2),
+            "{id}"
+        );
+    }
+    let failed = store.record("evt_mix_failed").await.unwrap().unwrap();
+    assert_eq!(failed.last_error.as_deref(), Some("first try failed"));
+
+    let done = process(&store, "evt_mix_done", Duration::from_secs(60), || async {
+        Ok::<(), sqlx::Error>(())
+    })
+    .await;
+    assert_eq!(done, Outcome::Processed);
+    let duplicate = process_in_transaction(&store, "evt_mix_done", counted(runs.clone())).await;
+    assert_eq!(duplicate, Outcome::Duplicate);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// Ids are data, never SQL: every character that could end or bend a string literal (quotes,
+/// backslashes, dollar quotes, control characters, non-ASCII) is tried, so that a version that
+/// puts the id into a query's text, to save a round trip, cannot slip in unnoticed. Each id is
+/// marked once, stored exactly as given (read back with a bound parameter), then refused; the
+/// table and its row count show that nothing else ran.
+async fn ids_that_look_like_sql_are_only_data(store: Store) {
+    let ids = [
+        "evt_'; DROP TABLE kxp_processed_events; --",
+        "evt_' OR '1'='1",
+        "'",
+        "''",
+        "\\",
+        "\\'",
+        "evt_\\'); SELECT 1; --",
+        "E'evt'",
+        "$$",
+        "evt_$$; DROP TABLE kxp_processed_events; $$",
+        "$kxp$ $1 $2",
+        "evt_\\x27\\u0027",
+        "evt_line\nbreak\ttab\r",
+        "evt_\u{1}\u{7f}",
+        "evt_é_ü_日本_🦀",
+        "evt_é'\\",
+        "evt_ \u{a0}\u{feff}",
+        "",
+    ];
+    for id in ids {
+        let first =
+            process_in_transaction(&store, id, |tx| async move { Ok::<Tx, sqlx::Error>(tx) }).await;
+        assert_eq!(first, Outcome::Processed, "{id:?}");
+        let again = process_in_transaction(&store, id, |_tx| async move {
+            Err::<Tx, &str>("a duplicate must not run")
+        })
+        .await;
+        assert_eq!(again, Outcome::Duplicate, "{id:?}");
+        let record = store.record(id).await.unwrap();
+        assert_eq!(
+            record.map(|r| (r.status, r.attempts)),
+            Some((EventStatus::Done, 1)),
+            "{id:?}"
+        );
+        assert_eq!(
+            store.claim(id, Duration::from_secs(60)).await.unwrap(),
+            Claim::AlreadyDone,
+            "{id:?}"
+        );
+    }
+    let rows = scalar(&store, "SELECT COUNT(*) FROM kxp_processed_events").await;
+    assert_eq!(rows, i64::try_from(ids.len()).unwrap());
+}
+
+/// After each outcome (processed, duplicate, in progress, handler error, handler panic) the
+/// connection goes back to the pool outside any transaction, and the next user sees only what
+/// was committed: nothing leaves a transaction open (or aborted) that sqlx does not know about.
+/// One connection, so every step reuses it. A guard for any cheaper way to begin and mark: a
+/// `BEGIN; <mark>` sent as one query whose mark fails leaves the connection in an aborted
+/// transaction, which this test catches (tried).
+async fn every_outcome_gives_the_connection_back_idle(store: Store) {
+    let store = match store.backend() {
+        Backend::Sqlite => {
+            let options = store.sqlite_pool().unwrap().connect_options();
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with((*options).clone())
+                .await
+                .unwrap();
+            Store::from_sqlite_pool(pool).await.unwrap()
+        }
+        Backend::Postgres => {
+            let options = store.postgres_pool().unwrap().connect_options();
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect_with((*options).clone())
+                .await
+                .unwrap();
+            Store::from_postgres_pool(pool).await.unwrap()
+        }
+    };
+    create_effects_table(&store).await;
+    // Outside a transaction, a simple query's transaction starts with it: `now()` (the
+    // transaction's start) is the statement's own time. (A simple query: with sqlx's prepared
+    // statements the two differ even outside a transaction.) SQLite has
+    // no open transaction to linger: a `BEGIN IMMEDIATE` left open would hold the lock and fail
+    // the next `begin`.
+    let assert_idle = |step: &'static str| {
+        let store = store.clone();
+        async move {
+            if let Some(pool) = store.postgres_pool() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let row = sqlx::raw_sql("SELECT now() = statement_timestamp()")
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                let idle: bool = sqlx::Row::get(&row, 0);
+                assert!(idle, "after {step}: the connection is inside a transaction");
+            }
+            let mut tx = store.begin().await.unwrap();
+            assert!(
+                tx.mark_processed(&format!("evt_probe_{step}"))
+                    .await
+                    .unwrap()
+            );
+            tx.rollback().await.unwrap();
+        }
+    };
+
+    let processed = process_in_transaction(&store, "evt_idle", |tx| {
+        insert_effect(tx, "evt_idle".to_owned())
+    })
+    .await;
+    assert_eq!(processed, Outcome::Processed);
+    assert_idle("processed").await;
+
+    for _ in 0..3 {
+        let duplicate = process_in_transaction(&store, "evt_idle", |tx| {
+            insert_effect(tx, "evt_idle".to_owned())
+        })
+        .await;
+        assert_eq!(duplicate, Outcome::Duplicate);
+        assert_idle("duplicate").await;
+    }
+
+    store
+        .claim("evt_idle_live", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let in_progress = process_in_transaction(&store, "evt_idle_live", |tx| async move {
+        Ok::<Tx, sqlx::Error>(tx)
+    })
+    .await;
+    assert!(
+        matches!(in_progress, Outcome::InProgress { .. }),
+        "{in_progress:?}"
+    );
+    assert_idle("in_progress").await;
+
+    let failed = process_in_transaction(&store, "evt_idle_failed", |tx| async move {
+        let _tx = insert_effect(tx, "evt_idle_failed".to_owned()).await?;
+        Err::<Tx, Box<dyn std::error::Error + Send + Sync>>("the handler said no".into())
+    })
+    .await;
+    assert_eq!(failed, Outcome::Failed);
+    assert_idle("failed").await;
+
+    let panicked = tokio::spawn({
+        let store = store.clone();
+        async move {
+            process_in_transaction(&store, "evt_idle_panic", |tx| async move {
+                let tx = insert_effect(tx, "evt_idle_panic".to_owned()).await?;
+                if true {
+                    panic!("handler panic (expected by this test)");
+                }
+                Ok::<Tx, sqlx::Error>(tx)
+            })
+            .await
+        }
+    })
+    .await;
+    assert!(panicked.is_err_and(|e| e.is_panic()));
+    assert_idle("panic").await;
+
+    // Only the processed event's effect was committed; the rolled-back ones left nothing.
+    assert_eq!(
+        scalar(&store, "SELECT COUNT(*) FROM caller_effects").await,
+        1
+    );
+    assert_eq!(store.record("evt_idle_failed").await.unwrap(), None);
+    assert_eq!(store.record("evt_idle_panic").await.unwrap(), None);
+    store.close().await;
 }
