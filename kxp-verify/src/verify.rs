@@ -5,7 +5,7 @@ use core::time::Duration;
 use crate::error::{ConfigError, Error};
 use crate::header::SignatureHeader;
 use crate::secret::{Keyring, Secret};
-use crate::{DEFAULT_TOLERANCE, MAX_SECRETS, hex};
+use crate::{DEFAULT_TOLERANCE, hex};
 
 /// Checks signature headers against one or more secrets.
 ///
@@ -47,7 +47,7 @@ impl Verifier {
         }
     }
 
-    /// A verifier that accepts a signature by any of 1 to [`MAX_SECRETS`] secrets, for
+    /// A verifier that accepts a signature by any of 1 to [`MAX_SECRETS`](crate::MAX_SECRETS) secrets, for
     /// rotating without downtime.
     pub fn with_secrets<I: IntoIterator<Item = Secret>>(
         secrets: I,
@@ -95,23 +95,23 @@ impl Verifier {
         let header = SignatureHeader::parse(header)?;
 
         let timestamp_digits = header.timestamp_digits();
-        let mut macs = [[0u8; 32]; MAX_SECRETS];
-        let mut count = 0usize;
-        for (slot, secret) in macs.iter_mut().zip(self.keys.iter()) {
-            *slot = secret.mac(timestamp_digits, body);
-            count = count.wrapping_add(1);
-        }
-        let macs = macs.get(..count).unwrap_or_default();
         // Every signature is compared with every MAC in constant time; which one matched is
         // only known once a genuine signature did, so the search leaks nothing to a forger.
-        let mut matched = None;
-        for signature in header.signature_digits() {
-            for (index, mac) in macs.iter().enumerate() {
-                if bool::from(hex::matches(mac, signature)) {
-                    matched.get_or_insert(index);
+        // The answer is the first signature in header order that any secret matches, and the
+        // first secret that matches it; secret by secret, that is the match at the earliest
+        // position, found by the earliest secret.
+        let mut matched: Option<(usize, usize)> = None;
+        for (index, secret) in self.keys.iter().enumerate() {
+            let mac = secret.mac(timestamp_digits, body);
+            for (position, signature) in header.signature_digits().enumerate() {
+                if bool::from(hex::matches(&mac, signature))
+                    && matched.is_none_or(|(earliest, _)| position < earliest)
+                {
+                    matched = Some((position, index));
                 }
             }
         }
+        let matched = matched.map(|(_, index)| index);
         let secret_index = matched.ok_or(Error::SIGNATURE_MISMATCH)?;
 
         let timestamp = header.timestamp();
@@ -256,5 +256,41 @@ impl<B: AsRef<[u8]>> VerifiedBuf<B> {
     /// The buffer, giving up the proof.
     pub fn into_inner(self) -> B {
         self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::ToOwned;
+    use std::format;
+    use std::string::ToString;
+
+    use crate::{Secret, Signer, Verifier};
+
+    /// With several secrets and several signatures, the answer is the first signature in
+    /// header order that any secret matches, and the first secret that matches it (the order
+    /// of the search changed; this answer did not).
+    #[test]
+    fn the_first_matching_signature_names_the_secret() {
+        let body = b"{}";
+        let sign = |secret: &str| {
+            let header = Signer::new(Secret::new(secret).unwrap())
+                .sign(1000, body)
+                .to_string();
+            header.rsplit_once("v1=").unwrap().1.to_owned()
+        };
+        let (a, b) = (sign("a"), sign("b"));
+        let verifier =
+            Verifier::with_secrets(["a", "b", "c"].map(|s| Secret::new(s).unwrap())).unwrap();
+        for (signatures, expected) in [([&b, &a], 1), ([&a, &b], 0), ([&b, &b], 1), ([&a, &a], 0)] {
+            let header = format!("t=1000,v1={},v1={}", signatures[0], signatures[1]);
+            let verified = verifier.verify(&header, body, 1000).unwrap();
+            assert_eq!(verified.secret_index(), expected, "{header}");
+            let spaced = format!("t=1000, v1={} ,v0=x, v1={}", signatures[0], signatures[1]);
+            let verified = verifier.verify(&spaced, body, 1000).unwrap();
+            assert_eq!(verified.secret_index(), expected, "{spaced}");
+        }
+        let forged = format!("t=1000,v1={}", "0".repeat(64));
+        assert!(verifier.verify(&forged, body, 1000).is_err());
     }
 }
