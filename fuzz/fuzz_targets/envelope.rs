@@ -10,6 +10,7 @@ use std::sync::LazyLock;
 
 use kxp_verify::{EnvelopeError, Secret, Signer, Verifier};
 use libfuzzer_sys::fuzz_target;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 const SECRET: &str = "41ab92590637ac82026ca65266b2898428ea491b1e6d543d7202cf486ea62965";
@@ -66,6 +67,7 @@ fn parse(body: &[u8]) -> Result<kxp_verify::Event<Value>, EnvelopeError> {
 }
 
 fuzz_target!(|body: &[u8]| {
+    agrees_with_the_borrowed_envelope(body);
     match parse(body) {
         Ok(event) => {
             let id = event.id();
@@ -84,6 +86,26 @@ fuzz_target!(|body: &[u8]| {
         Err(error) => assert_not_quoted(&error, body),
     }
 });
+
+/// `Verified::envelope` (what the middlewares read) accepts exactly the bodies `parse` accepts,
+/// with the same fields, and refuses the others with the same error: they share one reading.
+fn agrees_with_the_borrowed_envelope(body: &[u8]) {
+    let header = SIGNER.sign(NOW, body).to_string();
+    let Ok(verified) = VERIFIER.verify(&header, body, NOW) else {
+        panic!("refused its own fresh signature");
+    };
+    let parsed = verified.parse::<IgnoredAny>();
+    match (verified.envelope(), parsed) {
+        (Ok(envelope), Ok(event)) => {
+            assert_eq!(envelope.id(), event.id());
+            assert_eq!(envelope.event_type(), event.event_type());
+            assert_eq!(envelope.api_version(), event.api_version());
+            assert_eq!(envelope.created_at(), event.created_at());
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        (a, b) => panic!("envelope {a:?} but parse {b:?}"),
+    }
+}
 
 /// Envelope errors end up in logs, and payment bodies carry personal data, so no error may
 /// repeat a piece of the body. Only alphanumeric runs of valid UTF-8 are looked for: those are

@@ -27,7 +27,7 @@ mod verify;
 // The public interface.
 pub use error::{ConfigError, Error, ErrorKind, Malformed};
 #[cfg(feature = "serde")]
-pub use event::{EnvelopeError, EnvelopeErrorKind, Event};
+pub use event::{Envelope, EnvelopeError, EnvelopeErrorKind, Event};
 pub use header::SignatureHeader;
 pub use secret::Secret;
 pub use sign::{SignedHeader, Signer};

@@ -113,3 +113,49 @@ fn only_a_utf8_json_object_is_an_event() {
     let padded = b"  \n {\"id\":\"e\",\"type\":\"t\",\"api_version\":\"v\",\"created_at\":\"c\",\"data\":{}}";
     assert!(parse::<serde_json::Value>(padded).is_ok());
 }
+
+#[test]
+fn the_borrowed_envelope_reads_what_parse_reads_and_copies_only_escapes() {
+    let bodies: [&[u8]; 5] = [
+        br#"{"id":"evt_1","type":"payment.succeeded","api_version":"2026-11-01","created_at":"c","data":{"a":[1,2]},"later":1}"#,
+        br#"{"id":"evt_\u0031","type":"t\n","api_version":"v","created_at":"c","data":null}"#,
+        br#"{"type":"t","api_version":"v","created_at":"c","data":{}}"#,
+        br#"{"id":"e","type":"t","api_version":"v","created_at":"c","data":{"a":}}"#,
+        br#"["e","t","v","c",{}]"#,
+    ];
+    for body in bodies {
+        let header = Signer::new(Secret::new(SECRET).unwrap())
+            .sign(NOW, body)
+            .to_string();
+        let verifier = Verifier::new(Secret::new(SECRET).unwrap());
+        let verified = verifier.verify(&header, body, NOW).unwrap();
+        let event = verified.parse::<serde::de::IgnoredAny>();
+        match (verified.envelope(), event) {
+            (Ok(envelope), Ok(event)) => {
+                assert_eq!(envelope.id(), event.id());
+                assert_eq!(envelope.event_type(), event.event_type());
+                assert_eq!(envelope.api_version(), event.api_version());
+                assert_eq!(envelope.created_at(), event.created_at());
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b),
+            (a, b) => panic!("envelope {a:?}, parse {b:?}"),
+        }
+    }
+
+    // Borrowed from the body unless an escape had to be decoded.
+    let body = br#"{"id":"evt_\u0031","type":"plain","api_version":"v","created_at":"c","data":0}"#;
+    let header = Signer::new(Secret::new(SECRET).unwrap())
+        .sign(NOW, body)
+        .to_string();
+    let verifier = Verifier::new(Secret::new(SECRET).unwrap());
+    let verified = verifier.verify(&header, body, NOW).unwrap();
+    let envelope = verified.envelope().unwrap();
+    assert_eq!(envelope.id(), "evt_1");
+    let body_range = body.as_ptr_range();
+    let borrowed = |s: &str| body_range.contains(&s.as_ptr());
+    assert!(borrowed(envelope.event_type()), "`type` was copied");
+    assert!(
+        !borrowed(envelope.id()),
+        "the unescaped id cannot point into the body"
+    );
+}
