@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::{Ready, ready};
 use std::ops::Deref;
+use std::sync::Arc;
 
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
@@ -20,7 +21,7 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, Clone)]
 pub struct VerifiedBody {
     verified: VerifiedBuf<Bytes>,
-    event_id: String,
+    event_id: Arc<str>,
 }
 
 impl VerifiedBody {
@@ -32,6 +33,11 @@ impl VerifiedBody {
     /// The event id from the verified body: the dedup key.
     pub fn event_id(&self) -> &str {
         &self.event_id
+    }
+
+    /// The same id, shared, for the middleware's log line after the handler has the body.
+    pub(crate) fn shared_event_id(&self) -> Arc<str> {
+        Arc::clone(&self.event_id)
     }
 
     /// The verified bytes, exactly as received.

@@ -150,10 +150,11 @@ where
         }
     };
 
-    let event_id = accepted.event_id().to_owned();
+    let verified = VerifiedBody::new(accepted);
+    let event_id = verified.shared_event_id();
     // The payload was consumed above: hand the same bytes to the extractors that come next.
     request.set_payload(Payload::from(body));
-    request.extensions_mut().insert(VerifiedBody::new(accepted));
+    request.extensions_mut().insert(verified);
 
     match service.call(request).await {
         Ok(response) => {

@@ -2,6 +2,7 @@
 //! response they share with it.
 
 use std::ops::Deref;
+use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::response::{IntoResponse, Response};
@@ -18,7 +19,7 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, Clone)]
 pub struct VerifiedBody {
     verified: VerifiedBuf<Bytes>,
-    event_id: String,
+    event_id: Arc<str>,
 }
 
 impl VerifiedBody {
@@ -30,6 +31,11 @@ impl VerifiedBody {
     /// The event id from the verified body: the dedup key.
     pub fn event_id(&self) -> &str {
         &self.event_id
+    }
+
+    /// The same id, shared, for the middleware's log line after the handler has the body.
+    pub(crate) fn shared_event_id(&self) -> Arc<str> {
+        Arc::clone(&self.event_id)
     }
 
     /// The verified bytes, exactly as received.

@@ -121,9 +121,10 @@ where
         Err(rejection) => return Ok(reject(log, rejection)),
     };
 
-    let event_id = accepted.event_id().to_owned();
+    let verified = VerifiedBody::new(accepted);
+    let event_id = verified.shared_event_id();
     let mut request = Request::from_parts(parts, Body::from(body));
-    request.extensions_mut().insert(VerifiedBody::new(accepted));
+    request.extensions_mut().insert(verified);
     let response = inner.call(request).await?;
 
     let status = response.status().as_u16();

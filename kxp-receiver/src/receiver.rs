@@ -4,8 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kxp_verify::{ConfigError, Event, VerifiedBuf, Verifier};
-use serde::de::IgnoredAny;
+use kxp_verify::{ConfigError, VerifiedBuf, Verifier};
 
 use crate::rejection::Rejection;
 
@@ -92,8 +91,13 @@ impl Receiver {
             .verifier
             .verify_owned(header, body, now)
             .map_err(Rejection::Signature)?;
-        let event: Event<IgnoredAny> = verified.verified().parse().map_err(Rejection::Envelope)?;
-        let event_id = event.id().to_owned();
+        // The envelope borrowed, not parsed into an `Event`: the id is all that is kept, and
+        // its one copy is shared by the adapter's log line and the handler's extractor.
+        let envelope = verified
+            .verified()
+            .envelope()
+            .map_err(Rejection::Envelope)?;
+        let event_id = Arc::from(envelope.id());
         Ok(Accepted { verified, event_id })
     }
 
@@ -125,7 +129,7 @@ fn system_clock() -> u64 {
 #[derive(Debug, Clone)]
 pub struct Accepted<B> {
     verified: VerifiedBuf<B>,
-    event_id: String,
+    event_id: Arc<str>,
 }
 
 impl<B: AsRef<[u8]>> Accepted<B> {
@@ -139,8 +143,9 @@ impl<B: AsRef<[u8]>> Accepted<B> {
         &self.verified
     }
 
-    /// Both parts, by value.
-    pub fn into_parts(self) -> (VerifiedBuf<B>, String) {
+    /// Both parts, by value. The id is shared (an [`Arc`]), so an adapter keeps it for its log
+    /// line and hands it to the handler without copying it.
+    pub fn into_parts(self) -> (VerifiedBuf<B>, Arc<str>) {
         (self.verified, self.event_id)
     }
 }
