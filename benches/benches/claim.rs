@@ -133,7 +133,11 @@ async fn claim_ours(db: &Db, rows: usize, capped: Option<&str>) -> Result<Vec<Du
         if jobs.is_empty() {
             return Err(format!("Db::claim found nothing after {taken} of {rows}").into());
         }
-        if capped.is_some() && jobs.iter().any(|job| job.id.as_str().starts_with("dlv_backlog")) {
+        if capped.is_some()
+            && jobs
+                .iter()
+                .any(|job| job.id.as_str().starts_with("dlv_backlog"))
+        {
             return Err("Db::claim took a capped endpoint's delivery".into());
         }
         taken += jobs.len();
