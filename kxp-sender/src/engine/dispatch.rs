@@ -22,6 +22,11 @@ pub const MAX_REDIRECTS: usize = 2;
 /// enough to store a whole page.
 pub const SNIPPET_BYTES: usize = 1024;
 
+/// How long the start of a response body is waited for, once the status line has come: the
+/// status decides the outcome, so a body that stalls only shortens the snippet, and never turns
+/// an accepted delivery into a timeout (which would send it again).
+pub const SNIPPET_WAIT: Duration = Duration::from_secs(1);
+
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -108,11 +113,17 @@ pub fn client(guard: AddressGuard) -> Result<GuardedClient, reqwest::Error> {
     Ok(GuardedClient { http, guard })
 }
 
-/// Sends one attempt and says how it went, within `request.timeout` overall.
+/// Sends one attempt and says how it went: the status line must come within `request.timeout`
+/// (redirects included); then at most [`SNIPPET_WAIT`] more for the start of the body.
 pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Duration) {
     let started = Instant::now();
     let outcome = match tokio::time::timeout(request.timeout, follow(client, request)).await {
-        Ok(outcome) => outcome,
+        Ok(Answer::Done(outcome)) => outcome,
+        Ok(Answer::Delivered(response)) => Outcome::Delivered {
+            status: response.status().as_u16(),
+            snippet: snippet(response).await,
+        },
+        Ok(Answer::Rejected(response)) => rejected(response).await,
         Err(_) => Outcome::Failed(Failure::new(
             FailureKind::Timeout,
             format!("no answer within {} ms", request.timeout.as_millis()),
@@ -121,14 +132,27 @@ pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Du
     (outcome, started.elapsed())
 }
 
-async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
+/// How far [`follow`] got within the attempt's timeout: an outcome already, or a final
+/// response whose body is still to be read (outside that timeout).
+enum Answer {
+    Done(Outcome),
+    Delivered(reqwest::Response),
+    Rejected(reqwest::Response),
+}
+
+async fn follow(client: &GuardedClient, request: &Request<'_>) -> Answer {
     let headers = match headers(request) {
         Ok(headers) => headers,
-        Err(failure) => return Outcome::Failed(failure),
+        Err(failure) => return Answer::Done(Outcome::Failed(failure)),
     };
     let mut url = match Url::parse(request.url) {
         Ok(url) => url,
-        Err(e) => return Outcome::Failed(Failure::new(FailureKind::InvalidUrl, e.to_string())),
+        Err(e) => {
+            return Answer::Done(Outcome::Failed(Failure::new(
+                FailureKind::InvalidUrl,
+                e.to_string(),
+            )));
+        }
     };
     for hop in 0..=MAX_REDIRECTS {
         // IP-literal hosts never reach the resolver: check them here, before anything is sent.
@@ -138,7 +162,10 @@ async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
             } else {
                 format!("redirect {hop}: {blocked}")
             };
-            return Outcome::Failed(Failure::new(FailureKind::BlockedAddress, detail));
+            return Answer::Done(Outcome::Failed(Failure::new(
+                FailureKind::BlockedAddress,
+                detail,
+            )));
         }
         let response = match client
             .http
@@ -149,40 +176,37 @@ async fn follow(client: &GuardedClient, request: &Request<'_>) -> Outcome {
             .await
         {
             Ok(response) => response,
-            Err(e) => return Outcome::Failed(describe(&e)),
+            Err(e) => return Answer::Done(Outcome::Failed(describe(&e))),
         };
         let status = response.status();
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
             let Some(next) = location(&url, response.headers()) else {
-                return rejected(response).await;
+                return Answer::Rejected(response);
             };
             if hop == MAX_REDIRECTS {
-                return Outcome::Failed(too_many_redirects());
+                return Answer::Done(Outcome::Failed(too_many_redirects()));
             }
             if url.scheme() == "https" && next.scheme() != "https" && !request.allow_http {
-                return Outcome::Failed(Failure::new(
+                return Answer::Done(Outcome::Failed(Failure::new(
                     FailureKind::InsecureRedirect,
                     "https redirected to http",
-                ));
+                )));
             }
             if !matches!(next.scheme(), "http" | "https") {
-                return Outcome::Failed(Failure::new(
+                return Answer::Done(Outcome::Failed(Failure::new(
                     FailureKind::InvalidRedirect,
                     format!("scheme `{}` is not http(s)", next.scheme()),
-                ));
+                )));
             }
             url = next;
             continue;
         }
         if status.is_success() {
-            return Outcome::Delivered {
-                status: status.as_u16(),
-                snippet: snippet(response).await,
-            };
+            return Answer::Delivered(response);
         }
-        return rejected(response).await;
+        return Answer::Rejected(response);
     }
-    Outcome::Failed(too_many_redirects())
+    Answer::Done(Outcome::Failed(too_many_redirects()))
 }
 
 fn too_many_redirects() -> Failure {
@@ -192,14 +216,13 @@ fn too_many_redirects() -> Failure {
     )
 }
 
-/// How much of a refused challenge's answer the error quotes.
-pub const CHALLENGE_QUOTE_BYTES: usize = 200;
-
 /// The endpoint challenge: `GET <url>?challenge=<token>` (`&challenge=` when the URL already has
 /// a query) with a fresh token of 32 hex digits, through the guarded client, within `timeout`.
 /// The endpoint passes when it answers 2xx with the token as the whole body (trailing
 /// whitespace aside), which kxp receivers do; redirects are not followed. On failure, says what
-/// came back: the status and the start of the body, or why nothing did.
+/// came back: the status and the body's length, never its content (quoting it would let anyone
+/// with an API key read a loopback or allow-listed service through this call), or why nothing
+/// did.
 pub async fn challenge(client: &GuardedClient, url: &str, timeout: Duration) -> Result<(), String> {
     let mut url = Url::parse(url).map_err(|e| format!("invalid_url: {e}"))?;
     let token = challenge_token();
@@ -229,19 +252,18 @@ async fn ask(client: &GuardedClient, url: Url, token: &str) -> Result<(), String
     if status.is_success() && body.trim_end() == token {
         return Ok(());
     }
-    let mut end = body.len().min(CHALLENGE_QUOTE_BYTES);
-    while !body.is_char_boundary(end) {
-        end -= 1;
-    }
-    let more = if end < body.len() { "…" } else { "" };
     let redirect = if status.is_redirection() {
         " (redirects are not followed: register the final URL)"
     } else {
         ""
     };
+    let length = if body.len() >= SNIPPET_BYTES {
+        format!("at least {SNIPPET_BYTES} bytes")
+    } else {
+        format!("{} bytes", body.len())
+    };
     Err(format!(
-        "answered {status}{redirect} with body {:?}{more}, not the challenge token",
-        &body[..end]
+        "answered {status}{redirect} with a body of {length}, not the challenge token"
     ))
 }
 
@@ -306,15 +328,20 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
-/// The first [`SNIPPET_BYTES`] of the body; the rest is never read.
+/// The first [`SNIPPET_BYTES`] of the body, or what came of them within [`SNIPPET_WAIT`]; the
+/// rest is never read.
 async fn snippet(mut response: reqwest::Response) -> String {
     let mut bytes = Vec::new();
-    while bytes.len() < SNIPPET_BYTES {
-        match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
-            _ => break,
+    let read = async {
+        while bytes.len() < SNIPPET_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+                _ => break,
+            }
         }
-    }
+    };
+    // A stalled body keeps what arrived: the status already decided the outcome.
+    let _ = tokio::time::timeout(SNIPPET_WAIT, read).await;
     bytes.truncate(SNIPPET_BYTES);
     String::from_utf8_lossy(&bytes).into_owned()
 }

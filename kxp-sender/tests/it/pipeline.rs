@@ -248,6 +248,62 @@ async fn a_4xx_is_retried_and_a_timeout_is_a_failed_attempt() {
     s.server.shutdown().await;
 }
 
+/// A receiver that answers `200` with a `Content-Length` of 100, sends 8 bytes of it, and then
+/// holds every connection open without another byte: a 2xx whose body stalls.
+async fn stalling_receiver() -> (String, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (seen, requests) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut read = 0;
+            // The request's headers and body (the envelope is small): up to a quiet moment.
+            while let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(100), socket.read(&mut buf[read..]))
+                    .await
+            {
+                if n == 0 {
+                    break;
+                }
+                read += n;
+            }
+            let _ = seen.send(());
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\naccepted")
+                .await;
+            held.push(socket);
+        }
+    });
+    (url, requests)
+}
+
+#[tokio::test]
+async fn a_2xx_whose_body_stalls_is_delivered_not_a_timeout() {
+    let s = sender("0s,50ms,100ms").await;
+    let (url, mut requests) = stalling_receiver().await;
+    s.api.endpoint(&url, json!({"timeout_ms": 2000})).await;
+    let event_id = s.api.emit("payment.succeeded", json!({})).await;
+    let delivery = s.api.wait_for(&event_id, "delivered", SECS_10).await;
+    let attempts = s.api.attempts(delivery["id"].as_str().unwrap()).await;
+    assert_eq!(attempts.len(), 1, "the status line decided: {attempts:?}");
+    assert_eq!(attempts[0]["status_code"], 200);
+    assert_eq!(
+        attempts[0]["error"],
+        serde_json::Value::Null,
+        "{attempts:?}"
+    );
+    assert_eq!(
+        attempts[0]["response_snippet"], "accepted",
+        "what came is kept"
+    );
+    requests.recv().await.unwrap();
+    assert!(requests.try_recv().is_err(), "sent once, never again");
+    s.server.shutdown().await;
+}
+
 #[tokio::test]
 async fn retry_after_on_429_and_503_delays_the_next_try() {
     let s = sender("0s,10ms,20ms").await;
