@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use crate::record::Claim;
+use crate::tx::{Begun, begin_marked};
 use crate::{STORE_UNAVAILABLE_RETRY_AFTER, Store, Tx};
 
 /// What happened to one delivery, and so what the receiver answers (ARCHITECTURE.md,
@@ -194,10 +195,15 @@ where
 /// In-transaction mode: the "processed" mark and the handler's database side effect commit
 /// together, or not at all — exactly-once for effects in the same database.
 ///
-/// `begin` → [`Tx::mark_processed`] (`false`: roll back, [`Outcome::Duplicate`]) →
+/// [`Store::begin`] → [`Tx::mark_processed`] (`false`: roll back, [`Outcome::Duplicate`]) →
 /// `handler(tx)` runs its statements on [`Tx::sqlite`] / [`Tx::postgres`] and hands the
 /// transaction back (owned in, owned out, so no borrow lives across an `.await`) → commit →
 /// [`Outcome::Processed`].
+///
+/// On PostgreSQL `BEGIN` and the mark go to the server as one query, so the mode costs two
+/// round trips (that one and `COMMIT`) instead of three; the outcomes are the same. A duplicate
+/// then appears in the server's log as an `ERROR` line: the mark's refusal is how that query
+/// tells its answer (see the README, "In-transaction mode on PostgreSQL").
 ///
 /// A handler error drops the transaction: the effect and the mark roll back together and the
 /// outcome is [`Outcome::Failed`]; the next delivery runs it again. Nothing is recorded about
@@ -214,33 +220,17 @@ where
     Fut: Future<Output = Result<Tx, E>>,
     E: Display,
 {
-    let mut tx = match store.begin().await {
-        Ok(tx) => tx,
+    let tx = match begin_marked(store, event_id).await {
+        Ok(Begun::Marked(tx)) => tx,
+        Ok(Begun::NotMarked(Claim::InProgress { retry_after })) => {
+            return Outcome::InProgress { retry_after };
+        }
+        Ok(Begun::NotMarked(_)) => return Outcome::Duplicate,
         Err(error) => {
-            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot begin");
+            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot begin and mark");
             return UNAVAILABLE;
         }
     };
-    match tx.mark_processed(event_id).await {
-        Ok(true) => {}
-        Ok(false) => {
-            let outcome = match tx.why_not_marked(event_id).await {
-                Ok(Claim::InProgress { retry_after }) => Outcome::InProgress { retry_after },
-                Ok(_) => Outcome::Duplicate,
-                Err(error) => {
-                    tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot read state");
-                    UNAVAILABLE
-                }
-            };
-            // Nothing was written: a failed rollback loses nothing (dropping rolls back too).
-            let _ = tx.rollback().await;
-            return outcome;
-        }
-        Err(error) => {
-            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot mark");
-            return UNAVAILABLE;
-        }
-    }
     let tx = match handler(tx).await {
         Ok(tx) => tx,
         Err(error) => {
