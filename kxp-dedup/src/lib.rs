@@ -23,7 +23,7 @@ pub use record::{Backend, Claim, EventRecord, EventStatus};
 pub use store::Store;
 pub use tx::Tx;
 
-/// The sqlx this crate is built with: [`Tx::sqlite`], [`Tx::postgres`] and the pool accessors
+/// The sqlx this crate is built with: [`Tx::sqlite`], `Tx::postgres` and the pool accessors
 /// hand out its types, so run your statements with this one.
 pub use sqlx;
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use crate::record::Claim;
-use crate::tx::{Begun, begin_marked};
 use crate::{STORE_UNAVAILABLE_RETRY_AFTER, Store, Tx};
 
 /// What happened to one delivery, and so what the receiver answers (ARCHITECTURE.md,
@@ -195,20 +194,24 @@ where
 /// In-transaction mode: the "processed" mark and the handler's database side effect commit
 /// together, or not at all — exactly-once for effects in the same database.
 ///
-/// [`Store::begin`] → [`Tx::mark_processed`] (`false`: roll back, [`Outcome::Duplicate`]) →
-/// `handler(tx)` runs its statements on [`Tx::sqlite`] / [`Tx::postgres`] and hands the
-/// transaction back (owned in, owned out, so no borrow lives across an `.await`) → commit →
-/// [`Outcome::Processed`].
-///
-/// On PostgreSQL `BEGIN` and the mark go to the server as one query, so the mode costs two
-/// round trips (that one and `COMMIT`) instead of three; the outcomes are the same. A duplicate
-/// then appears in the server's log as an `ERROR` line: the mark's refusal is how that query
-/// tells its answer (see the README, "In-transaction mode on PostgreSQL").
+/// `begin` → [`Tx::mark_processed`] (`false`: roll back, [`Outcome::Duplicate`]) →
+/// `handler(tx)` runs its statements on [`Tx::sqlite`] / `Tx::postgres` (feature `postgres`)
+/// and hands the transaction back (owned in, owned out, so no borrow lives across an
+/// `.await`) → commit → [`Outcome::Processed`].
 ///
 /// A handler error drops the transaction: the effect and the mark roll back together and the
 /// outcome is [`Outcome::Failed`]; the next delivery runs it again. Nothing is recorded about
 /// the failure (the mark rolled back with it), so `last_error` stays as it was. Store errors
 /// (begin, mark, commit) give [`Outcome::StoreUnavailable`].
+///
+/// On PostgreSQL this costs three round trips (`BEGIN`, the mark, `COMMIT`) and one commit,
+/// against the one round trip of a bare `INSERT … ON CONFLICT`: about 1.3–1.4x its time at one
+/// worker, 1.5–1.6x at 16 (BENCHMARKS.md). `BEGIN` is not sent with the mark because sqlx 0.8
+/// cannot pipeline: the only way to send both at once is one simple query, which has to carry
+/// the id as a literal, is parsed and planned at every event, and can only return the mark's
+/// answer as an error (`begin_with` discards results). Measured, that cost more than the round
+/// trip it saves: 1.68x a bare INSERT at one worker and 1.84x at 16, where the three round
+/// trips cost 1.38x and 1.55x in a run minutes before (2026-12, kxp-dedup's git history).
 ///
 /// The transaction is open while the handler runs, holding one pooled connection (and, on
 /// SQLite, the write lock): keep the handler short, and do not use the store's pool from
@@ -220,17 +223,33 @@ where
     Fut: Future<Output = Result<Tx, E>>,
     E: Display,
 {
-    let tx = match begin_marked(store, event_id).await {
-        Ok(Begun::Marked(tx)) => tx,
-        Ok(Begun::NotMarked(Claim::InProgress { retry_after })) => {
-            return Outcome::InProgress { retry_after };
-        }
-        Ok(Begun::NotMarked(_)) => return Outcome::Duplicate,
+    let mut tx = match store.begin().await {
+        Ok(tx) => tx,
         Err(error) => {
-            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot begin and mark");
+            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot begin");
             return UNAVAILABLE;
         }
     };
+    match tx.mark_processed(event_id).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let outcome = match tx.why_not_marked(event_id).await {
+                Ok(Claim::InProgress { retry_after }) => Outcome::InProgress { retry_after },
+                Ok(_) => Outcome::Duplicate,
+                Err(error) => {
+                    tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot read state");
+                    UNAVAILABLE
+                }
+            };
+            // Nothing was written: a failed rollback loses nothing (dropping rolls back too).
+            let _ = tx.rollback().await;
+            return outcome;
+        }
+        Err(error) => {
+            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot mark");
+            return UNAVAILABLE;
+        }
+    }
     let tx = match handler(tx).await {
         Ok(tx) => tx,
         Err(error) => {

@@ -554,7 +554,7 @@ impl Store {
     }
 
     /// Begins a transaction for in-transaction mode: call [`Tx::mark_processed`], run the side
-    /// effect on [`Tx::sqlite`] / [`Tx::postgres`], then [`Tx::commit`].
+    /// effect on [`Tx::sqlite`] / `Tx::postgres`, then [`Tx::commit`].
     ///
     /// On SQLite the transaction is `BEGIN IMMEDIATE`: it takes the single write lock at once,
     /// so concurrent deliveries of one event wait their turn (up to the busy timeout) instead
