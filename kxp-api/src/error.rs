@@ -15,6 +15,12 @@ string_enum! {
         InvalidRequest = "invalid_request",
         /// 400: the body is not JSON.
         InvalidJson = "invalid_json",
+        /// 400: a query parameter cannot be read (`?limit=abc`); the message names it.
+        InvalidQuery = "invalid_query",
+        /// 405: the route exists but not with this method; the `Allow` header lists those it has.
+        MethodNotAllowed = "method_not_allowed",
+        /// 413: the request body is over the server's limit.
+        PayloadTooLarge = "payload_too_large",
         /// 401: the `Authorization: Bearer <api key>` header is missing or names no account.
         Unauthorized = "unauthorized",
         /// 503: the database is unavailable; retry.
@@ -48,10 +54,13 @@ impl ErrorCode {
     pub fn status(&self) -> u16 {
         match self {
             ErrorCode::InvalidJson
+            | ErrorCode::InvalidQuery
             | ErrorCode::InvalidIdempotencyKey
             | ErrorCode::SchemaViolation => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::PayloadTooLarge => 413,
             ErrorCode::TooManySecrets | ErrorCode::EndpointDeleted => 409,
             ErrorCode::InvalidRequest
             | ErrorCode::IdempotencyKeyReused
@@ -96,7 +105,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 14);
+        assert_eq!(ErrorCode::KNOWN.len(), 17);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -1,12 +1,11 @@
 //! `GET`/`PATCH /v1/account`: the account, and where its operational notices go.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
 use kxp_api::{Account, AccountPatch, AccountUpdated};
 
 use super::checks::{check_name, check_url};
-use super::{ApiError, AppState, Authed, parse};
+use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::mail;
 use crate::model::AccountChanges;
 
@@ -28,7 +27,7 @@ pub(super) async fn get_account(Authed(account): Authed) -> Json<Account> {
 pub(super) async fn patch_account(
     State(state): State<AppState>,
     Authed(account): Authed,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Json<AccountUpdated>, ApiError> {
     let patch: AccountPatch = parse(&body)?;
     if let Some(name) = &patch.name

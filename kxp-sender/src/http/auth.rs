@@ -24,8 +24,7 @@ impl FromRequestParts<AppState> for Authed {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(bearer_token)
             .filter(|k| !k.is_empty())
             .ok_or_else(unauthorized)?;
         state
@@ -34,5 +33,27 @@ impl FromRequestParts<AppState> for Authed {
             .await?
             .map(Authed)
             .ok_or_else(unauthorized)
+    }
+}
+
+/// The token of a `Bearer` credential. The scheme is case-insensitive (RFC 9110, section 11.1),
+/// so `bearer` and `BEARER` clients are not turned away.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_scheme_is_case_insensitive_and_the_token_is_not() {
+        assert_eq!(bearer_token("Bearer kxp_Ab1"), Some("kxp_Ab1"));
+        assert_eq!(bearer_token("bearer kxp_Ab1"), Some("kxp_Ab1"));
+        assert_eq!(bearer_token("BEARER  kxp_Ab1 "), Some("kxp_Ab1"));
+        assert_eq!(bearer_token("Basic a2V5Og=="), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearerkxp_Ab1"), None);
     }
 }

@@ -2,7 +2,7 @@
 //! included), attempts, and replaying one delivery.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{Attempt, Delivery, Page};
@@ -11,7 +11,7 @@ use utoipa::IntoParams;
 
 use super::checks::parse_time;
 use super::pagination::{PageParams, page, whole};
-use super::{ApiError, AppState, Authed};
+use super::{ApiError, ApiQuery, AppState, Authed};
 use crate::model::DeliveryFilter;
 
 /// Which deliveries to list.
@@ -64,7 +64,7 @@ pub(super) fn filter(
 pub(super) async fn list_deliveries(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Query(q): Query<DeliveryParams>,
+    ApiQuery(q): ApiQuery<DeliveryParams>,
 ) -> Result<Json<Page<Delivery>>, ApiError> {
     let params = PageParams {
         cursor: q.cursor,

@@ -2,7 +2,6 @@
 //! replay its deliveries in bulk.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -10,7 +9,7 @@ use kxp_api::{BulkReplay, DeliveryStatus, Endpoint, ReplayQueued, RotateSecret, 
 
 use super::checks::parse_overlap;
 use super::deliveries::filter;
-use super::{ApiError, AppState, Authed, DEFAULT_OVERLAP, parse, views};
+use super::{ApiBody, ApiError, AppState, Authed, DEFAULT_OVERLAP, parse, views};
 use crate::model::ms;
 
 /// Pauses an endpoint: its deliveries are held (still pending, no attempt spent) until it is
@@ -63,7 +62,7 @@ pub(super) async fn rotate_secret(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Json<SecretRotated>, ApiError> {
     let request: RotateSecret = if body.is_empty() {
         RotateSecret::default()
@@ -101,7 +100,7 @@ pub(super) async fn replay_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let request: BulkReplay = if body.is_empty() {
         BulkReplay::default()

@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
@@ -16,7 +15,7 @@ use super::checks::{
     check_description, check_event_types, check_name, check_rate_limit, check_timeout, check_url,
 };
 use super::pagination::{PageParams, page};
-use super::{ApiError, AppState, Authed, parse};
+use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, parse};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
 use crate::model::{EndpointChanges, NewEndpoint as StoredEndpoint, ms};
@@ -33,7 +32,7 @@ use crate::model::{EndpointChanges, NewEndpoint as StoredEndpoint, ms};
 pub(super) async fn create_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let new: NewEndpoint = parse(&body)?;
     let rate_limit = new.rate_limit_per_second.map(i64::from);
@@ -106,7 +105,7 @@ pub(super) async fn challenge(
 pub(super) async fn list_endpoints(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Query(params): Query<PageParams>,
+    ApiQuery(params): ApiQuery<PageParams>,
 ) -> Result<Json<Page<Endpoint>>, ApiError> {
     let limit = params.limit()?;
     let endpoints = state
@@ -143,7 +142,7 @@ pub(super) async fn patch_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Json<Endpoint>, ApiError> {
     let patch: EndpointPatch = parse(&body)?;
     let rate_limit = patch

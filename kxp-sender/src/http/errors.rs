@@ -1,11 +1,18 @@
 //! The API's errors: [`kxp_api::ErrorBody`] (`{"error": "<code>", "message": "…"}`) with the
-//! status its [`ErrorCode`] fixes, and the JSON body parser that produces them.
+//! status its [`ErrorCode`] fixes, the JSON body parser that produces them, and the extractors
+//! and fallbacks that make axum's own refusals (an unreadable query, a body over the limit, a
+//! wrong method, an unknown path) answer in the same form.
 
 use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{ErrorBody, ErrorCode};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::store::StoreError;
 
@@ -85,4 +92,55 @@ pub(crate) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiErro
         };
         ApiError::new(code, e.to_string())
     })
+}
+
+/// The query string as a `T`, or 400 `invalid_query` naming what could not be read.
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| ApiQuery(value))
+            // The text names the parameter and the problem (`limit: invalid digit …`); it
+            // quotes no value beyond what the caller sent.
+            .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.body_text()))
+    }
+}
+
+/// The raw request body, or 413 `payload_too_large` over the limit (400 `invalid_json` if it
+/// could not be read at all).
+pub(crate) struct ApiBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(request, state)
+            .await
+            .map(ApiBody)
+            .map_err(|e| match e {
+                BytesRejection::FailedToBufferBody(ref failed)
+                    if failed.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+                {
+                    ApiError::new(ErrorCode::PayloadTooLarge, e.body_text())
+                }
+                other => ApiError::new(ErrorCode::InvalidJson, other.body_text()),
+            })
+    }
+}
+
+/// A known path asked with a method it does not have. axum adds the `Allow` header.
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "this path does not take this method (see the Allow header)",
+    )
+}
+
+/// No route at this path.
+pub(crate) async fn no_route() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such route")
 }

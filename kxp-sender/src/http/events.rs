@@ -1,6 +1,5 @@
 //! `/v1/events`: ingestion (schema check, `Idempotency-Key`) and reading an event back.
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -8,7 +7,7 @@ use kxp_api::{ErrorCode, Event, NewEvent};
 use serde_json::value::RawValue;
 
 use super::checks::check_name;
-use super::{ApiError, AppState, Authed, parse};
+use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::backlog::{Admission, RETRY_AFTER_SECS};
 use crate::model::{Account, Ingest, Ingested, sha256_hex};
 
@@ -38,7 +37,7 @@ pub(super) async fn create_event(
     State(state): State<AppState>,
     Authed(account): Authed,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let new: NewEvent = parse(&body)?;
     check_name("type", &new.event_type, 128)?;

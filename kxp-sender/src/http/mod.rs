@@ -31,7 +31,7 @@ mod views;
 
 pub(crate) use auth::Authed;
 pub use errors::ApiError;
-use errors::parse;
+use errors::{ApiBody, ApiQuery, parse};
 pub use openapi::document as openapi;
 
 use crate::engine::config::Shared;
@@ -125,5 +125,8 @@ pub fn app(state: AppState) -> Router {
                 .put(schemas::put_schema)
                 .delete(schemas::delete_schema),
         )
+        // axum's own refusals in the API's form: a known path with another method, or none.
+        .method_not_allowed_fallback(errors::method_not_allowed)
+        .fallback(errors::no_route)
         .with_state(state)
 }

@@ -1,11 +1,11 @@
 //! `GET /v1/notifications`: the operational notices sent to the account, and how they went.
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use kxp_api::{Notification, Page};
 
 use super::pagination::{PageParams, page};
-use super::{ApiError, AppState, Authed};
+use super::{ApiError, ApiQuery, AppState, Authed};
 
 /// The notices sent (or being sent) to the account's ops URL and contact address, newest
 /// first.
@@ -15,7 +15,7 @@ use super::{ApiError, AppState, Authed};
 pub(super) async fn list_notifications(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Query(params): Query<PageParams>,
+    ApiQuery(params): ApiQuery<PageParams>,
 ) -> Result<Json<Page<Notification>>, ApiError> {
     let limit = params.limit()?;
     let items = state

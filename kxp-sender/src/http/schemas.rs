@@ -1,7 +1,6 @@
 //! `/v1/schemas`: registering, reading and deleting JSON Schemas per event type and version.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -10,7 +9,7 @@ use serde_json::Value;
 
 use super::checks::check_name;
 use super::pagination::whole;
-use super::{ApiError, AppState, Authed, parse};
+use super::{ApiBody, ApiError, AppState, Authed, parse};
 
 /// The largest schema document accepted.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
@@ -37,7 +36,7 @@ pub(super) async fn put_schema(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path((event_type, api_version)): Path<(String, String)>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     schema_key(&event_type, &api_version)?;
     if body.len() > MAX_SCHEMA_BYTES {
