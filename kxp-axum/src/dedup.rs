@@ -17,9 +17,11 @@
 //!
 //! # async fn app() -> Result<Router, Box<dyn std::error::Error>> {
 //! let store = Store::connect("sqlite://webhooks.db").await?;
+//! // On the webhook route only: a `Router::layer` would also answer challenges, and 401,
+//! // at every other path.
+//! let verify = VerifyLayer::new(Receiver::from_env("KXP_WEBHOOK_SECRET")?);
 //! let app = Router::new()
-//!     .route("/webhooks", post(webhook))
-//!     .layer(VerifyLayer::new(Receiver::from_env("KXP_WEBHOOK_SECRET")?))
+//!     .route("/webhooks", post(webhook).layer(verify))
 //!     .with_state(store);
 //! # Ok(app) }
 //! ```

@@ -73,9 +73,11 @@ impl<S: Send + Sync> FromRequestParts<S> for VerifiedBody {
 /// }
 ///
 /// # fn app() -> Result<Router, kxp_axum::FromEnvError> {
+/// // On the webhook route only: a `Router::layer` would also answer challenges, and 401,
+/// // at every other path.
+/// let verify = VerifyLayer::new(Receiver::from_env("KXP_WEBHOOK_SECRET")?);
 /// let app = Router::new()
-///     .route("/webhooks", post(webhook))
-///     .layer(VerifyLayer::new(Receiver::from_env("KXP_WEBHOOK_SECRET")?));
+///     .route("/webhooks", post(webhook).layer(verify));
 /// # Ok(app) }
 /// ```
 #[derive(Debug, Clone)]

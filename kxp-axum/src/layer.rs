@@ -33,6 +33,12 @@ use crate::extract::{VerifiedBody, WebhookRejection};
 ///
 /// Each request logs one line (target `kxp_webhooks`) with `event_id`, `verification`,
 /// `outcome`, `status` and `duration_ms`.
+///
+/// Put it on the webhook route, `.route("/webhooks", post(handler).layer(verify))`, not on the
+/// whole router: `Router::layer` also wraps the fallback, so the challenge would be answered at
+/// every path (a URL would pass the sender's challenge without being a webhook route) and
+/// unsigned requests to other paths would get 401 instead of 404. On the route's
+/// `MethodRouter` it covers every method of that path, so the challenge's `GET` reaches it.
 #[derive(Debug, Clone)]
 pub struct VerifyLayer {
     receiver: Receiver,

@@ -197,15 +197,14 @@ fn serve_axum(kind: &str, listener: std::net::TcpListener) -> Result<(), String>
                 }),
             )
         }
-        "layer" => Router::new()
-            .route(
-                "/webhooks",
-                post(|body: VerifiedBody| async move {
-                    std::hint::black_box(body.event_id());
-                    "ok"
-                }),
-            )
+        "layer" => Router::new().route(
+            "/webhooks",
+            post(|body: VerifiedBody| async move {
+                std::hint::black_box(body.event_id());
+                "ok"
+            })
             .layer(VerifyLayer::new(receiver())),
+        ),
         other => return Err(format!("unknown axum system {other:?}")),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

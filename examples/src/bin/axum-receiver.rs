@@ -58,9 +58,14 @@ async fn main() -> ExitCode {
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let store = kxp_examples::open_database(&config.database_url).await?;
     let app = Router::new()
-        // The layer also answers `GET /webhooks?challenge=…`; every other request must be signed.
-        .route("/webhooks", post(webhook))
-        .layer(VerifyLayer::new(config.receiver))
+        // On the webhook route only (any method of it): the layer answers
+        // `GET /webhooks?challenge=…` there, and every other request to it must be signed. A
+        // `Router::layer` would wrap every path, fallback included: a challenge answered at any
+        // URL proves nothing, and unsigned requests elsewhere would get 401 instead of 404.
+        .route(
+            "/webhooks",
+            post(webhook).layer(VerifyLayer::new(config.receiver)),
+        )
         .with_state(AppState {
             store: store.clone(),
             slow: config.slow,

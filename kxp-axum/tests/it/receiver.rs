@@ -94,9 +94,10 @@ impl ReceiverUnderTest for Axum {
             failing: Arc::default(),
             effects: Arc::default(),
         };
+        // As the crate docs show it: the layer on the webhook route only.
+        let verify = kxp_axum::VerifyLayer::new(receiver_for(&config));
         let routes = Router::new()
-            .route("/webhooks", post(webhook))
-            .layer(kxp_axum::VerifyLayer::new(receiver_for(&config)))
+            .route("/webhooks", post(webhook).layer(verify))
             .with_state(app.clone());
         let logs = CapturedLogs::new();
         // The server runs on this thread (the test's runtime is current-thread): so do its logs.

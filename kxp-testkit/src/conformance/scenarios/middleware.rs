@@ -307,6 +307,43 @@ pub async fn the_challenge_echoes_a_safe_token_only<R: ReceiverUnderTest>(receiv
     finish(running, database).await;
 }
 
+/// The middleware guards the webhook route only: another path answers 404 to a challenge (a
+/// URL that is not a webhook route must not pass the sender's challenge) and to an unsigned
+/// `POST`, not 401, and is not logged as a webhook request.
+pub async fn only_the_webhook_route_is_verified<R: ReceiverUnderTest>(receiver: &R) {
+    let database = sqlite().await;
+    let running = receiver.start(Config::new(database.url())).await;
+    let url = running.url();
+    let other = match url.rsplit_once('/') {
+        Some((base, _)) => format!("{base}/not-the-webhook"),
+        None => panic!("the webhook URL {url} has no path"),
+    };
+
+    let answer = send(client().get(format!("{other}?challenge=ch_4f9a-Zx_01"))).await;
+    assert_eq!(answer.status, 404, "a challenge elsewhere: {}", answer.body);
+    assert!(!answer.body.contains("ch_4f9a-Zx_01"), "{}", answer.body);
+    let answer = send(client().post(&other).body("{}")).await;
+    assert_eq!(
+        answer.status, 404,
+        "an unsigned POST elsewhere: {}",
+        answer.body
+    );
+
+    // The webhook route still answers both: the challenge, and 401 unsigned.
+    let answer = send(client().get(format!("{url}?challenge=ch_4f9a-Zx_01"))).await;
+    assert_eq!(answer.pair(), (200, "ch_4f9a-Zx_01"));
+    let answer = send(client().post(&url).body("{}")).await;
+    assert_eq!(answer.pair(), (401, error("missing_header").as_str()));
+
+    let logged: Vec<_> = requests(&running, 2).await.iter().map(fields).collect();
+    assert_eq!(
+        logged.len(),
+        2,
+        "only the webhook route's requests: {logged:?}"
+    );
+    finish(running, database).await;
+}
+
 /// Configured with `new,old`, the receiver accepts either secret, and what a rotating sender
 /// emits (one `v1` per live secret, newest first); a retired secret is `signature_mismatch`.
 pub async fn rotation_accepts_either_secret_during_the_overlap<R: ReceiverUnderTest>(receiver: &R) {

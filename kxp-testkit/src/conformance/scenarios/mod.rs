@@ -21,6 +21,7 @@ pub const ALL: &[&str] = &[
     "the_handler_gets_the_exact_bytes_and_the_typed_event",
     "a_large_event_within_the_limit_reaches_the_handler_whole",
     "the_challenge_echoes_a_safe_token_only",
+    "only_the_webhook_route_is_verified",
     "rotation_accepts_either_secret_during_the_overlap",
     "one_log_line_per_request_with_the_contract_fields_and_no_secrets",
     "a_delivered_event_is_processed_once_however_often_it_arrives",
