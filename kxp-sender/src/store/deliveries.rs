@@ -166,7 +166,11 @@ impl Db {
     }
 
     /// Replays every matching delivery of one endpoint (dead ones by default) that has not been
-    /// replayed yet; returns how many were queued.
+    /// replayed yet, each once; returns how many were queued.
+    ///
+    /// It acts on a snapshot: the deliveries created before the call started. Its own replays
+    /// are created at that instant or later, so none of them is scanned again once delivered
+    /// (they sort after the cursor: the scan used to reach and replay them, issue 11, item 5).
     pub async fn replay_endpoint(
         &self,
         account_id: &str,
@@ -174,10 +178,12 @@ impl Db {
         filter: &DeliveryFilter,
     ) -> Result<u64, StoreError> {
         self.endpoint(account_id, endpoint_id).await?;
+        let start = now_ms();
         let filter = DeliveryFilter {
             status: Some(filter.status.clone().unwrap_or_else(|| "dead".to_owned())),
             endpoint_id: Some(endpoint_id.to_owned()),
-            ..filter.clone()
+            since: filter.since,
+            until: Some(filter.until.map_or(start, |until| until.min(start))),
         };
         let endpoint_sql = self.endpoint_shared_sql();
         let mut queued = 0;
@@ -188,7 +194,8 @@ impl Db {
                 .await?;
             let Some(last) = page.last() else { break };
             cursor = Some(last.id.to_string());
-            let now = now_ms();
+            // Never before `start`, even if the clock steps back: the snapshot excludes these.
+            let now = now_ms().max(start);
             on_db!(self, |pool, begin| {
                 let mut tx = pool.begin_with(begin).await?;
                 let endpoint = sqlx::query_as::<_, Endpoint>(&endpoint_sql)
@@ -202,6 +209,21 @@ impl Db {
                         && d.status != DeliveryStatus::Pending
                 }) {
                     let new_id = new_id("dlv");
+                    // Claimed in the transaction: a delivery another bulk replay took since
+                    // the page was read (or that retention removed) is left alone, so each is
+                    // replayed once.
+                    let claimed = sqlx::query(
+                        "UPDATE kxp_deliveries SET replayed_by = $1 \
+                         WHERE id = $2 AND replayed_by IS NULL",
+                    )
+                    .bind(&new_id)
+                    .bind(&old.id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if claimed == 0 {
+                        continue;
+                    }
                     insert_delivery!(
                         tx,
                         &new_id,
@@ -211,7 +233,6 @@ impl Db {
                         now,
                         due
                     )?;
-                    mark_replayed!(tx, &old.id, &new_id)?;
                     queued += 1;
                 }
                 tx.commit().await?;

@@ -18,6 +18,7 @@ mod openapi;
 mod pipeline;
 mod postgres;
 mod protection;
+mod replay;
 mod retention;
 mod rotation;
 mod schemas;
