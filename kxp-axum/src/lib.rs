@@ -2,6 +2,7 @@
 
 mod extract;
 mod layer;
+mod serve;
 
 #[cfg(feature = "dedup")]
 pub mod dedup;
@@ -9,3 +10,4 @@ pub mod dedup;
 pub use extract::{VerifiedBody, VerifiedEvent, WebhookRejection};
 pub use kxp_receiver::{DEFAULT_BODY_LIMIT, FromEnvError, Receiver, Rejection};
 pub use layer::{Verify, VerifyLayer};
+pub use serve::{ServeLimits, serve};

@@ -131,6 +131,16 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_BACKLOG_LIMIT", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backlog_limit: Option<u64>,
+    /// How long an API client has to send a request header, counted from when it connects or
+    /// its last response was sent: also the idle timeout of kept-alive connections.
+    #[arg(long, env = "KXP_HEADER_TIMEOUT", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_timeout: Option<Dur>,
+    /// The most API connections open at once; lowered at start so the file limit keeps room
+    /// for the workers' deliveries and the database. Beyond it, connections wait to be accepted.
+    #[arg(long, env = "KXP_MAX_CONNECTIONS", value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
     /// Log lines as JSON objects instead of text.
     #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
@@ -250,7 +260,7 @@ impl Settings {
         layer!(high over lower: database_url, listen, dev, api_only, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, json_logs, api_key)
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, json_logs, api_key)
     }
 
     /// Whether logs are JSON lines.
@@ -319,6 +329,14 @@ impl Settings {
             smtp_from: self.smtp_from.clone().unwrap_or(d.smtp_from),
             retention,
             backlog_limit: self.backlog_limit.unwrap_or(d.backlog_limit),
+            api_limits: d
+                .api_limits
+                .header_timeout(positive(
+                    "header_timeout",
+                    self.header_timeout,
+                    d.api_limits.header_read_timeout(),
+                )?)
+                .max_connections(self.max_connections.unwrap_or(d.api_limits.connections())),
             ..d
         })
     }
@@ -347,6 +365,8 @@ impl Settings {
             smtp_from: Some(config.smtp_from.clone()),
             retention: Some(Dur(config.retention.unwrap_or(Duration::ZERO))),
             backlog_limit: Some(config.backlog_limit),
+            header_timeout: Some(Dur(config.api_limits.header_read_timeout())),
+            max_connections: Some(config.api_limits.connections()),
             json_logs: Some(json_logs),
             api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
         }

@@ -65,6 +65,8 @@ pub use engine::config::Config;
 pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
 pub use engine::mail::MailError;
 pub use http::{DEFAULT_OVERLAP, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TIMEOUT, openapi};
+/// The API server's bounds ([`Config::api_limits`]): the receivers' server, from kxp-axum.
+pub use kxp_axum::ServeLimits;
 pub use model::{
     Account, AccountId, Attempt, AttemptError, AttemptRecord, CircuitState, Delivery,
     DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointHealth, EndpointId,

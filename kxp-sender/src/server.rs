@@ -137,15 +137,16 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         shared: shared.clone(),
         schemas: Arc::default(),
     };
+    // Clients' connections never take the descriptors the workers' deliveries, the database
+    // pool and the files need: the cap leaves room for all of them under the file limit.
+    let reserved = shared.config.workers + crate::store::POOL_MAX as usize + 64;
+    let api_limits = shared.config.api_limits.within_file_limit(reserved);
     let mut http_stopped = stopped.clone();
     let http = tokio::spawn(async move {
         let shutdown = async move {
             let _ = http_stopped.wait_for(|stop| *stop).await;
         };
-        if let Err(e) = axum::serve(listener, http::app(state))
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
+        if let Err(e) = kxp_axum::serve(listener, http::app(state), api_limits, shutdown).await {
             tracing::error!(target: "kxp_sender", error = %e, "the API server stopped");
         }
     });

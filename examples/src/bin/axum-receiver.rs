@@ -16,7 +16,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use kxp_axum::dedup::{self, Handled, Store};
-use kxp_axum::{VerifiedEvent, VerifyLayer};
+use kxp_axum::{ServeLimits, VerifiedEvent, VerifyLayer};
 use kxp_examples::{Config, Payment};
 
 /// What the handler needs: the dedup store (also this app's database) and the testing aid.
@@ -72,13 +72,17 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         });
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     kxp_examples::log_listening(listener.local_addr()?, &store);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            // Ctrl-C: finish the requests in flight, then stop. Any other end loses nothing
-            // either: an unfinished transaction rolls back, and the sender delivers again.
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    // `kxp_axum::serve` rather than `axum::serve`: a client gets 10 s to send a request header
+    // (and to start the next on a kept-alive connection), open connections are capped below
+    // the file limit (64 descriptors kept for the database and the logs), and shutdown ends.
+    let limits = ServeLimits::default().within_file_limit(64);
+    kxp_axum::serve(listener, app, limits, async {
+        // Ctrl-C: finish the requests in flight (for up to 10 s), then stop. Any other end
+        // loses nothing either: an unfinished transaction rolls back, and the sender delivers
+        // again.
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
     store.close().await;
     Ok(())
 }

@@ -159,6 +159,31 @@ fn help_shows_the_defaults_in_force() {
 }
 
 #[test]
+fn the_api_servers_bounds_come_from_every_source() {
+    let config = effective(&[], &[]);
+    assert_eq!(config["header_timeout"].as_str(), Some("10s"), "default");
+    assert_eq!(
+        config["max_connections"].as_integer(),
+        Some(1024),
+        "default"
+    );
+    let (_dir, path) = file("header_timeout = \"2s\"\nmax_connections = 64\n");
+    let config = effective(&["--config", &path], &[("KXP_MAX_CONNECTIONS", "32")]);
+    assert_eq!(config["header_timeout"].as_str(), Some("2s"), "file");
+    assert_eq!(
+        config["max_connections"].as_integer(),
+        Some(32),
+        "env over file"
+    );
+    let config = effective(&["--config", &path, "--header-timeout", "500ms"], &[]);
+    assert_eq!(
+        config["header_timeout"].as_str(),
+        Some("500ms"),
+        "flag over file"
+    );
+}
+
+#[test]
 fn the_backlog_limit_comes_from_every_source() {
     assert_eq!(
         effective(&[], &[])["backlog_limit"].as_integer(),

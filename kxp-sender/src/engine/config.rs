@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use kxp_axum::ServeLimits;
 use tokio::sync::Notify;
 
 use crate::engine::announce::Announcements;
@@ -69,6 +70,9 @@ pub struct Config {
     /// `backlog_full`: pending deliveries whose time has come, held ones (paused, disabled or
     /// open-circuit endpoints) and scheduled retries left out. 0: no limit.
     pub backlog_limit: u64,
+    /// The API server's bounds: header-read and idle timeout, connection cap (lowered to fit
+    /// the file limit beside the workers' and the database's own sockets), shutdown grace.
+    pub api_limits: ServeLimits,
 }
 
 impl fmt::Debug for Config {
@@ -91,6 +95,7 @@ impl fmt::Debug for Config {
             .field("smtp_from", &self.smtp_from)
             .field("retention", &self.retention)
             .field("backlog_limit", &self.backlog_limit)
+            .field("api_limits", &self.api_limits)
             .finish()
     }
 }
@@ -115,6 +120,7 @@ impl Default for Config {
             smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
             retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
             backlog_limit: 10_000,
+            api_limits: ServeLimits::default(),
         }
     }
 }

@@ -32,6 +32,10 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, SqlitePool};
 
+/// The most database connections a process opens (8 on SQLite), which the API server's
+/// connection cap leaves descriptors for.
+pub(crate) const POOL_MAX: u32 = 16;
+
 /// A connection pool to either backend.
 #[derive(Debug, Clone)]
 pub enum Db {
@@ -81,7 +85,7 @@ impl Db {
                 .foreign_keys(true);
             Db::Sqlite(
                 SqlitePoolOptions::new()
-                    .max_connections(8)
+                    .max_connections(POOL_MAX.min(8))
                     .connect_with(options)
                     .await?,
             )
@@ -89,7 +93,7 @@ impl Db {
             let options = PgConnectOptions::from_str(url)?;
             Db::Postgres(
                 PgPoolOptions::new()
-                    .max_connections(16)
+                    .max_connections(POOL_MAX)
                     .acquire_timeout(Duration::from_secs(10))
                     .connect_with(options)
                     .await?,

@@ -6,6 +6,7 @@
 mod api_errors;
 mod backpressure;
 mod concurrency;
+mod connections;
 mod durability;
 mod guard;
 mod health;
