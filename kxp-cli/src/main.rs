@@ -43,7 +43,8 @@ enum Command {
     /// Run the delivery service: the HTTP API and the workers.
     ///
     /// On first start with no KXP_API_KEY, an account is created and its API key printed once.
-    Serve(serve::ServeArgs),
+    // Boxed: its settings are most of the enum's size, and every other command pays for it.
+    Serve(Box<serve::ServeArgs>),
     /// List the dead-letter queue: deliveries that failed every try and await a replay.
     Dlq(admin::DlqArgs),
     /// Replay deliveries: one by id, or in bulk for an endpoint (dead ones by default).
@@ -66,7 +67,7 @@ fn main() -> ExitCode {
         Command::Sign(args) => debug::sign(args),
         Command::Verify(args) => debug::verify(args),
         Command::Send(args) => send::send(args),
-        Command::Serve(args) => serve::serve(args),
+        Command::Serve(args) => serve::serve(*args),
         Command::Dlq(args) => admin::dlq(args),
         Command::Replay(args) => admin::replay(args),
         Command::Accounts(args) => accounts::accounts(args),
