@@ -16,7 +16,7 @@ use axum::http::HeaderMap;
 use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-const KEY: &str = "kxp_crash_test_key";
+pub(crate) const KEY: &str = "kxp_crash_test_key";
 
 /// A `kxp serve` process, killed when dropped.
 struct Serve {
@@ -77,7 +77,7 @@ impl Drop for Serve {
 
 /// What the receiver saw: per event, how many times; per delivery, whether one is in flight.
 #[derive(Clone, Default)]
-struct Seen {
+pub(crate) struct Seen {
     events: Arc<Mutex<HashMap<String, usize>>>,
     in_flight: Arc<Mutex<HashSet<String>>>,
     overlaps: Arc<Mutex<Vec<String>>>,
@@ -101,7 +101,7 @@ async fn receive(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> &
     "ok"
 }
 
-async fn receiver() -> (String, Seen) {
+pub(crate) async fn receiver() -> (String, Seen) {
     let seen = Seen::default();
     let app = Router::new().fallback(receive).with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -110,7 +110,7 @@ async fn receiver() -> (String, Seen) {
     (url, seen)
 }
 
-async fn create_endpoint(base: &str, url: &str) {
+pub(crate) async fn create_endpoint(base: &str, url: &str) {
     let mut endpoint = kxp_api::NewEndpoint::new(url);
     endpoint.timeout_ms = Some(1000);
     endpoint.skip_challenge = true;
@@ -154,7 +154,7 @@ async fn emit(
     acknowledged
 }
 
-async fn wait_until_all_arrive(seen: &Seen, ids: &[String], within: Duration) {
+pub(crate) async fn wait_until_all_arrive(seen: &Seen, ids: &[String], within: Duration) {
     let start = Instant::now();
     loop {
         let missing: Vec<String> = {

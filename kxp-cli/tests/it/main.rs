@@ -9,6 +9,7 @@ mod config;
 mod crash;
 mod debug_commands;
 mod demo;
+mod disk_full;
 mod send;
 // The in-process sender and scripted receivers of kxp-sender's own tests: the commands tested
 // here run against the same fixtures.

@@ -25,12 +25,14 @@ mod secrets;
 pub use metrics::Gauges;
 pub use retention::Purged;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, TransactionManager};
 
 /// The most database connections a process opens (8 on SQLite), which the API server's
 /// connection cap leaves descriptors for.
@@ -69,6 +71,29 @@ macro_rules! on_db {
 }
 pub(crate) use on_db;
 
+/// Whether a connection given back to the pool may serve again: only outside any transaction.
+///
+/// A transaction can end in a state the driver did not follow: on `SQLITE_FULL` SQLite rolls
+/// back by itself, the `ROLLBACK` sqlx then sends fails, and sqlx's transaction depth stays at 1,
+/// so every later `begin` on that connection fails (sqlx issues #3932 and #4031); a full disk
+/// made `kxp serve` refuse ingests until restarted. A dropped transaction's rollback is queued,
+/// not yet run, so a ping first lets it run; a connection still inside a transaction after that
+/// is closed rather than pooled, and the pool opens a fresh one.
+fn released_clean<C: sqlx::Connection>(
+    conn: &mut C,
+    depth: fn(&C) -> usize,
+) -> Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + '_>> {
+    Box::pin(async move {
+        if depth(conn) == 0 {
+            return Ok(true);
+        }
+        if conn.ping().await.is_err() {
+            return Ok(false);
+        }
+        Ok(depth(conn) == 0)
+    })
+}
+
 impl Db {
     /// Connects and runs the migrations. `sqlite://path` creates the file if missing;
     /// `postgres://…` needs the database to exist.
@@ -86,6 +111,12 @@ impl Db {
             Db::Sqlite(
                 SqlitePoolOptions::new()
                     .max_connections(POOL_MAX.min(8))
+                    .after_release(|conn, _| {
+                        released_clean(
+                            conn,
+                            <Sqlite as sqlx::Database>::TransactionManager::get_transaction_depth,
+                        )
+                    })
                     .connect_with(options)
                     .await?,
             )
@@ -95,6 +126,12 @@ impl Db {
                 PgPoolOptions::new()
                     .max_connections(POOL_MAX)
                     .acquire_timeout(Duration::from_secs(10))
+                    .after_release(|conn, _| {
+                        released_clean(
+                            conn,
+                            <Postgres as sqlx::Database>::TransactionManager::get_transaction_depth,
+                        )
+                    })
                     .connect_with(options)
                     .await?,
             )
