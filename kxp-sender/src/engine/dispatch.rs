@@ -321,11 +321,66 @@ async fn rejected(response: reqwest::Response) -> Outcome {
     }
 }
 
-/// `Retry-After` in seconds. (The HTTP-date form is rare from webhook receivers and is ignored:
-/// the schedule's own delay applies then.)
+/// `Retry-After` as a delay from now: seconds, or an HTTP-date (RFC 9110 §10.2.3). The schedule
+/// caps it ([`MAX_RETRY_AFTER`](crate::MAX_RETRY_AFTER)) either way; a value that is neither
+/// form is ignored, and the schedule's own delay applies.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
-    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+    retry_after_from(value, time::OffsetDateTime::now_utc())
+}
+
+/// [`retry_after`] with the clock passed in. A date in the past asks for no extra delay.
+fn retry_after_from(value: &str, now: time::OffsetDateTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = http_date(value, now)?;
+    Some(Duration::try_from(at - now).unwrap_or(Duration::ZERO))
+}
+
+/// An HTTP-date in any of its three forms, all in GMT: IMF-fixdate (`Sun, 06 Nov 1994 08:49:37
+/// GMT`, the one senders must use), and the obsolete RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`)
+/// and asctime (`Sun Nov  6 08:49:37 1994`) forms that recipients must still accept.
+fn http_date(value: &str, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
+    use time::macros::format_description;
+    use time::{PrimitiveDateTime, parsing::Parsed};
+
+    let imf_fixdate = format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    let asctime = format_description!(
+        "[weekday repr:short] [month repr:short] [day padding:space] [hour]:[minute]:[second] [year]"
+    );
+    let rfc850 = format_description!(
+        "[weekday], [day]-[month repr:short]-[year repr:last_two] [hour]:[minute]:[second] GMT"
+    );
+    if let Ok(at) = PrimitiveDateTime::parse(value, imf_fixdate)
+        .or_else(|_| PrimitiveDateTime::parse(value, asctime))
+    {
+        return Some(at.assume_utc());
+    }
+    let mut parsed = Parsed::new();
+    if !parsed
+        .parse_items(value.as_bytes(), rfc850)
+        .ok()?
+        .is_empty()
+    {
+        return None;
+    }
+    // The year with those last two digits that is at most 50 years ahead (a later one is the
+    // latest past year with those digits), so within 50 years either side of now.
+    let last_two = i32::from(parsed.year_last_two()?);
+    let mut year = now.year() - now.year().rem_euclid(100) + last_two;
+    if year > now.year() + 50 {
+        year -= 100;
+    } else if year <= now.year() - 50 {
+        year += 100;
+    }
+    parsed.set_year(year)?;
+    PrimitiveDateTime::try_from(parsed)
+        .ok()
+        .map(PrimitiveDateTime::assume_utc)
 }
 
 /// The first [`SNIPPET_BYTES`] of the body, or what came of them within [`SNIPPET_WAIT`]; the
@@ -374,4 +429,81 @@ fn describe(error: &reqwest::Error) -> Failure {
         source = cause.source();
     }
     Failure::new(kind, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    const NOW: time::OffsetDateTime = datetime!(1994-11-06 08:49:00 UTC);
+
+    fn after(value: &str) -> Option<Duration> {
+        retry_after_from(value, NOW)
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(after("120"), Some(Duration::from_secs(120)));
+        assert_eq!(after(" 0 "), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn an_http_date_in_each_form_is_a_delay_from_now() {
+        let delay = Some(Duration::from_secs(37));
+        assert_eq!(after("Sun, 06 Nov 1994 08:49:37 GMT"), delay, "IMF-fixdate");
+        assert_eq!(after("Sunday, 06-Nov-94 08:49:37 GMT"), delay, "RFC 850");
+        assert_eq!(after("Sun Nov  6 08:49:37 1994"), delay, "asctime");
+        assert_eq!(
+            after("Mon, 07 Nov 1994 08:49:00 GMT"),
+            Some(Duration::from_secs(24 * 60 * 60))
+        );
+    }
+
+    #[test]
+    fn a_date_in_the_past_asks_for_no_delay() {
+        assert_eq!(after("Sun, 06 Nov 1994 08:48:59 GMT"), Some(Duration::ZERO));
+        assert_eq!(after("Thu, 01 Jan 1970 00:00:00 GMT"), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_far_date_is_returned_whole_for_the_schedule_to_cap() {
+        let delay = after("Fri, 31 Dec 9999 23:59:59 GMT").unwrap();
+        assert!(delay > crate::MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn rfc850_two_digit_years_are_never_more_than_50_years_ahead() {
+        // From 1994: 44 is 2044 (50 years ahead), 45 is 1945.
+        assert_eq!(
+            http_date("Monday, 01-Jan-44 00:00:00 GMT", NOW),
+            Some(datetime!(2044-01-01 00:00:00 UTC))
+        );
+        assert_eq!(
+            http_date("Monday, 01-Jan-45 00:00:00 GMT", NOW),
+            Some(datetime!(1945-01-01 00:00:00 UTC))
+        );
+    }
+
+    #[test]
+    fn garbage_is_ignored() {
+        for value in [
+            "",
+            "soon",
+            "-5",
+            "1.5",
+            "18446744073709551616",
+            "Sun, 06 Nov 1994 08:49:37",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 06 Nov 1994 08:49:37 +0000",
+            "sun, 06 nov 1994 08:49:37 gmt",
+            "Sun, 31 Feb 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 25:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 GMT trailing",
+            "Sunday, 06-Nov-94 08:49:37 GMT trailing",
+            "1994-11-06T08:49:37Z",
+        ] {
+            assert_eq!(after(value), None, "{value:?}");
+        }
+    }
 }

@@ -404,3 +404,83 @@ async fn events_go_only_to_endpoints_subscribed_to_their_type() {
     assert_eq!(all, expected);
     s.server.shutdown().await;
 }
+
+/// Issue 11, item 10: `Retry-After` as an HTTP-date was ignored (only seconds were read), so a
+/// receiver asking for two hours was tried again on the schedule's 10 ms.
+#[tokio::test]
+async fn retry_after_as_an_http_date_schedules_the_next_try() {
+    let s = sender("0s,10ms,20ms").await;
+    let imf_fixdate = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    let date = |from_now: time::Duration| {
+        (time::OffsetDateTime::now_utc() + from_now)
+            .format(imf_fixdate)
+            .unwrap()
+    };
+    let two_hours = Receiver::start(vec![Reply::RetryAfterText(
+        429,
+        date(time::Duration::hours(2)),
+    )])
+    .await;
+    let two_days = Receiver::start(vec![Reply::RetryAfterText(
+        503,
+        date(time::Duration::days(2)),
+    )])
+    .await;
+    let past = Receiver::start(vec![Reply::RetryAfterText(
+        503,
+        date(-time::Duration::hours(1)),
+    )])
+    .await;
+    let (two_hours_id, _) = s.api.endpoint(&two_hours.url, json!({})).await;
+    let (two_days_id, _) = s.api.endpoint(&two_days.url, json!({})).await;
+    let (past_id, _) = s.api.endpoint(&past.url, json!({})).await;
+    let event_id = s.api.emit("payment.succeeded", json!({})).await;
+
+    // Each endpoint's delivery once its first answer is recorded (the past date's: delivered
+    // by its second attempt).
+    let started = std::time::Instant::now();
+    let [a, b, c] = loop {
+        let deliveries = s.api.typed_deliveries_of(&event_id).await;
+        let of = |endpoint: &str| {
+            deliveries
+                .iter()
+                .find(|d| d.endpoint_id.as_str() == endpoint)
+                .cloned()
+        };
+        let waiting = |d: &Option<kxp_api::Delivery>| {
+            d.as_ref()
+                .is_some_and(|d| d.attempts == 1 && d.next_attempt_at.is_some())
+        };
+        let (a, b, c) = (of(&two_hours_id), of(&two_days_id), of(&past_id));
+        if waiting(&a)
+            && waiting(&b)
+            && c.as_ref().is_some_and(|d| d.status.as_str() == "delivered")
+        {
+            break [a.unwrap(), b.unwrap(), c.unwrap()];
+        }
+        assert!(started.elapsed() < SECS_10, "{deliveries:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    // The delay the sender scheduled, in seconds from the delivery's creation (its first
+    // attempt starts within a poll interval of it; the date has whole seconds).
+    let scheduled = |d: &kxp_api::Delivery| {
+        let next = d.next_attempt_at.as_ref().unwrap().unix_ms().unwrap();
+        (next - d.created_at.unix_ms().unwrap()) / 1000
+    };
+    let hours = |h: i64| h * 60 * 60;
+    assert!(
+        (hours(2) - 5..=hours(2) + 5).contains(&scheduled(&a)),
+        "{a:?}"
+    );
+    // Two days is capped at MAX_RETRY_AFTER, as the seconds form is.
+    let cap = i64::try_from(kxp_sender::MAX_RETRY_AFTER.as_secs()).unwrap();
+    assert!((cap - 5..=cap + 5).contains(&scheduled(&b)), "{b:?}");
+    // A date in the past asks for no extra delay: tried again on the schedule.
+    assert_eq!(c.attempts, 2, "{c:?}");
+    assert_eq!(two_hours.seen().len(), 1);
+    assert_eq!(two_days.seen().len(), 1);
+    assert_eq!(past.seen().len(), 2);
+    s.server.shutdown().await;
+}

@@ -210,6 +210,8 @@ pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> T {
 pub enum Reply {
     Status(u16),
     RetryAfter(u16, u64),
+    /// `Retry-After` as written (an HTTP-date).
+    RetryAfterText(u16, String),
     Redirect(u16, String),
     Hang(Duration),
 }
@@ -297,6 +299,12 @@ async fn answer(State(script): State<Script>, headers: HeaderMap, body: Bytes) -
         Reply::RetryAfter(code, secs) => (
             StatusCode::from_u16(code).unwrap(),
             [("retry-after", secs.to_string())],
+            "later",
+        )
+            .into_response(),
+        Reply::RetryAfterText(code, value) => (
+            StatusCode::from_u16(code).unwrap(),
+            [("retry-after", value)],
             "later",
         )
             .into_response(),
