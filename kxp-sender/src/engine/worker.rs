@@ -5,7 +5,11 @@
 //! quickly and halves on timeouts, 429s, 503s and slow answers, up to the configured
 //! per-endpoint concurrency) and, where one is set, a rate limit ([`RateLimiter`]). So an
 //! endpoint that hangs until its timeout holds at most its own share of the workers and never
-//! delays deliveries to healthy ones, and a fast endpoint is not held to a fixed cap.
+//! delays deliveries to healthy ones, and a fast endpoint is not held to a fixed cap. Per
+//! account, the workers are shared fairly ([`Fairness`]): while other accounts have work, no
+//! account holds more than its share, and the last workers of the pool are kept for attempts
+//! that give them back quickly, so an account whose endpoints all hang cannot take every worker
+//! and make another account's deliveries wait for its timeouts.
 //!
 //! The loop claims from each endpoint's own queue for the endpoints it knows have work and
 //! room for it — ingestion names the endpoints it queued for, and a finished attempt names its
@@ -13,8 +17,8 @@
 //! however long its backlog ([`Db::claim_for`]). Every poll interval, and when told of work it
 //! cannot place (a replay, a resume), it also scans everything due in due order
 //! ([`Db::claim`]): retries coming due, expired leases, other processes' events. Either claim
-//! asks for no more of an endpoint's deliveries than it may start now, so a backlog is not
-//! claimed only to be put back, and returns them ready to send. Outcomes are
+//! asks for no more of an endpoint's or an account's deliveries than it may start now, so a
+//! backlog is not claimed only to be put back, and returns them ready to send. Outcomes are
 //! recorded in batches by the [`Recorder`]. The loop also releases the probes of open circuits
 //! whose cool-down has passed ([`Db::release_probes`](crate::store::Db::release_probes)).
 
@@ -30,10 +34,11 @@ use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
 use crate::engine::recorder::Recorder;
 use crate::model::{
-    AttemptError, AttemptRecord, DeliveryId, EndpointId, FailureKind, FinishAttempt, Finished, Job,
-    NextState, Transition, ms, new_id, now_ms,
+    AccountId, AttemptError, AttemptRecord, DeliveryId, EndpointId, FailureKind, FinishAttempt,
+    Finished, Job, NextState, Transition, ms, new_id, now_ms,
 };
 use crate::policy::concurrency::{self, Adaptive, Signal};
+use crate::policy::fairness::{AccountCaps, Fairness};
 use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::AfterFailure;
 use crate::store::Db;
@@ -47,6 +52,11 @@ const IDLE_LIMIT: Duration = Duration::from_secs(300);
 /// Shared state of the in-flight attempts.
 struct InFlight {
     per_endpoint: HashMap<EndpointId, usize>,
+    /// Attempts in flight per account.
+    per_account: HashMap<AccountId, usize>,
+    /// The account of each endpoint this worker knows (learned from its claims).
+    accounts: HashMap<EndpointId, AccountId>,
+    fairness: Fairness,
     /// Endpoints whose attempts finished since the loop last claimed: they may have more.
     ready: HashSet<EndpointId>,
     limits: HashMap<EndpointId, (Adaptive, tokio::time::Instant)>,
@@ -56,9 +66,12 @@ struct InFlight {
 }
 
 impl InFlight {
-    fn new(ceiling: usize) -> InFlight {
+    fn new(ceiling: usize, workers: usize) -> InFlight {
         InFlight {
             per_endpoint: HashMap::new(),
+            per_account: HashMap::new(),
+            accounts: HashMap::new(),
+            fairness: Fairness::new(workers),
             ready: HashSet::new(),
             limits: HashMap::new(),
             deliveries: HashSet::new(),
@@ -82,6 +95,8 @@ impl InFlight {
         self.limits.retain(|id, (_, used)| {
             now.saturating_duration_since(*used) < IDLE_LIMIT || self.per_endpoint.contains_key(id)
         });
+        self.accounts
+            .retain(|id, _| self.limits.contains_key(id) || self.per_endpoint.contains_key(id));
         let mut caps: HashMap<String, usize> = self
             .limits
             .iter()
@@ -101,6 +116,72 @@ impl InFlight {
             *cap = (*cap).min(tokens);
         }
         caps.into_iter().collect()
+    }
+
+    /// Whether the endpoint answered its last attempt quickly ([`Adaptive::quick`]).
+    fn quick(&self, endpoint_id: &EndpointId) -> bool {
+        self.limits.get(endpoint_id).is_some_and(|(a, _)| a.quick())
+    }
+
+    /// The accounts with work here: attempts in flight, or due deliveries of endpoints in
+    /// `ready` (whose accounts this worker knows), and whether `ready` names an endpoint of an
+    /// account it does not know.
+    fn with_work(&self, ready: &HashSet<EndpointId>) -> (HashSet<AccountId>, bool) {
+        let mut accounts: HashSet<AccountId> = self.per_account.keys().cloned().collect();
+        let mut unknown = false;
+        for id in ready {
+            match self.accounts.get(id) {
+                Some(account) => {
+                    accounts.insert(account.clone());
+                }
+                None => unknown = true,
+            }
+        }
+        (accounts, unknown)
+    }
+
+    /// What the next claim may take of each account, with `free` workers free and
+    /// `with_work` (and, if `unknown`, one more) having work: its [room](Fairness::room), for
+    /// quick endpoints if it has one. Accounts not listed are new here, and may take what a
+    /// newcomer may.
+    fn account_caps(
+        &self,
+        with_work: &HashSet<AccountId>,
+        unknown: bool,
+        free: usize,
+    ) -> AccountCaps {
+        let busy = with_work.len() + usize::from(unknown);
+        let quick: HashSet<&AccountId> = self
+            .accounts
+            .iter()
+            .filter(|(id, _)| self.quick(id))
+            .map(|(_, account)| account)
+            .collect();
+        let mut listed = HashMap::new();
+        for account in self.accounts.values().chain(self.per_account.keys()) {
+            if listed.contains_key(account.as_str()) {
+                continue;
+            }
+            let held = self.per_account.get(account).copied().unwrap_or(0);
+            let accounts = busy + usize::from(!with_work.contains(account));
+            let room = self
+                .fairness
+                .room(held, accounts, free, quick.contains(account));
+            listed.insert(account.to_string(), room);
+        }
+        AccountCaps {
+            listed,
+            others: self.fairness.room(0, with_work.len() + 1, free, false),
+        }
+    }
+
+    /// Whether the job's account may start one more attempt now, with `free` workers free and
+    /// `with_work` having work (the job's account among them).
+    fn fair(&self, account: &AccountId, job: &Job, free: usize, with_work: usize) -> bool {
+        let held = self.per_account.get(account).copied().unwrap_or(0);
+        self.fairness
+            .room(held, with_work, free, self.quick(&job.endpoint_id))
+            > 0
     }
 
     /// What the claim may take of an endpoint this worker has not seen lately.
@@ -148,7 +229,7 @@ pub(crate) async fn run(
     let ceiling = config.per_endpoint_concurrency.max(1);
     let owner = new_id("wrk");
     let permits = Arc::new(Semaphore::new(config.workers.max(1)));
-    let in_flight = Arc::new(Mutex::new(InFlight::new(ceiling)));
+    let in_flight = Arc::new(Mutex::new(InFlight::new(ceiling, config.workers.max(1))));
     let (recorder, recording) =
         Recorder::start(db.clone(), config.protection.clone(), shared.gate.clone());
     let mut tasks = JoinSet::new();
@@ -181,15 +262,33 @@ pub(crate) async fn run(
         }
         let free = permits.available_permits();
         let mut claimed = Vec::new();
+        let mut with_work: HashSet<AccountId> = HashSet::new();
         if free > 0 {
             last_claim = Some(tokio::time::Instant::now());
-            let (ready, mut caps, default_cap) = {
+            let (ready, mut caps, default_cap, mut accounts, work, held) = {
                 let mut state = lock(&in_flight);
                 let mut ready = std::mem::take(&mut state.ready);
                 ready.extend(shared.take_ready());
                 let caps: HashMap<String, usize> = state.caps().into_iter().collect();
-                (ready, caps, state.default_cap())
+                let (with_work, unknown) = state.with_work(&ready);
+                let accounts = state.account_caps(&with_work, unknown, free);
+                // The ready endpoints' accounts and what those hold, to serve the accounts
+                // holding least first.
+                let held: HashMap<EndpointId, (Option<AccountId>, usize)> = ready
+                    .iter()
+                    .map(|id| {
+                        let account = state.accounts.get(id).cloned();
+                        let count = account
+                            .as_ref()
+                            .and_then(|a| state.per_account.get(a))
+                            .copied()
+                            .unwrap_or(0);
+                        (id.clone(), (account, count))
+                    })
+                    .collect();
+                (ready, caps, state.default_cap(), accounts, with_work, held)
             };
+            with_work = work;
             // First, every poll interval or when told, a scan of everything due in due order:
             // retries coming due, expired leases, replays, other processes' events. It comes
             // first so that endpoints busy with their own backlogs never keep it from running.
@@ -203,12 +302,12 @@ pub(crate) async fn run(
                     caps.iter().map(|(id, cap)| (id.clone(), *cap)).collect();
                 let limit = i64::try_from(free.min(100)).unwrap_or(100);
                 match db
-                    .claim(
+                    .claim_fair(
                         &owner,
                         ms(config.lease_extra),
                         limit,
-                        &scan_caps,
-                        default_cap,
+                        (&scan_caps, default_cap),
+                        &accounts,
                     )
                     .await
                 {
@@ -217,34 +316,52 @@ pub(crate) async fn run(
                         tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed")
                     }
                 }
-                for job in &claimed {
+                for taken in &claimed {
                     let cap = caps
-                        .entry(job.endpoint_id.to_string())
+                        .entry(taken.job.endpoint_id.to_string())
                         .or_insert(default_cap);
+                    *cap = cap.saturating_sub(1);
+                    let others = accounts.others;
+                    let cap = accounts
+                        .listed
+                        .entry(taken.account_id.to_string())
+                        .or_insert(others);
                     *cap = cap.saturating_sub(1);
                 }
             }
             // Then the endpoints known to have work and room, each from its own queue, for no
-            // more than the free workers in all.
+            // more than the free workers in all, and no more than each account's room: the
+            // accounts holding least are served first.
             let mut budget = free.saturating_sub(claimed.len());
             let mut targets: Vec<(EndpointId, usize)> = Vec::new();
-            for id in ready {
-                let cap = caps
-                    .get(id.as_str())
-                    .copied()
-                    .unwrap_or(default_cap)
-                    .min(budget);
+            let mut ready: Vec<(EndpointId, (Option<AccountId>, usize))> = held
+                .into_iter()
+                .filter(|(id, _)| ready.contains(id))
+                .collect();
+            ready.sort_by_key(|(_, (_, held))| *held);
+            for (id, (account, _)) in ready {
+                let left = account
+                    .as_ref()
+                    .map_or(accounts.others, |a| accounts.of(a.as_str()));
+                let endpoint_cap = caps.get(id.as_str()).copied().unwrap_or(default_cap);
+                let cap = endpoint_cap.min(budget).min(left);
                 if cap > 0 {
                     budget -= cap;
+                    if let Some(a) = &account {
+                        accounts.listed.insert(a.to_string(), left - cap);
+                    }
                     targets.push((id, cap));
-                } else if budget == 0 {
-                    // No worker free for it now: it stays named for the next round.
+                } else if budget == 0 || (endpoint_cap > 0 && left == 0) {
+                    // No worker free for it now, or its account has its share: it stays named
+                    // for the next round.
                     lock(&in_flight).ready.insert(id);
                 }
             }
             if !targets.is_empty() {
                 let turn = shared.gate.enter().await;
-                let taken = db.claim_for(&owner, ms(config.lease_extra), &targets).await;
+                let taken = db
+                    .claim_for_fair(&owner, ms(config.lease_extra), &targets, &accounts)
+                    .await;
                 drop(turn);
                 match taken {
                     Ok(jobs) => claimed.extend(jobs),
@@ -263,7 +380,13 @@ pub(crate) async fn run(
             }
             continue;
         }
-        for job in claimed {
+        // Every account with a claimed job has work: it counts for the shares.
+        with_work.extend(claimed.iter().map(|taken| taken.account_id.clone()));
+        for taken in claimed {
+            let (account_id, job) = (taken.account_id, taken.job);
+            lock(&in_flight)
+                .accounts
+                .insert(job.endpoint_id.clone(), account_id.clone());
             if !job.sendable() {
                 // Paused or deleted, or its circuit opened, between the claim and now: put it
                 // back untried (a deleted endpoint's delivery ends dead there, an open circuit's
@@ -271,6 +394,7 @@ pub(crate) async fn run(
                 release(&db, job.id.as_str(), &owner).await;
                 continue;
             }
+            let free = permits.available_permits();
             let Ok(permit) = permits.clone().try_acquire_owned() else {
                 release(&db, job.id.as_str(), &owner).await;
                 continue;
@@ -284,6 +408,7 @@ pub(crate) async fn run(
                     .unwrap_or(0);
                 let rate = config.protection.rate_of(job.rate_limit_per_second);
                 let admitted = count < state.limit(&job.endpoint_id)
+                    && state.fair(&account_id, &job, free, with_work.len())
                     && state.limiter.try_take(
                         job.endpoint_id.as_str(),
                         rate,
@@ -294,13 +419,15 @@ pub(crate) async fn run(
                         .per_endpoint
                         .entry(job.endpoint_id.clone())
                         .or_insert(0) += 1;
+                    *state.per_account.entry(account_id.clone()).or_insert(0) += 1;
                     state.deliveries.insert(job.id.clone());
                 }
                 admitted
             };
             if !admitted {
                 // The batch held more for this endpoint than it may start now (the first claim
-                // of an endpoint, before its rate limit is known here).
+                // of an endpoint, before its rate limit is known here), or more for its account
+                // than its share.
                 release(&db, job.id.as_str(), &owner).await;
                 continue;
             }
@@ -327,6 +454,12 @@ pub(crate) async fn run(
                     *count = count.saturating_sub(1);
                     if *count == 0 {
                         state.per_endpoint.remove(&job.endpoint_id);
+                    }
+                }
+                if let Some(count) = state.per_account.get_mut(&account_id) {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        state.per_account.remove(&account_id);
                     }
                 }
                 drop(permit);

@@ -46,6 +46,8 @@ pub struct Adaptive {
     /// Outcomes seen so far, and the count before which no new cut is made.
     seen: u64,
     cut_until: u64,
+    /// Whether the last outcome that said anything about load was trouble.
+    troubled: bool,
 }
 
 /// How fast each average follows new answers.
@@ -65,6 +67,7 @@ impl Adaptive {
             answered: 0,
             seen: 0,
             cut_until: 0,
+            troubled: false,
         }
     }
 
@@ -81,6 +84,14 @@ impl Adaptive {
             (Some(recent), Some(usual)) => recent > 2.0 * usual + 20.0,
             _ => false,
         }
+    }
+
+    /// Whether the endpoint answers quickly now: it has answered, and its last outcome that
+    /// said anything about load was a timely answer (not a timeout, refusal, 429, 503 or a
+    /// much slower answer than usual). Its attempts are expected to give their worker back
+    /// soon ([`Fairness`](crate::policy::fairness::Fairness) lends them the reserve).
+    pub fn quick(&self) -> bool {
+        self.answered > 0 && !self.troubled
     }
 
     /// Takes one attempt's outcome into account.
@@ -102,6 +113,7 @@ impl Adaptive {
             Signal::Overloaded => true,
             Signal::Neutral => return,
         };
+        self.troubled = trouble;
         if trouble {
             if self.seen >= self.cut_until {
                 self.limit = (self.limit / 2.0).max(1.0);
@@ -131,10 +143,12 @@ mod tests {
     fn a_healthy_endpoint_grows_to_the_ceiling_and_stays() {
         let mut a = Adaptive::new(64);
         assert_eq!(a.limit(), INITIAL);
+        assert!(!a.quick(), "not answered yet");
         answered(&mut a, 60, 2.0);
         assert_eq!(a.limit(), 64, "slow start: +1 per success");
         answered(&mut a, 1000, 2.0);
         assert_eq!(a.limit(), 64, "never above the ceiling");
+        assert!(a.quick());
         assert_eq!(Adaptive::new(2).limit(), 2, "a ceiling below the start");
     }
 
@@ -143,8 +157,10 @@ mod tests {
         let mut a = Adaptive::new(64);
         answered(&mut a, 28, 2.0);
         assert_eq!(a.limit(), 32);
+        assert!(a.quick());
         a.observe(Signal::Overloaded);
         assert_eq!(a.limit(), 16);
+        assert!(!a.quick(), "a timeout: not quick until it answers again");
         // The rest of the window that was in flight: no further cut.
         for _ in 0..10 {
             a.observe(Signal::Overloaded);

@@ -3,10 +3,12 @@
 //! statistics, breakers and any notification, in one transaction), putting deliveries back and
 //! reclaiming expired leases.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use crate::model::{EndpointId, FinishAttempt, Finished, Job, NextState, now_ms};
+use crate::model::{AccountId, EndpointId, FinishAttempt, Finished, Job, NextState, now_ms};
 use crate::policy::circuit::Protection;
+use crate::policy::fairness::AccountCaps;
 use crate::policy::health::{HourTally, hour_of};
 use crate::store::circuit::{BREAKER_ROWS_POSTGRES, BREAKER_ROWS_SQLITE, breaker_step};
 use crate::store::health::{STATS_POSTGRES, STATS_SQLITE};
@@ -144,6 +146,16 @@ impl<'a> Finishing<'a> {
     }
 }
 
+/// A claimed job and the account it belongs to (what the worker's fair shares count by).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct Claimed {
+    /// The endpoint's (and so the delivery's) account.
+    pub account_id: AccountId,
+    /// The job.
+    #[sqlx(flatten)]
+    pub job: Job,
+}
+
 impl Db {
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
     /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
@@ -165,25 +177,50 @@ impl Db {
         caps: &[(String, usize)],
         default_cap: usize,
     ) -> Result<Vec<Job>, StoreError> {
+        let claimed = self
+            .claim_fair(
+                owner,
+                lease_extra_ms,
+                limit,
+                (caps, default_cap),
+                &AccountCaps::unbounded(),
+            )
+            .await?;
+        Ok(claimed.into_iter().map(|c| c.job).collect())
+    }
+
+    /// [`Db::claim`], with each account's deliveries bounded by `accounts` as well, and the
+    /// jobs' accounts returned with them. Accounts at 0 are left out of the scan's window, so
+    /// one account's backlog cannot fill it, and the window's deliveries are taken account by
+    /// account in turn (each account's oldest first), not in due order alone: the claim's
+    /// `limit` goes round the accounts with due work. `endpoints` is `caps` and `default_cap`
+    /// of [`Db::claim`].
+    pub(crate) async fn claim_fair(
+        &self,
+        owner: &str,
+        lease_extra_ms: i64,
+        limit: i64,
+        endpoints: (&[(String, usize)], usize),
+        accounts: &AccountCaps,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let (caps, default_cap) = endpoints;
         let now = now_ms();
-        let caps = serde_json::to_string(
-            &caps
-                .iter()
-                .cloned()
-                .collect::<std::collections::HashMap<_, _>>(),
-        )
-        .unwrap_or_else(|_| "{}".to_owned());
+        let caps = serde_json::to_string(&caps.iter().cloned().collect::<HashMap<_, _>>())
+            .unwrap_or_else(|_| "{}".to_owned());
         let default_cap = i64::try_from(default_cap).unwrap_or(i64::MAX);
+        let account_caps = accounts.json();
         Ok(match self {
             // One statement: the claim's UPDATE in a CTE, joined with what each job needs.
             Db::Postgres(pool) => {
-                sqlx::query_as::<_, Job>(CLAIM_POSTGRES.as_str())
+                sqlx::query_as::<_, Claimed>(CLAIM_POSTGRES.as_str())
                     .bind(lease_extra_ms)
                     .bind(owner)
                     .bind(now)
                     .bind(&caps)
                     .bind(limit)
                     .bind(default_cap)
+                    .bind(&account_caps)
+                    .bind(accounts.others_i64())
                     .fetch_all(pool)
                     .await?
             }
@@ -197,6 +234,8 @@ impl Db {
                     .bind(&caps)
                     .bind(limit)
                     .bind(default_cap)
+                    .bind(&account_caps)
+                    .bind(accounts.others_i64())
                     .fetch_all(pool)
                     .await?;
                 jobs_sqlite(pool, &ids, now).await?
@@ -217,6 +256,22 @@ impl Db {
         lease_extra_ms: i64,
         targets: &[(EndpointId, usize)],
     ) -> Result<Vec<Job>, StoreError> {
+        let claimed = self
+            .claim_for_fair(owner, lease_extra_ms, targets, &AccountCaps::unbounded())
+            .await?;
+        Ok(claimed.into_iter().map(|c| c.job).collect())
+    }
+
+    /// [`Db::claim_for`], with each account's deliveries bounded by `accounts` as well (an
+    /// account's endpoints share its cap, oldest due delivery first), and the jobs' accounts
+    /// returned with them.
+    pub(crate) async fn claim_for_fair(
+        &self,
+        owner: &str,
+        lease_extra_ms: i64,
+        targets: &[(EndpointId, usize)],
+        accounts: &AccountCaps,
+    ) -> Result<Vec<Claimed>, StoreError> {
         let targets: Vec<(&EndpointId, i64)> = targets
             .iter()
             .filter(|(_, cap)| *cap > 0)
@@ -228,38 +283,61 @@ impl Db {
         let now = now_ms();
         Ok(match self {
             Db::Postgres(pool) => {
-                let caps: std::collections::HashMap<&str, i64> = targets
+                let caps: HashMap<&str, i64> = targets
                     .iter()
                     .map(|(id, cap)| (id.as_str(), *cap))
                     .collect();
                 let caps = serde_json::to_string(&caps).unwrap_or_else(|_| "{}".to_owned());
-                sqlx::query_as::<_, Job>(CLAIM_FOR_POSTGRES.as_str())
+                sqlx::query_as::<_, Claimed>(CLAIM_FOR_POSTGRES.as_str())
                     .bind(lease_extra_ms)
                     .bind(owner)
                     .bind(now)
                     .bind(&caps)
+                    .bind(accounts.json())
+                    .bind(accounts.others_i64())
                     .fetch_all(pool)
                     .await?
             }
             // One write transaction, one statement per endpoint (in-process: microseconds
-            // each), then one read of the jobs.
+            // each), then one read of the jobs. The endpoints' accounts are read first, so
+            // each statement's limit is what its account has left.
             Db::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                let mut ids = Vec::new();
+                let ids: Vec<&str> = targets.iter().map(|(id, _)| id.as_str()).collect();
+                let owners: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
+                    "SELECT id, account_id FROM kxp_endpoints WHERE id IN (SELECT value FROM json_each($1))",
+                )
+                .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned()))
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+                let mut left: HashMap<&str, usize> = HashMap::new();
+                let mut claimed = Vec::new();
                 for (endpoint_id, cap) in &targets {
-                    ids.extend(
-                        sqlx::query_scalar::<_, String>(CLAIM_FOR_SQLITE.as_str())
-                            .bind(lease_extra_ms)
-                            .bind(owner)
-                            .bind(now)
-                            .bind(*endpoint_id)
-                            .bind(cap)
-                            .fetch_all(&mut *tx)
-                            .await?,
-                    );
+                    let Some(account_id) = owners.get(endpoint_id.as_str()) else {
+                        continue;
+                    };
+                    let left = left
+                        .entry(account_id.as_str())
+                        .or_insert_with(|| accounts.of(account_id));
+                    let cap = (*cap).min(i64::try_from(*left).unwrap_or(i64::MAX));
+                    if cap == 0 {
+                        continue;
+                    }
+                    let taken = sqlx::query_scalar::<_, String>(CLAIM_FOR_SQLITE.as_str())
+                        .bind(lease_extra_ms)
+                        .bind(owner)
+                        .bind(now)
+                        .bind(*endpoint_id)
+                        .bind(cap)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    *left = left.saturating_sub(taken.len());
+                    claimed.extend(taken);
                 }
                 tx.commit().await?;
-                jobs_sqlite(pool, &ids, now).await?
+                jobs_sqlite(pool, &claimed, now).await?
             }
         })
     }
@@ -481,12 +559,12 @@ async fn jobs_sqlite(
     pool: &sqlx::SqlitePool,
     ids: &[String],
     now: i64,
-) -> Result<Vec<Job>, sqlx::Error> {
+) -> Result<Vec<Claimed>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
-    sqlx::query_as::<_, Job>(JOBS_SQLITE.as_str())
+    sqlx::query_as::<_, Claimed>(JOBS_SQLITE.as_str())
         .bind(&ids)
         .bind(now)
         .fetch_all(pool)
@@ -496,37 +574,51 @@ async fn jobs_sqlite(
 /// The worker's claim ([`Db::claim`]) for one backend; built once each. On SQLite it returns
 /// the claimed ids ([`JOBS_SQLITE`] reads their jobs); on PostgreSQL the jobs themselves.
 fn claim_sql(sqlite: bool) -> String {
-    // `cap` is the endpoint's entry in the JSON object `$4`, else `$6`.
-    let (cap_d, cap_c, lock) = if sqlite {
-        (
-            "COALESCE(json_extract($4, '$.' || d.endpoint_id), $6)",
-            "COALESCE(json_extract($4, '$.' || c.endpoint_id), $6)",
-            "",
-        )
+    // `cap` is the endpoint's entry in the JSON object `$4`, else `$6`; the account's is its
+    // entry in `$7`, else `$8`.
+    let cap = |json: &str, key: &str, default: &str| {
+        if sqlite {
+            format!("COALESCE(json_extract({json}, '$.' || {key}), {default})")
+        } else {
+            format!("COALESCE(({json}::jsonb ->> {key})::bigint, {default})")
+        }
+    };
+    let (cap_d, cap_e) = (
+        cap("$4", "d.endpoint_id", "$6"),
+        cap("$4", "e.endpoint_id", "$6"),
+    );
+    let (account_d, account_c) = (
+        cap("$7", "d.account_id", "$8"),
+        cap("$7", "c.account_id", "$8"),
+    );
+    // SKIP LOCKED: rows another process is claiming right now are passed over rather than
+    // waited for, so workers never hold the same delivery.
+    let lock = if sqlite {
+        ""
     } else {
-        // SKIP LOCKED: rows another process is claiming right now are passed over rather
-        // than waited for, so workers never hold the same delivery.
-        (
-            "COALESCE(($4::jsonb ->> d.endpoint_id)::bigint, $6)",
-            "COALESCE(($4::jsonb ->> c.endpoint_id)::bigint, $6)",
-            " FOR UPDATE OF d SKIP LOCKED",
-        )
+        " FOR UPDATE OF d SKIP LOCKED"
     };
     let returning = if sqlite {
         "id"
     } else {
         "id, event_id, endpoint_id, attempts"
     };
+    // The window: due deliveries in due order, of endpoints and accounts that may take more.
+    // Then at most each endpoint's cap (`rn`), then at most each account's (`an`), taken
+    // round the accounts: every account's oldest, then every account's second, …
     let claim = format!(
         "{TAKE} WHERE id IN (SELECT c.id FROM ( \
-             SELECT w.id, w.endpoint_id, w.next_attempt_at, \
-               ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
-             FROM (SELECT d.id, d.endpoint_id, d.next_attempt_at FROM kxp_deliveries d \
-               WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {cap_d} > 0 \
-               AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active' \
-                 AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
-               ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
-           ) c WHERE c.rn <= {cap_c} ORDER BY c.next_attempt_at LIMIT $5) \
+             SELECT e.id, e.account_id, e.next_attempt_at, \
+               ROW_NUMBER() OVER (PARTITION BY e.account_id ORDER BY e.next_attempt_at) AS an \
+             FROM (SELECT w.id, w.endpoint_id, w.account_id, w.next_attempt_at, \
+                 ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
+               FROM (SELECT d.id, d.endpoint_id, d.account_id, d.next_attempt_at FROM kxp_deliveries d \
+                 WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {cap_d} > 0 AND {account_d} > 0 \
+                 AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active' \
+                   AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
+                 ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
+             ) e WHERE e.rn <= {cap_e} \
+           ) c WHERE c.an <= {account_c} ORDER BY c.an, c.next_attempt_at LIMIT $5) \
          RETURNING {returning}"
     );
     if sqlite {
@@ -540,7 +632,7 @@ fn claim_sql(sqlite: bool) -> String {
 /// and endpoints, with the endpoint's secrets live at `now` (newest first, comma-separated).
 fn job_select(from: &str, now: &str) -> String {
     format!(
-        "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.url, p.timeout_ms, d.attempts, \
+        "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            COALESCE((SELECT string_agg(s.secret, ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
              WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secrets \
@@ -565,18 +657,24 @@ static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// [`Db::claim_for`] on PostgreSQL, every endpoint in one statement: `$4` a JSON object of
-/// endpoint id → cap. Each endpoint's deliveries are read in a `LATERAL` subquery that stops at
-/// its cap, skipping rows another process is claiming.
+/// endpoint id → cap, `$5` one of account id → cap, `$6` the cap of accounts not in `$5`. Each
+/// endpoint's deliveries are read in a `LATERAL` subquery that stops at its cap, skipping rows
+/// another process is claiming; then each account keeps its oldest up to its own cap.
 static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH t AS (SELECT key AS endpoint_id, value::bigint AS cap FROM jsonb_each_text($4::jsonb)), \
-         picked AS (SELECT x.id FROM t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
-           CROSS JOIN LATERAL (SELECT d.id FROM kxp_deliveries d \
+         picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
+           CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM kxp_deliveries d \
              WHERE d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 \
              AND (p.circuit_state = 'closed' OR d.id = p.circuit_probe_id) \
              ORDER BY d.next_attempt_at LIMIT t.cap FOR UPDATE SKIP LOCKED) x \
-           WHERE p.status = 'active' AND p.circuit_state <> 'open'), \
-         d AS ({TAKE} WHERE id IN (SELECT id FROM picked) RETURNING id, event_id, endpoint_id, attempts) \
+           WHERE p.status = 'active' AND p.circuit_state <> 'open' \
+           AND COALESCE(($5::jsonb ->> p.account_id)::bigint, $6) > 0), \
+         ranked AS (SELECT id, account_id, \
+           ROW_NUMBER() OVER (PARTITION BY account_id ORDER BY next_attempt_at) AS an FROM picked), \
+         d AS ({TAKE} WHERE id IN (SELECT id FROM ranked \
+           WHERE an <= COALESCE(($5::jsonb ->> account_id)::bigint, $6)) \
+           RETURNING id, event_id, endpoint_id, attempts) \
          {}",
         job_select("d", "$3")
     )

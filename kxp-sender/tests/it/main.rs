@@ -8,6 +8,7 @@ mod backpressure;
 mod concurrency;
 mod connections;
 mod durability;
+mod fairness;
 mod guard;
 mod health;
 mod ingestion;
