@@ -8,7 +8,9 @@
 //! framework glue) are syntax-checked, or for Go compiled and vetted with the snippet.
 //!
 //! Node.js and Python are required: a missing interpreter fails the test unless
-//! `KXP_SKIP_OTHER_LANGUAGES=1` is set. Go runs only where `go` is on the `PATH`.
+//! `KXP_SKIP_OTHER_LANGUAGES=1` is set. Go runs where `go` is on the `PATH`, and is skipped
+//! (loudly) elsewhere, unless `KXP_REQUIRE_GO=1` says it must run: `.ci/run` installs Go and sets
+//! it, so CI never skips the Go snippet.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Write};
@@ -174,6 +176,11 @@ fn python_snippet_passes_all_vectors() {
 fn go_snippet_passes_all_vectors_if_go_is_installed() {
     match Command::new("go").arg("version").output() {
         Err(e) if e.kind() == ErrorKind::NotFound => {
+            assert!(
+                std::env::var("KXP_REQUIRE_GO").as_deref() != Ok("1"),
+                "`go` is not installed but KXP_REQUIRE_GO=1: the Go snippet of {DOC} must be \
+                 tested here (Debian: apt-get install golang-go)"
+            );
             loud("SKIPPED: go not installed; the Go snippet was not run");
             return;
         }
