@@ -42,6 +42,8 @@ string_enum! {
         TooManySecrets = "too_many_secrets",
         /// 409: the delivery's endpoint is deleted, so it cannot be replayed.
         EndpointDeleted = "endpoint_deleted",
+        /// 409: the account has as many endpoints as it may (500); delete one first.
+        TooManyEndpoints = "too_many_endpoints",
         /// 503: the account's due backlog of deliveries is at its bound, so the event was not
         /// stored; retry after the `Retry-After` header's seconds.
         BacklogFull = "backlog_full",
@@ -61,7 +63,9 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::TooManySecrets | ErrorCode::EndpointDeleted => 409,
+            ErrorCode::TooManySecrets
+            | ErrorCode::EndpointDeleted
+            | ErrorCode::TooManyEndpoints => 409,
             ErrorCode::InvalidRequest
             | ErrorCode::IdempotencyKeyReused
             | ErrorCode::ChallengeFailed
@@ -105,7 +109,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 17);
+        assert_eq!(ErrorCode::KNOWN.len(), 18);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

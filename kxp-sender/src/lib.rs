@@ -64,7 +64,10 @@ mod store;
 pub use engine::config::Config;
 pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
 pub use engine::mail::MailError;
-pub use http::{DEFAULT_OVERLAP, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TIMEOUT, openapi};
+pub use http::{
+    DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,
+    MAX_RATE_LIMIT, MAX_REQUEST_BODY, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, openapi,
+};
 /// The API server's bounds ([`Config::api_limits`]): the receivers' server, from kxp-axum.
 pub use kxp_axum::ServeLimits;
 pub use model::{

@@ -6,15 +6,20 @@ use std::time::Duration;
 
 use kxp_api::ErrorCode;
 
-use super::{ApiError, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MIN_TIMEOUT};
+use super::{
+    ApiError, MAX_DESCRIPTION, MAX_EVENT_TYPES, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL,
+    MIN_TIMEOUT,
+};
 use crate::engine::config::Shared;
 use crate::engine::guard::Blocked;
 use crate::model::parse_rfc3339;
 use crate::policy::schedule::parse_duration;
 
 pub(super) fn check_description(description: &str) -> Result<(), ApiError> {
-    if description.len() > 512 {
-        return Err(ApiError::invalid("description must be at most 512 bytes"));
+    if description.len() > MAX_DESCRIPTION {
+        return Err(ApiError::invalid(format!(
+            "description must be at most {MAX_DESCRIPTION} bytes"
+        )));
     }
     Ok(())
 }
@@ -47,6 +52,11 @@ pub(super) fn check_rate_limit(limit: i64) -> Result<(), ApiError> {
 /// (`localhost`, `*.localhost`). Other host names are checked when resolved, at every attempt:
 /// what a name resolves to today says nothing about tomorrow.
 pub(super) fn check_url(text: &str, shared: &Shared) -> Result<reqwest::Url, ApiError> {
+    if text.len() > MAX_URL {
+        return Err(ApiError::invalid(format!(
+            "url must be at most {MAX_URL} bytes"
+        )));
+    }
     let url = reqwest::Url::parse(text).map_err(|e| ApiError::invalid(format!("url: {e}")))?;
     match url.scheme() {
         "https" => {}
@@ -106,6 +116,11 @@ pub(super) fn check_event_types(types: &[String]) -> Result<(), ApiError> {
             "event_types must not be empty (use [\"*\"] for every type)",
         ));
     }
+    if types.len() > MAX_EVENT_TYPES {
+        return Err(ApiError::invalid(format!(
+            "event_types holds at most {MAX_EVENT_TYPES} patterns (`payment.*` covers a family)"
+        )));
+    }
     for t in types {
         let body = t.strip_suffix('*').unwrap_or(t);
         let ok = t.len() <= 128
@@ -158,4 +173,81 @@ pub(super) fn parse_time(text: &str) -> Result<i64, ApiError> {
             "`{text}` is not an RFC 3339 time such as 2026-11-30T01:02:03Z"
         ))
     })
+}
+
+/// Refuses JSON whose strings hold a lone UTF-16 surrogate escape (`"\\ud800"` without its pair):
+/// valid JSON syntax, but no character, so every receiver's parser refuses the event later and
+/// its deliveries would only die. `json` must already be valid JSON (a `RawValue`).
+pub(super) fn check_unicode(field: &str, json: &str) -> Result<(), ApiError> {
+    let refused = || {
+        ApiError::invalid(format!(
+            "{field} holds a lone surrogate escape (\\ud800-\\udfff without its pair): not a \
+             character, and receivers refuse it"
+        ))
+    };
+    let bytes = json.as_bytes();
+    let mut i = 0;
+    // Only string contents have backslashes in valid JSON; each escape is consumed whole, so
+    // an escaped backslash followed by `u` is not mistaken for an escape.
+    while let Some(offset) = bytes
+        .get(i..)
+        .and_then(|rest| rest.iter().position(|&b| b == b'\\'))
+    {
+        let at = i + offset;
+        match bytes.get(at + 1) {
+            Some(b'u') => {
+                let unit = hex_unit(bytes, at + 2).ok_or_else(refused)?;
+                if (0xDC00..=0xDFFF).contains(&unit) {
+                    return Err(refused());
+                }
+                if (0xD800..=0xDBFF).contains(&unit) {
+                    let low = (bytes.get(at + 6) == Some(&b'\\')
+                        && bytes.get(at + 7) == Some(&b'u'))
+                    .then(|| hex_unit(bytes, at + 8))
+                    .flatten();
+                    if !low.is_some_and(|low| (0xDC00..=0xDFFF).contains(&low)) {
+                        return Err(refused());
+                    }
+                    i = at + 12;
+                } else {
+                    i = at + 6;
+                }
+            }
+            _ => i = at + 2,
+        }
+    }
+    Ok(())
+}
+
+fn hex_unit(bytes: &[u8], at: usize) -> Option<u32> {
+    let digits = std::str::from_utf8(bytes.get(at..at + 4)?).ok()?;
+    u32::from_str_radix(digits, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_unicode;
+
+    #[test]
+    fn lone_surrogates_are_refused_and_pairs_and_escaped_backslashes_are_not() {
+        for ok in [
+            r#"{"a":"plain"}"#,
+            r#"{"a":"\ud83d\ude00"}"#,
+            r#"{"a":"\u00e9\n\"\\"}"#,
+            r#"{"a":"\\ud800"}"#,
+            r#"["\\\\ud800"]"#,
+        ] {
+            assert!(check_unicode("data", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            r#"{"a":"\ud800"}"#,
+            r#"{"a":"\udc00"}"#,
+            r#"{"a":"\ud800x"}"#,
+            r#"{"a":"\ud800\u0041"}"#,
+            r#"{"\udfff":1}"#,
+            r#"{"a":"\\\ud800"}"#,
+        ] {
+            assert!(check_unicode("data", bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -15,7 +15,7 @@ use super::checks::{
     check_description, check_event_types, check_name, check_rate_limit, check_timeout, check_url,
 };
 use super::pagination::{PageParams, page};
-use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, parse};
+use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, MAX_ENDPOINTS, parse};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
 use crate::model::{EndpointChanges, NewEndpoint as StoredEndpoint, ms};
@@ -35,6 +35,12 @@ pub(super) async fn create_endpoint(
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let new: NewEndpoint = parse(&body)?;
+    if state.db.endpoint_count(account.id.as_str()).await? >= MAX_ENDPOINTS {
+        return Err(ApiError::new(
+            ErrorCode::TooManyEndpoints,
+            format!("an account has at most {MAX_ENDPOINTS} endpoints; delete one first"),
+        ));
+    }
     let rate_limit = new.rate_limit_per_second.map(i64::from);
     let url = check_url(&new.url, &state.shared)?;
     let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);

@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use kxp_api::{ErrorCode, Event, NewEvent};
 use serde_json::value::RawValue;
 
-use super::checks::check_name;
-use super::{ApiBody, ApiError, AppState, Authed, parse};
+use super::checks::{check_name, check_unicode};
+use super::{ApiBody, ApiError, AppState, Authed, MAX_EVENT_DATA, parse};
 use crate::engine::backlog::{Admission, RETRY_AFTER_SECS};
 use crate::model::{Account, Ingest, Ingested, sha256_hex};
 
@@ -41,6 +41,18 @@ pub(super) async fn create_event(
 ) -> Result<Response, ApiError> {
     let new: NewEvent = parse(&body)?;
     check_name("type", &new.event_type, 128)?;
+    let data = new.data.as_raw().get();
+    if data.len() > MAX_EVENT_DATA {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "data is {} bytes of JSON; the limit is {MAX_EVENT_DATA}, so that the body \
+                 delivered stays under the 1 MiB receivers accept",
+                data.len()
+            ),
+        ));
+    }
+    check_unicode("data", data)?;
     let api_version = new
         .api_version
         .unwrap_or_else(|| account.default_api_version.clone());

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 mod account;
@@ -64,6 +65,28 @@ pub const DEFAULT_OVERLAP: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The highest `rate_limit_per_second` an endpoint can be given.
 pub const MAX_RATE_LIMIT: i64 = 10_000;
+
+/// The longest endpoint URL, in bytes: browsers' practical limit, and far above any webhook
+/// route.
+pub const MAX_URL: usize = 2048;
+
+/// The longest endpoint description, in bytes.
+pub const MAX_DESCRIPTION: usize = 512;
+
+/// The most event type patterns an endpoint subscribes with.
+pub const MAX_EVENT_TYPES: usize = 64;
+
+/// The most endpoints an account can have (deleted ones do not count).
+pub const MAX_ENDPOINTS: u64 = 500;
+
+/// The largest `data` of an event, in bytes of JSON: with the envelope around it (a few hundred
+/// bytes) and room for later encodings (base64 of an encrypted body is 4/3 of it), the body
+/// delivered stays under the 1 MiB that receivers accept by default.
+pub const MAX_EVENT_DATA: usize = 512 * 1024;
+
+/// The largest request body read at all: an event at [`MAX_EVENT_DATA`] with its type and
+/// version, and JSON Schemas. Larger bodies are answered 413 unread.
+pub const MAX_REQUEST_BODY: usize = MAX_EVENT_DATA + 64 * 1024;
 
 /// The router: `/v1/…`, and `/healthz`.
 pub fn app(state: AppState) -> Router {
@@ -128,5 +151,6 @@ pub fn app(state: AppState) -> Router {
         // axum's own refusals in the API's form: a known path with another method, or none.
         .method_not_allowed_fallback(errors::method_not_allowed)
         .fallback(errors::no_route)
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BODY))
         .with_state(state)
 }

@@ -105,6 +105,19 @@ impl Db {
         Ok((endpoint, secret))
     }
 
+    /// How many endpoints the account has (deleted ones left out).
+    pub async fn endpoint_count(&self, account_id: &str) -> Result<u64, StoreError> {
+        let count: i64 = on_db!(self, |pool, _begin| {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM kxp_endpoints WHERE account_id = $1 AND status <> 'deleted'",
+            )
+            .bind(account_id)
+            .fetch_one(pool)
+            .await?
+        });
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     /// One endpoint of the account (a deleted one is not found).
     pub async fn endpoint(&self, account_id: &str, id: &str) -> Result<Endpoint, StoreError> {
         on_db!(self, |pool, _begin| {

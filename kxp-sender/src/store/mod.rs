@@ -38,6 +38,10 @@ use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, TransactionManager};
 /// connection cap leaves descriptors for.
 pub(crate) const POOL_MAX: u32 = 16;
 
+/// How long a request waits for a pooled connection before it is answered 503
+/// `store_unavailable`: a burst that exhausts the pool is refused, never left hanging.
+const POOL_WAIT: Duration = Duration::from_secs(10);
+
 /// A connection pool to either backend.
 #[derive(Debug, Clone)]
 pub enum Db {
@@ -111,6 +115,7 @@ impl Db {
             Db::Sqlite(
                 SqlitePoolOptions::new()
                     .max_connections(POOL_MAX.min(8))
+                    .acquire_timeout(POOL_WAIT)
                     .after_release(|conn, _| {
                         released_clean(
                             conn,
@@ -125,7 +130,7 @@ impl Db {
             Db::Postgres(
                 PgPoolOptions::new()
                     .max_connections(POOL_MAX)
-                    .acquire_timeout(Duration::from_secs(10))
+                    .acquire_timeout(POOL_WAIT)
                     .after_release(|conn, _| {
                         released_clean(
                             conn,

@@ -14,6 +14,7 @@ mod health;
 mod ingestion;
 mod isolation;
 mod lifecycle;
+mod limits;
 mod metrics;
 mod notifications;
 mod openapi;

@@ -38,6 +38,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use reqwest::Url;
@@ -490,6 +491,26 @@ impl GuardedResolver {
     }
 }
 
+/// How long a name may take to resolve: the system resolver can wait far longer (retries over
+/// several servers), and an attempt's own timeout should not be spent there silently.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A name did not resolve within [`RESOLVE_TIMEOUT`].
+#[derive(Debug, Clone, Copy)]
+pub struct ResolveTimedOut;
+
+impl fmt::Display for ResolveTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DNS resolution took over {} s",
+            RESOLVE_TIMEOUT.as_secs()
+        )
+    }
+}
+
+impl std::error::Error for ResolveTimedOut {}
+
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let guard = self.guard.clone();
@@ -497,8 +518,11 @@ impl Resolve for GuardedResolver {
         Box::pin(async move {
             type BoxError = Box<dyn std::error::Error + Send + Sync>;
             // Port 0: the connector puts the URL's port on every address.
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let lookup = tokio::net::lookup_host((name.as_str(), 0));
+            let addrs: Vec<SocketAddr> = tokio::time::timeout(RESOLVE_TIMEOUT, lookup)
+                .await
+                .map_err(|_| ResolveTimedOut)??
+                .collect();
             let addrs = guard.check_resolved(&name, addrs)?;
             let addrs: Addrs = Box::new(addrs.into_iter());
             Ok::<Addrs, BoxError>(addrs)

@@ -1,0 +1,131 @@
+//! Every input has a documented bound, refused with a precise 4xx: URL length, event types per
+//! endpoint, description, endpoints per account, event size, and the Unicode of `data`.
+
+use serde_json::{Value, json};
+
+use crate::support::sender;
+
+fn message(error: &Value) -> &str {
+    error["message"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn endpoint_fields_are_bounded() {
+    let s = sender("0s").await;
+    let long_url = format!("http://127.0.0.1:9/{}", "a".repeat(2048));
+    let cases = [
+        (json!({"url": long_url}), "at most 2048 bytes"),
+        (
+            json!({"url": "http://127.0.0.1:9/hook", "event_types": vec!["a.b"; 65]}),
+            "at most 64 patterns",
+        ),
+        (
+            json!({"url": "http://127.0.0.1:9/hook", "description": "d".repeat(513)}),
+            "at most 512 bytes",
+        ),
+    ];
+    for (mut body, expected) in cases {
+        body["skip_challenge"] = json!(true);
+        let (status, error) = s.api.call("POST", "/v1/endpoints", Some(body)).await;
+        assert_eq!(status, 422, "{error}");
+        assert_eq!(error["error"], "invalid_request");
+        assert!(message(&error).contains(expected), "{error}");
+    }
+    // The same bounds on PATCH.
+    let (id, _) = s.api.endpoint("http://127.0.0.1:9/hook", json!({})).await;
+    let (status, error) = s
+        .api
+        .call(
+            "PATCH",
+            &format!("/v1/endpoints/{id}"),
+            Some(json!({"event_types": vec!["a.b"; 65]})),
+        )
+        .await;
+    assert_eq!(status, 422, "{error}");
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_account_has_at_most_500_endpoints() {
+    let s = sender("0s").await;
+    for n in 0..500 {
+        s.api
+            .endpoint(&format!("http://127.0.0.1:9/hook/{n}"), json!({}))
+            .await;
+    }
+    let body = json!({"url": "http://127.0.0.1:9/one-more", "skip_challenge": true});
+    let (status, error) = s
+        .api
+        .call("POST", "/v1/endpoints", Some(body.clone()))
+        .await;
+    assert_eq!(status, 409, "{error}");
+    assert_eq!(error["error"], "too_many_endpoints");
+    // A deleted endpoint frees its place.
+    let (_, page) = s.api.call("GET", "/v1/endpoints?limit=1", None).await;
+    let first = page["data"][0]["id"].as_str().unwrap().to_owned();
+    let (status, _) = s
+        .api
+        .call("DELETE", &format!("/v1/endpoints/{first}"), None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, error) = s.api.call("POST", "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 201, "{error}");
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn events_are_bounded_in_size_and_must_be_unicode() {
+    let s = sender("0s").await;
+    // `{"pad":"…"}` of exactly the limit is accepted; one byte more is 413.
+    let limit = kxp_sender::MAX_EVENT_DATA;
+    let at_limit = json!({"pad": "x".repeat(limit - r#"{"pad":""}"#.len())});
+    let (status, error) = s
+        .api
+        .call(
+            "POST",
+            "/v1/events",
+            Some(json!({"type": "t", "data": at_limit})),
+        )
+        .await;
+    assert_eq!(status, 202, "{error}");
+    let over = json!({"pad": "x".repeat(limit + 1 - r#"{"pad":""}"#.len())});
+    let (status, error) = s
+        .api
+        .call(
+            "POST",
+            "/v1/events",
+            Some(json!({"type": "t", "data": over})),
+        )
+        .await;
+    assert_eq!(status, 413, "{error}");
+    assert_eq!(error["error"], "payload_too_large");
+
+    // A lone surrogate escape is valid JSON but no character: refused at ingestion.
+    for data in [r#"{"name":"\ud800"}"#, r#"{"\udc00":1}"#] {
+        let body = format!(r#"{{"type":"t","data":{data}}}"#);
+        let response = s
+            .api
+            .http
+            .post(format!("{}/v1/events", s.api.base))
+            .bearer_auth(&s.api.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 422, "{data}");
+        let error: Value = response.json().await.unwrap();
+        assert!(message(&error).contains("lone surrogate"), "{error}");
+    }
+    // A pair is a character.
+    let (status, error) = s
+        .api
+        .call(
+            "POST",
+            "/v1/events",
+            Some(json!({"type": "t", "data": {"e": "😀"}})),
+        )
+        .await;
+    assert_eq!(status, 202, "{error}");
+    s.server.shutdown().await;
+}
