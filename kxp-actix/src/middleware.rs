@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
-use actix_web::http::{Method, header};
+use actix_web::http::{Method, Version, header};
 use actix_web::{Error, HttpMessage, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -128,6 +128,17 @@ where
             }
             Err(rejection) => reject(log, rejection),
         };
+        return Ok(request.into_response(response).map_into_right_body());
+    }
+
+    // actix-http refuses this request with 400 before any middleware runs; asked here too, so
+    // the answer stays 400 on either adapter if that ever changes.
+    if let Some(rejection) = receiver.unframed(
+        request.version() == Version::HTTP_10,
+        request.method() == Method::POST,
+        request.headers().contains_key(header::CONTENT_LENGTH),
+    ) {
+        let response = reject(log, rejection);
         return Ok(request.into_response(response).map_into_right_body());
     }
 

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{Method, header};
+use http::{Method, Version, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use kxp_receiver::{Receiver, Rejection, RequestLog, challenge_token, outcome_for_status};
 use kxp_verify::SIGNATURE_HEADER;
@@ -22,6 +22,8 @@ use crate::extract::{VerifiedBody, WebhookRejection};
 ///
 /// - `GET ?challenge=<token>` is answered with the token (`text/plain`), for endpoint
 ///   registration; other requests go on.
+/// - An HTTP/1.0 `POST` without `Content-Length` is answered 400 `length_required`: hyper
+///   would read its body as empty (as actix-http refuses it with 400 before any middleware).
 /// - A body over the limit (1 MiB by default) is answered 413 without being read further: a
 ///   declared `Content-Length` is checked before reading, and the bytes are counted as they
 ///   stream in otherwise.
@@ -111,6 +113,14 @@ where
             }
             Err(rejection) => reject(log, rejection),
         });
+    }
+
+    if let Some(rejection) = receiver.unframed(
+        request.version() == Version::HTTP_10,
+        request.method() == Method::POST,
+        request.headers().contains_key(header::CONTENT_LENGTH),
+    ) {
+        return Ok(reject(log, rejection));
     }
 
     let (parts, body) = request.into_parts();

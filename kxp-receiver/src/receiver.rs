@@ -82,6 +82,16 @@ impl Receiver {
         over.then_some(Rejection::PayloadTooLarge { limit })
     }
 
+    /// Whether a request's body cannot be framed, so nothing it carries can be verified: an
+    /// HTTP/1.0 `POST` without `Content-Length` (RFC 1945 §7.2.2 requires one). HTTP/1.0 has no
+    /// chunked encoding, so hyper (under axum) reads such a body as empty, and the signature of
+    /// the body that was sent would fail as `signature_mismatch`, sending the sender to check
+    /// its secret; actix-http refuses the request with 400 before any middleware runs. Both
+    /// adapters ask this first, so both answer 400 (ARCHITECTURE.md's "body not usable").
+    pub fn unframed(&self, http_1_0: bool, post: bool, content_length: bool) -> Option<Rejection> {
+        (http_1_0 && post && !content_length).then_some(Rejection::LengthRequired)
+    }
+
     /// Verifies `header` (empty when absent) over `body`, then checks the envelope so the
     /// handler is only reached with a usable event id.
     pub fn check<B: AsRef<[u8]>>(&self, header: &[u8], body: B) -> Result<Accepted<B>, Rejection> {

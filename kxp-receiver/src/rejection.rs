@@ -20,6 +20,9 @@ pub enum Rejection {
     },
     /// 400 `body_unreadable`: the body could not be read (the client went away mid-body).
     BodyUnreadable,
+    /// 400 `length_required`: an HTTP/1.0 `POST` without `Content-Length`, whose body cannot
+    /// be framed (see [`Receiver::unframed`](crate::Receiver::unframed)).
+    LengthRequired,
     /// 400 `invalid_json` / `invalid_envelope`: authentic, but not an event.
     Envelope(EnvelopeError),
     /// 400 `invalid_challenge`: a challenge token that is not 1 to 256 URL-safe characters.
@@ -35,7 +38,10 @@ impl Rejection {
         match self {
             Rejection::Signature(_) => 401,
             Rejection::PayloadTooLarge { .. } => 413,
-            Rejection::BodyUnreadable | Rejection::Envelope(_) | Rejection::InvalidChallenge => 400,
+            Rejection::BodyUnreadable
+            | Rejection::LengthRequired
+            | Rejection::Envelope(_)
+            | Rejection::InvalidChallenge => 400,
             Rejection::NotVerified => 500,
         }
     }
@@ -46,6 +52,7 @@ impl Rejection {
             Rejection::Signature(error) => error.kind().as_str(),
             Rejection::PayloadTooLarge { .. } => "payload_too_large",
             Rejection::BodyUnreadable => "body_unreadable",
+            Rejection::LengthRequired => "length_required",
             Rejection::Envelope(error) => error.kind().as_str(),
             Rejection::InvalidChallenge => "invalid_challenge",
             Rejection::NotVerified => "not_verified",
@@ -65,6 +72,7 @@ impl Rejection {
             Rejection::Envelope(_) | Rejection::NotVerified => "ok",
             Rejection::PayloadTooLarge { .. }
             | Rejection::BodyUnreadable
+            | Rejection::LengthRequired
             | Rejection::InvalidChallenge => "not_attempted",
         }
     }
@@ -76,6 +84,9 @@ impl fmt::Display for Rejection {
             Rejection::Signature(error) => error.fmt(f),
             Rejection::PayloadTooLarge { limit } => write!(f, "payload_too_large: the body is over {limit} bytes"),
             Rejection::BodyUnreadable => f.write_str("body_unreadable: the request body could not be read"),
+            Rejection::LengthRequired => {
+                f.write_str("length_required: an HTTP/1.0 POST must declare its Content-Length")
+            }
             Rejection::Envelope(error) => error.fmt(f),
             Rejection::InvalidChallenge => {
                 f.write_str("invalid_challenge: the token must be 1 to 256 of A-Z a-z 0-9 - _")

@@ -76,13 +76,36 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // (and to start the next on a kept-alive connection), open connections are capped below
     // the file limit (64 descriptors kept for the database and the logs), and shutdown ends.
     let limits = ServeLimits::default().within_file_limit(64);
-    kxp_axum::serve(listener, app, limits, async {
-        // Ctrl-C: finish the requests in flight (for up to 10 s), then stop. Any other end
-        // loses nothing either: an unfinished transaction rolls back, and the sender delivers
-        // again.
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    // SIGTERM (what systemd, Kubernetes or Docker send to stop a process) or Ctrl-C: finish
+    // the requests in flight (for up to 10 s), then stop. Any other end loses nothing either:
+    // an unfinished transaction rolls back, and the sender delivers again.
+    kxp_axum::serve(listener, app, limits, stop_requested()).await?;
     store.close().await;
     Ok(())
+}
+
+/// Completes on the first SIGTERM or SIGINT (Ctrl-C). Without a SIGTERM handler the process
+/// would die at once on the orchestrator's stop, cutting off the requests in flight.
+async fn stop_requested() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            // No signal handler could be installed: stop only when killed, as before.
+            _ => std::future::pending().await,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use kxp_dedup::sqlx::{self, Connection, PgConnection, SqliteConnection};
 use kxp_testkit::conformance::request_lines;
-use kxp_testkit::conformance::{Config, Effect, Mode, ReceiverUnderTest, RunningReceiver};
+use kxp_testkit::conformance::{
+    Config, Effect, Framework, Mode, ReceiverUnderTest, RunningReceiver, Signal,
+};
 use kxp_testkit::db::SqliteFile;
 
 /// How long a receiver may take to say it listens, or to log a request (a loaded CI machine is
@@ -42,6 +44,13 @@ impl ReceiverUnderTest for Bin {
 
     fn mode(&self) -> Mode {
         Mode::InTransaction
+    }
+
+    fn framework(&self) -> Framework {
+        match self {
+            Bin::Axum => Framework::Axum,
+            Bin::Actix => Framework::Actix,
+        }
     }
 
     /// Passes the configuration the way a merchant would: in the environment.
@@ -250,6 +259,37 @@ impl RunningReceiver for Running {
             (Database::Postgres(_), false) => "ALTER TABLE payments DROP CONSTRAINT kxp_refuse",
         };
         self.database().execute(sql).await;
+    }
+
+    /// `kill -TERM` or `kill -INT` (the signal an orchestrator or a terminal sends), then waits
+    /// for the process to exit on its own: successfully, or the test fails.
+    async fn stop(&mut self, signal: Signal) {
+        let name = match signal {
+            Signal::Term => "-TERM",
+            Signal::Int => "-INT",
+        };
+        let sent = Command::new("kill")
+            .arg(name)
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill {name} failed: {sent}");
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "still running {PATIENCE:?} after {name}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            status.success(),
+            "exited with {status} after {name}; stderr:\n{}",
+            self.stderr.lines().join("\n")
+        );
     }
 
     /// SIGKILL, like the OOM killer or a pulled plug: no shutdown code runs.

@@ -15,7 +15,7 @@ use kxp_actix::dedup::{self, Handled, Store, Tx};
 use kxp_actix::{Receiver, VerifiedBody, VerifiedEvent, VerifyMiddleware};
 use kxp_testkit::conformance::payments::{self, Conn};
 use kxp_testkit::conformance::{
-    CapturedLogs, Config, Effect, Mode, ReceiverUnderTest, RunningReceiver,
+    CapturedLogs, Config, Effect, Framework, Mode, ReceiverUnderTest, RunningReceiver,
 };
 use kxp_verify::{Secret, Verifier};
 
@@ -117,6 +117,10 @@ impl ReceiverUnderTest for Actix {
 
     fn mode(&self) -> Mode {
         self.0
+    }
+
+    fn framework(&self) -> Framework {
+        Framework::Actix
     }
 
     async fn start(&self, config: Config) -> Running {

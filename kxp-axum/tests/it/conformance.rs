@@ -6,6 +6,8 @@ mod claim_complete {
         not_applicable: {
             killed_mid_processing_the_event_is_recorded_once_after_a_restart:
                 "an in-process server has no process to kill (the example binaries run it)",
+            stopped_mid_processing_the_request_completes_and_is_recorded_once:
+                "signals are the process's to handle (the example binaries run it)",
         },
     }
 }
@@ -18,6 +20,8 @@ mod in_transaction {
                 "in-transaction mode claims nothing: an unfinished transaction rolls back",
             killed_mid_processing_the_event_is_recorded_once_after_a_restart:
                 "an in-process server has no process to kill (the example binaries run it)",
+            stopped_mid_processing_the_request_completes_and_is_recorded_once:
+                "signals are the process's to handle (the example binaries run it)",
         },
     }
 }

@@ -16,7 +16,7 @@ use kxp_axum::dedup::{self, Store, Tx};
 use kxp_axum::{Receiver, VerifiedBody, VerifiedEvent};
 use kxp_testkit::conformance::payments::{self, Conn};
 use kxp_testkit::conformance::{
-    CapturedLogs, Config, Effect, Mode, ReceiverUnderTest, RunningReceiver,
+    CapturedLogs, Config, Effect, Framework, Mode, ReceiverUnderTest, RunningReceiver,
 };
 use kxp_verify::{Secret, Verifier};
 
@@ -80,6 +80,10 @@ impl ReceiverUnderTest for Axum {
 
     fn mode(&self) -> Mode {
         self.0
+    }
+
+    fn framework(&self) -> Framework {
+        Framework::Axum
     }
 
     async fn start(&self, config: Config) -> Running {

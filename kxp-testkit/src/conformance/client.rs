@@ -158,3 +158,153 @@ pub(crate) fn outcome(name: &str) -> String {
 pub(crate) fn error(code: &str) -> String {
     format!(r#"{{"error":"{code}"}}"#)
 }
+
+/// What a receiver answered on the wire to bytes sent as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawAnswer {
+    /// The status code of the status line.
+    pub status: u16,
+    /// The body, as text (de-chunked).
+    pub body: String,
+}
+
+/// Sends `request` as it is on a fresh connection to the receiver at `url` (over TCP to its
+/// `host:port`) and reads one response: for framing that no HTTP client would send.
+///
+/// The request is written while the answer is read, so a server that refuses a head part-way
+/// answers before the rest is sent; the connection stays open for writing until the response is
+/// read (a client that half-closes is treated as gone by some servers).
+pub(crate) async fn exchange(url: &str, request: Vec<u8>) -> RawAnswer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let rest = url
+        .strip_prefix("http://")
+        .unwrap_or_else(|| panic!("not an http:// URL: {url}"));
+    let addr = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    let (mut read, mut write) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        // A server that answered early may reset the connection on the unread rest.
+        let _ = write.write_all(&request).await;
+        std::future::pending::<()>().await;
+        drop(write);
+    });
+    let mut received = Vec::new();
+    let answer = tokio::time::timeout(super::database::PATIENCE, async {
+        let mut buffer = [0u8; 8192];
+        loop {
+            if let Some(answer) = parse_response(&received) {
+                return Some(answer);
+            }
+            match read.read(&mut buffer).await {
+                Ok(0) | Err(_) => return parse_response_at_eof(&received),
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
+    writer.abort();
+    match answer {
+        Ok(Some(answer)) => answer,
+        Ok(None) => panic!(
+            "the connection closed without a whole response: {:?}",
+            String::from_utf8_lossy(&received)
+        ),
+        Err(_) => panic!(
+            "no whole response within {:?}: {:?}",
+            super::database::PATIENCE,
+            String::from_utf8_lossy(&received)
+        ),
+    }
+}
+
+/// A response head: the status code, the headers (names lower-cased), where the body starts.
+struct Head {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body_start: usize,
+}
+
+/// The head of the response in `received`, once it is whole.
+fn response_head(received: &[u8]) -> Option<Head> {
+    let end = received.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&received[..end]);
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not a status line: {status_line:?}"));
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    Some(Head {
+        status,
+        headers,
+        body_start: end + 4,
+    })
+}
+
+/// A whole response framed by `Content-Length` or chunked, if `received` holds one.
+fn parse_response(received: &[u8]) -> Option<RawAnswer> {
+    let Head {
+        status,
+        headers,
+        body_start: start,
+    } = response_head(received)?;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let body = &received[start..];
+    if let Some(length) = header("content-length") {
+        let length: usize = length
+            .parse()
+            .unwrap_or_else(|_| panic!("a bad Content-Length in the response: {length:?}"));
+        return (body.len() >= length).then(|| RawAnswer {
+            status,
+            body: String::from_utf8_lossy(&body[..length]).into_owned(),
+        });
+    }
+    if header("transfer-encoding").is_some_and(|te| te.eq_ignore_ascii_case("chunked")) {
+        return dechunk(body).map(|body| RawAnswer { status, body });
+    }
+    None
+}
+
+/// A response whose body ends with the connection (neither length nor chunks).
+fn parse_response_at_eof(received: &[u8]) -> Option<RawAnswer> {
+    parse_response(received).or_else(|| {
+        let head = response_head(received)?;
+        Some(RawAnswer {
+            status: head.status,
+            body: String::from_utf8_lossy(&received[head.body_start..]).into_owned(),
+        })
+    })
+}
+
+/// A chunked body, once its last chunk is in.
+fn dechunk(mut body: &[u8]) -> Option<String> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body.windows(2).position(|w| w == b"\r\n")?;
+        let size = String::from_utf8_lossy(&body[..line_end]);
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or_default().trim(), 16)
+            .unwrap_or_else(|_| panic!("a bad chunk size in the response: {size:?}"));
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Some(String::from_utf8_lossy(&out).into_owned());
+        }
+        if body.len() < size + 2 {
+            return None;
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}

@@ -90,6 +90,27 @@ impl Config {
     }
 }
 
+/// The HTTP server library under a receiver. It reads the request head and frames the body
+/// before any middleware runs, so a few answers are its own (see the table in
+/// `docs/receiving-webhooks.md`); [`scenarios::the_server_library_decides_some_framing_alone`]
+/// pins each one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framework {
+    /// axum, on hyper's HTTP/1 server (`axum::serve` or `kxp_axum::serve`).
+    Axum,
+    /// actix-web, on actix-http's HTTP/1 server.
+    Actix,
+}
+
+/// A signal that asks a receiver process to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// `SIGTERM`: what an orchestrator (systemd, Kubernetes, Docker) sends first.
+    Term,
+    /// `SIGINT`: Ctrl-C in a terminal.
+    Int,
+}
+
 /// One durable side effect of the handler: what the receiver recorded for an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Effect {
@@ -115,6 +136,9 @@ pub trait ReceiverUnderTest {
 
     /// The dedup mode of its handler.
     fn mode(&self) -> Mode;
+
+    /// The framework, whose HTTP server library frames the requests.
+    fn framework(&self) -> Framework;
 
     /// Starts a receiver with `config`, ready to answer when this returns. Panics when it
     /// cannot: the scenario fails.
@@ -146,6 +170,13 @@ pub trait RunningReceiver {
         async {
             panic!("this receiver has no `abandon_claim`: declare the scenario not applicable")
         }
+    }
+
+    /// Sends the receiver's process `signal` and waits until it has exited, asserting that it
+    /// exited successfully (a shutdown it asked for is not a failure).
+    fn stop(&mut self, signal: Signal) -> impl Future<Output = ()> {
+        let _ = signal;
+        async { panic!("this receiver has no `stop`: declare the scenario not applicable") }
     }
 
     /// Kills the receiver at once, as the OOM killer would: no shutdown code runs.
@@ -205,6 +236,9 @@ macro_rules! receiver_conformance {
                 only_the_webhook_route_is_verified,
                 rotation_accepts_either_secret_during_the_overlap,
                 one_log_line_per_request_with_the_contract_fields_and_no_secrets,
+                a_signature_header_over_4096_bytes_is_malformed,
+                an_http_1_0_post_without_content_length_is_400,
+                the_server_library_decides_some_framing_alone,
             ],
             dedup: [
                 a_delivered_event_is_processed_once_however_often_it_arrives,
@@ -214,6 +248,7 @@ macro_rules! receiver_conformance {
                 an_abandoned_claim_answers_409_until_its_lease_ends,
                 a_store_that_is_down_answers_503_never_200,
                 killed_mid_processing_the_event_is_recorded_once_after_a_restart,
+                stopped_mid_processing_the_request_completes_and_is_recorded_once,
             ],
         }
     };

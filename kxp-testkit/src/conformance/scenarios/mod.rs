@@ -1,9 +1,12 @@
 //! The scenarios, each a plain async fn over any [`ReceiverUnderTest`](super::ReceiverUnderTest).
 //!
 //! The first group speaks to the middleware (vectors, limits, envelopes, the challenge, rotation,
-//! the log line) and runs on a SQLite store; the second is about processing each event once and
-//! takes the backend to run on (see the module docs of [`conformance`](super)). One file per
-//! group; the helpers they share are here.
+//! the log line) and runs on a SQLite store; the second sends raw bytes to see how requests are
+//! framed (head sizes, lengths, HTTP/1.0: what the middleware decides alike, and what each
+//! framework's server library decides before it), also on SQLite; the third is about processing
+//! each event once, through failures, kills and graceful stops, and takes the backend to run on
+//! (see the module docs of [`conformance`](super)). One file per group; the helpers they share
+//! are here.
 
 use serde_json::Value;
 
@@ -24,6 +27,9 @@ pub const ALL: &[&str] = &[
     "only_the_webhook_route_is_verified",
     "rotation_accepts_either_secret_during_the_overlap",
     "one_log_line_per_request_with_the_contract_fields_and_no_secrets",
+    "a_signature_header_over_4096_bytes_is_malformed",
+    "an_http_1_0_post_without_content_length_is_400",
+    "the_server_library_decides_some_framing_alone",
     "a_delivered_event_is_processed_once_however_often_it_arrives",
     "a_replay_under_another_event_id_header_is_a_duplicate",
     "fifty_concurrent_deliveries_run_the_handler_once",
@@ -31,14 +37,17 @@ pub const ALL: &[&str] = &[
     "an_abandoned_claim_answers_409_until_its_lease_ends",
     "a_store_that_is_down_answers_503_never_200",
     "killed_mid_processing_the_event_is_recorded_once_after_a_restart",
+    "stopped_mid_processing_the_request_completes_and_is_recorded_once",
 ];
 
 /// The default body limit of ARCHITECTURE.md, for the scenarios whose bodies need it.
 const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
+mod framing;
 mod middleware;
 mod once;
 
+pub use framing::*;
 pub use middleware::*;
 pub use once::*;
 

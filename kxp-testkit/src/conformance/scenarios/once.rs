@@ -6,7 +6,8 @@ use futures_util::future::join_all;
 
 use super::super::client::{deliver, delivery, outcome, send, try_send};
 use super::super::{
-    Config, Mode, Outage, ReceiverUnderTest, RunningReceiver, event_body, wait_for_open_transaction,
+    Config, Mode, Outage, ReceiverUnderTest, RunningReceiver, Signal, event_body,
+    wait_for_open_transaction,
 };
 use super::*;
 use crate::db::Backend;
@@ -334,5 +335,56 @@ pub async fn killed_mid_processing_the_event_is_recorded_once_after_a_restart<
     let answer = deliver(&running.url(), &config, &body).await;
     assert_eq!(answer.pair(), (200, outcome("duplicate").as_str()));
     assert_eq!(running.effects().await, [effect("evt_killed", 4200, "eur")]);
+    finish(running, database).await;
+}
+
+/// Stopped by `SIGTERM` (what an orchestrator sends first) or `SIGINT` (Ctrl-C) while a
+/// request is inside its handler, a receiver finishes that request before it exits: the
+/// sender gets its 200 and the event is recorded once. Then, started again, the same events are
+/// duplicates.
+pub async fn stopped_mid_processing_the_request_completes_and_is_recorded_once<
+    R: ReceiverUnderTest,
+>(
+    receiver: &R,
+    backend: Backend,
+) {
+    let Some(database) = database(backend).await else {
+        return;
+    };
+    let config = Config {
+        slow: Some(Duration::from_secs(2)),
+        ..Config::new(database.url())
+    };
+    let mut recorded = Vec::new();
+    for (signal, id) in [(Signal::Term, "evt_sigterm"), (Signal::Int, "evt_sigint")] {
+        let mut running = receiver.start(config.clone()).await;
+        let body = event_body(id, 4200, "eur");
+        let in_flight = tokio::spawn(try_send(delivery(&running.url(), &config, &body, None)));
+        wait_for_open_transaction(&database).await;
+        running.stop(signal).await;
+        let answer = in_flight
+            .await
+            .unwrap_or_else(|e| panic!("the delivery task failed: {e}"))
+            .unwrap_or_else(|e| panic!("{signal:?} cut the request in flight off: {e}"));
+        assert_eq!(
+            answer.pair(),
+            (200, outcome("processed").as_str()),
+            "{signal:?}"
+        );
+        recorded.push(effect(id, 4200, "eur"));
+        assert_eq!(running.effects().await, recorded, "{signal:?}");
+        drop(running);
+    }
+
+    let config = Config {
+        slow: None,
+        ..config
+    };
+    let running = receiver.start(config.clone()).await;
+    for id in ["evt_sigterm", "evt_sigint"] {
+        let answer = deliver(&running.url(), &config, &event_body(id, 4200, "eur")).await;
+        assert_eq!(answer.pair(), (200, outcome("duplicate").as_str()), "{id}");
+    }
+    assert_eq!(running.effects().await, recorded);
     finish(running, database).await;
 }
