@@ -9,8 +9,8 @@ use super::super::client::{RawAnswer, error, exchange, outcome};
 use super::super::{Config, Framework, ReceiverUnderTest, RunningReceiver, event_body};
 use super::*;
 
-/// A signed delivery of `event_id` as raw HTTP: `version` in the request line, then `headers`
-/// (each a whole line without its CRLF) after `Host`, the signature and the content type, then
+/// A `POST` to `url` as raw bytes: `version` in the request line, then `Host`, the
+/// `signature` and the content type, then `headers` (each a whole line without its CRLF), then
 /// `body` as it is (already chunked, for a chunked request).
 fn raw_request(
     url: &str,
@@ -45,6 +45,7 @@ fn padded_signature(config: &Config, body: &str, len: usize) -> String {
     header
 }
 
+/// The answer expected on the wire.
 fn answer(status: u16, body: &str) -> RawAnswer {
     RawAnswer {
         status,
