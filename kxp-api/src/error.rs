@@ -44,6 +44,9 @@ string_enum! {
         EndpointDeleted = "endpoint_deleted",
         /// 409: the account has as many endpoints as it may (500); delete one first.
         TooManyEndpoints = "too_many_endpoints",
+        /// 429: this key made more requests in the last second than the server allows
+        /// (`--api-rate-limit`); retry after the `Retry-After` header's seconds.
+        RateLimited = "rate_limited",
         /// 503: the account's due backlog of deliveries is at its bound, so the event was not
         /// stored; retry after the `Retry-After` header's seconds.
         BacklogFull = "backlog_full",
@@ -71,6 +74,7 @@ impl ErrorCode {
             | ErrorCode::ChallengeFailed
             | ErrorCode::BlockedAddress
             | ErrorCode::InvalidSchema => 422,
+            ErrorCode::RateLimited => 429,
             ErrorCode::StoreUnavailable | ErrorCode::BacklogFull => 503,
             ErrorCode::Unknown(_) => 500,
         }
@@ -109,7 +113,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 18);
+        assert_eq!(ErrorCode::KNOWN.len(), 19);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));
@@ -123,13 +127,13 @@ mod tests {
     #[test]
     fn an_unknown_code_is_kept() {
         let body: ErrorBody =
-            serde_json::from_str(r#"{"error": "rate_limited", "message": "slow down"}"#)
+            serde_json::from_str(r#"{"error": "quota_exceeded", "message": "slow down"}"#)
                 .expect("deserializes");
-        assert_eq!(body.error, ErrorCode::Unknown("rate_limited".to_owned()));
+        assert_eq!(body.error, ErrorCode::Unknown("quota_exceeded".to_owned()));
         assert!(!body.error.is_known());
         assert_eq!(
             serde_json::to_string(&body).expect("serializes"),
-            r#"{"error":"rate_limited","message":"slow down"}"#
+            r#"{"error":"quota_exceeded","message":"slow down"}"#
         );
     }
 }

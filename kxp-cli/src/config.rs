@@ -141,6 +141,11 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_MAX_CONNECTIONS", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<usize>,
+    /// API requests one account's key may make per second in each process (bursts of one
+    /// second's worth); beyond it, 429 `rate_limited` with `Retry-After`. 0: no limit.
+    #[arg(long, env = "KXP_API_RATE_LIMIT", value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_rate_limit: Option<u32>,
     /// Log lines as JSON objects instead of text.
     #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
@@ -260,7 +265,7 @@ impl Settings {
         layer!(high over lower: database_url, listen, dev, api_only, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, json_logs, api_key)
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, json_logs, api_key)
     }
 
     /// Whether logs are JSON lines.
@@ -337,6 +342,7 @@ impl Settings {
                     d.api_limits.header_read_timeout(),
                 )?)
                 .max_connections(self.max_connections.unwrap_or(d.api_limits.connections())),
+            api_rate_limit: self.api_rate_limit.unwrap_or(d.api_rate_limit),
             ..d
         })
     }
@@ -367,6 +373,7 @@ impl Settings {
             backlog_limit: Some(config.backlog_limit),
             header_timeout: Some(Dur(config.api_limits.header_read_timeout())),
             max_connections: Some(config.api_limits.connections()),
+            api_rate_limit: Some(config.api_rate_limit),
             json_logs: Some(json_logs),
             api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
         }

@@ -131,6 +131,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         ready: Default::default(),
         rescan: Default::default(),
         notices: Notify::new(),
+        api_requests: Default::default(),
     });
     let state = AppState {
         db: db.clone(),

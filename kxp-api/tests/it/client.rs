@@ -296,7 +296,7 @@ async fn errors_are_decoded_known_unknown_and_not_json() {
         ),
         ok(
             429,
-            json!({"error": "rate_limited", "message": "slow down"}),
+            json!({"error": "quota_exceeded", "message": "slow down"}),
         ),
         ok(
             400,
@@ -333,7 +333,7 @@ async fn errors_are_decoded_known_unknown_and_not_json() {
     let unknown = client.endpoint(&ep).await.unwrap_err();
     assert_eq!(
         unknown.code(),
-        Some(&ErrorCode::Unknown("rate_limited".into()))
+        Some(&ErrorCode::Unknown("quota_exceeded".into()))
     );
     assert_eq!(unknown.status(), Some(429));
     let violation = client.endpoint(&ep).await.unwrap_err();

@@ -21,6 +21,7 @@ use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
 use crate::model::EndpointId;
 use crate::policy::circuit::Protection;
+use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::Schedule;
 use crate::store::redact_passwords;
 
@@ -73,6 +74,9 @@ pub struct Config {
     /// The API server's bounds: header-read and idle timeout, connection cap (lowered to fit
     /// the file limit beside the workers' and the database's own sockets), shutdown grace.
     pub api_limits: ServeLimits,
+    /// API requests one account's key may make per second in this process (bursts of one
+    /// second's worth); beyond it, 429 `rate_limited` with `Retry-After`. 0: no limit.
+    pub api_rate_limit: u32,
 }
 
 impl fmt::Debug for Config {
@@ -96,6 +100,7 @@ impl fmt::Debug for Config {
             .field("retention", &self.retention)
             .field("backlog_limit", &self.backlog_limit)
             .field("api_limits", &self.api_limits)
+            .field("api_rate_limit", &self.api_rate_limit)
             .finish()
     }
 }
@@ -121,6 +126,7 @@ impl Default for Config {
             retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
             backlog_limit: 10_000,
             api_limits: ServeLimits::default(),
+            api_rate_limit: 5_000,
         }
     }
 }
@@ -159,6 +165,8 @@ pub(crate) struct Shared {
     pub announce: bool,
     /// What is announced next ([`announce`](crate::engine::announce)).
     pub announcements: Announcements,
+    /// Each account's API requests against [`Config::api_rate_limit`], keyed by account id.
+    pub api_requests: Mutex<RateLimiter>,
 }
 
 impl Shared {

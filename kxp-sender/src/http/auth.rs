@@ -27,12 +27,28 @@ impl FromRequestParts<AppState> for Authed {
             .and_then(bearer_token)
             .filter(|k| !k.is_empty())
             .ok_or_else(unauthorized)?;
-        state
+        let account = state
             .db
             .account_by_key(key)
             .await?
-            .map(Authed)
-            .ok_or_else(unauthorized)
+            .ok_or_else(unauthorized)?;
+        let rate = state.shared.config.api_rate_limit;
+        if rate > 0 {
+            let granted = state
+                .shared
+                .api_requests
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .try_take(account.id.as_str(), Some(rate), tokio::time::Instant::now());
+            if !granted {
+                return Err(ApiError::new(
+                    ErrorCode::RateLimited,
+                    format!("this key made more than {rate} requests in the last second"),
+                )
+                .retry_after(1));
+            }
+        }
+        Ok(Authed(account))
     }
 }
 

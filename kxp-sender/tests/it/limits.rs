@@ -129,3 +129,40 @@ async fn events_are_bounded_in_size_and_must_be_unicode() {
     assert_eq!(status, 202, "{error}");
     s.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_key_over_its_request_rate_gets_429_and_other_keys_do_not() {
+    let s = crate::support::sender_with("0s", |config| config.api_rate_limit = 5).await;
+    let (_, b_key) = s.server.db().create_account("b", None).await.unwrap();
+    let b = s.api.with_key(&b_key);
+    // A burst of one second's worth, then refusals (well within that second: the rate refills
+    // at 5/s, so 20 quick requests cannot all pass).
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for _ in 0..20 {
+        let response = s
+            .api
+            .http
+            .get(format!("{}/v1/endpoints", s.api.base))
+            .bearer_auth(&s.api.key)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+        if response.status() == 429 {
+            retry_after = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let error: Value = response.json().await.unwrap();
+            assert_eq!(error["error"], "rate_limited");
+        }
+    }
+    assert!(statuses[..5].iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    // Another account's key has its own budget.
+    let (status, _) = b.call("GET", "/v1/endpoints", None).await;
+    assert_eq!(status, 200);
+    s.server.shutdown().await;
+}
