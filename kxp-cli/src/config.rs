@@ -146,6 +146,12 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_API_RATE_LIMIT", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_rate_limit: Option<u32>,
+    /// The largest event `data` accepted, in bytes of JSON (413 beyond it). The default keeps
+    /// the delivered body under the 1 MiB receivers accept; raise it only with receivers set
+    /// for more.
+    #[arg(long, env = "KXP_MAX_EVENT_BYTES", value_name = "BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_event_bytes: Option<usize>,
     /// Log lines as JSON objects instead of text.
     #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
@@ -265,7 +271,7 @@ impl Settings {
         layer!(high over lower: database_url, listen, dev, api_only, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, json_logs, api_key)
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, json_logs, api_key)
     }
 
     /// Whether logs are JSON lines.
@@ -343,6 +349,7 @@ impl Settings {
                 )?)
                 .max_connections(self.max_connections.unwrap_or(d.api_limits.connections())),
             api_rate_limit: self.api_rate_limit.unwrap_or(d.api_rate_limit),
+            max_event_data: self.max_event_bytes.unwrap_or(d.max_event_data).max(1),
             ..d
         })
     }
@@ -374,6 +381,7 @@ impl Settings {
             header_timeout: Some(Dur(config.api_limits.header_read_timeout())),
             max_connections: Some(config.api_limits.connections()),
             api_rate_limit: Some(config.api_rate_limit),
+            max_event_bytes: Some(config.max_event_data),
             json_logs: Some(json_logs),
             api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
         }

@@ -66,7 +66,7 @@ pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Emb
 pub use engine::mail::MailError;
 pub use http::{
     DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,
-    MAX_RATE_LIMIT, MAX_REQUEST_BODY, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, openapi,
+    MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, REQUEST_OVERHEAD, openapi,
 };
 /// The API server's bounds ([`Config::api_limits`]): the receivers' server, from kxp-axum.
 pub use kxp_axum::ServeLimits;

@@ -181,6 +181,14 @@ fn the_api_servers_bounds_come_from_every_source() {
         Some("500ms"),
         "flag over file"
     );
+    let config = effective(&["--max-event-bytes", "2048", "--api-rate-limit", "0"], &[]);
+    assert_eq!(config["max_event_bytes"].as_integer(), Some(2048));
+    assert_eq!(config["api_rate_limit"].as_integer(), Some(0));
+    assert_eq!(
+        effective(&[], &[])["max_event_bytes"].as_integer(),
+        Some(512 * 1024),
+        "default"
+    );
 }
 
 #[test]

@@ -77,6 +77,10 @@ pub struct Config {
     /// API requests one account's key may make per second in this process (bursts of one
     /// second's worth); beyond it, 429 `rate_limited` with `Retry-After`. 0: no limit.
     pub api_rate_limit: u32,
+    /// The largest event `data` accepted, in bytes of JSON (413 beyond it). The default,
+    /// [`MAX_EVENT_DATA`](crate::MAX_EVENT_DATA), keeps the delivered body under the 1 MiB
+    /// receivers accept by default; raise it only with receivers configured for more.
+    pub max_event_data: usize,
 }
 
 impl fmt::Debug for Config {
@@ -101,6 +105,7 @@ impl fmt::Debug for Config {
             .field("backlog_limit", &self.backlog_limit)
             .field("api_limits", &self.api_limits)
             .field("api_rate_limit", &self.api_rate_limit)
+            .field("max_event_data", &self.max_event_data)
             .finish()
     }
 }
@@ -127,6 +132,7 @@ impl Default for Config {
             backlog_limit: 10_000,
             api_limits: ServeLimits::default(),
             api_rate_limit: 5_000,
+            max_event_data: crate::MAX_EVENT_DATA,
         }
     }
 }

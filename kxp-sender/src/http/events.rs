@@ -7,7 +7,7 @@ use kxp_api::{ErrorCode, Event, NewEvent};
 use serde_json::value::RawValue;
 
 use super::checks::{check_name, check_unicode};
-use super::{ApiBody, ApiError, AppState, Authed, MAX_EVENT_DATA, parse};
+use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::backlog::{Admission, RETRY_AFTER_SECS};
 use crate::model::{Account, Ingest, Ingested, sha256_hex};
 
@@ -42,12 +42,13 @@ pub(super) async fn create_event(
     let new: NewEvent = parse(&body)?;
     check_name("type", &new.event_type, 128)?;
     let data = new.data.as_raw().get();
-    if data.len() > MAX_EVENT_DATA {
+    let limit = state.shared.config.max_event_data;
+    if data.len() > limit {
         return Err(ApiError::new(
             ErrorCode::PayloadTooLarge,
             format!(
-                "data is {} bytes of JSON; the limit is {MAX_EVENT_DATA}, so that the body \
-                 delivered stays under the 1 MiB receivers accept",
+                "data is {} bytes of JSON; this server's limit is {limit} (receivers accept \
+                 bodies up to 1 MiB by default)",
                 data.len()
             ),
         ));

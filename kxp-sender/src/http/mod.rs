@@ -79,14 +79,17 @@ pub const MAX_EVENT_TYPES: usize = 64;
 /// The most endpoints an account can have (deleted ones do not count).
 pub const MAX_ENDPOINTS: u64 = 500;
 
-/// The largest `data` of an event, in bytes of JSON: with the envelope around it (a few hundred
-/// bytes) and room for later encodings (base64 of an encrypted body is 4/3 of it), the body
-/// delivered stays under the 1 MiB that receivers accept by default.
+/// The default largest `data` of an event ([`Config::max_event_data`]), in bytes of JSON: with
+/// the envelope around it (a few hundred bytes) and room for later encodings (base64 of an
+/// encrypted body is 4/3 of it), the body delivered stays under the 1 MiB that receivers accept
+/// by default.
+///
+/// [`Config::max_event_data`]: crate::Config::max_event_data
 pub const MAX_EVENT_DATA: usize = 512 * 1024;
 
-/// The largest request body read at all: an event at [`MAX_EVENT_DATA`] with its type and
-/// version, and JSON Schemas. Larger bodies are answered 413 unread.
-pub const MAX_REQUEST_BODY: usize = MAX_EVENT_DATA + 64 * 1024;
+/// What a request body may hold beyond the event's `data` (its type and version; a JSON
+/// Schema): the body limit is the event limit plus this. Larger bodies are answered 413 unread.
+pub const REQUEST_OVERHEAD: usize = 64 * 1024;
 
 /// The router: `/v1/…`, and `/healthz`.
 pub fn app(state: AppState) -> Router {
@@ -151,6 +154,8 @@ pub fn app(state: AppState) -> Router {
         // axum's own refusals in the API's form: a known path with another method, or none.
         .method_not_allowed_fallback(errors::method_not_allowed)
         .fallback(errors::no_route)
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BODY))
+        .layer(DefaultBodyLimit::max(
+            state.shared.config.max_event_data + REQUEST_OVERHEAD,
+        ))
         .with_state(state)
 }

@@ -166,3 +166,42 @@ async fn a_key_over_its_request_rate_gets_429_and_other_keys_do_not() {
     assert_eq!(status, 200);
     s.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_event_limit_is_the_servers_setting() {
+    let s = crate::support::sender_with("0s", |config| config.max_event_data = 1000).await;
+    let data = |len: usize| json!({"pad": "x".repeat(len - r#"{"pad":""}"#.len())});
+    let (status, error) = s
+        .api
+        .call(
+            "POST",
+            "/v1/events",
+            Some(json!({"type": "t", "data": data(1000)})),
+        )
+        .await;
+    assert_eq!(status, 202, "{error}");
+    let (status, error) = s
+        .api
+        .call(
+            "POST",
+            "/v1/events",
+            Some(json!({"type": "t", "data": data(1001)})),
+        )
+        .await;
+    assert_eq!(status, 413, "{error}");
+    assert!(message(&error).contains("limit is 1000"), "{error}");
+    // The body itself is read only up to the limit plus the request's overhead.
+    let body = vec![b' '; 1000 + kxp_sender::REQUEST_OVERHEAD + 1];
+    let response = s
+        .api
+        .http
+        .post(format!("{}/v1/events", s.api.base))
+        .bearer_auth(&s.api.key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    s.server.shutdown().await;
+}
