@@ -254,3 +254,29 @@ pub async fn record_payment(
     }
     Ok(tx)
 }
+
+/// Completes on the first SIGTERM or SIGINT (Ctrl-C). Without a SIGTERM handler the process
+/// would die at once on the orchestrator's stop, cutting off the requests in flight.
+pub async fn stop_requested() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            // No signal handler could be installed: stop only when killed, as before.
+            _ => std::future::pending().await,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

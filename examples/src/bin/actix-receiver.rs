@@ -81,37 +81,11 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let server = server.run();
     let handle = server.handle();
     actix_web::rt::spawn(async move {
-        stop_requested().await;
+        kxp_examples::stop_requested().await;
         // Graceful: stop accepting, finish the requests in flight, then end `run`.
         handle.stop(true).await;
     });
     server.await?;
     store.close().await;
     Ok(())
-}
-
-/// Completes on the first SIGTERM (what systemd, Kubernetes or Docker send to stop a process)
-/// or SIGINT (Ctrl-C).
-async fn stop_requested() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            // No signal handler could be installed: stop only when killed.
-            _ => std::future::pending().await,
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

@@ -79,33 +79,7 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // SIGTERM (what systemd, Kubernetes or Docker send to stop a process) or Ctrl-C: finish
     // the requests in flight (for up to 10 s), then stop. Any other end loses nothing either:
     // an unfinished transaction rolls back, and the sender delivers again.
-    kxp_axum::serve(listener, app, limits, stop_requested()).await?;
+    kxp_axum::serve(listener, app, limits, kxp_examples::stop_requested()).await?;
     store.close().await;
     Ok(())
-}
-
-/// Completes on the first SIGTERM or SIGINT (Ctrl-C). Without a SIGTERM handler the process
-/// would die at once on the orchestrator's stop, cutting off the requests in flight.
-async fn stop_requested() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            // No signal handler could be installed: stop only when killed, as before.
-            _ => std::future::pending().await,
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
