@@ -5,6 +5,19 @@ use serde_json::{Value, json};
 
 use crate::support::sender;
 
+/// `POST /v1/events` with `body` as it is: bytes no JSON value could produce.
+async fn post_event_bytes(s: &crate::support::Sender, body: Vec<u8>) -> reqwest::Response {
+    s.api
+        .http
+        .post(format!("{}/v1/events", s.api.base))
+        .bearer_auth(&s.api.key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
 fn message(error: &Value) -> &str {
     error["message"].as_str().unwrap_or_default()
 }
@@ -103,16 +116,7 @@ async fn events_are_bounded_in_size_and_must_be_unicode() {
     // A lone surrogate escape is valid JSON but no character: refused at ingestion.
     for data in [r#"{"name":"\ud800"}"#, r#"{"\udc00":1}"#] {
         let body = format!(r#"{{"type":"t","data":{data}}}"#);
-        let response = s
-            .api
-            .http
-            .post(format!("{}/v1/events", s.api.base))
-            .bearer_auth(&s.api.key)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let response = post_event_bytes(&s, body.into_bytes()).await;
         assert_eq!(response.status(), 422, "{data}");
         let error: Value = response.json().await.unwrap();
         assert!(message(&error).contains("lone surrogate"), "{error}");
@@ -192,16 +196,7 @@ async fn the_event_limit_is_the_servers_setting() {
     assert!(message(&error).contains("limit is 1000"), "{error}");
     // The body itself is read only up to the limit plus the request's overhead.
     let body = vec![b' '; 1000 + kxp_sender::REQUEST_OVERHEAD + 1];
-    let response = s
-        .api
-        .http
-        .post(format!("{}/v1/events", s.api.base))
-        .bearer_auth(&s.api.key)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_event_bytes(&s, body).await;
     assert_eq!(response.status(), 413);
     s.server.shutdown().await;
 }
