@@ -57,11 +57,20 @@ pub enum StoreError {
         /// The event id that was passed.
         event_id: String,
     },
+    /// `claim_lost`: renewing, completing or failing a [`Lease`](crate::Lease) whose event
+    /// carries a newer claim: the lease ran out (the handler outlived it and could not renew
+    /// it) and another delivery claimed the event, or marked it processed in a transaction.
+    /// Nothing was changed: the event is the newer holder's.
+    #[error("claim_lost: event {event_id:?} was claimed again after this lease ran out")]
+    ClaimLost {
+        /// The event id of the lease.
+        event_id: String,
+    },
 }
 
 impl StoreError {
-    /// The stable snake_case name: `invalid_url`, `unavailable`, `migration`, `query` or
-    /// `not_claimed`.
+    /// The stable snake_case name: `invalid_url`, `unavailable`, `migration`, `query`,
+    /// `not_claimed` or `claim_lost`.
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::InvalidUrl { .. } => "invalid_url",
@@ -69,6 +78,7 @@ impl StoreError {
             StoreError::Migration { .. } => "migration",
             StoreError::Query { .. } => "query",
             StoreError::NotClaimed { .. } => "not_claimed",
+            StoreError::ClaimLost { .. } => "claim_lost",
         }
     }
 
@@ -388,5 +398,11 @@ mod tests {
         };
         assert_eq!(not_claimed.kind(), "not_claimed");
         assert!(not_claimed.to_string().starts_with("not_claimed: "));
+        let lost = StoreError::ClaimLost {
+            event_id: "evt".into(),
+        };
+        assert_eq!(lost.kind(), "claim_lost");
+        assert!(lost.to_string().starts_with("claim_lost: "));
+        assert!(!lost.is_unavailable());
     }
 }

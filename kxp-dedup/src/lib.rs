@@ -19,7 +19,7 @@ use std::time::Duration;
 pub use error::StoreError;
 pub use inbox::{InboxPut, InboxRun, inbox_retry_delay};
 pub use process::{Outcome, process, process_in_transaction};
-pub use record::{Backend, Claim, EventRecord, EventStatus};
+pub use record::{Backend, Claim, EventRecord, EventStatus, Lease, LeaseClaim};
 pub use store::Store;
 pub use tx::Tx;
 

@@ -1,15 +1,18 @@
 //! The framework-agnostic glue: run a handler at most once per event id and say what to answer.
 
 use std::any::Any;
+use std::convert::Infallible;
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::pin;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::future::{Either, select};
 
-use crate::record::Claim;
-use crate::{STORE_UNAVAILABLE_RETRY_AFTER, Store, Tx};
+use crate::record::{Claim, Lease, LeaseClaim};
+use crate::{STORE_UNAVAILABLE_RETRY_AFTER, Store, StoreError, Tx};
 
 /// What happened to one delivery, and so what the receiver answers (ARCHITECTURE.md,
 /// "Receiver: status codes").
@@ -99,20 +102,30 @@ const UNAVAILABLE: Outcome = Outcome::StoreUnavailable {
     retry_after: STORE_UNAVAILABLE_RETRY_AFTER,
 };
 
-/// Claim/complete mode: claims `event_id` for `lease`, runs `handler` only if this call holds
-/// the claim, then records the result.
+/// Claim/complete mode: claims `event_id` for `lease` ([`Store::claim_lease`]), runs `handler`
+/// only if this call holds the claim, renewing the lease while it runs, then records the
+/// result if the claim is still this call's.
 ///
 /// - claim → `AlreadyDone`: [`Outcome::Duplicate`]; `InProgress`: [`Outcome::InProgress`].
-/// - handler `Ok` → [`Store::complete`] → [`Outcome::Processed`]. If the completion cannot be
+/// - while the handler runs, the lease is [renewed](Store::renew) every third of `lease`, so a
+///   handler slower than its lease is not run a second time by a concurrent delivery while it
+///   is alive. The renewals stop when the handler ends (or the returned future is dropped).
+/// - handler `Ok` → [`Store::complete_lease`] → [`Outcome::Processed`]. If the completion cannot be
 ///   written, the answer is [`Outcome::StoreUnavailable`] (never a 200 that is not recorded),
 ///   and the event runs again once the lease ends: make such handlers idempotent, or use
 ///   [`process_in_transaction`].
-/// - handler `Err(e)` → [`Store::fail`] with `e.to_string()` → [`Outcome::Failed`].
+/// - handler `Err(e)` → [`Store::fail_lease`] with `e.to_string()` → [`Outcome::Failed`].
 /// - any store error before the handler → [`Outcome::StoreUnavailable`].
+///
+/// If the claim was lost meanwhile (the lease could not be renewed, say the database was out of
+/// reach for longer than `lease`, and another delivery claimed the event), nothing is written
+/// over the new holder's claim: the completion is refused (`claim_lost`, logged as an error) and
+/// the answer is the event's state, [`Outcome::Duplicate`] once the new holder completed it,
+/// else [`Outcome::InProgress`] so that the sender comes back.
 ///
 /// A panicking handler is recorded as failed (so the sender's retry need not wait for the
 /// lease), then the panic continues. If the returned future is dropped mid-handler (the client
-/// went away), the claim stays until its lease ends.
+/// went away), the renewals stop and the claim stays until its lease ends.
 pub async fn process<F, Fut, E>(
     store: &Store,
     event_id: &str,
@@ -124,18 +137,28 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    match store.claim(event_id, lease).await {
-        Ok(Claim::Claimed) => {}
-        Ok(Claim::AlreadyDone) => return Outcome::Duplicate,
-        Ok(Claim::InProgress { retry_after }) => return Outcome::InProgress { retry_after },
+    let held = match store.claim_lease(event_id, lease).await {
+        Ok(LeaseClaim::Held(held)) => held,
+        Ok(LeaseClaim::AlreadyDone) => return Outcome::Duplicate,
+        Ok(LeaseClaim::InProgress { retry_after }) => return Outcome::InProgress { retry_after },
         Err(error) => {
             tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot claim");
             return UNAVAILABLE;
         }
-    }
-    match run_handler(handler).await {
-        HandlerResult::Ok => match store.complete(event_id).await {
+    };
+    match with_heartbeat(store, &held, run_handler(handler)).await {
+        HandlerResult::Ok => match store.complete_lease(held).await {
             Ok(()) => Outcome::Processed,
+            Err(error @ StoreError::ClaimLost { .. }) => {
+                tracing::error!(
+                    event_id,
+                    error = %error,
+                    kind = error.kind(),
+                    "kxp-dedup: handler succeeded after its claim was taken over; \
+                     the completion is left to the new holder"
+                );
+                after_lost_claim(store, event_id).await
+            }
             Err(error) => {
                 tracing::error!(
                     event_id,
@@ -148,19 +171,83 @@ where
             }
         },
         HandlerResult::Err(message) => {
-            record_failure(store, event_id, &message).await;
+            record_failure(store, held, &message).await;
             Outcome::Failed
         }
         HandlerResult::Panicked(payload) => {
-            record_failure(store, event_id, "handler panicked").await;
+            record_failure(store, held, "handler panicked").await;
             std::panic::resume_unwind(payload)
         }
     }
 }
 
-async fn record_failure(store: &Store, event_id: &str, message: &str) {
-    if let Err(error) = store.fail(event_id, message).await {
-        // The claim's lease runs out on its own: the event is retried later either way.
+/// Runs `work` while renewing `lease` every third of its duration, until `work` ends. A renewal
+/// that fails for want of the database is tried again at the next beat (the lease may still be
+/// live); once the claim is lost, the renewals stop and `work` runs on, its result refused at
+/// completion.
+pub(crate) async fn with_heartbeat<T>(
+    store: &Store,
+    lease: &Lease,
+    work: impl Future<Output = T>,
+) -> T {
+    let beat = (lease.duration() / 3).max(Duration::from_millis(1));
+    let heartbeat = async {
+        loop {
+            tokio::time::sleep(beat).await;
+            match store.renew(lease).await {
+                Ok(()) => {}
+                Err(error @ (StoreError::ClaimLost { .. } | StoreError::NotClaimed { .. })) => {
+                    tracing::warn!(
+                        event_id = lease.event_id(),
+                        error = %error,
+                        kind = error.kind(),
+                        "kxp-dedup: the claim was lost while its handler runs"
+                    );
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        event_id = lease.event_id(),
+                        error = %error,
+                        kind = error.kind(),
+                        "kxp-dedup: cannot renew a lease; trying again"
+                    );
+                }
+            }
+        }
+        std::future::pending::<Infallible>().await
+    };
+    match select(pin!(work), pin!(heartbeat)).await {
+        Either::Left((output, _)) => output,
+        Either::Right((never, _)) => match never {},
+    }
+}
+
+/// The answer after a refused completion: what the event's state says now.
+async fn after_lost_claim(store: &Store, event_id: &str) -> Outcome {
+    match store.state(event_id).await {
+        Ok(Some((status, _))) if status == "done" => Outcome::Duplicate,
+        Ok(Some((status, left_ms))) if status == "processing" && left_ms > 0 => {
+            Outcome::InProgress {
+                retry_after: crate::util::retry_after_from_millis(left_ms),
+            }
+        }
+        // Failed by the new holder, or its lease ran out too: the sender's next try claims it.
+        Ok(_) => Outcome::InProgress {
+            retry_after: Duration::from_secs(1),
+        },
+        Err(error) => {
+            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot read state");
+            UNAVAILABLE
+        }
+    }
+}
+
+async fn record_failure(store: &Store, lease: Lease, message: &str) {
+    let event_id = lease.event_id().to_owned();
+    if let Err(error) = store.fail_lease(lease, message).await {
+        // The claim's lease runs out on its own (or is another's now): the event is retried
+        // later either way.
         tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot record a failure");
     }
 }

@@ -47,6 +47,53 @@ pub enum Claim {
     },
 }
 
+/// What [`Store::claim_lease`](crate::Store::claim_lease) decided: a [`Claim`], with the
+/// [`Lease`] a won claim holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseClaim {
+    /// This caller holds the event: [`renew`](crate::Store::renew) the lease while working, then
+    /// [`complete_lease`](crate::Store::complete_lease) or
+    /// [`fail_lease`](crate::Store::fail_lease).
+    Held(Lease),
+    /// Processed before: answer 200 without processing again.
+    AlreadyDone,
+    /// Another caller holds a live lease on it: answer 409 and let the sender come back.
+    InProgress {
+        /// As in [`Claim::InProgress`].
+        retry_after: Duration,
+    },
+}
+
+/// A claim this caller holds, from [`Store::claim_lease`](crate::Store::claim_lease).
+///
+/// It carries a fencing token, the claim's number (the event's `attempts` after this claim):
+/// every later claim of the event, by anyone, gets a higher one. Renewing, completing and
+/// failing are conditional on the row still carrying this token, so a holder whose lease ran
+/// out and was taken over is told so (`claim_lost`) and cannot overwrite the new holder's claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub(crate) event_id: String,
+    pub(crate) token: u32,
+    pub(crate) duration: Duration,
+}
+
+impl Lease {
+    /// The event this lease holds.
+    pub fn event_id(&self) -> &str {
+        &self.event_id
+    }
+
+    /// The fencing token: which claim of the event this is (1 for the first).
+    pub fn token(&self) -> u32 {
+        self.token
+    }
+
+    /// How long the lease lasts from its claim or its last [`renew`](crate::Store::renew).
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+}
+
 /// The state of one event id, as [`Store::record`](crate::Store::record) reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -1,5 +1,5 @@
-//! The store: a pool of either backend, its migrations, and the claim / complete / fail / purge
-//! statements.
+//! The store: a pool of either backend, its migrations, and the claim / renew / complete / fail
+//! / purge statements.
 //!
 //! Every time that is compared lives in the database and is computed there (`now()` on
 //! PostgreSQL, `unixepoch('subsec')` on SQLite): receivers on several machines with skewed
@@ -19,7 +19,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, PgConnection};
 
 use crate::error::{Redactor, StoreError};
-use crate::record::{Backend, Claim, EventRecord, EventStatus};
+use crate::record::{Backend, Claim, EventRecord, EventStatus, Lease, LeaseClaim};
 use crate::tx::Tx;
 use crate::util::{millis, retry_after_from_millis};
 
@@ -315,12 +315,181 @@ impl Store {
     /// [`AlreadyDone`](Claim::AlreadyDone) from [`InProgress`](Claim::InProgress).
     ///
     /// The lease should outlast the handler: a claim whose lease ran out can be taken by another
-    /// delivery while the first handler still runs.
+    /// delivery while the first handler still runs. This claim is not renewable and
+    /// [`complete`](Store::complete) / [`fail`](Store::fail) do not check who holds the event:
+    /// [`claim_lease`](Store::claim_lease) is the same claim with a fencing token, and
+    /// [`process`](crate::process) uses it.
     pub async fn claim(&self, event_id: &str, lease: Duration) -> Result<Claim, StoreError> {
         Ok(match self.claim_inner(event_id, lease).await? {
             ClaimState::Claimed { .. } => Claim::Claimed,
             ClaimState::AlreadyDone => Claim::AlreadyDone,
             ClaimState::InProgress { retry_after } => Claim::InProgress { retry_after },
+        })
+    }
+
+    /// [`claim`](Store::claim) (the same statement and rules), handing a won claim out as a
+    /// [`Lease`]: keep it alive with [`renew`](Store::renew) while the work runs (at a third of
+    /// its duration, say, as [`process`](crate::process) does), then end it with
+    /// [`complete_lease`](Store::complete_lease) or [`fail_lease`](Store::fail_lease). All three
+    /// are refused with `claim_lost` once the event was claimed again by anyone else, so a
+    /// holder that outlived its lease cannot overwrite the new holder's claim.
+    pub async fn claim_lease(
+        &self,
+        event_id: &str,
+        lease: Duration,
+    ) -> Result<LeaseClaim, StoreError> {
+        Ok(match self.claim_inner(event_id, lease).await? {
+            ClaimState::Claimed { attempts } => LeaseClaim::Held(Lease {
+                event_id: event_id.to_owned(),
+                token: attempts,
+                duration: lease,
+            }),
+            ClaimState::AlreadyDone => LeaseClaim::AlreadyDone,
+            ClaimState::InProgress { retry_after } => LeaseClaim::InProgress { retry_after },
+        })
+    }
+
+    /// Extends `lease` to its [`duration`](Lease::duration) from now (the database's now), if
+    /// it still holds its event: a lease that ran out but was not taken over yet is renewed
+    /// too, since nobody else holds the event.
+    ///
+    /// Fails with `claim_lost` when the event carries a newer claim (or was completed), and
+    /// `not_claimed` when its row is gone (purged).
+    pub async fn renew(&self, lease: &Lease) -> Result<(), StoreError> {
+        let lease_ms = millis(lease.duration);
+        let updated = match &self.pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET locked_until = CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?3,
+                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
+                 WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2",
+            )
+            .bind(&lease.event_id)
+            .bind(i64::from(lease.token))
+            .bind(lease_ms)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET locked_until = now() + $3::bigint * interval '1 millisecond',
+                     updated_at = now()
+                 WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint",
+            )
+            .bind(&lease.event_id)
+            .bind(i64::from(lease.token))
+            .bind(lease_ms)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+        };
+        self.held_or_lost(&lease.event_id, updated).await
+    }
+
+    /// [`complete`](Store::complete) for the holder of `lease` only: marks the event done if
+    /// it still carries this lease's claim.
+    ///
+    /// Fails with `claim_lost` when the event was claimed again after the lease ran out (the
+    /// new holder's claim is left as it is: the event is not marked done for it), and
+    /// `not_claimed` when its row is gone.
+    pub async fn complete_lease(&self, lease: Lease) -> Result<(), StoreError> {
+        let updated = match &self.pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'done', locked_until = NULL,
+                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
+                 WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2",
+            )
+            .bind(&lease.event_id)
+            .bind(i64::from(lease.token))
+            .execute(pool)
+            .await?
+            .rows_affected(),
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'done', locked_until = NULL, updated_at = now()
+                 WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint",
+            )
+            .bind(&lease.event_id)
+            .bind(i64::from(lease.token))
+            .execute(pool)
+            .await?
+            .rows_affected(),
+        };
+        self.held_or_lost(&lease.event_id, updated).await
+    }
+
+    /// [`fail`](Store::fail) for the holder of `lease` only: marks the event failed (claimable
+    /// by the next delivery at once) and records `error` as `last_error`, if it still carries
+    /// this lease's claim. Fails with `claim_lost` or `not_claimed` as
+    /// [`complete_lease`](Store::complete_lease) does.
+    pub async fn fail_lease(&self, lease: Lease, error: &str) -> Result<(), StoreError> {
+        let error = crate::util::truncate(error, crate::MAX_ERROR_LEN);
+        let updated = match &self.pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'failed', locked_until = NULL, last_error = ?3,
+                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
+                 WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2",
+            )
+            .bind(&lease.event_id)
+            .bind(i64::from(lease.token))
+            .bind(error)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => sqlx::query(
+                "UPDATE kxp_processed_events
+                 SET status = 'failed', locked_until = NULL, last_error = $3, updated_at = now()
+                 WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint",
+            )
+            .bind(&lease.event_id)
+            .bind(i64::from(lease.token))
+            .bind(error)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+        };
+        self.held_or_lost(&lease.event_id, updated).await
+    }
+
+    /// After a fenced statement: one row updated is success; none is `claim_lost` if the row
+    /// exists (it carries another claim), else `not_claimed`.
+    async fn held_or_lost(&self, event_id: &str, updated: u64) -> Result<(), StoreError> {
+        if updated > 0 {
+            return Ok(());
+        }
+        let event_id = event_id.to_owned();
+        Err(match self.state(&event_id).await? {
+            Some(_) => StoreError::ClaimLost { event_id },
+            None => StoreError::NotClaimed { event_id },
+        })
+    }
+
+    /// The status of `event_id` and the milliseconds left on its lease (0 when none or
+    /// expired), or `None` without a row.
+    pub(crate) async fn state(&self, event_id: &str) -> Result<Option<(String, i64)>, StoreError> {
+        Ok(match &self.pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(SQLITE_STATE)
+                    .bind(event_id)
+                    .fetch_optional(pool)
+                    .await?
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                sqlx::query_as(PG_STATE)
+                    .bind(event_id)
+                    .fetch_optional(pool)
+                    .await?
+            }
         })
     }
 
@@ -354,23 +523,7 @@ impl Store {
                 let attempts = u32::try_from(attempts).unwrap_or(u32::MAX);
                 return Ok(ClaimState::Claimed { attempts });
             }
-            let state: Option<(String, i64)> = match &self.pool {
-                #[cfg(feature = "sqlite")]
-                Pool::Sqlite(pool) => {
-                    sqlx::query_as(SQLITE_STATE)
-                        .bind(event_id)
-                        .fetch_optional(pool)
-                        .await?
-                }
-                #[cfg(feature = "postgres")]
-                Pool::Postgres(pool) => {
-                    sqlx::query_as(PG_STATE)
-                        .bind(event_id)
-                        .fetch_optional(pool)
-                        .await?
-                }
-            };
-            match state {
+            match self.state(event_id).await? {
                 Some((status, _)) if status == "done" => {
                     return Ok(ClaimState::AlreadyDone);
                 }
@@ -391,7 +544,9 @@ impl Store {
     /// Marks a claimed event done: every later claim answers
     /// [`AlreadyDone`](Claim::AlreadyDone). Call it only once the handler's effect is durable.
     ///
-    /// Fails with `not_claimed` when there is no row for `event_id`.
+    /// Unfenced: it marks the event done whoever holds it now; a holder whose lease may have run
+    /// out should use [`complete_lease`](Store::complete_lease). Fails with `not_claimed` when
+    /// there is no row for `event_id`.
     pub async fn complete(&self, event_id: &str) -> Result<(), StoreError> {
         let updated = match &self.pool {
             #[cfg(feature = "sqlite")]
@@ -429,7 +584,8 @@ impl Store {
     /// it again without waiting for the lease.
     ///
     /// A done event stays done (another delivery may have completed it after this one's lease
-    /// ran out). Fails with `not_claimed` when there is no row for `event_id`.
+    /// ran out), but a newer claim is not protected: [`fail_lease`](Store::fail_lease) is.
+    /// Fails with `not_claimed` when there is no row for `event_id`.
     pub async fn fail(&self, event_id: &str, error: &str) -> Result<(), StoreError> {
         let error = crate::util::truncate(error, crate::MAX_ERROR_LEN);
         let updated = match &self.pool {
