@@ -20,7 +20,7 @@ pub use error::StoreError;
 pub use inbox::{InboxPut, InboxRun, inbox_retry_delay};
 pub use process::{Outcome, process, process_in_transaction};
 pub use record::{Backend, Claim, EventRecord, EventStatus, Lease, LeaseClaim};
-pub use store::Store;
+pub use store::{Store, clean_on_release};
 pub use tx::Tx;
 
 /// The sqlx this crate is built with: [`Tx::sqlite`], `Tx::postgres` and the pool accessors

@@ -6,9 +6,13 @@
 //! clocks still agree on when a lease ends, because only the database's clock is ever read.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
 use std::time::Duration;
 
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
 #[cfg(feature = "postgres")]
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 #[cfg(feature = "sqlite")]
@@ -16,7 +20,8 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 #[cfg(feature = "postgres")]
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, PgConnection, Postgres};
+use sqlx::{Database, TransactionManager};
 
 use crate::error::{Redactor, StoreError};
 use crate::record::{Backend, Claim, EventRecord, EventStatus, Lease, LeaseClaim};
@@ -166,11 +171,23 @@ impl Store {
                 .idle_timeout(None)
                 .max_lifetime(None)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
+                .after_release(|conn, _| {
+                    clean_on_release(
+                        conn,
+                        <Sqlite as Database>::TransactionManager::get_transaction_depth,
+                    )
+                })
                 .connect_with(options)
                 .await
         } else {
             SqlitePoolOptions::new()
                 .acquire_timeout(ACQUIRE_TIMEOUT)
+                .after_release(|conn, _| {
+                    clean_on_release(
+                        conn,
+                        <Sqlite as Database>::TransactionManager::get_transaction_depth,
+                    )
+                })
                 .connect_with(
                     options
                         .create_if_missing(true)
@@ -209,6 +226,12 @@ impl Store {
         migrated?;
         let pool = PgPoolOptions::new()
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_release(|conn, _| {
+                clean_on_release(
+                    conn,
+                    <Postgres as Database>::TransactionManager::get_transaction_depth,
+                )
+            })
             .connect_lazy_with(options);
         Ok(Store {
             pool: Pool::Postgres(pool),
@@ -220,7 +243,9 @@ impl Store {
     /// in-transaction mode shares its database); applies the migrations.
     ///
     /// Give its connections a busy timeout (sqlx's default is 5 s) and prefer WAL mode:
-    /// concurrent claims wait for SQLite's single write lock.
+    /// concurrent claims wait for SQLite's single write lock. Give the pool
+    /// [`clean_on_release`] as its `after_release` hook too, as [`Store::connect`] does, or a
+    /// full disk can leave a pooled connection unusable until a restart.
     pub async fn from_sqlite_pool(pool: SqlitePool) -> Result<Store, StoreError> {
         let store = Store {
             pool: Pool::Sqlite(pool),
@@ -746,4 +771,44 @@ fn postgres_migrator() -> sqlx::migrate::Migrator {
     let mut migrator = sqlx::migrate!("./migrations/postgres");
     migrator.set_ignore_missing(true);
     migrator
+}
+
+/// A pool's `after_release` hook that closes a connection still inside a transaction instead
+/// of pooling it again; [`Store::connect`] installs it, and a pool given to
+/// [`Store::from_sqlite_pool`] should have it too.
+///
+/// A transaction can end in a state the driver did not follow: on `SQLITE_FULL` (a full disk)
+/// SQLite rolls back by itself, the `ROLLBACK` sqlx sends then fails, and sqlx's transaction
+/// depth stays at 1, so every later `begin` on that connection fails (sqlx issues #3932 and
+/// #4031): a receiver in in-transaction mode answered 503 to every delivery after the disk had
+/// space again. A dropped transaction's rollback is queued, not yet run, so a ping first lets it
+/// run; what is still inside a transaction then is closed, and the pool opens a fresh
+/// connection.
+///
+/// ```no_run
+/// use kxp_dedup::clean_on_release;
+/// use kxp_dedup::sqlx::{self, Database, Sqlite, TransactionManager, sqlite::SqlitePoolOptions};
+///
+/// # async fn pool() -> Result<(), sqlx::Error> {
+/// let pool = SqlitePoolOptions::new()
+///     .after_release(|conn, _| {
+///         clean_on_release(conn, <Sqlite as Database>::TransactionManager::get_transaction_depth)
+///     })
+///     .connect("sqlite://app.db")
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub fn clean_on_release<C: sqlx::Connection>(
+    conn: &mut C,
+    depth: fn(&C) -> usize,
+) -> Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + '_>> {
+    Box::pin(async move {
+        if depth(conn) == 0 {
+            return Ok(true);
+        }
+        if conn.ping().await.is_err() {
+            return Ok(false);
+        }
+        Ok(depth(conn) == 0)
+    })
 }

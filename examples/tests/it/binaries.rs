@@ -27,7 +27,7 @@ pub enum Bin {
 }
 
 impl Bin {
-    fn path(self) -> &'static str {
+    pub fn path(self) -> &'static str {
         match self {
             Bin::Axum => env!("CARGO_BIN_EXE_axum-receiver"),
             Bin::Actix => env!("CARGO_BIN_EXE_actix-receiver"),

@@ -27,4 +27,5 @@ macro_rules! both_binaries {
 
 mod binaries;
 mod conformance;
+mod disk_full;
 mod settings;

@@ -1,0 +1,242 @@
+//! A full disk under a receiver's SQLite store (in-transaction mode), then space again: while
+//! it is full deliveries get 503 (never a 200 for an event not recorded); once there is space,
+//! deliveries are processed again within seconds, without a restart, each event once.
+//!
+//! The store sits on a 4 MiB tmpfs in a mount namespace of the receiver's own (`unshare -m`),
+//! filled and freed through `nsenter`. Where that is not permitted (not root), the test says so
+//! and passes.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kxp_testkit::conformance::{SECRET, event_body, sign};
+
+use crate::binaries::{Bin, TempDir};
+
+/// The receiver, confined to its own mount namespace; killed when dropped.
+struct Confined {
+    child: Child,
+    dir: TempDir,
+    url: String,
+    /// `outcome` of each logged request, by event id.
+    outcomes: Arc<Mutex<HashMap<String, Vec<String>>>>,
+}
+
+impl Confined {
+    fn start(bin: Bin) -> Option<Confined> {
+        let permitted = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "true"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !permitted {
+            eprintln!("SKIPPED (disk full): `unshare -m` is not permitted here (it needs root)");
+            return None;
+        }
+        let dir = TempDir::new();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut child = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "/bin/sh", "-c"])
+            .arg(r#"mount -t tmpfs -o size=4m tmpfs "$1" || exit 97; shift; exec "$@""#)
+            .arg("sh")
+            .arg(dir.path())
+            .arg(bin.path())
+            .env("KXP_LISTEN", &listen)
+            .env("KXP_WEBHOOK_SECRET", SECRET)
+            .env(
+                "DATABASE_URL",
+                format!("sqlite://{}/receiver.db", dir.path().display()),
+            )
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let outcomes: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
+        let stdout = child.stdout.take().unwrap();
+        let log = Arc::clone(&outcomes);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let Ok(fields) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                if let (Some(id), Some(outcome)) =
+                    (fields["event_id"].as_str(), fields["outcome"].as_str())
+                    && !id.is_empty()
+                {
+                    log.lock()
+                        .unwrap()
+                        .entry(id.to_owned())
+                        .or_default()
+                        .push(outcome.to_owned());
+                }
+            }
+        });
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&listen).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{bin:?} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Confined {
+            child,
+            dir,
+            url: format!("http://{listen}/webhooks"),
+            outcomes,
+        })
+    }
+
+    fn inside(&self, script: &str) {
+        let status = Command::new("nsenter")
+            .args([
+                "-t",
+                &self.child.id().to_string(),
+                "-m",
+                "--",
+                "/bin/sh",
+                "-c",
+            ])
+            .arg(script)
+            .arg("sh")
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.code().is_some(), "nsenter did not run");
+    }
+
+    /// The logged outcomes of `event_id`'s requests so far.
+    fn outcomes_of(&self, event_id: &str) -> Vec<String> {
+        self.outcomes
+            .lock()
+            .unwrap()
+            .get(event_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Confined {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn deliver(url: &str, event_id: &str) -> u16 {
+    let body = event_body(event_id, 1999, "EUR");
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("x-kxp-signature", sign(&[SECRET], t, body.as_bytes()))
+        .body(body)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+async fn a_full_disk_gets_503s_then_recovers_without_a_restart(bin: Bin) {
+    let Some(receiver) = Confined::start(bin) else {
+        return;
+    };
+    let mut answered_200 = Vec::new();
+    for n in 0..5 {
+        let id = format!("evt_before_{n}");
+        assert_eq!(deliver(&receiver.url, &id).await, 200, "{id}");
+        answered_200.push(id);
+    }
+
+    receiver.inside(r#"cat /dev/zero > "$1/filler" 2>/dev/null; sync"#);
+    let mut during = Vec::new();
+    for n in 0..20 {
+        let id = format!("evt_full_{n}");
+        let status = deliver(&receiver.url, &id).await;
+        assert!(
+            status == 200 || status == 503,
+            "{id}: {status} while the disk is full"
+        );
+        if status == 200 {
+            answered_200.push(id.clone());
+        }
+        during.push((id, status));
+    }
+    assert!(
+        during.iter().any(|(_, status)| *status == 503),
+        "a full disk refused nothing: the test did not fill it"
+    );
+
+    receiver.inside(r#"rm -f "$1/filler"; sync"#);
+    let started = Instant::now();
+    let mut n = 0;
+    loop {
+        let id = format!("evt_after_{n}");
+        n += 1;
+        if deliver(&receiver.url, &id).await == 200 {
+            answered_200.push(id);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{bin:?} still refuses deliveries 30 s after the disk was freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // From then on every delivery is processed: no pooled connection stayed broken. The sender
+    // delivers the refused ones again; they are processed now.
+    for k in 0..20 {
+        let id = format!("evt_later_{k}");
+        assert_eq!(
+            deliver(&receiver.url, &id).await,
+            200,
+            "{id} after recovery"
+        );
+        answered_200.push(id);
+    }
+    for (id, status) in &during {
+        if *status == 503 {
+            assert_eq!(
+                deliver(&receiver.url, id).await,
+                200,
+                "{id} delivered again"
+            );
+            answered_200.push(id.clone());
+        }
+    }
+    // Everything answered 200 was recorded: delivered once more, each is a duplicate, and each
+    // was processed exactly once.
+    for id in &answered_200 {
+        assert_eq!(deliver(&receiver.url, id).await, 200, "{id} once more");
+    }
+    let started = Instant::now();
+    for id in &answered_200 {
+        loop {
+            let outcomes = receiver.outcomes_of(id);
+            if outcomes.last().map(String::as_str) == Some("duplicate") {
+                let processed = outcomes.iter().filter(|o| *o == "processed").count();
+                assert_eq!(processed, 1, "{id}: {outcomes:?}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{id}: {outcomes:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+both_binaries!(a_full_disk_gets_503s_then_recovers_without_a_restart);
