@@ -18,6 +18,7 @@ use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
 use crate::engine::{announce, notifier, retention, worker};
 use crate::http::{self, AppState};
+use crate::model::set_database_offset;
 use crate::store::{Db, StoreError};
 
 /// Why the server could not start.
@@ -97,6 +98,11 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         None => None,
     };
     let db = Db::connect(&config.database_url).await?;
+    // On PostgreSQL every stored time follows the database's clock, measured before anything is
+    // written and every minute after (see `follow_database_clock`).
+    if let Some(offset) = db.clock_offset().await {
+        set_database_offset(offset);
+    }
     let new_api_key = bootstrap(&db, config.api_key.as_deref()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -151,6 +157,9 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             tracing::error!(target: "kxp_sender", error = %e, "the API server stopped");
         }
     });
+    if matches!(db, Db::Postgres(_)) {
+        tokio::spawn(follow_database_clock(db.clone(), stopped.clone()));
+    }
     if let (true, Db::Postgres(pool)) = (announce, &db) {
         tokio::spawn(announce::send(
             pool.clone(),
@@ -190,6 +199,25 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         workers,
     })
 }
+
+/// Keeps [`now_ms`](crate::model::now_ms) on the database's clock: leases, schedules and probes
+/// written by several processes sharing one PostgreSQL are compared with each other, so they
+/// must come from one clock, not from each machine's. Re-measured every minute (clocks drift,
+/// and NTP steps them); a failed or slow reading keeps the last offset.
+async fn follow_database_clock(db: Db, mut stopped: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => return,
+            () = tokio::time::sleep(CLOCK_CHECK) => {}
+        }
+        if let Some(offset) = db.clock_offset().await {
+            set_database_offset(offset);
+        }
+    }
+}
+
+/// How often the database's clock is read again.
+const CLOCK_CHECK: Duration = Duration::from_secs(60);
 
 /// Makes sure an account exists: with `api_key` when given (the same key on every start), or
 /// with a generated key on the very first start, which is returned to be shown once.

@@ -31,3 +31,4 @@ pub use notification::{NoticeFacts, NoticeNext, Notification};
 pub use schema::Schema;
 pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
 pub use time::{ms, now_ms, parse_rfc3339, rfc3339};
+pub(crate) use time::{offset_from, set_database_offset, system_ms};

@@ -1,13 +1,41 @@
 //! Time as the sender stores it: Unix milliseconds, by one clock, shown as RFC 3339.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-/// Unix milliseconds by the system clock: every stored time uses this one source.
+/// How far the shared database's clock is ahead of this machine's, in milliseconds (0 until
+/// measured, and on SQLite, whose database is on this machine).
+static DATABASE_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Unix milliseconds by the database's clock, as this process best knows it: the system clock
+/// corrected by the last measured offset. Every stored time uses this one source, so leases,
+/// schedules and circuit probes written by several `kxp serve` processes on one PostgreSQL
+/// agree even when the machines' clocks do not.
 pub fn now_ms() -> i64 {
+    system_ms().saturating_add(DATABASE_OFFSET_MS.load(Ordering::Relaxed))
+}
+
+/// Unix milliseconds by this machine's clock.
+pub(crate) fn system_ms() -> i64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The database's clock read between `before` and `after` (this machine's, in ms), as an offset:
+/// the reading is taken to be from the middle of the round trip. `None` when the round trip was
+/// too slow (over a second) to say anything useful.
+pub(crate) fn offset_from(before: i64, database: i64, after: i64) -> Option<i64> {
+    let round_trip = after.checked_sub(before)?;
+    (0..=1000)
+        .contains(&round_trip)
+        .then(|| database.saturating_sub(before.saturating_add(round_trip / 2)))
+}
+
+/// Makes [`now_ms`] follow the database's clock by `offset` ms.
+pub(crate) fn set_database_offset(offset: i64) {
+    DATABASE_OFFSET_MS.store(offset, Ordering::Relaxed);
 }
 
 /// A `Duration` in whole milliseconds, saturating.
@@ -32,4 +60,30 @@ pub fn rfc3339(ms: i64) -> String {
                 .ok()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::offset_from;
+
+    #[test]
+    fn the_database_reading_is_taken_from_the_middle_of_the_round_trip() {
+        assert_eq!(offset_from(1_000, 1_005, 1_010), Some(0));
+        assert_eq!(
+            offset_from(1_000, 61_005, 1_010),
+            Some(60_000),
+            "a minute ahead"
+        );
+        assert_eq!(offset_from(1_000, 995, 1_010), Some(-10), "behind");
+        assert_eq!(
+            offset_from(1_000, 1_000, 3_000),
+            None,
+            "a 2 s round trip says nothing"
+        );
+        assert_eq!(
+            offset_from(1_000, 1_000, 900),
+            None,
+            "this clock stepped back"
+        );
+    }
 }

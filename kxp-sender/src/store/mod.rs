@@ -34,6 +34,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, TransactionManager};
 
+use crate::model::{offset_from, system_ms};
+
 /// The most database connections a process opens (8 on SQLite), which the API server's
 /// connection cap leaves descriptors for.
 pub(crate) const POOL_MAX: u32 = 16;
@@ -99,6 +101,22 @@ fn released_clean<C: sqlx::Connection>(
 }
 
 impl Db {
+    /// How far the database's clock is ahead of this machine's, in ms (PostgreSQL, shared by
+    /// every `kxp serve` process); `None` on SQLite, or when the reading failed or took too long.
+    pub async fn clock_offset(&self) -> Option<i64> {
+        let Db::Postgres(pool) = self else {
+            return None;
+        };
+        let mut conn = pool.acquire().await.ok()?;
+        let before = system_ms();
+        let database: i64 =
+            sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+                .fetch_one(&mut *conn)
+                .await
+                .ok()?;
+        offset_from(before, database, system_ms())
+    }
+
     /// Connects and runs the migrations. `sqlite://path` creates the file if missing;
     /// `postgres://…` needs the database to exist.
     pub async fn connect(url: &str) -> Result<Db, sqlx::Error> {

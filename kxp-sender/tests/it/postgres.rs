@@ -101,3 +101,33 @@ async fn an_api_only_process_announces_new_work_to_the_workers_on_postgresql() {
     assert_eq!(receiver.seen().len(), 3);
     drop(workers);
 }
+
+#[tokio::test]
+async fn the_database_clock_is_read_on_postgresql_and_not_on_sqlite() {
+    let Some(database) = PgDatabase::create("kxp_sender_clock").await else {
+        return;
+    };
+    let db = kxp_sender::Db::connect(database.url()).await.unwrap();
+    // The same machine here: the offset is the reading's own error, well under a second.
+    let offset = db
+        .clock_offset()
+        .await
+        .expect("PostgreSQL's clock is readable");
+    assert!(
+        offset.abs() < 1000,
+        "offset {offset} ms to a server on this machine"
+    );
+    db.close().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite =
+        kxp_sender::Db::connect(&format!("sqlite://{}", dir.path().join("c.db").display()))
+            .await
+            .unwrap();
+    assert_eq!(
+        sqlite.clock_offset().await,
+        None,
+        "SQLite's clock is this machine's"
+    );
+    sqlite.close().await;
+}
