@@ -2,40 +2,31 @@
 //! it is full deliveries get 503 (never a 200 for an event not recorded); once there is space,
 //! deliveries are processed again within seconds, without a restart, each event once.
 //!
-//! The store sits on a 4 MiB tmpfs in a mount namespace of the receiver's own (`unshare -m`),
-//! filled and freed through `nsenter`. Where that is not permitted (not root), the test says so
-//! and passes.
+//! The store sits on a 4 MiB tmpfs of the receiver's own (`kxp_testkit::confine`). Where that
+//! is not permitted (not root), the test says so and passes.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use kxp_testkit::confine::Confined;
 use kxp_testkit::conformance::{SECRET, event_body, sign};
 
 use crate::binaries::{Bin, TempDir};
 
-/// The receiver, confined to its own mount namespace; killed when dropped.
-struct Confined {
-    child: Child,
-    dir: TempDir,
+/// A receiver on a 4 MiB tmpfs of its own, with the outcomes it logs.
+struct Receiver {
+    confined: Confined,
+    _dir: TempDir,
     url: String,
     /// `outcome` of each logged request, by event id.
     outcomes: Arc<Mutex<HashMap<String, Vec<String>>>>,
 }
 
-impl Confined {
-    fn start(bin: Bin) -> Option<Confined> {
-        let permitted = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "true"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !permitted {
-            eprintln!("SKIPPED (disk full): `unshare -m` is not permitted here (it needs root)");
-            return None;
-        }
+impl Receiver {
+    fn start(bin: Bin) -> Receiver {
         let dir = TempDir::new();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -43,25 +34,18 @@ impl Confined {
             .unwrap()
             .port();
         let listen = format!("127.0.0.1:{port}");
-        let mut child = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "/bin/sh", "-c"])
-            .arg(r#"mount -t tmpfs -o size=4m tmpfs "$1" || exit 97; shift; exec "$@""#)
-            .arg("sh")
-            .arg(dir.path())
-            .arg(bin.path())
+        let mut command = Command::new(bin.path());
+        command
             .env("KXP_LISTEN", &listen)
             .env("KXP_WEBHOOK_SECRET", SECRET)
             .env(
                 "DATABASE_URL",
                 format!("sqlite://{}/receiver.db", dir.path().display()),
             )
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .env("RUST_LOG", "info");
+        let mut confined = Confined::spawn(dir.path(), "4m", &command, Stdio::piped());
         let outcomes: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
-        let stdout = child.stdout.take().unwrap();
+        let stdout = confined.child().stdout.take().unwrap();
         let log = Arc::clone(&outcomes);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -88,30 +72,12 @@ impl Confined {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(Confined {
-            child,
-            dir,
+        Receiver {
+            confined,
+            _dir: dir,
             url: format!("http://{listen}/webhooks"),
             outcomes,
-        })
-    }
-
-    fn inside(&self, script: &str) {
-        let status = Command::new("nsenter")
-            .args([
-                "-t",
-                &self.child.id().to_string(),
-                "-m",
-                "--",
-                "/bin/sh",
-                "-c",
-            ])
-            .arg(script)
-            .arg("sh")
-            .arg(self.dir.path())
-            .status()
-            .unwrap();
-        assert!(status.code().is_some(), "nsenter did not run");
+        }
     }
 
     /// The logged outcomes of `event_id`'s requests so far.
@@ -122,13 +88,6 @@ impl Confined {
             .get(event_id)
             .cloned()
             .unwrap_or_default()
-    }
-}
-
-impl Drop for Confined {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -150,9 +109,10 @@ async fn deliver(url: &str, event_id: &str) -> u16 {
 }
 
 async fn a_full_disk_gets_503s_then_recovers_without_a_restart(bin: Bin) {
-    let Some(receiver) = Confined::start(bin) else {
+    if !Confined::permitted("disk full") {
         return;
-    };
+    }
+    let receiver = Receiver::start(bin);
     let mut answered_200 = Vec::new();
     for n in 0..5 {
         let id = format!("evt_before_{n}");
@@ -160,7 +120,7 @@ async fn a_full_disk_gets_503s_then_recovers_without_a_restart(bin: Bin) {
         answered_200.push(id);
     }
 
-    receiver.inside(r#"cat /dev/zero > "$1/filler" 2>/dev/null; sync"#);
+    receiver.confined.fill();
     let mut during = Vec::new();
     for n in 0..20 {
         let id = format!("evt_full_{n}");
@@ -179,7 +139,7 @@ async fn a_full_disk_gets_503s_then_recovers_without_a_restart(bin: Bin) {
         "a full disk refused nothing: the test did not fill it"
     );
 
-    receiver.inside(r#"rm -f "$1/filler"; sync"#);
+    receiver.confined.free();
     let started = Instant::now();
     let mut n = 0;
     loop {

@@ -2,115 +2,42 @@
 //! answers 503 and nothing acknowledged is lost; once space is back it recovers within seconds,
 //! without a restart, and every acknowledged event is delivered.
 //!
-//! The store sits on a small tmpfs mounted in a mount namespace of the server's own
-//! (`unshare -m`), so nothing outside the test sees it; the test fills and frees it through
-//! `nsenter`. Where that is not permitted (not root, no `unshare`) the test says so and passes.
+//! The store sits on a small tmpfs of the server's own (`kxp_testkit::confine`), so nothing
+//! outside the test sees it. Where that is not permitted (not root) the test says so and passes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use kxp_testkit::confine::Confined;
 
 use crate::crash::{KEY, create_endpoint, receiver, wait_until_all_arrive};
 
-/// `kxp serve` in a mount namespace of its own whose `dir` is a 6 MiB tmpfs.
-struct Confined {
-    child: Child,
-    dir: PathBuf,
-    base: String,
-}
-
-impl Confined {
-    /// `None` (after saying why) where mount namespaces are not available.
-    fn start() -> Option<(Confined, tempfile::TempDir)> {
-        let permitted = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "true"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !permitted {
-            eprintln!("SKIPPED (disk full): `unshare -m` is not permitted here (it needs root)");
-            return None;
-        }
-        let holder = tempfile::tempdir().unwrap();
-        let dir = holder.path().to_path_buf();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let database_url = format!("sqlite://{}/kxp.db", dir.display());
-        let child = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c"])
-            .arg(r#"mount -t tmpfs -o size=6m tmpfs "$1" || exit 97; shift; exec "$@""#)
-            .arg("sh")
-            .arg(&dir)
-            .arg(env!("CARGO_BIN_EXE_kxp"))
-            .args(["serve", "--dev", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--database-url", &database_url])
-            .args(["--retry-schedule", "0s,100ms,200ms,400ms,1s,2s,5s"])
-            .args(["--delivery-timeout", "1s", "--lease-extra", "500ms"])
-            .env("KXP_API_KEY", KEY)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let confined = Confined {
-            child,
-            dir,
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        confined.wait_until_listening();
-        Some((confined, holder))
+/// `kxp serve` on a 6 MiB tmpfs of its own, and its API's address.
+fn start(dir: &std::path::Path) -> (Confined, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let database_url = format!("sqlite://{}/kxp.db", dir.display());
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_kxp"));
+    serve
+        .args(["serve", "--dev", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--database-url", &database_url])
+        .args(["--retry-schedule", "0s,100ms,200ms,400ms,1s,2s,5s"])
+        .args(["--delivery-timeout", "1s", "--lease-extra", "500ms"])
+        .env("KXP_API_KEY", KEY)
+        .env("RUST_LOG", "warn");
+    let confined = Confined::spawn(dir, "6m", &serve, Stdio::null());
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "kxp serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
-
-    fn wait_until_listening(&self) {
-        let started = Instant::now();
-        let addr = self.base.trim_start_matches("http://").to_owned();
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "kxp serve did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Runs `script` in the server's mount namespace, with `$1` its store's directory.
-    fn inside(&self, script: &str) {
-        let status = Command::new("nsenter")
-            .args([
-                "-t",
-                &self.child.id().to_string(),
-                "-m",
-                "--",
-                "sh",
-                "-c",
-                script,
-                "sh",
-            ])
-            .arg(&self.dir)
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        // Filling ends with "no space left", which is the point; only a missing nsenter fails.
-        assert!(status.code().is_some(), "nsenter did not run");
-    }
-
-    fn fill(&self) {
-        self.inside(r#"cat /dev/zero > "$1/filler" 2>/dev/null; sync"#);
-    }
-
-    fn free(&self) {
-        self.inside(r#"rm -f "$1/filler"; sync"#);
-    }
-}
-
-impl Drop for Confined {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    (confined, format!("http://127.0.0.1:{port}"))
 }
 
 /// Emits one event: `Some(id)` when acknowledged (202), `None` when refused (any error).
@@ -125,13 +52,14 @@ async fn emit_one(client: &kxp_api::Client, n: usize) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_gets_503s_then_recovers_without_a_restart_and_loses_nothing() {
-    let Some((server, _holder)) = Confined::start() else {
+    if !Confined::permitted("disk full") {
         return;
-    };
-    assert!(Path::new(&server.dir).exists());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (server, base) = start(dir.path());
     let (url, seen) = receiver().await;
-    create_endpoint(&server.base, &url).await;
-    let client = kxp_api::Client::new(&server.base, KEY).unwrap();
+    create_endpoint(&base, &url).await;
+    let client = kxp_api::Client::new(&base, KEY).unwrap();
 
     let mut acknowledged = Vec::new();
     for n in 0..20 {
