@@ -49,7 +49,10 @@ impl Default for Protection {
     fn default() -> Protection {
         Protection {
             breaker_failures: 10,
-            breaker_cooldown: Duration::from_secs(60),
+            // Short at first: a blip (a deploy answering 503 for two seconds opens the
+            // circuit of a busy endpoint in milliseconds) holds deliveries for seconds, not a
+            // minute. A long outage doubles it, probe by probe, to the maximum.
+            breaker_cooldown: Duration::from_secs(5),
             breaker_cooldown_max: Duration::from_secs(60 * 60),
             disable_after: Duration::from_secs(3 * 24 * 60 * 60),
             rate_limit: 0,
