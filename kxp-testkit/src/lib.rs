@@ -8,7 +8,7 @@
 //!
 //! With the feature `db`, the module `db` gives each test a fresh PostgreSQL database or SQLite
 //! file. With the feature `smtp`, the module `smtp` runs an SMTP server on 127.0.0.1 that records
-//! the e-mails it receives. The module `confine` runs a process on a small tmpfs of its own, for
+//! the e-mails it receives. The module `confine` runs processes on a small tmpfs of their own, for
 //! full-disk tests. With the feature `conformance`, the module `conformance` is the
 //! black-box suite every receiver (kxp-axum, kxp-actix, the example binaries) runs over HTTP. The
 //! crate depends on none of the project's own, so every crate can use it in its tests.

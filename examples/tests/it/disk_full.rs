@@ -11,14 +11,15 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kxp_testkit::confine::Confined;
+use kxp_testkit::confine::{Confined, Tmpfs};
 use kxp_testkit::conformance::{SECRET, event_body, sign};
 
 use crate::binaries::{Bin, TempDir};
 
 /// A receiver on a 4 MiB tmpfs of its own, with the outcomes it logs.
 struct Receiver {
-    confined: Confined,
+    _process: Confined,
+    disk: Tmpfs,
     _dir: TempDir,
     url: String,
     /// `outcome` of each logged request, by event id.
@@ -43,9 +44,10 @@ impl Receiver {
                 format!("sqlite://{}/receiver.db", dir.path().display()),
             )
             .env("RUST_LOG", "info");
-        let mut confined = Confined::spawn(dir.path(), "4m", &command, Stdio::piped());
+        let disk = Tmpfs::mount(dir.path(), "4m");
+        let mut process = disk.spawn(&command, Stdio::piped());
         let outcomes: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
-        let stdout = confined.child().stdout.take().unwrap();
+        let stdout = process.child().stdout.take().unwrap();
         let log = Arc::clone(&outcomes);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -73,7 +75,8 @@ impl Receiver {
             std::thread::sleep(Duration::from_millis(50));
         }
         Receiver {
-            confined,
+            _process: process,
+            disk,
             _dir: dir,
             url: format!("http://{listen}/webhooks"),
             outcomes,
@@ -109,7 +112,7 @@ async fn deliver(url: &str, event_id: &str) -> u16 {
 }
 
 async fn a_full_disk_gets_503s_then_recovers_without_a_restart(bin: Bin) {
-    if !Confined::permitted("disk full") {
+    if !Tmpfs::permitted("disk full") {
         return;
     }
     let receiver = Receiver::start(bin);
@@ -120,7 +123,7 @@ async fn a_full_disk_gets_503s_then_recovers_without_a_restart(bin: Bin) {
         answered_200.push(id);
     }
 
-    receiver.confined.fill();
+    receiver.disk.fill();
     let mut during = Vec::new();
     for n in 0..20 {
         let id = format!("evt_full_{n}");
@@ -139,7 +142,7 @@ async fn a_full_disk_gets_503s_then_recovers_without_a_restart(bin: Bin) {
         "a full disk refused nothing: the test did not fill it"
     );
 
-    receiver.confined.free();
+    receiver.disk.free();
     let started = Instant::now();
     let mut n = 0;
     loop {

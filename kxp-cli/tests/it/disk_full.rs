@@ -8,12 +8,12 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kxp_testkit::confine::Confined;
+use kxp_testkit::confine::{Confined, Tmpfs};
 
 use crate::crash::{KEY, create_endpoint, receiver, wait_until_all_arrive};
 
 /// `kxp serve` on a 6 MiB tmpfs of its own, and its API's address.
-fn start(dir: &std::path::Path) -> (Confined, String) {
+fn start(dir: &std::path::Path) -> (Tmpfs, Confined, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -28,7 +28,8 @@ fn start(dir: &std::path::Path) -> (Confined, String) {
         .args(["--delivery-timeout", "1s", "--lease-extra", "500ms"])
         .env("KXP_API_KEY", KEY)
         .env("RUST_LOG", "warn");
-    let confined = Confined::spawn(dir, "6m", &serve, Stdio::null());
+    let tmpfs = Tmpfs::mount(dir, "6m");
+    let confined = tmpfs.spawn(&serve, Stdio::null());
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -37,7 +38,7 @@ fn start(dir: &std::path::Path) -> (Confined, String) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    (confined, format!("http://127.0.0.1:{port}"))
+    (tmpfs, confined, format!("http://127.0.0.1:{port}"))
 }
 
 /// Emits one event: `Some(id)` when acknowledged (202), `None` when refused (any error).
@@ -52,11 +53,11 @@ async fn emit_one(client: &kxp_api::Client, n: usize) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_gets_503s_then_recovers_without_a_restart_and_loses_nothing() {
-    if !Confined::permitted("disk full") {
+    if !Tmpfs::permitted("disk full") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (server, base) = start(dir.path());
+    let (disk, _server, base) = start(dir.path());
     let (url, seen) = receiver().await;
     create_endpoint(&base, &url).await;
     let client = kxp_api::Client::new(&base, KEY).unwrap();
@@ -71,7 +72,7 @@ async fn a_full_disk_gets_503s_then_recovers_without_a_restart_and_loses_nothing
     }
     wait_until_all_arrive(&seen, &acknowledged, Duration::from_secs(60)).await;
 
-    server.fill();
+    disk.fill();
     let mut refused = 0;
     for n in 20..80 {
         match emit_one(&client, n).await {
@@ -84,7 +85,7 @@ async fn a_full_disk_gets_503s_then_recovers_without_a_restart_and_loses_nothing
         "a full disk refused nothing: the test did not fill it"
     );
 
-    server.free();
+    disk.free();
     // Recovered within seconds: the first acknowledged event after the space came back...
     let started = Instant::now();
     let mut n = 80;
