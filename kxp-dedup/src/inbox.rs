@@ -1,14 +1,15 @@
 //! Inbox mode: store the verified payload and answer 200 at once; a worker processes it later,
-//! under the same claim rules as claim/complete mode.
+//! under the same claim rules as claim/complete mode: a fenced [`Lease`], renewed while the
+//! handler runs.
 
 use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::process::{HandlerResult, run_handler};
-use crate::store::{ClaimState, Pool};
+use crate::process::{HandlerResult, run_handler, with_heartbeat};
+use crate::store::Pool;
 use crate::util::{millis, truncate};
-use crate::{Outcome, Store, StoreError};
+use crate::{Lease, LeaseClaim, Outcome, Store, StoreError};
 
 /// What [`Store::inbox_put`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,21 +38,34 @@ pub enum InboxRun {
         /// The back-off before the item is due again ([`inbox_retry_delay`]).
         retry_after: Duration,
     },
+    /// The handler ran (and succeeded or failed), but its claim was taken over meanwhile: the
+    /// lease ran out without being renewed (the database was out of reach for a whole lease,
+    /// or the worker stalled) and another worker claimed the item. Nothing of this run is
+    /// recorded: the new holder completes or fails the item, and its claim is left as it was.
+    /// Logged at error level (`kind = "claim_lost"`); the worker loop simply goes on.
+    ClaimLost {
+        /// The item's event id.
+        event_id: String,
+    },
 }
 
 impl InboxRun {
     /// The event id of the item that ran.
     pub fn event_id(&self) -> &str {
         match self {
-            InboxRun::Processed { event_id } | InboxRun::Failed { event_id, .. } => event_id,
+            InboxRun::Processed { event_id }
+            | InboxRun::Failed { event_id, .. }
+            | InboxRun::ClaimLost { event_id } => event_id,
         }
     }
 
     /// [`Outcome::Processed`] or [`Outcome::Failed`], for logs shared with the request path.
+    /// A [`ClaimLost`](InboxRun::ClaimLost) run reads `Failed`: its result was not recorded,
+    /// as a request whose completion cannot be written logs `failed` too.
     pub fn outcome(&self) -> Outcome {
         match self {
             InboxRun::Processed { .. } => Outcome::Processed,
-            InboxRun::Failed { .. } => Outcome::Failed,
+            InboxRun::Failed { .. } | InboxRun::ClaimLost { .. } => Outcome::Failed,
         }
     }
 }
@@ -72,6 +86,18 @@ const CANDIDATES: i64 = 8;
 
 #[cfg(feature = "sqlite")]
 const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+/// How a run ends, for its event row and its item.
+#[derive(Clone, Copy)]
+enum Finish<'a> {
+    /// The event done and the item closed.
+    Done,
+    /// The event failed with `error` and the item due again after `retry_after`.
+    Failed {
+        error: &'a str,
+        retry_after: Duration,
+    },
+}
 
 impl Store {
     /// Stores a verified payload for later processing. Answer 200 once this returns `Ok`,
@@ -114,16 +140,24 @@ impl Store {
     }
 
     /// Runs one due inbox item, if there is one: claims it with the same rules as
-    /// [`claim`](Store::claim) (so several workers, on several machines, never run one item
-    /// at the same time), calls `handler(event_id, payload)`, then records the result.
+    /// [`claim_lease`](Store::claim_lease) (so several workers, on several machines, never run
+    /// one item at the same time), calls `handler(event_id, payload)` while
+    /// [renewing](Store::renew) the lease every third of `lease`, then records the result if
+    /// the claim is still this call's.
     ///
     /// - `Ok(None)`: nothing is due. Sleep a little before the next call.
     /// - `Ok(Some(InboxRun::Processed { .. }))`: done; the event and the item are marked in one
     ///   transaction.
     /// - `Ok(Some(InboxRun::Failed { .. }))`: the error is stored as `last_error` and the item
     ///   is due again after [`inbox_retry_delay`].
+    /// - `Ok(Some(InboxRun::ClaimLost { .. }))`: the claim was taken over while the handler ran
+    ///   (the lease could not be renewed for a whole lease, and another worker claimed the
+    ///   item). Nothing of this run is written over the new holder's claim; it completes or
+    ///   fails the item. Logged at error level; a worker loop needs nothing special for it,
+    ///   which is why it is a result and not an `Err` (`?` would end the loop).
     ///
-    /// An item whose claim's lease ran out (the worker died) is due again. A worker loop:
+    /// A handler slower than its lease keeps the item while it runs; an item whose claim's
+    /// lease ran out (the worker died) is due again. A worker loop:
     ///
     /// ```no_run
     /// # async fn worker(store: kxp_dedup::Store) -> Result<(), kxp_dedup::StoreError> {
@@ -153,28 +187,39 @@ impl Store {
         E: Display,
     {
         for event_id in self.inbox_candidates().await? {
-            let attempts = match self.claim_inner(&event_id, lease).await? {
-                ClaimState::Claimed { attempts } => attempts,
+            let held = match self.claim_lease(&event_id, lease).await? {
+                LeaseClaim::Held(held) => held,
                 // Completed without the inbox (claim/complete mode used for the same id, or a
                 // crash between two statements of an older version): close the item.
-                ClaimState::AlreadyDone => {
+                LeaseClaim::AlreadyDone => {
                     self.inbox_close(&event_id).await?;
                     continue;
                 }
                 // Another worker was faster.
-                ClaimState::InProgress { .. } => continue,
+                LeaseClaim::InProgress { .. } => continue,
             };
             let payload = self.inbox_payload(&event_id).await?;
             let id = event_id.clone();
-            let result = run_handler(move || handler(id, payload)).await;
+            let result =
+                with_heartbeat(self, &held, run_handler(move || handler(id, payload))).await;
+            let retry_after = inbox_retry_delay(held.token());
             return match result {
                 HandlerResult::Ok => {
-                    self.inbox_complete(&event_id).await?;
+                    if !self.inbox_finish(&held, Finish::Done).await? {
+                        log_claim_lost(&event_id, "succeeded");
+                        return Ok(Some(InboxRun::ClaimLost { event_id }));
+                    }
                     Ok(Some(InboxRun::Processed { event_id }))
                 }
                 HandlerResult::Err(error) => {
-                    let retry_after = inbox_retry_delay(attempts);
-                    self.inbox_fail(&event_id, &error, retry_after).await?;
+                    let finish = Finish::Failed {
+                        error: &error,
+                        retry_after,
+                    };
+                    if !self.inbox_finish(&held, finish).await? {
+                        log_claim_lost(&event_id, "failed");
+                        return Ok(Some(InboxRun::ClaimLost { event_id }));
+                    }
                     Ok(Some(InboxRun::Failed {
                         event_id,
                         error,
@@ -182,12 +227,16 @@ impl Store {
                     }))
                 }
                 HandlerResult::Panicked(payload) => {
-                    let retry_after = inbox_retry_delay(attempts);
-                    if let Err(error) = self
-                        .inbox_fail(&event_id, "handler panicked", retry_after)
-                        .await
-                    {
-                        tracing::warn!(event_id, error = %error, "kxp-dedup: cannot record a failure");
+                    let finish = Finish::Failed {
+                        error: "handler panicked",
+                        retry_after,
+                    };
+                    match self.inbox_finish(&held, finish).await {
+                        Ok(true) => {}
+                        Ok(false) => log_claim_lost(&event_id, "panicked"),
+                        Err(error) => {
+                            tracing::warn!(event_id, error = %error, kind = error.kind(), "kxp-dedup: cannot record a failure");
+                        }
                     }
                     std::panic::resume_unwind(payload)
                 }
@@ -253,105 +302,79 @@ impl Store {
         Ok(payload)
     }
 
-    /// The event done and the item closed, in one transaction: a crash in between cannot leave
-    /// a done event with an open item, or the reverse.
-    async fn inbox_complete(&self, event_id: &str) -> Result<(), StoreError> {
+    /// Records how a run ended if `lease` still holds the event: the event row's `UPDATE`, fenced
+    /// as [`complete_lease`](Store::complete_lease)'s is, and the item's only when that one
+    /// matched, in one transaction. A crash in between cannot leave a done event with an open
+    /// item, or the reverse.
+    ///
+    /// `false` when the event carries another claim (or has no row): rolled back, nothing
+    /// written, so the holder's claim and its item stay as they are.
+    async fn inbox_finish(&self, lease: &Lease, finish: Finish<'_>) -> Result<bool, StoreError> {
+        let token = i64::from(lease.token);
         match &self.pool {
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                let sql = format!(
+                let (event_set, item_set) = match finish {
+                    Finish::Done => ("status = 'done'", format!("done_at = {SQLITE_NOW}")),
+                    Finish::Failed { .. } => (
+                        "status = 'failed', last_error = ?3",
+                        format!("available_at = {SQLITE_NOW} + ?2"),
+                    ),
+                };
+                let event_sql = format!(
                     "UPDATE kxp_processed_events
-                     SET status = 'done', locked_until = NULL, updated_at = {SQLITE_NOW}
-                     WHERE event_id = ?1"
+                     SET {event_set}, locked_until = NULL, updated_at = {SQLITE_NOW}
+                     WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2"
                 );
-                sqlx::query(&sql).bind(event_id).execute(&mut *tx).await?;
-                let sql =
-                    format!("UPDATE kxp_inbox SET done_at = {SQLITE_NOW} WHERE event_id = ?1");
-                sqlx::query(&sql).bind(event_id).execute(&mut *tx).await?;
+                let item_sql = format!("UPDATE kxp_inbox SET {item_set} WHERE event_id = ?1");
+                let mut event = sqlx::query(&event_sql).bind(&lease.event_id).bind(token);
+                let mut item = sqlx::query(&item_sql).bind(&lease.event_id);
+                if let Finish::Failed { error, retry_after } = finish {
+                    event = event.bind(truncate(error, crate::MAX_ERROR_LEN));
+                    item = item.bind(millis(retry_after));
+                }
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                if event.execute(&mut *tx).await?.rows_affected() == 0 {
+                    // Nothing was written: a failed rollback loses nothing (dropping rolls
+                    // back too).
+                    let _ = tx.rollback().await;
+                    return Ok(false);
+                }
+                item.execute(&mut *tx).await?;
                 tx.commit().await?;
             }
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                sqlx::query(
+                let (event_set, item_set) = match finish {
+                    Finish::Done => ("status = 'done'", "done_at = now()"),
+                    Finish::Failed { .. } => (
+                        "status = 'failed', last_error = $3",
+                        "available_at = now() + $2::bigint * interval '1 millisecond'",
+                    ),
+                };
+                let event_sql = format!(
                     "UPDATE kxp_processed_events
-                     SET status = 'done', locked_until = NULL, updated_at = now()
-                     WHERE event_id = $1",
-                )
-                .bind(event_id)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query("UPDATE kxp_inbox SET done_at = now() WHERE event_id = $1")
-                    .bind(event_id)
-                    .execute(&mut *tx)
-                    .await?;
+                     SET {event_set}, locked_until = NULL, updated_at = now()
+                     WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint"
+                );
+                let item_sql = format!("UPDATE kxp_inbox SET {item_set} WHERE event_id = $1");
+                let mut event = sqlx::query(&event_sql).bind(&lease.event_id).bind(token);
+                let mut item = sqlx::query(&item_sql).bind(&lease.event_id);
+                if let Finish::Failed { error, retry_after } = finish {
+                    event = event.bind(truncate(error, crate::MAX_ERROR_LEN));
+                    item = item.bind(millis(retry_after));
+                }
+                let mut tx = pool.begin().await?;
+                if event.execute(&mut *tx).await?.rows_affected() == 0 {
+                    // As on SQLite: nothing was written.
+                    let _ = tx.rollback().await;
+                    return Ok(false);
+                }
+                item.execute(&mut *tx).await?;
                 tx.commit().await?;
             }
         }
-        Ok(())
-    }
-
-    /// The event failed and the item pushed back, in one transaction.
-    async fn inbox_fail(
-        &self,
-        event_id: &str,
-        error: &str,
-        retry_after: Duration,
-    ) -> Result<(), StoreError> {
-        let error = truncate(error, crate::MAX_ERROR_LEN);
-        let delay_ms = millis(retry_after);
-        match &self.pool {
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                let sql = format!(
-                    "UPDATE kxp_processed_events
-                     SET status = 'failed', locked_until = NULL, last_error = ?2,
-                         updated_at = {SQLITE_NOW}
-                     WHERE event_id = ?1 AND status <> 'done'"
-                );
-                sqlx::query(&sql)
-                    .bind(event_id)
-                    .bind(error)
-                    .execute(&mut *tx)
-                    .await?;
-                let sql = format!(
-                    "UPDATE kxp_inbox SET available_at = {SQLITE_NOW} + ?2 WHERE event_id = ?1"
-                );
-                sqlx::query(&sql)
-                    .bind(event_id)
-                    .bind(delay_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                sqlx::query(
-                    "UPDATE kxp_processed_events
-                     SET status = 'failed', locked_until = NULL, last_error = $2,
-                         updated_at = now()
-                     WHERE event_id = $1 AND status <> 'done'",
-                )
-                .bind(event_id)
-                .bind(error)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "UPDATE kxp_inbox
-                     SET available_at = now() + $2::bigint * interval '1 millisecond'
-                     WHERE event_id = $1",
-                )
-                .bind(event_id)
-                .bind(delay_ms)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-            }
-        }
-        Ok(())
+        Ok(true)
     }
 
     /// Closes an item whose event is already done.
@@ -377,6 +400,21 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Logs a run whose result was refused, at error level as [`process`](crate::process) does:
+/// `handler` says how the handler ended.
+fn log_claim_lost(event_id: &str, handler: &str) {
+    let error = StoreError::ClaimLost {
+        event_id: event_id.to_owned(),
+    };
+    tracing::error!(
+        event_id,
+        error = %error,
+        kind = error.kind(),
+        "kxp-dedup: inbox handler {handler} after its claim was taken over; \
+         the item is left to the new holder"
+    );
 }
 
 #[cfg(test)]

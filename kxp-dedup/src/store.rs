@@ -60,8 +60,8 @@ pub(crate) enum Pool {
     Postgres(PgPool),
 }
 
-/// The claim statement's result before it becomes a public [`Claim`]: the inbox needs the
-/// attempt number for its back-off.
+/// The claim statement's result before it becomes a public [`Claim`]: a [`Lease`] needs the
+/// attempt number as its fencing token.
 pub(crate) enum ClaimState {
     Claimed { attempts: u32 },
     AlreadyDone,
