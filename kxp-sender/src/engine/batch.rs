@@ -9,14 +9,15 @@
 //! again one by one, so one item it refuses cannot keep the others from being written; if it
 //! is unreachable, the whole batch fails at once.
 //!
-//! Used for recording finished attempts ([`Recorder`](crate::engine::recorder::Recorder)) and,
-//! on SQLite, for ingestion ([`Ingester`](crate::engine::ingester::Ingester)).
+//! Used for recording finished attempts ([`Recorder`](crate::engine::recorder::Recorder)) and
+//! for ingestion ([`Ingester`](crate::engine::ingester::Ingester)): one batch at a time on
+//! SQLite (one writer), several at once on PostgreSQL.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::store::StoreError;
 
@@ -44,53 +45,52 @@ where
     I: Clone + Send + 'static,
     O: Send + 'static,
 {
-    /// Starts the task. `commit` writes a batch in one transaction and answers one result per
-    /// item, in order (an item can fail alone: `Ok(vec![Err(…), …])`), or fails as a whole.
-    /// The task ends once every handle is dropped and the queue is drained: nothing handed to
-    /// it is left unwritten.
+    /// Starts the task, one batch written at a time. `commit` writes a batch in one
+    /// transaction and answers one result per item, in order (an item can fail alone:
+    /// `Ok(vec![Err(…), …])`), or fails as a whole. The task ends once every handle is dropped
+    /// and the queue is drained: nothing handed to it is left unwritten.
     pub(crate) fn start<F, Fut>(max: usize, commit: F) -> (Batcher<I, O>, JoinHandle<()>)
     where
-        F: Fn(Vec<I>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>> + Send,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>> + Send + 'static,
+    {
+        Self::start_concurrent(max, 1, commit)
+    }
+
+    /// [`start`](Batcher::start), with up to `in_flight` batches written at once: for a
+    /// database that commits concurrent transactions in parallel (PostgreSQL), where one batch
+    /// at a time would bound the rate by one transaction's round trips. A new batch is formed
+    /// only when a slot is free, so while all are busy the arrivals queue up into it.
+    pub(crate) fn start_concurrent<F, Fut>(
+        max: usize,
+        in_flight: usize,
+        commit: F,
+    ) -> (Batcher<I, O>, JoinHandle<()>)
+    where
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>> + Send + 'static,
     {
         let (queue, mut inbox) = mpsc::unbounded_channel::<(I, Reply<O>)>();
+        let commit = Arc::new(commit);
+        let slots = Arc::new(Semaphore::new(in_flight.max(1)));
         let task = tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(max);
-            while inbox.recv_many(&mut batch, max.max(1)).await > 0 {
-                let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.drain(..).unzip();
-                let count = items.len();
-                match commit(items.clone()).await {
-                    Ok(results) => {
-                        for (reply, result) in replies.into_iter().zip(results) {
-                            let _ = reply.send(result.map_err(Arc::new));
-                        }
-                    }
-                    // Item by item only when the database refused something in the batch: when
-                    // it is unreachable, each item alone would wait for it again.
-                    Err(e @ StoreError::Database(sqlx::Error::Database(_))) if count > 1 => {
-                        tracing::warn!(target: "kxp_sender", error = %e, items = count,
-                            "a group commit failed; writing its items one by one");
-                        for (item, reply) in items.into_iter().zip(replies) {
-                            let answer = match commit(vec![item]).await {
-                                Ok(mut results) => results
-                                    .pop()
-                                    .unwrap_or_else(|| {
-                                        Err(StoreError::Database(sqlx::Error::RowNotFound))
-                                    })
-                                    .map_err(Arc::new),
-                                Err(e) => Err(Arc::new(e)),
-                            };
-                            let _ = reply.send(answer);
-                        }
-                    }
-                    Err(e) => {
-                        let e = Arc::new(e);
-                        for reply in replies {
-                            let _ = reply.send(Err(e.clone()));
-                        }
-                    }
+            let mut writing = JoinSet::new();
+            loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    break;
+                };
+                let mut batch = Vec::with_capacity(max);
+                if inbox.recv_many(&mut batch, max.max(1)).await == 0 {
+                    break;
                 }
+                let commit = commit.clone();
+                writing.spawn(async move {
+                    write(&*commit, batch).await;
+                    drop(slot);
+                });
+                while writing.try_join_next().is_some() {}
             }
+            while writing.join_next().await.is_some() {}
         });
         (Batcher { queue }, task)
     }
@@ -103,6 +103,46 @@ where
             return Err(stopped());
         }
         answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+/// Writes one batch and answers each of its callers.
+async fn write<I, O, F, Fut>(commit: &F, batch: Vec<(I, Reply<O>)>)
+where
+    I: Clone,
+    F: Fn(Vec<I>) -> Fut,
+    Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>>,
+{
+    let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
+    let count = items.len();
+    match commit(items.clone()).await {
+        Ok(results) => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result.map_err(Arc::new));
+            }
+        }
+        // Item by item only when the database refused something in the batch: when it is
+        // unreachable, each item alone would wait for it again.
+        Err(e @ StoreError::Database(sqlx::Error::Database(_))) if count > 1 => {
+            tracing::warn!(target: "kxp_sender", error = %e, items = count,
+                "a group commit failed; writing its items one by one");
+            for (item, reply) in items.into_iter().zip(replies) {
+                let answer = match commit(vec![item]).await {
+                    Ok(mut results) => results
+                        .pop()
+                        .unwrap_or_else(|| Err(StoreError::Database(sqlx::Error::RowNotFound)))
+                        .map_err(Arc::new),
+                    Err(e) => Err(Arc::new(e)),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+        Err(e) => {
+            let e = Arc::new(e);
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
     }
 }
 

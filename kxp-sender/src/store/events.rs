@@ -148,6 +148,31 @@ impl Db {
         })
     }
 
+    /// Ingests a batch in one transaction without savepoints (they cost PostgreSQL two round
+    /// trips and a subtransaction each): PostgreSQL's group commit, where a commit per request
+    /// costs its CPU more than its disk. If any item is refused the whole batch is, and the
+    /// [`Batcher`](crate::engine::batch::Batcher) then writes each item alone; a batch of one
+    /// is [`ingest`](Db::ingest), which retries the race of two new idempotency keys.
+    pub(crate) async fn ingest_together(
+        &self,
+        batch: &[Ingest],
+    ) -> Result<Vec<Result<Ingested, StoreError>>, StoreError> {
+        if let [item] = batch {
+            return Ok(vec![self.ingest(item).await]);
+        }
+        let subscribers = self.subscribers_sql();
+        let ingested: Vec<Ingested> = on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let mut results = Vec::with_capacity(batch.len());
+            for item in batch {
+                results.push(ingest_on!(tx, item, now_ms(), &subscribers)?);
+            }
+            tx.commit().await?;
+            results
+        });
+        Ok(ingested.into_iter().map(Ok).collect())
+    }
+
     /// The statement that reads an account's subscribable endpoints for ingestion.
     fn subscribers_sql(&self) -> String {
         format!(

@@ -29,6 +29,10 @@ pub(crate) struct Args {
     /// The `kxp` binary (`cargo build --release -p kxp-cli` in the main workspace).
     #[arg(long, default_value = "../target/release/kxp")]
     pub(crate) kxp_bin: PathBuf,
+    /// A second `kxp` binary (a build of the previous commit, say) run beside `--kxp` in the
+    /// same session, configuration for configuration: an A/B of a change, with the same noise.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) kxp_baseline: Option<PathBuf>,
     /// The `svix-server` binary.
     #[arg(long, default_value = "/tmp/svix-target/release/svix-server")]
     pub(crate) svix_bin: PathBuf,
@@ -89,11 +93,14 @@ pub(crate) struct Config {
     pub(crate) system: System,
     pub(crate) processes: usize,
     pub(crate) kxp_args: Vec<String>,
+    /// The `kxp` binary, and whether it is the `--kxp-baseline` one.
+    pub(crate) kxp_bin: PathBuf,
+    pub(crate) baseline: bool,
 }
 
 impl Config {
     pub(crate) fn flags(&self) -> String {
-        if self.kxp_args.is_empty() {
+        let flags = if self.kxp_args.is_empty() {
             if self.system.is_kxp() {
                 "defaults"
             } else {
@@ -102,6 +109,11 @@ impl Config {
             .to_owned()
         } else {
             format!("`{}`", self.kxp_args.join(" "))
+        };
+        if self.baseline {
+            format!("{flags}, baseline binary")
+        } else {
+            flags
         }
     }
 }
@@ -141,18 +153,26 @@ pub(crate) fn configs(args: &Args) -> Result<Vec<Config>> {
                 continue;
             }
             if system.is_kxp() {
-                for v in &variants {
-                    configs.push(Config {
-                        system,
-                        processes,
-                        kxp_args: v.clone(),
-                    });
+                let bins = std::iter::once((&args.kxp_bin, false))
+                    .chain(args.kxp_baseline.iter().map(|b| (b, true)));
+                for (bin, baseline) in bins {
+                    for v in &variants {
+                        configs.push(Config {
+                            system,
+                            processes,
+                            kxp_args: v.clone(),
+                            kxp_bin: bin.clone(),
+                            baseline,
+                        });
+                    }
                 }
             } else {
                 configs.push(Config {
                     system,
                     processes,
                     kxp_args: Vec::new(),
+                    kxp_bin: args.kxp_bin.clone(),
+                    baseline: false,
                 });
             }
         }

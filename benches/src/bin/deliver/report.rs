@@ -131,6 +131,13 @@ pub(crate) async fn print_report(
             args.kxp_bin.display(),
             version_of(&args.kxp_bin, "--version").await
         );
+        if let Some(baseline) = &args.kxp_baseline {
+            println!(
+                "- kxp baseline: `{}` ({})",
+                baseline.display(),
+                version_of(baseline, "--version").await
+            );
+        }
     }
     if configs.iter().any(|c| !c.system.is_kxp()) {
         println!(

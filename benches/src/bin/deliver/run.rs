@@ -173,7 +173,7 @@ async fn measure(
             system: config.system,
             processes: config.processes,
             extra_args: &config.kxp_args,
-            kxp_bin: &args.kxp_bin,
+            kxp_bin: &config.kxp_bin,
             svix_bin: &args.svix_bin,
             pg_server: &args.pg_server,
             admin,
