@@ -3,6 +3,7 @@
 
 mod accounts;
 mod admin;
+mod check;
 mod config;
 mod debug;
 mod demo;
@@ -40,6 +41,14 @@ enum Command {
     /// `--repeat N` sends the same event (same id, same bytes) N times, to test the receiver's
     /// dedup. Exits 0 when every send got a 2xx answer, 1 otherwise.
     Send(send::SendArgs),
+    /// Grade a webhook endpoint, in any language, against the receiver contract: a valid event,
+    /// a duplicate, forgeries, stale and future timestamps, limits, the challenge, rotation, a
+    /// burst.
+    ///
+    /// Prints a report card (a table, or `--json`), each check with what was sent, what came
+    /// back, why it matters and where the fix is explained. Exits 0 when no check failed, 1
+    /// when one did, 2 for a usage error.
+    Check(check::CheckArgs),
     /// Run the delivery service: the HTTP API and the workers.
     ///
     /// On first start with no KXP_API_KEY, an account is created and its API key printed once.
@@ -67,6 +76,7 @@ fn main() -> ExitCode {
         Command::Sign(args) => debug::sign(args),
         Command::Verify(args) => debug::verify(args),
         Command::Send(args) => send::send(args),
+        Command::Check(args) => check::check(args),
         Command::Serve(args) => serve::serve(*args),
         Command::Dlq(args) => admin::dlq(args),
         Command::Replay(args) => admin::replay(args),

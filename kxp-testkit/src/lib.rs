@@ -11,7 +11,8 @@
 //! the e-mails it receives. The module `confine` runs processes on a small tmpfs of their own, for
 //! full-disk tests. With the feature `conformance`, the module `conformance` is the
 //! black-box suite every receiver (kxp-axum, kxp-actix, the example binaries) runs over HTTP. The
-//! crate depends on none of the project's own, so every crate can use it in its tests.
+//! crate depends on none of the project's own but `kxp-check` (the graders' checks, with the
+//! feature `conformance`), which depends on none either, so every crate can use it in its tests.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
 //! Runs the Node.js, Python and Go snippets of `docs/verify-in-other-languages.md` against every
-//! shared signature vector.
+//! shared signature vector, and grades the Node.js and Python ones with `kxp check`'s checks.
 //!
 //! The code under test is read from the doc itself (the fenced blocks marked `kxp-verify`), never
 //! from a copy, so the doc cannot drift from what passes. Each snippet is written to a temporary
@@ -7,15 +7,21 @@
 //! verdicts are then compared by `kxp_testkit::check_all`. Blocks marked `kxp-example` (the
 //! framework glue) are syntax-checked, or for Go compiled and vetted with the snippet.
 //!
+//! For the grading, the Node.js and Python snippets are wrapped in minimal HTTP servers of the
+//! standard library (`node:http`, `http.server`) on 127.0.0.1, which answer as the receiving guide
+//! says (401 with the kind, 413 over 1 MiB, 400 for a body that is not an event, 200 otherwise,
+//! duplicates included, and the challenge); `kxp_check::run` must pass every check against each,
+//! a rotation's two secrets included.
+//!
 //! Node.js and Python are required: a missing interpreter fails the test unless
 //! `KXP_SKIP_OTHER_LANGUAGES=1` is set. Go runs where `go` is on the `PATH`, and is skipped
 //! (loudly) elsewhere, unless `KXP_REQUIRE_GO=1` says it must run: `.ci/run` installs Go and sets
 //! it, so CI never skips the Go snippet.
 
 use std::collections::HashMap;
-use std::io::{ErrorKind, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 const DOC: &str = "docs/verify-in-other-languages.md";
 
@@ -56,6 +62,120 @@ def _kxp_run_vectors():
 if __name__ == "__main__":
     _kxp_run_vectors()
 "#;
+
+/// Appended to the Node.js snippet: a webhook server on 127.0.0.1 around `verify`, printing its
+/// port once it listens.
+const NODE_SERVER: &str = r#"
+// ---- test server appended by kxp-testkit/tests/other_languages.rs ----
+{
+  const http = require('node:http');
+  const secrets = process.env.KXP_WEBHOOK_SECRET.split(',');
+  const LIMIT = 1024 * 1024;
+  const answer = (res, status, body, type = 'application/json') => {
+    res.writeHead(status, { 'Content-Type': type });
+    res.end(body);
+  };
+  const server = http.createServer((req, res) => {
+    const token = new URL(req.url, 'http://127.0.0.1').searchParams.get('challenge');
+    if (req.method === 'GET' && token !== null) return answer(res, 200, token, 'text/plain');
+    const chunks = [];
+    let size = 0;
+    // Read to the end even when over the limit, so the client gets the 413, not a reset.
+    req.on('data', (chunk) => {
+      size += chunk.length;
+      if (size <= LIMIT) chunks.push(chunk);
+    });
+    req.on('end', () => {
+      if (size > LIMIT) return answer(res, 413, '{"error":"payload_too_large"}');
+      const body = Buffer.concat(chunks);
+      const now = Math.floor(Date.now() / 1000);
+      const verdict = verify(req.headers['x-kxp-signature'], body, secrets, now);
+      if (verdict !== 'ok') return answer(res, 401, JSON.stringify({ error: verdict }));
+      let event;
+      try {
+        event = JSON.parse(body.toString('utf8'));
+      } catch {
+        return answer(res, 400, '{"error":"invalid_json"}');
+      }
+      if (typeof event?.id !== 'string') return answer(res, 400, '{"error":"invalid_envelope"}');
+      return answer(res, 200, '{"outcome":"processed"}');
+    });
+  });
+  server.listen(0, '127.0.0.1', () => console.log(server.address().port));
+}
+"#;
+
+/// Appended to the Python snippet: the same server on `http.server`.
+const PYTHON_SERVER: &str = r#"
+
+# ---- test server appended by kxp-testkit/tests/other_languages.rs ----
+def _kxp_serve():
+    import http.server
+    import json
+    import os
+    import time
+    import urllib.parse
+
+    secrets = os.environ["KXP_WEBHOOK_SECRET"].split(",")
+    limit = 1024 * 1024
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self, status, body, content_type="application/json"):
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            if "challenge" in query:
+                return self.answer(200, query["challenge"][0], "text/plain")
+            return self.answer(401, '{"error":"missing_header"}')
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > limit:
+                # Read to the end anyway, so the client gets the 413, not a reset.
+                while length > 0:
+                    chunk = self.rfile.read(min(length, 65536))
+                    if not chunk:
+                        break
+                    length -= len(chunk)
+                return self.answer(413, '{"error":"payload_too_large"}')
+            body = self.rfile.read(length)
+            header = self.headers.get("X-Kxp-Signature")
+            verdict = verify(header, body, secrets, int(time.time()))
+            if verdict != "ok":
+                return self.answer(401, json.dumps({"error": verdict}))
+            try:
+                event = json.loads(body)
+            except ValueError:
+                return self.answer(400, '{"error":"invalid_json"}')
+            if not isinstance(event, dict) or not isinstance(event.get("id"), str):
+                return self.answer(400, '{"error":"invalid_envelope"}')
+            return self.answer(200, '{"outcome":"processed"}')
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    _kxp_serve()
+"#;
+
+/// The secrets the servers are started with (`KXP_WEBHOOK_SECRET=new,old`) and graded with.
+const SERVER_SECRETS: [&str; 2] = [
+    "41ab92590637ac82026ca65266b2898428ea491b1e6d543d7202cf486ea62965",
+    "old-secret",
+];
 
 /// The Go harness: `package main` in the module root, importing the snippet's package (whose
 /// name replaces `SNIPPET_PACKAGE`), so the snippet stays byte-for-byte the doc's.
@@ -172,6 +292,102 @@ fn python_snippet_passes_all_vectors() {
     check_verdicts("python3", &out);
 }
 
+#[tokio::test]
+async fn node_snippet_in_an_http_server_passes_every_check() {
+    grade_server("node", &[], "js", "server.js", NODE_SERVER).await;
+}
+
+#[tokio::test]
+async fn python_snippet_in_an_http_server_passes_every_check() {
+    let args = ["-I", "-B"];
+    grade_server("python3", &args, "python", "server.py", PYTHON_SERVER).await;
+}
+
+/// Writes the doc's `lang` snippet with `server` appended to `file`, starts it with `program`
+/// (`args` before the file), and grades it.
+async fn grade_server(program: &'static str, args: &[&str], lang: &str, file: &str, server: &str) {
+    let path = scratch_dir(&format!("{program}-server")).join(file);
+    write(&path, &format!("{}{server}", block(lang, "kxp-verify")));
+    if let Some(server) = Server::start(program, Command::new(program).args(args).arg(&path)) {
+        server.grade().await;
+    }
+}
+
+/// A snippet's server, running; killed when dropped.
+struct Server {
+    language: &'static str,
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    /// Starts `cmd` with [`SERVER_SECRETS`] and waits for the port it prints; `None` when the
+    /// interpreter is missing and that is allowed (see [`required`]).
+    fn start(language: &'static str, cmd: &mut Command) -> Option<Server> {
+        let spawned = cmd
+            .env("KXP_WEBHOOK_SECRET", SERVER_SECRETS.join(","))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn();
+        let mut child = required(language, spawned)?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap_or_else(|e| panic!("cannot read the {language} server's port: {e}"));
+        let port = line.trim().parse().unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("the {language} server did not print its port (see its stderr above): {line:?}")
+        });
+        Some(Server {
+            language,
+            child,
+            port,
+        })
+    }
+
+    /// Every check of `kxp check` passes.
+    async fn grade(&self) {
+        let url = format!("http://127.0.0.1:{}/webhooks/kxp", self.port);
+        let target = SERVER_SECRETS
+            .iter()
+            .fold(kxp_check::Target::builder(&url), |target, secret| {
+                target.secret(*secret)
+            })
+            .challenge(true)
+            .build()
+            .unwrap_or_else(|e| panic!("kxp-check refuses {url}: {e}"));
+        let report = kxp_check::run(&target, &kxp_check::Check::ALL).await;
+        let not_passed: Vec<String> = report
+            .findings
+            .iter()
+            .filter(|f| f.verdict != kxp_check::Verdict::Pass)
+            .map(|f| format!("{} {}: {}", f.check, f.verdict.as_str(), f.summary))
+            .collect();
+        assert!(
+            not_passed.is_empty(),
+            "the {} snippet's server does not pass kxp check:\n{}",
+            self.language,
+            not_passed.join("\n")
+        );
+        assert_eq!(report.findings.len(), kxp_check::Check::ALL.len());
+        eprintln!(
+            "{}: {} of {} checks pass",
+            self.language,
+            report.counts.passed,
+            report.findings.len()
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn go_snippet_passes_all_vectors_if_go_is_installed() {
     match Command::new("go").arg("version").output() {
@@ -260,10 +476,16 @@ fn block(lang: &str, tag: &str) -> String {
 }
 
 /// Runs `cmd` whose program must be installed; `None` means it is not and
-/// `KXP_SKIP_OTHER_LANGUAGES=1` allows that (said loudly).
+/// `KXP_SKIP_OTHER_LANGUAGES=1` allows that (see [`required`]).
 fn run_required(program: &str, cmd: &mut Command) -> Option<Output> {
-    match cmd.output() {
-        Ok(out) => Some(out),
+    required(program, cmd.output())
+}
+
+/// What running `program` gave, which must be installed; `None` means it is not and
+/// `KXP_SKIP_OTHER_LANGUAGES=1` allows that (said loudly).
+fn required<T>(program: &str, ran: std::io::Result<T>) -> Option<T> {
+    match ran {
+        Ok(ran) => Some(ran),
         Err(e) if e.kind() == ErrorKind::NotFound => {
             if std::env::var("KXP_SKIP_OTHER_LANGUAGES").as_deref() == Ok("1") {
                 loud(&format!(

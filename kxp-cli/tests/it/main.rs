@@ -5,6 +5,7 @@
 
 mod accounts;
 mod admin;
+mod check;
 mod config;
 mod crash;
 mod debug_commands;

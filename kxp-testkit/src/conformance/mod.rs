@@ -239,6 +239,7 @@ macro_rules! receiver_conformance {
                 a_signature_header_over_4096_bytes_is_malformed,
                 an_http_1_0_post_without_content_length_is_400,
                 the_server_library_decides_some_framing_alone,
+                kxp_check_passes_every_check,
             ],
             dedup: [
                 a_delivered_event_is_processed_once_however_often_it_arrives,

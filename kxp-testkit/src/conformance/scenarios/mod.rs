@@ -3,10 +3,10 @@
 //! The first group speaks to the middleware (vectors, limits, envelopes, the challenge, rotation,
 //! the log line) and runs on a SQLite store; the second sends raw bytes to see how requests are
 //! framed (head sizes, lengths, HTTP/1.0: what the middleware decides alike, and what each
-//! framework's server library decides before it), also on SQLite; the third is about processing
-//! each event once, through failures, kills and graceful stops, and takes the backend to run on
-//! (see the module docs of [`conformance`](super)). One file per group; the helpers they share
-//! are here.
+//! framework's server library decides before it), also on SQLite; the grader runs the checks of
+//! `kxp check` (kxp-check), also on SQLite; the last is about processing each event once,
+//! through failures, kills and graceful stops, and takes the backend to run on (see the module
+//! docs of [`conformance`](super)). One file per group; the helpers they share are here.
 
 use serde_json::Value;
 
@@ -30,6 +30,7 @@ pub const ALL: &[&str] = &[
     "a_signature_header_over_4096_bytes_is_malformed",
     "an_http_1_0_post_without_content_length_is_400",
     "the_server_library_decides_some_framing_alone",
+    "kxp_check_passes_every_check",
     "a_delivered_event_is_processed_once_however_often_it_arrives",
     "a_replay_under_another_event_id_header_is_a_duplicate",
     "fifty_concurrent_deliveries_run_the_handler_once",
@@ -44,10 +45,12 @@ pub const ALL: &[&str] = &[
 const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
 mod framing;
+mod grader;
 mod middleware;
 mod once;
 
 pub use framing::*;
+pub use grader::*;
 pub use middleware::*;
 pub use once::*;
 
