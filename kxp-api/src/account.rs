@@ -1,4 +1,5 @@
-//! `/v1/account`: the caller's account, and where its operational notices go.
+//! `/v1/account`: the caller's account, and where its operational notices go; `/v1/accounts`:
+//! the accounts an operator key creates and lists.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -43,6 +44,34 @@ pub struct AccountUpdated {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub ops_secret: Option<Secret>,
+}
+
+/// `POST /v1/accounts` (operator keys only): a new account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[schema(example = json!({"name": "Acme Payments"}))]
+pub struct NewAccount {
+    /// A human name, 1 to 256 bytes: the merchant's, typically.
+    pub name: String,
+}
+
+impl NewAccount {
+    /// An account called `name`.
+    pub fn new(name: impl Into<String>) -> NewAccount {
+        NewAccount { name: name.into() }
+    }
+}
+
+/// The answer of `POST /v1/accounts`: the account, and its API key. The key is in this answer
+/// only: the server keeps just its SHA-256 hash, so hand it to the merchant now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AccountCreated {
+    /// The new account.
+    #[serde(flatten)]
+    pub account: Account,
+    /// The account's API key (`kxp_` and 64 hex digits), for `Authorization: Bearer`.
+    pub api_key: Secret,
 }
 
 /// `PATCH /v1/account`: a field left out stays as it is; `null` removes the ops URL or the

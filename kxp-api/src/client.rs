@@ -7,11 +7,11 @@ use reqwest::{Method, RequestBuilder, StatusCode, Url};
 use serde::de::DeserializeOwned;
 
 use crate::{
-    Account, AccountPatch, AccountUpdated, Attempt, BulkReplay, Delivery, DeliveryId,
-    DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted, EndpointHealth, EndpointId,
-    EndpointPatch, ErrorBody, ErrorCode, Event, EventId, IDEMPOTENCY_KEY, NewEndpoint, NewEvent,
-    Notification, Page, PageQuery, ReplayQueued, RotateSecret, Schema, SchemaDeleted,
-    SecretRotated, ServiceHealth,
+    ACCOUNT_HEADER, Account, AccountCreated, AccountId, AccountPatch, AccountUpdated, Attempt,
+    BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
+    EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event, EventId,
+    IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent, Notification, Page, PageQuery,
+    ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -102,12 +102,15 @@ impl From<reqwest::Error> for ClientError {
     }
 }
 
-/// A client of one account's API (`Authorization: Bearer <api key>`). Cheap to clone (the
-/// connection pool is shared). `Debug` shows the base URL, never the key.
+/// A client of one account's API (`Authorization: Bearer <api key>`), or of an operator's
+/// (an operator key: [`Client::for_account`] picks the account it acts for). Cheap to clone
+/// (the connection pool is shared). `Debug` shows the base URL and the account, never the key.
 #[derive(Clone)]
 pub struct Client {
     base: Url,
     key: String,
+    /// Sent as `X-Kxp-Account` on every call.
+    account: Option<AccountId>,
     http: reqwest::Client,
 }
 
@@ -116,6 +119,7 @@ impl fmt::Debug for Client {
         f.debug_struct("Client")
             .field("base", &self.base.as_str())
             .field("api_key", &"[redacted]")
+            .field("account", &self.account)
             .finish()
     }
 }
@@ -133,8 +137,19 @@ impl Client {
         Ok(Client {
             base,
             key: api_key.into(),
+            account: None,
             http: reqwest::Client::new(),
         })
+    }
+
+    /// The same client acting for `account` (`X-Kxp-Account` on every call): how an operator
+    /// key reaches one account's routes. With an account key it must name the key's own
+    /// account; any other answers 404.
+    pub fn for_account(self, account: AccountId) -> Client {
+        Client {
+            account: Some(account),
+            ..self
+        }
     }
 
     /// The same client on `http` (timeouts, proxies, TLS roots are the caller's choice).
@@ -346,6 +361,19 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/accounts` (operator keys): creates an account. The answer holds its API key,
+    /// which no other answer shows.
+    pub async fn create_account(&self, new: &NewAccount) -> Result<AccountCreated, ClientError> {
+        self.call(Method::POST, &["v1", "accounts"], |r| r.json(new))
+            .await
+    }
+
+    /// `GET /v1/accounts` (operator keys): one page of accounts, oldest first.
+    pub async fn accounts(&self, query: &PageQuery) -> Result<Page<Account>, ClientError> {
+        self.call(Method::GET, &["v1", "accounts"], |r| r.query(query))
+            .await
+    }
+
     /// `GET /v1/notifications`: one page.
     pub async fn notifications(
         &self,
@@ -445,7 +473,11 @@ impl Client {
     }
 
     fn request(&self, method: Method, url: Url) -> RequestBuilder {
-        self.http.request(method, url).bearer_auth(&self.key)
+        let request = self.http.request(method, url).bearer_auth(&self.key);
+        match &self.account {
+            Some(account) => request.header(ACCOUNT_HEADER, account.as_str()),
+            None => request,
+        }
     }
 
     async fn call<T: DeserializeOwned>(

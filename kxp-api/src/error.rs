@@ -21,8 +21,13 @@ string_enum! {
         MethodNotAllowed = "method_not_allowed",
         /// 413: the request body is over the server's limit.
         PayloadTooLarge = "payload_too_large",
-        /// 401: the `Authorization: Bearer <api key>` header is missing or names no account.
+        /// 401: the `Authorization: Bearer <api key>` header is missing or names no account;
+        /// on the operator routes (`/v1/accounts`), it names no operator (an account key is
+        /// refused there the same way).
         Unauthorized = "unauthorized",
+        /// 400: an operator key called a route of one account without naming it in the
+        /// `X-Kxp-Account` header.
+        AccountRequired = "account_required",
         /// 503: the database is unavailable; retry.
         StoreUnavailable = "store_unavailable",
         /// 422: this `Idempotency-Key` was used with a different request body.
@@ -61,7 +66,8 @@ impl ErrorCode {
             ErrorCode::InvalidJson
             | ErrorCode::InvalidQuery
             | ErrorCode::InvalidIdempotencyKey
-            | ErrorCode::SchemaViolation => 400,
+            | ErrorCode::SchemaViolation
+            | ErrorCode::AccountRequired => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
@@ -113,7 +119,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 19);
+        assert_eq!(ErrorCode::KNOWN.len(), 20);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -14,6 +14,13 @@ id_type! {
 }
 
 id_type! {
+    /// An operator: one of the platform's own people, whose key acts for every account (`op_`
+    /// and 32 hex digits). No route answers operators; `kxp operators` shows their ids.
+    #[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(transparent))]
+    OperatorId, example = "op_0193a0c4c1e07c2e9f3b7a1d2c4e5f66"
+}
+
+id_type! {
     /// An endpoint: where an account's events are delivered (`ep_` and 32 hex digits).
     #[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(transparent))]
     EndpointId, example = "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61"

@@ -26,7 +26,7 @@ mod secret;
 mod timestamp;
 
 // The public interface.
-pub use account::{Account, AccountPatch, AccountUpdated};
+pub use account::{Account, AccountCreated, AccountPatch, AccountUpdated, NewAccount};
 #[cfg(feature = "client")]
 pub use client::{Client, ClientError};
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
@@ -37,7 +37,9 @@ pub use endpoints::{
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{Event, NewEvent, RawJson};
 pub use health::{EndpointHealth, HealthWindow, ServiceHealth};
-pub use ids::{AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, SchemaId};
+pub use ids::{
+    AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,
+};
 pub use notifications::{Notification, NotificationChannel, NotificationKind, NotificationStatus};
 pub use openapi::{ApiDoc, openapi};
 pub use pagination::{Page, PageQuery};
@@ -48,3 +50,8 @@ pub use timestamp::{Timestamp, TimestampError};
 
 /// The header that makes `POST /v1/events` idempotent.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// The header that names the account an operator key acts for (`X-Kxp-Account: acc_…`).
+/// Every route of one account needs it with an operator key (400 `account_required` without
+/// it); with an account key it may only name the key's own account (any other answers 404).
+pub const ACCOUNT_HEADER: &str = "X-Kxp-Account";

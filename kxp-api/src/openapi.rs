@@ -5,12 +5,12 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::{
-    Account, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState, Cursor, Delivery,
-    DeliveryQuery, DeliveryStatus, Endpoint, EndpointCreated, EndpointDeleted, EndpointHealth,
-    EndpointId, EndpointPatch, EndpointStatus, ErrorBody, ErrorCode, Event, EventId, HealthWindow,
-    NewEndpoint, NewEvent, Notification, NotificationChannel, NotificationId, NotificationKind,
-    NotificationStatus, Page, PageQuery, RawJson, ReplayQueued, RotateSecret, Schema,
-    SchemaDeleted, SchemaId, Secret, SecretRotated, ServiceHealth, Timestamp,
+    Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState,
+    Cursor, Delivery, DeliveryQuery, DeliveryStatus, Endpoint, EndpointCreated, EndpointDeleted,
+    EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, ErrorBody, ErrorCode, Event,
+    EventId, HealthWindow, NewAccount, NewEndpoint, NewEvent, Notification, NotificationChannel,
+    NotificationId, NotificationKind, NotificationStatus, Page, PageQuery, RawJson, ReplayQueued,
+    RotateSecret, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, ServiceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -31,10 +31,11 @@ use crate::{AccountId, DeliveryId};
         EndpointHealth, HealthWindow, ServiceHealth,
         NewEvent, Event,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,
-        Account, AccountPatch, AccountUpdated,
+        Account, AccountPatch, AccountUpdated, NewAccount, AccountCreated,
         Notification, NotificationKind, NotificationChannel, NotificationStatus,
         Schema, SchemaDeleted,
         PageQuery, Page<Endpoint>, Page<Delivery>, Page<Attempt>, Page<Notification>, Page<Schema>,
+        Page<Account>,
     )),
     modifiers(&BearerKey),
     security(("api_key" = [])),

@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use kxp_sender::rfc3339;
-use serde_json::json;
+
+use crate::keyholders::{Database, Holder, Kind, checked_name};
 
 /// Shown under `kxp accounts --help`.
 const USAGE: &str = "\
@@ -24,9 +24,6 @@ Examples:
   kxp accounts create --database-url sqlite://kxp.db --name acme
   kxp accounts list --database-url sqlite://kxp.db";
 
-/// The longest account name.
-const MAX_NAME: usize = 128;
-
 #[derive(Args)]
 #[command(after_help = USAGE)]
 pub(crate) struct AccountsArgs {
@@ -40,14 +37,6 @@ enum AccountsCommand {
     Create(CreateArgs),
     /// List the accounts: id, name and creation time (never keys or their hashes).
     List(ListArgs),
-}
-
-/// The database the command acts on.
-#[derive(Args)]
-struct Database {
-    /// The sender's database, as given to `kxp serve` (`sqlite://…` or `postgres://…`).
-    #[arg(long, env = "KXP_DATABASE_URL", hide_env_values = true)]
-    database_url: String,
 }
 
 #[derive(Args)]
@@ -80,59 +69,45 @@ pub(crate) fn accounts(args: AccountsArgs) -> ExitCode {
     })
 }
 
+/// How accounts are printed.
+const KIND: Kind = Kind {
+    noun: "account",
+    key_label: "API key",
+    key_field: "api_key",
+    warning: "Store this API key now: it is not shown again \
+              (the database keeps only its SHA-256 hash).",
+    usage: "Use it as `Authorization: Bearer <key>`, or as --api-key / KXP_API_KEY.",
+    id_width: 36,
+};
+
 async fn create(args: CreateArgs) -> Result<(), String> {
-    let name = args.name.trim();
-    if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control) {
-        return Err(format!(
-            "--name must be 1 to {MAX_NAME} characters, without control characters"
-        ));
-    }
+    let name = checked_name(&args.name)?;
     let db = crate::admin::connect(&args.database.database_url).await?;
     let created = db.create_account(name, None).await;
     db.close().await;
     let (account, key) = created.map_err(|e| e.to_string())?;
-    let warning = "Store this API key now: it is not shown again \
-                   (the database keeps only its SHA-256 hash).";
-    if args.json {
-        let line = json!({
-            "id": account.id, "name": account.name,
-            "created_at": rfc3339(account.created_at), "api_key": key,
-        });
-        println!("{line}");
-        eprintln!("{warning}");
-    } else {
-        println!("Created account {} ({}).", account.id, account.name);
-        println!("API key: {key}");
-        println!("{warning}");
-        println!("Use it as `Authorization: Bearer <key>`, or as --api-key / KXP_API_KEY.");
-    }
+    let holder = Holder {
+        id: &account.id,
+        name: &account.name,
+        created_at: account.created_at,
+    };
+    KIND.print_created(&holder, &key, args.json);
     Ok(())
 }
 
 async fn list(args: ListArgs) -> Result<(), String> {
     let db = crate::admin::connect(&args.database.database_url).await?;
-    let accounts = db.accounts().await;
+    let listed = db.accounts().await;
     db.close().await;
-    let accounts = accounts.map_err(|e| e.to_string())?;
-    if args.json {
-        for account in &accounts {
-            let line = json!({
-                "id": account.id, "name": account.name, "created_at": rfc3339(account.created_at),
-            });
-            println!("{line}");
-        }
-    } else if accounts.is_empty() {
-        println!("No accounts yet. Create one with `kxp accounts create --name NAME`.");
-    } else {
-        println!("{:<36}  {:<20}  NAME", "ACCOUNT", "CREATED");
-        for account in &accounts {
-            println!(
-                "{:<36}  {:<20}  {}",
-                account.id,
-                rfc3339(account.created_at),
-                account.name
-            );
-        }
-    }
+    let listed = listed.map_err(|e| e.to_string())?;
+    let holders: Vec<Holder<'_>> = listed
+        .iter()
+        .map(|h| Holder {
+            id: &h.id,
+            name: &h.name,
+            created_at: h.created_at,
+        })
+        .collect();
+    KIND.print_list(&holders, args.json);
     Ok(())
 }

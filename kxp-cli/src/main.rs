@@ -7,6 +7,8 @@ mod check;
 mod config;
 mod debug;
 mod demo;
+mod keyholders;
+mod operators;
 mod send;
 mod serve;
 
@@ -63,6 +65,9 @@ enum Command {
     /// Create accounts (each with its own API key, printed once) and list them, straight on
     /// the database.
     Accounts(accounts::AccountsArgs),
+    /// Create operators (the platform's own people: their key, printed once, creates accounts
+    /// and acts for any one of them) and list them, straight on the database.
+    Operators(operators::OperatorsArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,5 +86,6 @@ fn main() -> ExitCode {
         Command::Dlq(args) => admin::dlq(args),
         Command::Replay(args) => admin::replay(args),
         Command::Accounts(args) => accounts::accounts(args),
+        Command::Operators(args) => operators::operators(args),
     }
 }

@@ -18,7 +18,7 @@ use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
 use crate::engine::{announce, notifier, retention, worker};
 use crate::http::{self, AppState};
-use crate::model::set_database_offset;
+use crate::model::{KeyKind, set_database_offset};
 use crate::store::{Db, StoreError};
 
 /// Why the server could not start.
@@ -37,6 +37,10 @@ pub enum StartError {
     /// The SMTP settings are unusable.
     #[error("e-mail notifications: {0}")]
     Mail(#[from] MailError),
+    /// The configured account key ([`Config::api_key`]) has the operator keys' prefix
+    /// (`kxp_op_`): it would be looked up as an operator's, and never authenticate.
+    #[error("the API key must not start with `kxp_op_`, the operator keys' prefix: pick another")]
+    OperatorPrefix,
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -223,6 +227,7 @@ const CLOCK_CHECK: Duration = Duration::from_secs(60);
 /// with a generated key on the very first start, which is returned to be shown once.
 async fn bootstrap(db: &Db, api_key: Option<&str>) -> Result<Option<String>, StartError> {
     match api_key {
+        Some(key) if KeyKind::of(key) == KeyKind::Operator => Err(StartError::OperatorPrefix),
         Some(key) => {
             if db.account_by_key(key).await?.is_none() {
                 db.create_account("default", Some(key)).await?;

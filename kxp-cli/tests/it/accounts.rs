@@ -25,7 +25,7 @@ fn kxp(args: &[&str], database_url: Option<&str>) -> (i32, String, String) {
     )
 }
 
-async fn kxp_async(args: &[&str], database_url: Option<&str>) -> (i32, String, String) {
+pub(crate) async fn kxp_async(args: &[&str], database_url: Option<&str>) -> (i32, String, String) {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let url = database_url.map(str::to_owned);
     tokio::task::spawn_blocking(move || {

@@ -171,7 +171,8 @@ pub(crate) struct Shared {
     pub announce: bool,
     /// What is announced next ([`announce`](crate::engine::announce)).
     pub announcements: Announcements,
-    /// Each account's API requests against [`Config::api_rate_limit`], keyed by account id.
+    /// Each key's API requests against [`Config::api_rate_limit`], keyed by its owner's id
+    /// (an account's or an operator's).
     pub api_requests: Mutex<RateLimiter>,
 }
 

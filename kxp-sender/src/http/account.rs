@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use kxp_api::{Account, AccountPatch, AccountUpdated};
 
-use super::checks::{check_name, check_url};
+use super::checks::{check_account_name, check_name, check_url};
 use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::mail;
 use crate::model::AccountChanges;
@@ -30,10 +30,8 @@ pub(super) async fn patch_account(
     ApiBody(body): ApiBody,
 ) -> Result<Json<AccountUpdated>, ApiError> {
     let patch: AccountPatch = parse(&body)?;
-    if let Some(name) = &patch.name
-        && (name.is_empty() || name.len() > 256)
-    {
-        return Err(ApiError::invalid("name must be 1 to 256 bytes"));
+    if let Some(name) = &patch.name {
+        check_account_name(name)?;
     }
     if let Some(version) = &patch.default_api_version {
         check_name("default_api_version", version, 64)?;

@@ -1,54 +1,124 @@
-//! Authentication: the caller's account from `Authorization: Bearer <api key>`.
+//! Authentication: who calls, from `Authorization: Bearer <key>`, and for which account.
+//!
+//! Two kinds of key, told apart by prefix ([`KeyKind`]) and each looked up by its hash in its
+//! own table: an account's key (`kxp_…`) acts for that account only; an operator's
+//! (`kxp_op_…`) reaches the operator routes ([`AsOperator`]) and acts for the one account the
+//! request names in `X-Kxp-Account` ([`Authed`]). Both count against the API rate limit, per
+//! key: an operator acting for many accounts draws on its own budget, not theirs.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use kxp_api::ErrorCode;
+use kxp_api::{ACCOUNT_HEADER, ErrorCode};
 
 use super::{ApiError, AppState};
-use crate::model::Account;
+use crate::model::{Account, KeyKind, Operator};
 
-/// The caller's account, from `Authorization: Bearer <key>`.
+/// The account a request acts for: the caller's own (an account key), or the one named by
+/// `X-Kxp-Account` (an operator key, which must name one: 400 `account_required` without it).
+/// An account key that names another account is refused with 404, the answer for an account
+/// that does not exist: it neither acts nor learns whether the account is real.
 pub struct Authed(pub Account);
+
+/// The operator behind an operator key: the only callers of `/v1/accounts`. An account key is
+/// refused there with 401, as if it named no one (to these routes it does not).
+pub struct AsOperator(pub Operator);
+
+/// Whose key a request carries.
+enum Caller {
+    Account(Account),
+    Operator(Operator),
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        ErrorCode::Unauthorized,
+        "a valid `Authorization: Bearer <api key>` header is required",
+    )
+}
+
+/// The caller, once its key is found and within the rate limit.
+async fn caller(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
+    let key = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(unauthorized)?;
+    let caller = match KeyKind::of(key) {
+        KeyKind::Account => state.db.account_by_key(key).await?.map(Caller::Account),
+        KeyKind::Operator => state.db.operator_by_key(key).await?.map(Caller::Operator),
+    }
+    .ok_or_else(unauthorized)?;
+    let rate = state.shared.config.api_rate_limit;
+    if rate > 0 {
+        // Keyed by the id of the key's owner: `acc_…` and `op_…` never collide.
+        let owner = match &caller {
+            Caller::Account(account) => account.id.as_str(),
+            Caller::Operator(operator) => operator.id.as_str(),
+        };
+        let granted = state
+            .shared
+            .api_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .try_take(owner, Some(rate), tokio::time::Instant::now());
+        if !granted {
+            return Err(ApiError::new(
+                ErrorCode::RateLimited,
+                format!("this key made more than {rate} requests in the last second"),
+            )
+            .retry_after(1));
+        }
+    }
+    Ok(caller)
+}
 
 impl FromRequestParts<AppState> for Authed {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let unauthorized = || {
-            ApiError::new(
-                ErrorCode::Unauthorized,
-                "a valid `Authorization: Bearer <api key>` header is required",
-            )
-        };
-        let key = parts
+        let caller = caller(parts, state).await?;
+        // A header that is not text names no account there is.
+        let named = parts
             .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(unauthorized)?;
-        let account = state
-            .db
-            .account_by_key(key)
-            .await?
-            .ok_or_else(unauthorized)?;
-        let rate = state.shared.config.api_rate_limit;
-        if rate > 0 {
-            let granted = state
-                .shared
-                .api_requests
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .try_take(account.id.as_str(), Some(rate), tokio::time::Instant::now());
-            if !granted {
-                return Err(ApiError::new(
-                    ErrorCode::RateLimited,
-                    format!("this key made more than {rate} requests in the last second"),
-                )
-                .retry_after(1));
+            .get(ACCOUNT_HEADER)
+            .map(|v| v.to_str().unwrap_or_default().trim());
+        let no_such_account = || ApiError::new(ErrorCode::NotFound, "no such account");
+        match (caller, named) {
+            (Caller::Account(account), None) => Ok(Authed(account)),
+            (Caller::Account(account), Some(id)) if id == account.id.as_str() => {
+                Ok(Authed(account))
             }
+            (Caller::Account(_), Some(_)) => Err(no_such_account()),
+            (Caller::Operator(_), None) => Err(ApiError::new(
+                ErrorCode::AccountRequired,
+                format!(
+                    "an operator key acts for one account on this route: name it with the \
+                     `{ACCOUNT_HEADER}: acc_…` header"
+                ),
+            )),
+            (Caller::Operator(_), Some(id)) => state
+                .db
+                .account(id)
+                .await?
+                .map(Authed)
+                .ok_or_else(no_such_account),
         }
-        Ok(Authed(account))
+    }
+}
+
+impl FromRequestParts<AppState> for AsOperator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match caller(parts, state).await? {
+            Caller::Operator(operator) => Ok(AsOperator(operator)),
+            Caller::Account(_) => Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                "this route takes an operator key (`kxp operators create`), not an account's",
+            )),
+        }
     }
 }
 

@@ -15,6 +15,14 @@ use crate::engine::guard::Blocked;
 use crate::model::parse_rfc3339;
 use crate::policy::schedule::parse_duration;
 
+/// An account's name: 1 to 256 bytes (a new account's, or a changed one).
+pub(super) fn check_account_name(name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.len() > 256 {
+        return Err(ApiError::invalid("name must be 1 to 256 bytes"));
+    }
+    Ok(())
+}
+
 pub(super) fn check_description(description: &str) -> Result<(), ApiError> {
     if description.len() > MAX_DESCRIPTION {
         return Err(ApiError::invalid(format!(

@@ -1,8 +1,10 @@
 //! The HTTP API: JSON over `Authorization: Bearer <api key>`, every route scoped to the
-//! caller's account (another account's ids answer 404, exactly like ids that do not exist).
+//! caller's account (another account's ids answer 404, exactly like ids that do not exist),
+//! except the operator routes ([`accounts`]), which take an operator key; an operator key acts
+//! on the other routes for the account its request names (see [`auth`]).
 //!
 //! One file per resource ([`endpoints`], [`endpoint_actions`], [`events`], [`deliveries`],
-//! [`schemas`], [`account`], [`notifications`], [`health`]), each holding its handlers and the
+//! [`schemas`], [`account`], [`accounts`], [`notifications`], [`health`]), each holding its handlers and the
 //! request and view structs it reads and writes; [`errors`], [`auth`], [`pagination`] and
 //! [`checks`] are what they share; [`views`] turns the store's rows into [`kxp_api`]'s
 //! types, and [`openapi`] describes it all. Handlers parse and check, call the store, and shape the
@@ -16,6 +18,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 mod account;
+mod accounts;
 mod auth;
 mod checks;
 mod deliveries;
@@ -142,6 +145,10 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/account",
             get(account::get_account).patch(account::patch_account),
+        )
+        .route(
+            "/v1/accounts",
+            post(accounts::create_account).get(accounts::list_accounts),
         )
         .route("/v1/notifications", get(notifications::list_notifications))
         .route("/v1/schemas", get(schemas::list_schemas))

@@ -8,10 +8,11 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 use utoipa::openapi::path::Operation;
-use utoipa::openapi::{Ref, RefOr, ResponseBuilder};
+use utoipa::openapi::{Ref, RefOr, Response as ApiResponse, ResponseBuilder};
 
 use super::{
-    account, deliveries, endpoint_actions, endpoints, events, health, notifications, schemas,
+    account, accounts, deliveries, endpoint_actions, endpoints, events, health, notifications,
+    schemas,
 };
 
 #[derive(OpenApi)]
@@ -26,6 +27,7 @@ use super::{
         deliveries::event_deliveries, deliveries::list_deliveries,
         deliveries::delivery_attempts, deliveries::replay_delivery,
         account::get_account, account::patch_account, notifications::list_notifications,
+        accounts::create_account, accounts::list_accounts,
         schemas::list_schemas, schemas::get_schema, schemas::put_schema, schemas::delete_schema,
         health::healthz, health::metrics, openapi_json,
     ),
@@ -34,6 +36,7 @@ use super::{
         (name = "events", description = "Emitting events, and reading them back"),
         (name = "deliveries", description = "One event to one endpoint: attempts, the dead-letter queue, replay"),
         (name = "account", description = "The account and its operational notices"),
+        (name = "operators", description = "Creating and listing accounts; operator keys only"),
         (name = "schemas", description = "JSON Schemas events must match"),
         (name = "operations", description = "Health, metrics and this document; no key"),
     ),
@@ -64,34 +67,30 @@ pub fn document() -> utoipa::openapi::OpenApi {
 
 /// The errors any route under `/v1/` can answer, written once here rather than on every
 /// handler: 401 without a valid key, 404 for an id the account does not have, 400/422 for a
-/// body that is not JSON or not of the right shape, 503 when the database is unreachable.
+/// body that is not JSON or not of the right shape, 503 when the database is unreachable; and
+/// on the routes of one account, the `X-Kxp-Account` header and what it can answer.
 fn add_common_errors(path: &str, operation: &mut Operation) {
     if !path.starts_with("/v1/") || path == "/v1/openapi.json" {
         return;
     }
-    let error = |description: &str| {
-        RefOr::T(
-            ResponseBuilder::new()
-                .description(description)
-                .content(
-                    "application/json",
-                    utoipa::openapi::ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name("ErrorBody")))
-                        .build(),
-                )
-                .build(),
-        )
-    };
     let responses = &mut operation.responses.responses;
     let mut add = |status: &str, description: &str| {
         responses
             .entry(status.to_owned())
             .or_insert_with(|| error(description));
     };
-    add(
-        "401",
-        "`unauthorized`: no valid `Authorization: Bearer <api key>`",
-    );
+    if path == OPERATOR_ROUTES {
+        add(
+            "401",
+            "`unauthorized`: no valid operator key in `Authorization: Bearer <key>` (an \
+             account key is refused too)",
+        );
+    } else {
+        add(
+            "401",
+            "`unauthorized`: no valid `Authorization: Bearer <api key>`",
+        );
+    }
     if path.contains('{') {
         add(
             "404",
@@ -118,6 +117,75 @@ fn add_common_errors(path: &str, operation: &mut Operation) {
         "503",
         "`store_unavailable`: the database is unreachable; retry",
     );
+    if path != OPERATOR_ROUTES {
+        add_account_header(operation);
+    }
+}
+
+/// An error answer with the [`kxp_api::ErrorBody`] schema.
+fn error(description: &str) -> RefOr<ApiResponse> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                utoipa::openapi::ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build(),
+    )
+}
+
+/// The path of the operator routes, which act for no one account.
+const OPERATOR_ROUTES: &str = "/v1/accounts";
+
+/// `X-Kxp-Account` on a route of one account: optional for an account key (its own id only),
+/// required for an operator key (400 `account_required` without it, 404 for an id of no
+/// account).
+fn add_account_header(operation: &mut Operation) {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    let header = ParameterBuilder::new()
+        .name(kxp_api::ACCOUNT_HEADER)
+        .parameter_in(ParameterIn::Header)
+        .required(utoipa::openapi::Required::False)
+        .description(Some(
+            "The account an operator key acts for (required with one); an account key may \
+             name only its own account (another id answers 404)",
+        ))
+        .schema(Some(Ref::from_schema_name("AccountId")))
+        .build();
+    operation
+        .parameters
+        .get_or_insert_with(Vec::new)
+        .push(RefOr::T(header));
+    let responses = &mut operation.responses.responses;
+    for (status, code, why) in [
+        (
+            "400",
+            "`account_required`",
+            "an operator key without `X-Kxp-Account`",
+        ),
+        (
+            "404",
+            "`not_found`",
+            "`X-Kxp-Account` names no account (or, with an account key, another account)",
+        ),
+    ] {
+        match responses.get_mut(status) {
+            // The same code already described: only the new reason is added.
+            Some(RefOr::T(response)) if response.description.starts_with(code) => {
+                response.description = format!("{}; or {why}", response.description);
+            }
+            Some(RefOr::T(response)) => {
+                response.description = format!("{}; or {code}: {why}", response.description);
+            }
+            Some(RefOr::Ref(_)) => {}
+            None => {
+                responses.insert(status.to_owned(), error(&format!("{code}: {why}")));
+            }
+        }
+    }
 }
 
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {

@@ -5,7 +5,9 @@
 //! TEXT), with a type prefix and a UUIDv7 (`ep_…`, `dlv_…`), so ids sort by creation time and
 //! serve as cursors. Event ids are UUIDv4s: they are the receivers' dedup key, in every envelope.
 
-pub use kxp_api::{AccountId, DeliveryId, EndpointId, EventId, NotificationId, SchemaId};
+pub use kxp_api::{
+    AccountId, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,
+};
 
 /// An id with a type prefix and a UUIDv7, so ids sort by creation time and serve as cursors.
 pub fn new_id(prefix: &str) -> String {
@@ -19,6 +21,41 @@ pub fn random_hex_32() -> String {
     // to do but stop, rather than hand out a predictable secret.
     getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
     hex::encode(bytes)
+}
+
+/// What an API key belongs to, told by its prefix: `kxp_op_…` an operator, any other an
+/// account. The prefix lets people (and secret scanners) tell an all-accounts key from a
+/// one-account key at a glance, and lets the server look a key's hash up in one table only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// `kxp_…`: one account's key.
+    Account,
+    /// `kxp_op_…`: an operator's key.
+    Operator,
+}
+
+impl KeyKind {
+    /// The prefix of the keys the server makes of this kind.
+    const fn prefix(self) -> &'static str {
+        match self {
+            KeyKind::Account => "kxp_",
+            KeyKind::Operator => "kxp_op_",
+        }
+    }
+
+    /// The kind of `key`, by its prefix.
+    pub fn of(key: &str) -> KeyKind {
+        if key.starts_with(KeyKind::Operator.prefix()) {
+            KeyKind::Operator
+        } else {
+            KeyKind::Account
+        }
+    }
+
+    /// A new key of this kind: the prefix and 32 random bytes in hex.
+    pub fn new_key(self) -> String {
+        format!("{}{}", self.prefix(), random_hex_32())
+    }
 }
 
 /// SHA-256 hex: how API keys are stored, so a database leak does not leak working keys.

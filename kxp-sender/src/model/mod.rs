@@ -10,6 +10,7 @@ mod failure;
 mod health;
 mod ids;
 mod notification;
+mod operator;
 mod schema;
 mod status;
 mod time;
@@ -24,10 +25,11 @@ pub use event::{Event, Ingest, Ingested};
 pub use failure::{AttemptError, Failure, FailureKind};
 pub use health::{EndpointHealth, Window};
 pub use ids::{
-    AccountId, DeliveryId, EndpointId, EventId, NotificationId, SchemaId, new_id, random_hex_32,
-    sha256_hex,
+    AccountId, DeliveryId, EndpointId, EventId, KeyKind, NotificationId, OperatorId, SchemaId,
+    new_id, random_hex_32, sha256_hex,
 };
 pub use notification::{NoticeFacts, NoticeNext, Notification};
+pub use operator::Operator;
 pub use schema::Schema;
 pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
 pub use time::{ms, now_ms, parse_rfc3339, rfc3339};

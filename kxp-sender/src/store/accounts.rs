@@ -1,8 +1,8 @@
 //! `kxp_accounts`: accounts and their API keys (stored hashed).
 
 use crate::model::{
-    Account, AccountChanges, AccountId, DEFAULT_API_VERSION, new_id, now_ms, random_hex_32,
-    sha256_hex,
+    Account, AccountChanges, AccountId, DEFAULT_API_VERSION, KeyKind, new_id, now_ms,
+    random_hex_32, sha256_hex,
 };
 use crate::store::{Db, StoreError, on_db};
 
@@ -16,7 +16,7 @@ impl Db {
         name: &str,
         key: Option<&str>,
     ) -> Result<(Account, String), StoreError> {
-        let key = key.map_or_else(|| format!("kxp_{}", random_hex_32()), str::to_owned);
+        let key = key.map_or_else(|| KeyKind::Account.new_key(), str::to_owned);
         let account = Account {
             id: AccountId::from(new_id("acc")),
             name: name.to_owned(),
@@ -53,6 +53,17 @@ impl Db {
         }))
     }
 
+    /// The account with this id: the one an operator key acts for (`X-Kxp-Account`).
+    pub async fn account(&self, id: &str) -> Result<Option<Account>, StoreError> {
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1");
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Account>(&sql)
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+        }))
+    }
+
     /// How many accounts exist.
     pub async fn account_count(&self) -> Result<i64, StoreError> {
         Ok(on_db!(self, |pool, _begin| {
@@ -64,9 +75,25 @@ impl Db {
 
     /// Every account, oldest first (`kxp accounts list`). Key hashes are not read.
     pub async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
-        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts ORDER BY id");
+        self.accounts_after(None, i64::MAX).await
+    }
+
+    /// Up to `limit` accounts after the id `cursor`, oldest first (`GET /v1/accounts`).
+    pub(crate) async fn accounts_after(
+        &self,
+        cursor: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Account>, StoreError> {
+        let sql = format!(
+            "SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE (CAST($1 AS TEXT) IS NULL OR id > $1) \
+             ORDER BY id LIMIT $2"
+        );
         Ok(on_db!(self, |pool, _begin| {
-            sqlx::query_as::<_, Account>(&sql).fetch_all(pool).await?
+            sqlx::query_as::<_, Account>(&sql)
+                .bind(cursor)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
         }))
     }
 

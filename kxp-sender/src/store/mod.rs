@@ -3,7 +3,7 @@
 //! one enum so each query is written once, for both backends (see `on_db!`), except the
 //! claim, which differs in how PostgreSQL skips rows other workers hold.
 //!
-//! One file per table or aggregate: [`accounts`], [`endpoints`], [`secrets`], [`events`],
+//! One file per table or aggregate: [`accounts`], [`operators`], [`endpoints`], [`secrets`], [`events`],
 //! [`deliveries`] (the API's side), [`attempts`] (the worker's side: claim, record, release),
 //! [`circuit`], [`health`], [`notifications`], [`schemas`], [`retention`], [`metrics`]. What to
 //! write is decided by the model's rules and the pure [`policy`](crate::policy) functions,
@@ -18,6 +18,7 @@ mod events;
 pub(crate) mod health;
 mod metrics;
 pub(crate) mod notifications;
+mod operators;
 mod retention;
 mod schemas;
 mod secrets;

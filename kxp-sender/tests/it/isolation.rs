@@ -8,7 +8,10 @@
 //! - B's key on A's ids → 404, the same answer as for an id that does not exist; B's lists hold
 //!   only B's objects, and a filter naming A's endpoint is empty; what B creates is B's;
 //! - nothing of the above changed a byte of A's rows, or any answer A gets;
-//! - A's key → success, and A's lists hold none of B's objects.
+//! - A's key → success, and A's lists hold none of B's objects;
+//! - A's key naming B in `X-Kxp-Account` (and B's naming A) → 404 on every row, before
+//!   anything is read or written: an account key never acts for another account;
+//! - every account key on the operator routes ([`OPERATOR`]) → 401.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -162,6 +165,10 @@ const ROUTES: &[Route] = &[
     row("GET /v1/notifications", NoId, OnlyOwn, 200),
 ];
 
+/// The operator routes of `api::app`: operator keys only (tests/it/operators.rs runs them with
+/// one); every account key is refused with 401.
+const OPERATOR: &[&str] = &["GET /v1/accounts", "POST /v1/accounts"];
+
 /// Routes of `api::app` that take no key and show no account's data.
 const PUBLIC: &[&str] = &["GET /healthz", "GET /metrics", OPENAPI];
 
@@ -205,6 +212,7 @@ fn the_table_lists_every_route_of_the_api_and_nothing_else() {
         .iter()
         .map(|r| r.route)
         .chain(PUBLIC.iter().copied())
+        .chain(OPERATOR.iter().copied())
         .map(|route| {
             let (method, path) = route.split_once(' ').unwrap();
             (method.to_owned(), path.to_owned())
@@ -410,14 +418,15 @@ impl Fixture {
     }
 
     /// Calls a row with the raw `Authorization` value `auth` (no header when `None`), `url` in
-    /// the body's `{url}` and `id` (else A's object) in `{id}`; returns the status, the JSON
-    /// answer and its text.
+    /// the body's `{url}`, `id` (else A's object) in `{id}` and `account` in `X-Kxp-Account`;
+    /// returns the status, the JSON answer and its text.
     async fn call(
         &self,
         route: &Route,
         auth: Option<&str>,
         url: &str,
         id: Option<&str>,
+        account: Option<&str>,
     ) -> (u16, Value, String) {
         let method = reqwest::Method::from_bytes(route.method().as_bytes()).unwrap();
         let mut request = reqwest::Client::new()
@@ -427,6 +436,9 @@ impl Fixture {
         }
         for (name, value) in route.headers {
             request = request.header(*name, *value);
+        }
+        if let Some(account) = account {
+            request = request.header(kxp_api::ACCOUNT_HEADER, account);
         }
         if let Some(body) = route.body {
             request = request
@@ -442,12 +454,12 @@ impl Fixture {
 
     async fn as_a(&self, route: &Route) -> (u16, Value, String) {
         let auth = format!("Bearer {}", self.a_key);
-        self.call(route, Some(&auth), &self.a_url, None).await
+        self.call(route, Some(&auth), &self.a_url, None, None).await
     }
 
     async fn as_b(&self, route: &Route, id: Option<&str>) -> (u16, Value, String) {
         let auth = format!("Bearer {}", self.b_key);
-        self.call(route, Some(&auth), &self.b_url, id).await
+        self.call(route, Some(&auth), &self.b_url, id, None).await
     }
 }
 
@@ -577,9 +589,10 @@ async fn every_route_is_scoped_to_the_callers_account() {
 
     // (b) No key, or a bad one: 401 on every row, before anything else is looked at.
     let hash = kxp_sender::sha256_hex(f.a_key.as_bytes());
-    let bad: [Option<String>; 6] = [
+    let bad: [Option<String>; 7] = [
         None,
         Some("Bearer kxp_wrong".to_owned()),
+        Some("Bearer kxp_op_wrong".to_owned()),
         Some("Bearer ".to_owned()),
         Some(format!("Bearer {hash}")),
         Some(format!("Basic {}", f.a_key)),
@@ -587,12 +600,45 @@ async fn every_route_is_scoped_to_the_callers_account() {
     ];
     for route in ROUTES {
         for auth in &bad {
-            let (status, body, _) = f.call(route, auth.as_deref(), &f.a_url, None).await;
+            let (status, body, _) = f.call(route, auth.as_deref(), &f.a_url, None, None).await;
             assert_eq!(
                 (status, body["error"].as_str()),
                 (401, Some("unauthorized")),
                 "{} with Authorization {auth:?}: {body}",
                 label(route)
+            );
+        }
+    }
+
+    // (b') An account key naming the other account in `X-Kxp-Account`: 404 on every row,
+    // whatever the route, before anything is read or written (A's rows are checked below; B's
+    // are not changed by a request that never reaches a handler).
+    for route in ROUTES {
+        for (key, url, other) in [
+            (&f.a_key, &f.a_url, &f.b_account),
+            (&f.b_key, &f.b_url, &f.a_account),
+        ] {
+            let auth = format!("Bearer {key}");
+            let (status, body, text) = f.call(route, Some(&auth), url, None, Some(other)).await;
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (404, Some("not_found")),
+                "{} naming {other}: {text}",
+                label(route)
+            );
+        }
+    }
+    // Every account key on the operator routes: 401, as if it named no one.
+    for route in OPERATOR {
+        for key in [&f.a_key, &f.b_key] {
+            let route = row(route, NoId, Empty, 401).body(r#"{"name":"mine"}"#);
+            let auth = format!("Bearer {key}");
+            let (status, body, text) = f.call(&route, Some(&auth), "", None, None).await;
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (401, Some("unauthorized")),
+                "{}: {text}",
+                label(&route)
             );
         }
     }
@@ -711,7 +757,9 @@ async fn every_route_is_scoped_to_the_callers_account() {
 
     // Public routes need no key and name no account's objects.
     for public in PUBLIC {
-        let (status, _, text) = f.call(&row(public, NoId, Empty, 200), None, "", None).await;
+        let (status, _, text) = f
+            .call(&row(public, NoId, Empty, 200), None, "", None, None)
+            .await;
         assert_eq!(status, 200, "{public}: {text}");
         assert!(
             a_ids

@@ -18,6 +18,7 @@ mod limits;
 mod metrics;
 mod notifications;
 mod openapi;
+mod operators;
 mod pipeline;
 mod postgres;
 mod protection;

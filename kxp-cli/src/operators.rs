@@ -1,0 +1,116 @@
+//! `kxp operators create` and `kxp operators list`: operators straight on the database, with or
+//! without a running server. A new operator's key is printed once; only its SHA-256 hash is
+//! stored. There is deliberately no API route that makes operators: whoever can reach the
+//! database already holds every account, and no key can mint a key more powerful than itself.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use crate::keyholders::{Database, Holder, Kind, checked_name};
+
+/// Shown under `kxp operators --help`.
+const USAGE: &str = "\
+Operators are the platform's own people. An operator key (kxp_op_…) creates and lists
+accounts (POST/GET /v1/accounts; the answer to a creation holds the new account's API key,
+once) and acts for any one account on every other /v1 route when the request names it with
+the `X-Kxp-Account: acc_…` header (without it: 400 account_required; an unknown id: 404).
+Account keys cannot reach /v1/accounts (401), and cannot act for another account (404).
+
+`kxp operators create --name NAME` prints a new operator key once. Store it then: the
+database keeps only the key's SHA-256 hash, so the key cannot be shown again. `kxp operators
+list` shows ids, names and creation times, never keys or hashes. Both act on the database
+directly (--database-url, or KXP_DATABASE_URL), with or without a running `kxp serve`.
+
+Examples:
+  kxp operators create --database-url sqlite://kxp.db --name alice
+  kxp operators list --database-url sqlite://kxp.db";
+
+#[derive(Args)]
+#[command(after_help = USAGE)]
+pub(crate) struct OperatorsArgs {
+    #[command(subcommand)]
+    command: OperatorsCommand,
+}
+
+#[derive(Subcommand)]
+enum OperatorsCommand {
+    /// Create an operator and print its key, once: store it now, it is not shown again.
+    Create(CreateArgs),
+    /// List the operators: id, name and creation time (never keys or their hashes).
+    List(ListArgs),
+}
+
+#[derive(Args)]
+struct CreateArgs {
+    #[command(flatten)]
+    database: Database,
+    /// Who holds the key (1 to 128 characters), e.g. a person or a team.
+    #[arg(long)]
+    name: String,
+    /// Print one JSON object (`id`, `name`, `created_at`, `operator_key`) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    #[command(flatten)]
+    database: Database,
+    /// One JSON object per line (`id`, `name`, `created_at`) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn operators(args: OperatorsArgs) -> ExitCode {
+    crate::admin::run(async move {
+        match args.command {
+            OperatorsCommand::Create(args) => create(args).await,
+            OperatorsCommand::List(args) => list(args).await,
+        }
+    })
+}
+
+/// How operators are printed.
+const KIND: Kind = Kind {
+    noun: "operator",
+    key_label: "Operator key",
+    key_field: "operator_key",
+    warning: "Store this operator key now: it is not shown again \
+              (the database keeps only its SHA-256 hash). It acts for every account.",
+    usage: "Use it as `Authorization: Bearer <key>`, with `X-Kxp-Account: acc_…` to act for \
+            one account.",
+    id_width: 35,
+};
+
+async fn create(args: CreateArgs) -> Result<(), String> {
+    let name = checked_name(&args.name)?;
+    let db = crate::admin::connect(&args.database.database_url).await?;
+    let created = db.create_operator(name).await;
+    db.close().await;
+    let (operator, key) = created.map_err(|e| e.to_string())?;
+    let holder = Holder {
+        id: &operator.id,
+        name: &operator.name,
+        created_at: operator.created_at,
+    };
+    KIND.print_created(&holder, &key, args.json);
+    Ok(())
+}
+
+async fn list(args: ListArgs) -> Result<(), String> {
+    let db = crate::admin::connect(&args.database.database_url).await?;
+    let listed = db.operators().await;
+    db.close().await;
+    let listed = listed.map_err(|e| e.to_string())?;
+    let holders: Vec<Holder<'_>> = listed
+        .iter()
+        .map(|h| Holder {
+            id: &h.id,
+            name: &h.name,
+            created_at: h.created_at,
+        })
+        .collect();
+    KIND.print_list(&holders, args.json);
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! `kxp_operators`: the platform's operators and their keys (stored hashed, like accounts').
+
+use crate::model::{KeyKind, Operator, OperatorId, new_id, now_ms, sha256_hex};
+use crate::store::{Db, StoreError, on_db};
+
+const OPERATOR_COLUMNS: &str = "id, name, created_at";
+
+impl Db {
+    /// Creates an operator and returns it with its key (`kxp_op_…`), which is shown once and
+    /// stored only as a hash.
+    pub async fn create_operator(&self, name: &str) -> Result<(Operator, String), StoreError> {
+        let key = KeyKind::Operator.new_key();
+        let operator = Operator {
+            id: OperatorId::from(new_id("op")),
+            name: name.to_owned(),
+            created_at: now_ms(),
+        };
+        on_db!(self, |pool, _begin| {
+            sqlx::query(
+                "INSERT INTO kxp_operators (id, name, key_hash, created_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(&operator.id)
+            .bind(&operator.name)
+            .bind(sha256_hex(key.as_bytes()))
+            .bind(operator.created_at)
+            .execute(pool)
+            .await?;
+        });
+        Ok((operator, key))
+    }
+
+    /// The operator a key belongs to.
+    pub async fn operator_by_key(&self, key: &str) -> Result<Option<Operator>, StoreError> {
+        let hash = sha256_hex(key.as_bytes());
+        let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators WHERE key_hash = $1");
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Operator>(&sql)
+                .bind(hash)
+                .fetch_optional(pool)
+                .await?
+        }))
+    }
+
+    /// Every operator, oldest first (`kxp operators list`). Key hashes are not read.
+    pub async fn operators(&self) -> Result<Vec<Operator>, StoreError> {
+        let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators ORDER BY id");
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Operator>(&sql).fetch_all(pool).await?
+        }))
+    }
+}
