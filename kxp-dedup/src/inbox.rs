@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use crate::process::{HandlerResult, run_handler, with_heartbeat};
 use crate::store::Pool;
+#[cfg(feature = "sqlite")]
+use crate::store::SQLITE_NOW;
 use crate::util::{millis, truncate};
 use crate::{Lease, LeaseClaim, Outcome, Store, StoreError};
 
@@ -83,9 +85,6 @@ pub fn inbox_retry_delay(attempts: u32) -> Duration {
 
 /// How many due items one call looks at: enough to step over items other workers claim first.
 const CANDIDATES: i64 = 8;
-
-#[cfg(feature = "sqlite")]
-const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
 
 /// How a run ends, for its event row and its item.
 #[derive(Clone, Copy)]

@@ -114,6 +114,21 @@ SELECT status,
        COALESCE(GREATEST(CEIL(EXTRACT(EPOCH FROM (locked_until - now())) * 1000), 0), 0)::bigint
 FROM kxp_processed_events WHERE event_id = $1";
 
+/// What a fenced statement ([`Store::fenced`]) changes on the event's row.
+#[derive(Clone, Copy)]
+enum Fenced<'a> {
+    /// The lease extended by `lease_ms` from now.
+    Renew { lease_ms: i64 },
+    /// The event done.
+    Complete,
+    /// The event failed with `error`.
+    Fail { error: &'a str },
+}
+
+/// The database's clock in SQLite, in Unix milliseconds.
+#[cfg(feature = "sqlite")]
+pub(crate) const SQLITE_NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
 impl Store {
     /// Connects to `url` and applies the crate's migrations.
     ///
@@ -381,36 +396,13 @@ impl Store {
     /// Fails with `claim_lost` when the event carries a newer claim (or was completed), and
     /// `not_claimed` when its row is gone (purged).
     pub async fn renew(&self, lease: &Lease) -> Result<(), StoreError> {
-        let lease_ms = millis(lease.duration);
-        let updated = match &self.pool {
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => sqlx::query(
-                "UPDATE kxp_processed_events
-                 SET locked_until = CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?3,
-                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
-                 WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2",
-            )
-            .bind(&lease.event_id)
-            .bind(i64::from(lease.token))
-            .bind(lease_ms)
-            .execute(pool)
-            .await?
-            .rows_affected(),
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => sqlx::query(
-                "UPDATE kxp_processed_events
-                 SET locked_until = now() + $3::bigint * interval '1 millisecond',
-                     updated_at = now()
-                 WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint",
-            )
-            .bind(&lease.event_id)
-            .bind(i64::from(lease.token))
-            .bind(lease_ms)
-            .execute(pool)
-            .await?
-            .rows_affected(),
-        };
-        self.held_or_lost(&lease.event_id, updated).await
+        self.fenced(
+            lease,
+            Fenced::Renew {
+                lease_ms: millis(lease.duration),
+            },
+        )
+        .await
     }
 
     /// [`complete`](Store::complete) for the holder of `lease` only: marks the event done if
@@ -420,32 +412,7 @@ impl Store {
     /// new holder's claim is left as it is: the event is not marked done for it), and
     /// `not_claimed` when its row is gone.
     pub async fn complete_lease(&self, lease: Lease) -> Result<(), StoreError> {
-        let updated = match &self.pool {
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => sqlx::query(
-                "UPDATE kxp_processed_events
-                 SET status = 'done', locked_until = NULL,
-                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
-                 WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2",
-            )
-            .bind(&lease.event_id)
-            .bind(i64::from(lease.token))
-            .execute(pool)
-            .await?
-            .rows_affected(),
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => sqlx::query(
-                "UPDATE kxp_processed_events
-                 SET status = 'done', locked_until = NULL, updated_at = now()
-                 WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint",
-            )
-            .bind(&lease.event_id)
-            .bind(i64::from(lease.token))
-            .execute(pool)
-            .await?
-            .rows_affected(),
-        };
-        self.held_or_lost(&lease.event_id, updated).await
+        self.fenced(&lease, Fenced::Complete).await
     }
 
     /// [`fail`](Store::fail) for the holder of `lease` only: marks the event failed (claimable
@@ -454,32 +421,59 @@ impl Store {
     /// [`complete_lease`](Store::complete_lease) does.
     pub async fn fail_lease(&self, lease: Lease, error: &str) -> Result<(), StoreError> {
         let error = crate::util::truncate(error, crate::MAX_ERROR_LEN);
+        self.fenced(&lease, Fenced::Fail { error }).await
+    }
+
+    /// The one statement of [`renew`](Store::renew), [`complete_lease`](Store::complete_lease)
+    /// and [`fail_lease`](Store::fail_lease): an `UPDATE` of the event's row that matches only
+    /// while it carries `lease`'s claim (status `processing`, `attempts` = its token).
+    async fn fenced(&self, lease: &Lease, change: Fenced<'_>) -> Result<(), StoreError> {
+        let token = i64::from(lease.token);
         let updated = match &self.pool {
             #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => sqlx::query(
-                "UPDATE kxp_processed_events
-                 SET status = 'failed', locked_until = NULL, last_error = ?3,
-                     updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
-                 WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2",
-            )
-            .bind(&lease.event_id)
-            .bind(i64::from(lease.token))
-            .bind(error)
-            .execute(pool)
-            .await?
-            .rows_affected(),
+            Pool::Sqlite(pool) => {
+                let set = match change {
+                    Fenced::Renew { .. } => format!("locked_until = {SQLITE_NOW} + ?3"),
+                    Fenced::Complete => "status = 'done', locked_until = NULL".to_owned(),
+                    Fenced::Fail { .. } => {
+                        "status = 'failed', locked_until = NULL, last_error = ?3".to_owned()
+                    }
+                };
+                let sql = format!(
+                    "UPDATE kxp_processed_events SET {set}, updated_at = {SQLITE_NOW}
+                     WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2"
+                );
+                let query = sqlx::query(&sql).bind(&lease.event_id).bind(token);
+                let query = match change {
+                    Fenced::Renew { lease_ms } => query.bind(lease_ms),
+                    Fenced::Complete => query,
+                    Fenced::Fail { error } => query.bind(error),
+                };
+                query.execute(pool).await?.rows_affected()
+            }
             #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => sqlx::query(
-                "UPDATE kxp_processed_events
-                 SET status = 'failed', locked_until = NULL, last_error = $3, updated_at = now()
-                 WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint",
-            )
-            .bind(&lease.event_id)
-            .bind(i64::from(lease.token))
-            .bind(error)
-            .execute(pool)
-            .await?
-            .rows_affected(),
+            Pool::Postgres(pool) => {
+                let set = match change {
+                    Fenced::Renew { .. } => {
+                        "locked_until = now() + $3::bigint * interval '1 millisecond'"
+                    }
+                    Fenced::Complete => "status = 'done', locked_until = NULL",
+                    Fenced::Fail { .. } => {
+                        "status = 'failed', locked_until = NULL, last_error = $3"
+                    }
+                };
+                let sql = format!(
+                    "UPDATE kxp_processed_events SET {set}, updated_at = now()
+                     WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint"
+                );
+                let query = sqlx::query(&sql).bind(&lease.event_id).bind(token);
+                let query = match change {
+                    Fenced::Renew { lease_ms } => query.bind(lease_ms),
+                    Fenced::Complete => query,
+                    Fenced::Fail { error } => query.bind(error),
+                };
+                query.execute(pool).await?.rows_affected()
+            }
         };
         self.held_or_lost(&lease.event_id, updated).await
     }
