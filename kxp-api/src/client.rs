@@ -10,8 +10,9 @@ use crate::{
     ACCOUNT_HEADER, Account, AccountCreated, AccountId, AccountPatch, AccountUpdated, Attempt,
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event, EventId,
-    IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent, Notification, Page, PageQuery,
-    ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
+    IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification, Page,
+    PageQuery, PortalLink, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated,
+    ServiceHealth,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -371,6 +372,13 @@ impl Client {
     /// `GET /v1/accounts` (operator keys): one page of accounts, oldest first.
     pub async fn accounts(&self, query: &PageQuery) -> Result<Page<Account>, ClientError> {
         self.call(Method::GET, &["v1", "accounts"], |r| r.query(query))
+            .await
+    }
+
+    /// `POST /v1/portal-links`: a one-time console sign-in URL for the client's account (or,
+    /// with an operator key, the account it acts for), to hand to the merchant.
+    pub async fn create_portal_link(&self, new: &NewPortalLink) -> Result<PortalLink, ClientError> {
+        self.call(Method::POST, &["v1", "portal-links"], |r| r.json(new))
             .await
     }
 

@@ -55,6 +55,8 @@ string_enum! {
         /// 503: the account's due backlog of deliveries is at its bound, so the event was not
         /// stored; retry after the `Retry-After` header's seconds.
         BacklogFull = "backlog_full",
+        /// 400: a portal link's `ttl_seconds` is outside 1 to 86,400 (24 h).
+        InvalidTtl = "invalid_ttl",
     }
 }
 
@@ -67,7 +69,8 @@ impl ErrorCode {
             | ErrorCode::InvalidQuery
             | ErrorCode::InvalidIdempotencyKey
             | ErrorCode::SchemaViolation
-            | ErrorCode::AccountRequired => 400,
+            | ErrorCode::AccountRequired
+            | ErrorCode::InvalidTtl => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
@@ -119,7 +122,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 20);
+        assert_eq!(ErrorCode::KNOWN.len(), 21);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -21,6 +21,7 @@ mod notifications;
 mod openapi;
 mod pagination;
 mod patch;
+mod portal;
 mod schemas;
 mod secret;
 mod timestamp;
@@ -44,6 +45,7 @@ pub use notifications::{Notification, NotificationChannel, NotificationKind, Not
 pub use openapi::{ApiDoc, openapi};
 pub use pagination::{Page, PageQuery};
 pub use patch::Patch;
+pub use portal::{NewPortalLink, PortalLink, PortalScope};
 pub use schemas::{Schema, SchemaDeleted};
 pub use secret::Secret;
 pub use timestamp::{Timestamp, TimestampError};

@@ -8,9 +8,10 @@ use crate::{
     Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState,
     Cursor, Delivery, DeliveryQuery, DeliveryStatus, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, ErrorBody, ErrorCode, Event,
-    EventId, HealthWindow, NewAccount, NewEndpoint, NewEvent, Notification, NotificationChannel,
-    NotificationId, NotificationKind, NotificationStatus, Page, PageQuery, RawJson, ReplayQueued,
-    RotateSecret, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, ServiceHealth, Timestamp,
+    EventId, HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification,
+    NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page, PageQuery,
+    PortalLink, PortalScope, RawJson, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SchemaId,
+    Secret, SecretRotated, ServiceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -32,6 +33,7 @@ use crate::{AccountId, DeliveryId};
         NewEvent, Event,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,
         Account, AccountPatch, AccountUpdated, NewAccount, AccountCreated,
+        NewPortalLink, PortalLink, PortalScope,
         Notification, NotificationKind, NotificationChannel, NotificationStatus,
         Schema, SchemaDeleted,
         PageQuery, Page<Endpoint>, Page<Delivery>, Page<Attempt>, Page<Notification>, Page<Schema>,

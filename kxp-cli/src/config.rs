@@ -40,6 +40,12 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_LISTEN", value_name = "ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
+    /// The origin people reach this server at, e.g. `https://kxp.example.com`: portal links
+    /// (console sign-in URLs) are built on it. Required when listening on an address other
+    /// than loopback; default `http://<listen address>`.
+    #[arg(long, env = "KXP_PUBLIC_URL", value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
     /// Development mode: accept http:// endpoint URLs and let deliveries reach loopback
     /// (127.0.0.0/8, ::1) — loopback only. Never in production.
     #[arg(long, env = "KXP_DEV", value_name = "BOOL", num_args = 0..=1, require_equals = true,
@@ -268,7 +274,7 @@ impl Settings {
     /// `self` where it says something, `lower` elsewhere.
     pub fn over(self, lower: Settings) -> Settings {
         let high = self;
-        layer!(high over lower: database_url, listen, dev, api_only, allow_address, retry_schedule, jitter,
+        layer!(high over lower: database_url, listen, public_url, dev, api_only, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
             smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, json_logs, api_key)
@@ -309,6 +315,7 @@ impl Settings {
         Ok(Config {
             database_url: self.database_url.clone().unwrap_or(d.database_url),
             listen: self.listen.unwrap_or(d.listen),
+            public_url: self.public_url.clone().filter(|url| !url.is_empty()),
             dev: self.dev.unwrap_or(d.dev),
             run_workers: !self.api_only.unwrap_or(!d.run_workers),
             allow_addresses: self.allow_address.clone().unwrap_or(d.allow_addresses),
@@ -360,6 +367,7 @@ impl Settings {
         Settings {
             database_url: Some(redact_passwords(&config.database_url)),
             listen: Some(config.listen),
+            public_url: config.public_url.clone(),
             dev: Some(config.dev),
             api_only: Some(!config.run_workers),
             allow_address: Some(config.allow_addresses.clone()),

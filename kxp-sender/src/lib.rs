@@ -25,8 +25,8 @@
 //!
 //! # Layers
 //!
-//! The crate is five layers, and **imports point one way**, from the later to the earlier:
-//! `model` ← `policy` ← `store` ← `engine` ← `http` ← this root. A layer never imports one
+//! The crate is six layers, and **imports point one way**, from the later to the earlier:
+//! `model` ← `policy` ← `store` ← `engine` ← `http` ← `console` ← this root. A layer never imports one
 //! after it, so a change to the API cannot reach the SQL, and the breaker's rules can be read
 //! (and tested) without a database.
 //!
@@ -50,9 +50,14 @@
 //! - **http** — the API, one file per resource (endpoints, events, deliveries, schemas, account,
 //!   notifications, health and metrics) plus the errors, authentication and pagination they
 //!   share. Handlers parse and check, call the store, and shape the answer.
+//! - **console** — the HTML pages for people under `/console` (and `/`, which redirects
+//!   there): sign-in by a one-time portal link (`POST /v1/portal-links`) or an operator key,
+//!   server-side sessions in a cookie, CSRF tokens on every form, strict security headers. It
+//!   shares the API's state; its refusals are pages, never the API's JSON errors.
 //!
 //! The modules are private: the items below are the whole public interface.
 
+mod console;
 mod engine;
 mod http;
 mod model;
@@ -64,6 +69,7 @@ mod store;
 pub use engine::config::Config;
 pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
 pub use engine::mail::MailError;
+pub use http::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
 pub use http::{
     DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,
     MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, REQUEST_OVERHEAD, openapi,

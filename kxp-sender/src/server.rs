@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use crate::console;
 use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
 use crate::engine::dispatch;
@@ -41,6 +42,19 @@ pub enum StartError {
     /// (`kxp_op_`): it would be looked up as an operator's, and never authenticate.
     #[error("the API key must not start with `kxp_op_`, the operator keys' prefix: pick another")]
     OperatorPrefix,
+    /// The server listens on an address other than loopback and no
+    /// [`Config::public_url`] says where people reach it, so portal links could not be made.
+    #[error(
+        "listening on {0}, which is not a loopback address: set --public-url (KXP_PUBLIC_URL) to \
+         the origin people reach this server at, e.g. https://kxp.example.com"
+    )]
+    PublicUrlRequired(SocketAddr),
+    /// [`Config::public_url`] is not an `http://` or `https://` origin.
+    #[error(
+        "--public-url must be an origin such as https://kxp.example.com (a scheme, http or \
+         https, and a host; no path, query or fragment), not {0:?}"
+    )]
+    InvalidPublicUrl(String),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -95,7 +109,9 @@ impl Server {
 }
 
 /// Opens the database, bootstraps the first account, and starts the API and the workers.
-pub async fn start(config: Config) -> Result<Server, StartError> {
+pub async fn start(mut config: Config) -> Result<Server, StartError> {
+    // Checked before anything is opened, like the SMTP settings below.
+    let public_url = public_url(&config)?;
     // Checked before anything else: a bad SMTP URL should stop the start, not the first notice.
     let mailer = match &config.smtp_url {
         Some(url) => Some(mail::Mailer::new(url, &config.smtp_from)?),
@@ -118,6 +134,8 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         addr: config.listen,
         source,
     })?;
+
+    config.public_url = Some(public_url.unwrap_or_else(|| format!("http://{addr}")));
 
     let guard = AddressGuard::new(config.dev, config.allow_addresses.clone());
     // One client for deliveries, operational webhooks and the endpoint challenge, built once:
@@ -152,12 +170,13 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     // pool and the files need: the cap leaves room for all of them under the file limit.
     let reserved = shared.config.workers + crate::store::POOL_MAX as usize + 64;
     let api_limits = shared.config.api_limits.within_file_limit(reserved);
+    let app = http::app(state.clone()).merge(console::app(state));
     let mut http_stopped = stopped.clone();
     let http = tokio::spawn(async move {
         let shutdown = async move {
             let _ = http_stopped.wait_for(|stop| *stop).await;
         };
-        if let Err(e) = kxp_axum::serve(listener, http::app(state), api_limits, shutdown).await {
+        if let Err(e) = kxp_axum::serve(listener, app, api_limits, shutdown).await {
             tracing::error!(target: "kxp_sender", error = %e, "the API server stopped");
         }
     });
@@ -202,6 +221,27 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         http,
         workers,
     })
+}
+
+/// The public origin the configuration gives, without a trailing `/`; `None` when it gives
+/// none and the server listens on loopback (the bound address is the origin then).
+fn public_url(config: &Config) -> Result<Option<String>, StartError> {
+    let Some(url) = config.public_url.as_deref() else {
+        return match config.listen.ip().is_loopback() {
+            true => Ok(None),
+            false => Err(StartError::PublicUrlRequired(config.listen)),
+        };
+    };
+    let origin = url.trim_end_matches('/');
+    let host = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"));
+    match host {
+        Some(host) if !host.is_empty() && !host.contains(['/', '?', '#', ' ', '@']) => {
+            Ok(Some(origin.to_owned()))
+        }
+        _ => Err(StartError::InvalidPublicUrl(url.to_owned())),
+    }
 }
 
 /// Keeps [`now_ms`](crate::model::now_ms) on the database's clock: leases, schedules and probes

@@ -259,3 +259,42 @@ fn a_password_in_the_database_url_query_is_redacted_too() {
         "{printed}"
     );
 }
+
+#[test]
+fn the_public_url_comes_from_every_source_and_a_non_loopback_listener_needs_one() {
+    let (_dir, path) = file("public_url = \"https://file.example\"\n");
+    let from_file = effective(&["--config", &path], &[]);
+    assert_eq!(
+        from_file["public_url"].as_str(),
+        Some("https://file.example")
+    );
+    let from_env = effective(
+        &["--config", &path],
+        &[("KXP_PUBLIC_URL", "https://env.example")],
+    );
+    assert_eq!(from_env["public_url"].as_str(), Some("https://env.example"));
+    let from_flag = effective(
+        &["--config", &path, "--public-url", "https://flag.example"],
+        &[("KXP_PUBLIC_URL", "https://env.example")],
+    );
+    assert_eq!(
+        from_flag["public_url"].as_str(),
+        Some("https://flag.example")
+    );
+
+    // Serving on every interface without one: refused before anything is opened.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kxp"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--database-url"])
+        .arg(format!("sqlite://{}", dir.path().join("kxp.db").display()))
+        .env_remove("KXP_PUBLIC_URL")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--public-url"), "{stderr}");
+    assert!(
+        !dir.path().join("kxp.db").exists(),
+        "the database was opened"
+    );
+}

@@ -33,6 +33,11 @@ pub struct Config {
     pub database_url: String,
     /// Where the API listens.
     pub listen: SocketAddr,
+    /// The origin people reach this server at (`https://kxp.example.com`), which portal links
+    /// are built on. `None`: `http://<listen address>`, allowed only when listening on
+    /// loopback ([`start`](crate::start) refuses otherwise: a link to an address nobody outside
+    /// can reach, or over plain HTTP, is worse than no link).
+    pub public_url: Option<String>,
     /// Development mode: `http://` endpoint URLs are allowed, and so are loopback addresses
     /// (`127.0.0.0/8`, `::1`) — loopback only: other private ranges still need
     /// [`allow_addresses`](Config::allow_addresses).
@@ -88,6 +93,7 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("database_url", &redact_passwords(&self.database_url))
             .field("listen", &self.listen)
+            .field("public_url", &self.public_url)
             .field("dev", &self.dev)
             .field("allow_addresses", &self.allow_addresses)
             .field("schedule", &self.schedule)
@@ -115,6 +121,7 @@ impl Default for Config {
         Config {
             database_url: "sqlite://kxp.db".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
             dev: false,
             allow_addresses: Vec::new(),
             schedule: Schedule::default(),

@@ -4,7 +4,7 @@
 //! on the other routes for the account its request names (see [`auth`]).
 //!
 //! One file per resource ([`endpoints`], [`endpoint_actions`], [`events`], [`deliveries`],
-//! [`schemas`], [`account`], [`accounts`], [`notifications`], [`health`]), each holding its handlers and the
+//! [`schemas`], [`account`], [`accounts`], [`portal_links`], [`notifications`], [`health`]), each holding its handlers and the
 //! request and view structs it reads and writes; [`errors`], [`auth`], [`pagination`] and
 //! [`checks`] are what they share; [`views`] turns the store's rows into [`kxp_api`]'s
 //! types, and [`openapi`] describes it all. Handlers parse and check, call the store, and shape the
@@ -30,6 +30,7 @@ mod health;
 mod notifications;
 mod openapi;
 mod pagination;
+mod portal_links;
 mod schemas;
 mod views;
 
@@ -37,6 +38,7 @@ pub(crate) use auth::Authed;
 pub use errors::ApiError;
 use errors::{ApiBody, ApiQuery, parse};
 pub use openapi::document as openapi;
+pub use portal_links::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
 
 use crate::engine::config::Shared;
 use crate::engine::schemas::SchemaCache;
@@ -150,6 +152,7 @@ pub fn app(state: AppState) -> Router {
             "/v1/accounts",
             post(accounts::create_account).get(accounts::list_accounts),
         )
+        .route("/v1/portal-links", post(portal_links::create_portal_link))
         .route("/v1/notifications", get(notifications::list_notifications))
         .route("/v1/schemas", get(schemas::list_schemas))
         .route(

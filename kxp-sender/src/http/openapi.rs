@@ -12,7 +12,7 @@ use utoipa::openapi::{Ref, RefOr, Response as ApiResponse, ResponseBuilder};
 
 use super::{
     account, accounts, deliveries, endpoint_actions, endpoints, events, health, notifications,
-    schemas,
+    portal_links, schemas,
 };
 
 #[derive(OpenApi)]
@@ -28,6 +28,7 @@ use super::{
         deliveries::delivery_attempts, deliveries::replay_delivery,
         account::get_account, account::patch_account, notifications::list_notifications,
         accounts::create_account, accounts::list_accounts,
+        portal_links::create_portal_link,
         schemas::list_schemas, schemas::get_schema, schemas::put_schema, schemas::delete_schema,
         health::healthz, health::metrics, openapi_json,
     ),
@@ -37,6 +38,7 @@ use super::{
         (name = "deliveries", description = "One event to one endpoint: attempts, the dead-letter queue, replay"),
         (name = "account", description = "The account and its operational notices"),
         (name = "operators", description = "Creating and listing accounts; operator keys only"),
+        (name = "portal", description = "One-time sign-in links to the console, for merchants"),
         (name = "schemas", description = "JSON Schemas events must match"),
         (name = "operations", description = "Health, metrics and this document; no key"),
     ),

@@ -12,6 +12,7 @@ mod ids;
 mod notification;
 mod operator;
 mod schema;
+mod session;
 mod status;
 mod time;
 
@@ -31,6 +32,7 @@ pub use ids::{
 pub use notification::{NoticeFacts, NoticeNext, Notification};
 pub use operator::Operator;
 pub use schema::Schema;
+pub use session::{PortalScope, Session, SignedIn};
 pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
 pub use time::{ms, now_ms, parse_rfc3339, rfc3339};
 pub(crate) use time::{offset_from, set_database_offset, system_ms};

@@ -3,7 +3,7 @@
 //! one enum so each query is written once, for both backends (see `on_db!`), except the
 //! claim, which differs in how PostgreSQL skips rows other workers hold.
 //!
-//! One file per table or aggregate: [`accounts`], [`operators`], [`endpoints`], [`secrets`], [`events`],
+//! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's sign-ins), [`endpoints`], [`secrets`], [`events`],
 //! [`deliveries`] (the API's side), [`attempts`] (the worker's side: claim, record, release),
 //! [`circuit`], [`health`], [`notifications`], [`schemas`], [`retention`], [`metrics`]. What to
 //! write is decided by the model's rules and the pure [`policy`](crate::policy) functions,
@@ -22,9 +22,11 @@ mod operators;
 mod retention;
 mod schemas;
 mod secrets;
+mod sessions;
 
 pub use metrics::Gauges;
 pub use retention::Purged;
+pub(crate) use sessions::Opening;
 
 use std::future::Future;
 use std::pin::Pin;

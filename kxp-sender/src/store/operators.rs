@@ -41,6 +41,17 @@ impl Db {
         }))
     }
 
+    /// The operator with this id: the one a console session belongs to.
+    pub(crate) async fn operator(&self, id: &OperatorId) -> Result<Option<Operator>, StoreError> {
+        let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators WHERE id = $1");
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Operator>(&sql)
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+        }))
+    }
+
     /// Every operator, oldest first (`kxp operators list`). Key hashes are not read.
     pub async fn operators(&self) -> Result<Vec<Operator>, StoreError> {
         let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators ORDER BY id");

@@ -22,7 +22,7 @@ use sqlx::SqlitePool;
 
 use crate::support::{Api, Receiver, Reply, sender};
 
-use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnAccount, OwnCopy};
+use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnAccount, OwnCopy, OwnLink};
 use Target::{DeadDelivery, DeliveredDelivery, Endpoint, Event, NoId, Schema, SpareEndpoint};
 
 /// Which of A's objects fills `{id}` in a row's path.
@@ -63,6 +63,9 @@ enum AsOther {
     OwnCopy(u16),
     /// 200 with B's own account (the route addresses the caller's account).
     OwnAccount,
+    /// This status, with a portal link whose token signs in to B's account (its stored row
+    /// names B), never A's.
+    OwnLink(u16),
 }
 
 /// One call of the table: a route of `api::app` with ids, query, body and headers filled in.
@@ -163,6 +166,7 @@ const ROUTES: &[Route] = &[
     // B sets its ops URL and address: B's account changes, A's does not.
     row("PATCH /v1/account", NoId, OwnAccount, 200).body(r#"{"name":"renamed","ops_url":"{url}","contact_email":"ops@example.com"}"#),
     row("GET /v1/notifications", NoId, OnlyOwn, 200),
+    row("POST /v1/portal-links", NoId, OwnLink(201), 201).body(r#"{"scope":"read"}"#),
 ];
 
 /// The operator routes of `api::app`: operator keys only (tests/it/operators.rs runs them with
@@ -706,6 +710,18 @@ async fn every_route_is_scoped_to_the_callers_account() {
                     (200, Some(f.b_account.as_str())),
                     "B, {what}: {text}"
                 );
+            }
+            OwnLink(expected) => {
+                assert_eq!(status, expected, "B, {what}: {text}");
+                let token = body["url"].as_str().unwrap().rsplit('/').next().unwrap();
+                let owner: String = sqlx::query_scalar(
+                    "SELECT account_id FROM kxp_portal_links WHERE token_hash = $1",
+                )
+                .bind(kxp_sender::sha256_hex(token.as_bytes()))
+                .fetch_one(&f.pool)
+                .await
+                .unwrap();
+                assert_eq!(owner, f.b_account, "B, {what}");
             }
         }
         assert!(

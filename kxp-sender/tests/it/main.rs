@@ -7,6 +7,7 @@ mod api_errors;
 mod backpressure;
 mod concurrency;
 mod connections;
+mod console;
 mod durability;
 mod fairness;
 mod guard;

@@ -1,0 +1,73 @@
+//! Why the console refused a request, each with its status and its page. The JSON API's errors
+//! ([`ApiError`](crate::http::ApiError)) never appear here, nor these under `/v1`.
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+
+use super::pages;
+use crate::store::StoreError;
+
+/// A refused console request.
+#[derive(Debug)]
+pub(crate) enum ConsoleError {
+    /// No live session: 303 to the sign-in page, never data.
+    SignInRequired,
+    /// The portal link is unknown, used or expired (not told apart): 410, nothing created.
+    LinkUnusable,
+    /// The form's `csrf_token` is missing or not this session's (or sign-in page's): 403, no
+    /// change.
+    CsrfMismatch,
+    /// A `read` session asked to change something: 403, no change.
+    ReadOnly,
+    /// No such console page: 404.
+    NotFound,
+    /// The database failed: 503.
+    Store(StoreError),
+}
+
+impl From<StoreError> for ConsoleError {
+    fn from(e: StoreError) -> ConsoleError {
+        ConsoleError::Store(e)
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let (status, title, text) = match self {
+            ConsoleError::SignInRequired => {
+                return Redirect::to("/console/sign-in").into_response();
+            }
+            ConsoleError::LinkUnusable => (
+                StatusCode::GONE,
+                "This link does not work",
+                "This sign-in link was already used, has expired, or never existed. Ask for a \
+                 new one where you found it.",
+            ),
+            ConsoleError::CsrfMismatch => (
+                StatusCode::FORBIDDEN,
+                "Refused",
+                "This form was not sent from the page the console gave you (or that page is \
+                 too old). Nothing was changed: go back, reload the page and try again.",
+            ),
+            ConsoleError::ReadOnly => (
+                StatusCode::FORBIDDEN,
+                "Read only",
+                "This session can look but not change anything. Nothing was changed.",
+            ),
+            ConsoleError::NotFound => (
+                StatusCode::NOT_FOUND,
+                "Not found",
+                "There is no such page in the console.",
+            ),
+            ConsoleError::Store(e) => {
+                tracing::error!(target: "kxp_sender", error = %e, "a console page failed");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Unavailable",
+                    "The console cannot reach its database just now. Try again shortly.",
+                )
+            }
+        };
+        (status, Html(pages::message(title, text).into_string())).into_response()
+    }
+}

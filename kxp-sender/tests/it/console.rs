@@ -1,0 +1,525 @@
+//! The console's sign-in (issue 12, item 1: portal links and sessions) over real HTTP, as a
+//! browser without a cookie jar would do it: a portal link's GET changes nothing and its POST
+//! works once; sessions are cookies with the right flags; every console URL without a session
+//! redirects to sign-in; forms need the session's CSRF token, and a `read` session cannot
+//! change anything; operators sign in with their key. One scenario on SQLite and PostgreSQL.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kxp_api::{NewAccount, NewPortalLink, PortalScope};
+use kxp_testkit::db::PgDatabase;
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+
+use crate::support::{Sender, sender, sender_with};
+
+/// A browser without a cookie jar, that does not follow redirects: every cookie is passed by
+/// hand, so each test says exactly which cookie a request carries.
+struct Browser {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Browser {
+    fn of(s: &Sender) -> Browser {
+        Browser {
+            base: s.api.base.clone(),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        }
+    }
+
+    async fn get(&self, path: &str, cookie: Option<&str>) -> reqwest::Response {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// A form post; the values here are hex or ids, so they need no percent-encoding.
+    async fn post(&self, path: &str, cookie: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        self.http
+            .post(format!("{}{path}", self.base))
+            .header(COOKIE, cookie)
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Opens the link's page and presses its button: the response of the POST.
+    async fn press_link(&self, url: &str) -> reqwest::Response {
+        let path = url
+            .strip_prefix(&self.base)
+            .expect("the link is on the server's origin");
+        let page = self.get(path, None).await;
+        assert_eq!(page.status(), 200);
+        let sign_in = cookie_pair(&page, "kxp_sign_in").unwrap();
+        let html = page.text().await.unwrap();
+        assert_eq!(html.matches("<form method=\"post\"").count(), 1, "{html}");
+        assert!(html.contains("action=\"/console/sign-in\""), "{html}");
+        let csrf = hidden(&html, "csrf_token");
+        let token = hidden(&html, "token");
+        self.post(
+            "/console/sign-in",
+            &sign_in,
+            &[("csrf_token", &csrf), ("token", &token)],
+        )
+        .await
+    }
+
+    /// Signs in with a fresh link of `scope` made by `client`: the session cookie (`name=value`).
+    async fn session(&self, client: &kxp_api::Client, scope: PortalScope) -> String {
+        let link = new_link(client, NewPortalLink::new(scope)).await;
+        let response = self.press_link(&link.url).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        cookie_pair(&response, "kxp_session").unwrap()
+    }
+
+    /// The console's home page with `cookie`: its status and text.
+    async fn home(&self, cookie: &str) -> (StatusCode, String) {
+        let response = self.get("/console", Some(cookie)).await;
+        let status = response.status();
+        if status == StatusCode::SEE_OTHER {
+            assert_eq!(response.headers()[LOCATION], "/console/sign-in");
+        }
+        (status, response.text().await.unwrap())
+    }
+
+    /// The CSRF token of the home page's forms.
+    async fn csrf(&self, cookie: &str) -> String {
+        let (status, html) = self.home(cookie).await;
+        assert_eq!(status, 200, "{html}");
+        hidden(&html, "csrf_token")
+    }
+}
+
+/// A new portal link made by `client`.
+async fn new_link(client: &kxp_api::Client, new: NewPortalLink) -> kxp_api::PortalLink {
+    client.create_portal_link(&new).await.unwrap()
+}
+
+/// The `Set-Cookie` of `name` in full.
+fn set_cookie(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|v| v.starts_with(&format!("{name}=")))
+}
+
+/// `name=value` of a cookie the response sets (not one it removes).
+fn cookie_pair(response: &reqwest::Response, name: &str) -> Option<String> {
+    let set = set_cookie(response, name)?;
+    let pair = set.split(';').next().unwrap().to_owned();
+    (pair.len() > name.len() + 1).then_some(pair)
+}
+
+/// The value of the hidden input `name` of a page.
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + marker.len();
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+async fn portal_links_sign_in_once(s: &Sender) {
+    let b = Browser::of(s);
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let op = s.api.with_key(&op_key).client;
+    let shop_b = op.create_account(&NewAccount::new("Shop B")).await.unwrap();
+    let b_client = s.api.with_key(shop_b.api_key.expose()).client;
+
+    // A link: absolute, on this origin, 15 minutes by default.
+    let link = new_link(&s.api.client, NewPortalLink::default()).await;
+    assert!(
+        link.url
+            .starts_with(&format!("{}/console/sign-in/", b.base)),
+        "{}",
+        link.url
+    );
+    assert_eq!(link.scope, PortalScope::Manage);
+    let ttl = link.expires_at.unix_ms().unwrap() - kxp_sender::now_ms();
+    assert!((890_000..=900_000).contains(&ttl), "{ttl}");
+
+    // A GET changes nothing: twice, the same page; then the POST signs in.
+    let path = link.url.strip_prefix(&b.base).unwrap();
+    for _ in 0..2 {
+        let page = b.get(path, None).await;
+        assert_eq!(page.status(), 200);
+        assert!(cookie_pair(&page, "kxp_session").is_none());
+    }
+    let first = b.press_link(&link.url).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert_eq!(first.headers()[LOCATION], "/console");
+    let set = set_cookie(&first, "kxp_session").unwrap();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(set.contains(flag), "{set}");
+    }
+    assert!(!set.contains("Secure"), "--dev: no Secure flag: {set}");
+    let a_session = cookie_pair(&first, "kxp_session").unwrap();
+    let (status, html) = b.home(&a_session).await;
+    assert_eq!(status, 200);
+    let account = s.api.client.account().await.unwrap();
+    assert!(
+        html.contains(account.id.as_str()) && html.contains(&account.name),
+        "{html}"
+    );
+    assert!(html.contains("manage"), "{html}");
+
+    // Used: the same link again opens no session.
+    let again = b.press_link(&link.url).await;
+    assert_eq!(again.status(), StatusCode::GONE);
+    assert!(cookie_pair(&again, "kxp_session").is_none());
+    assert!(again.text().await.unwrap().contains("already used"));
+    // Unknown: the same page.
+    let unknown = b
+        .press_link(&format!("{}/console/sign-in/{}", b.base, "ab".repeat(32)))
+        .await;
+    assert_eq!(unknown.status(), StatusCode::GONE);
+
+    // Two POSTs of one link at once: one session.
+    let link = new_link(&s.api.client, NewPortalLink::default()).await;
+    let (one, two) = tokio::join!(b.press_link(&link.url), b.press_link(&link.url));
+    let mut statuses = [one.status().as_u16(), two.status().as_u16()];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [303, 410]);
+
+    // Expired: a 1-second link, pressed after 1.2 s.
+    let link = new_link(&s.api.client, NewPortalLink::default().ttl_seconds(1)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(b.press_link(&link.url).await.status(), StatusCode::GONE);
+
+    // Lifetimes beyond 24 h (or of 0 s) are refused with 400.
+    for ttl in [0, 86_401] {
+        let (status, body) = s
+            .api
+            .call(
+                "POST",
+                "/v1/portal-links",
+                Some(serde_json::json!({"ttl_seconds": ttl})),
+            )
+            .await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("invalid_ttl")),
+            "{body}"
+        );
+    }
+    // An operator key makes links for the account it names.
+    let op_for_b = op.clone().for_account(shop_b.account.id.clone());
+    let b_link = new_link(&op_for_b, NewPortalLink::new(PortalScope::Read)).await;
+    let b_read = cookie_pair(&b.press_link(&b_link.url).await, "kxp_session").unwrap();
+    assert!(b.home(&b_read).await.1.contains("Shop B"));
+
+    // A read session cannot sign out everywhere (403, nothing ends), but can sign out.
+    let csrf = b.csrf(&b_read).await;
+    let refused = b
+        .post(
+            "/console/sign-out-everywhere",
+            &b_read,
+            &[("csrf_token", &csrf)],
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert_eq!(b.home(&b_read).await.0, 200);
+    let out = b
+        .post("/console/sign-out", &b_read, &[("csrf_token", &csrf)])
+        .await;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert_eq!(b.home(&b_read).await.0, StatusCode::SEE_OTHER);
+
+    // CSRF: sign out everywhere without the right token changes nothing.
+    let a_other = b.session(&s.api.client, PortalScope::Manage).await;
+    let b_manage = b.session(&b_client, PortalScope::Manage).await;
+    let csrf = b.csrf(&a_session).await;
+    for form in [
+        vec![],
+        vec![("csrf_token", "0".repeat(64))],
+        vec![("csrf_token", b.csrf(&a_other).await)],
+    ] {
+        let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let refused = b
+            .post("/console/sign-out-everywhere", &a_session, &form)
+            .await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{form:?}");
+    }
+    assert_eq!(b.home(&a_session).await.0, 200);
+    assert_eq!(b.home(&a_other).await.0, 200);
+    // With it: every session of the account ends, another account's goes on.
+    let done = b
+        .post(
+            "/console/sign-out-everywhere",
+            &a_session,
+            &[("csrf_token", &csrf)],
+        )
+        .await;
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(done.headers()[LOCATION], "/console/sign-in");
+    assert_eq!(b.home(&a_session).await.0, StatusCode::SEE_OTHER);
+    assert_eq!(b.home(&a_other).await.0, StatusCode::SEE_OTHER);
+    assert_eq!(b.home(&b_manage).await.0, 200);
+
+    // Operators sign in with their key; a wrong key gets the form again, 401, no session.
+    let form = b.get("/console/sign-in", None).await;
+    assert_eq!(form.status(), 200);
+    let sign_in = cookie_pair(&form, "kxp_sign_in").unwrap();
+    let csrf = hidden(&form.text().await.unwrap(), "csrf_token");
+    for wrong in ["kxp_op_nope", "kxp_test_key", ""] {
+        let refused = b
+            .post(
+                "/console/sign-in",
+                &sign_in,
+                &[("csrf_token", &csrf), ("key", wrong)],
+            )
+            .await;
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "{wrong}");
+        assert!(set_cookie(&refused, "kxp_session").is_none());
+        assert!(refused.text().await.unwrap().contains("does not sign in"));
+    }
+    // The right key, but from another page (no sign-in cookie): refused.
+    let forged = b
+        .post(
+            "/console/sign-in",
+            "",
+            &[("csrf_token", &csrf), ("key", &op_key)],
+        )
+        .await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let signed = b
+        .post(
+            "/console/sign-in",
+            &sign_in,
+            &[("csrf_token", &csrf), ("key", &op_key)],
+        )
+        .await;
+    assert_eq!(signed.status(), StatusCode::SEE_OTHER);
+    let op_session = cookie_pair(&signed, "kxp_session").unwrap();
+    let (status, html) = b.home(&op_session).await;
+    assert_eq!(status, 200);
+    assert!(html.contains("operator") && html.contains("Olga"), "{html}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_links_sign_in_once_on_sqlite() {
+    let s = sender("0s").await;
+    portal_links_sign_in_once(&s).await;
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_links_sign_in_once_on_postgresql() {
+    let Some(database) = PgDatabase::create("kxp_sender_console").await else {
+        return;
+    };
+    let url = database.url().to_owned();
+    let s = sender_with("0s", move |c| c.database_url = url).await;
+    portal_links_sign_in_once(&s).await;
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_a_session_every_console_url_redirects_to_sign_in_with_the_security_headers() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    for (path, cookie) in [
+        ("/console", None),
+        ("/console/endpoints", None),
+        ("/console/no/such/page", None),
+        ("/console", Some("kxp_session=deadbeef")),
+    ] {
+        let response = b.get(path, cookie).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(response.headers()[LOCATION], "/console/sign-in", "{path}");
+    }
+    for path in ["/console/sign-out", "/console/sign-out-everywhere"] {
+        let response = b.post(path, "", &[("csrf_token", "x")]).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{path}");
+    }
+    let root = b.get("/", None).await;
+    assert_eq!(root.status(), StatusCode::SEE_OTHER);
+    assert_eq!(root.headers()[LOCATION], "/console");
+
+    // With a session, an unknown console page is a 404 page, not the API's JSON.
+    let session = b.session(&s.api.client, PortalScope::Read).await;
+    let missing = b.get("/console/no/such/page", Some(&session)).await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert!(
+        missing.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+
+    // The headers, on pages, redirects and the stylesheet alike.
+    for path in [
+        "/console",
+        "/console/sign-in",
+        "/console/sign-in/abc",
+        "/console/assets/console.css",
+    ] {
+        let response = b.get(path, Some(&session)).await;
+        let h = response.headers();
+        let csp = h["content-security-policy"].to_str().unwrap();
+        for directive in [
+            "default-src 'none'",
+            "style-src 'self'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+            "base-uri 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp}");
+        }
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert_eq!(h["referrer-policy"], "no-referrer", "{path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        if path != "/console/assets/console.css" {
+            assert_eq!(h["cache-control"], "no-store", "{path}");
+        }
+    }
+    let css = b.get("/console/assets/console.css", None).await;
+    assert_eq!(css.status(), 200);
+    assert!(
+        css.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    // The pages have no script, inline or not, and no inline style.
+    let html = b.home(&session).await.1;
+    assert!(
+        !html.contains("<script") && !html.contains("style="),
+        "{html}"
+    );
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn outside_dev_the_session_cookie_is_secure() {
+    let s = sender_with("0s", |c| c.dev = false).await;
+    let b = Browser::of(&s);
+    let link = new_link(&s.api.client, NewPortalLink::default()).await;
+    let signed = b.press_link(&link.url).await;
+    assert_eq!(signed.status(), StatusCode::SEE_OTHER);
+    let set = set_cookie(&signed, "kxp_session").unwrap();
+    for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/console"] {
+        assert!(set.contains(flag), "{set}");
+    }
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_non_loopback_listener_needs_a_public_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |public_url: Option<&str>| kxp_sender::Config {
+        database_url: format!("sqlite://{}", dir.path().join("kxp.db").display()),
+        listen: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+        public_url: public_url.map(str::to_owned),
+        api_key: Some("kxp_test_key".to_owned()),
+        ..kxp_sender::Config::default()
+    };
+    let refused = kxp_sender::start(config(None)).await.err();
+    assert!(
+        matches!(refused, Some(kxp_sender::StartError::PublicUrlRequired(_))),
+        "{refused:?}"
+    );
+    for bad in [
+        "kxp.example.com",
+        "https://",
+        "https://kxp.example.com/console?x",
+    ] {
+        let refused = kxp_sender::start(config(Some(bad))).await.err();
+        assert!(
+            matches!(refused, Some(kxp_sender::StartError::InvalidPublicUrl(_))),
+            "{bad}: {refused:?}"
+        );
+    }
+    // With one, links are built on it.
+    let server = kxp_sender::start(config(Some("https://kxp.example.com/")))
+        .await
+        .unwrap();
+    let client = kxp_api::Client::new(
+        &format!("http://127.0.0.1:{}", server.addr().port()),
+        "kxp_test_key",
+    )
+    .unwrap();
+    let link = new_link(&client, NewPortalLink::default()).await;
+    assert!(
+        link.url
+            .starts_with("https://kxp.example.com/console/sign-in/"),
+        "{}",
+        link.url
+    );
+    server.shutdown().await;
+}
+
+/// Everything the server logs, kept in memory.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// The subscriber is the process's global one, at `kxp serve`'s default level (info): a scoped
+// one misses events whose callsites other tests' threads registered first. It sees every test's
+// logs, which only makes the check wider.
+#[tokio::test]
+async fn no_link_token_operator_key_or_session_id_reaches_the_logs() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("no other test sets one");
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let link = new_link(&s.api.client, NewPortalLink::default()).await;
+    let token = link.url.rsplit('/').next().unwrap().to_owned();
+    let session = cookie_pair(&b.press_link(&link.url).await, "kxp_session").unwrap();
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let form = b.get("/console/sign-in", None).await;
+    let sign_in = cookie_pair(&form, "kxp_sign_in").unwrap();
+    let csrf = hidden(&form.text().await.unwrap(), "csrf_token");
+    let op = b
+        .post(
+            "/console/sign-in",
+            &sign_in,
+            &[("csrf_token", &csrf), ("key", &op_key)],
+        )
+        .await;
+    let op_session = cookie_pair(&op, "kxp_session").unwrap();
+    s.server.shutdown().await;
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("a portal link was created"),
+        "the capture works: {text}"
+    );
+    assert!(text.contains("console: signed in"), "{text}");
+    for secret in [&token[..], &op_key, &session[12..], &op_session[12..]] {
+        assert!(!text.contains(secret), "{secret} is in the logs:\n{text}");
+    }
+}
