@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Rebuild fuzz/corpus/<target>/ from the shared vectors (testdata/vectors/signatures.json).
+"""Rebuild fuzz/corpus/<target>/ from the shared vectors (testdata/vectors/signatures.json, and
+ed25519.json for verify_v1a).
 
 Each seed is one vector in the input layout of its target, named after the vector, so a seed
 that libFuzzer reports or minimizes can be traced back to the rule it exercises:
 
   header    the header bytes
   verify    now (u64 LE) | header length (u16 LE) | header | body   (see fuzz_targets/verify.rs)
+  verify_v1a  the same layout, from ed25519.json
   envelope  the body bytes
 
 Deterministic (same vectors, same files) and stdlib only, so it runs anywhere CI has python3.
@@ -25,6 +27,8 @@ from pathlib import Path
 
 FUZZ_DIR = Path(__file__).resolve().parent
 VECTORS = FUZZ_DIR.parent / "testdata" / "vectors" / "signatures.json"
+# The Ed25519 vectors seed `verify_v1a` (the verify layout; the target's keys are theirs).
+ED25519_VECTORS = FUZZ_DIR.parent / "testdata" / "vectors" / "ed25519.json"
 CORPUS = FUZZ_DIR / "corpus"
 MAX_BODY = 4096
 # A seed longer than this would not fit the verify layout's u16 header length.
@@ -41,15 +45,23 @@ def seeds(vector):
     return [("header", header), ("verify", verify), ("envelope", body)]
 
 
+def ed25519_seeds(vector):
+    """The `verify_v1a` seed of one Ed25519 vector."""
+    header = vector["header"].encode("utf-8")
+    body = base64.b64decode(vector["body_b64"], validate=True)
+    return [("verify_v1a", struct.pack("<QH", vector["now"], len(header)) + header + body)]
+
+
 def main():
     vectors = json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"]
+    ed25519 = json.loads(ED25519_VECTORS.read_text(encoding="utf-8"))["vectors"]
     names = [v["name"] for v in vectors]
     if len(set(names)) != len(names):
         sys.exit("make-seeds: vector names are not unique, seeds would overwrite each other")
 
     written = {}
     seen = {}
-    for target in ("header", "verify", "envelope"):
+    for target in ("header", "verify", "verify_v1a", "envelope"):
         directory = CORPUS / target
         directory.mkdir(parents=True, exist_ok=True)
         for old in directory.iterdir():
@@ -58,8 +70,7 @@ def main():
         seen[target] = set()
 
     skipped = []
-    for vector in vectors:
-        pairs = seeds(vector)
+    for vector, pairs in [(v, seeds(v)) for v in vectors] + [(v, ed25519_seeds(v)) for v in ed25519]:
         if not pairs:
             skipped.append(vector["name"])
         for target, data in pairs:

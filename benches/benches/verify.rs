@@ -1,5 +1,6 @@
 //! Signature verification speed: kxp-verify against the floor, a naive hand-written verifier,
-//! svix and async-stripe-webhook, side by side for each body size.
+//! svix and async-stripe-webhook, side by side for each body size; and kxp-verify's Ed25519
+//! (`v1a`) path beside its HMAC one.
 //!
 //! Run: `cd benches && cargo bench --bench verify` (see ../../BENCHMARKS.md for the numbers).
 //!
@@ -13,7 +14,7 @@ use base64::Engine as _;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderValue};
 use kxp_benches::{SECRET, SIZES, event_body, floor_mac, header_carries, keyed_hmac, naive_verify};
-use kxp_verify::{Secret, Signer, Verifier};
+use kxp_verify::{Secret, Signer, SigningKey, Verifier};
 
 fn unix_now() -> u64 {
     SystemTime::now()
@@ -26,6 +27,10 @@ fn verification(c: &mut Criterion) {
     let verifier = Verifier::new(Secret::new(SECRET).expect("non-empty secret"));
     let signer = Signer::new(Secret::new(SECRET).expect("non-empty secret"));
     let keyed = keyed_hmac();
+    // Ed25519 (`v1a`): the same body and `t`, one public key.
+    let ed25519_key = SigningKey::from_seed(&[0x42; 32]);
+    let ed25519_verifier =
+        Verifier::with_public_keys([ed25519_key.public_key()]).expect("one public key");
 
     // svix: its own headers and a `whsec_<base64 of the key bytes>` secret.
     let svix_key = [0x5au8; 32];
@@ -59,6 +64,20 @@ fn verification(c: &mut Criterion) {
             b.iter(|| {
                 verifier
                     .verify(black_box(header.as_str()), black_box(bytes), black_box(t))
+                    .is_ok()
+            })
+        });
+
+        let ed25519_header = ed25519_key.sign(t, bytes).to_string();
+        assert!(ed25519_verifier.verify(&ed25519_header, bytes, t).is_ok());
+        group.bench_function("kxp_ed25519", |b| {
+            b.iter(|| {
+                ed25519_verifier
+                    .verify(
+                        black_box(ed25519_header.as_str()),
+                        black_box(bytes),
+                        black_box(t),
+                    )
                     .is_ok()
             })
         });
@@ -122,7 +141,7 @@ fn verification(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    // 20 benchmarks × (1 s warm-up + 3 s measurement) + analysis: about 2 minutes on 2 cores.
+    // 24 benchmarks × (1 s warm-up + 3 s measurement) + analysis: about 2 minutes on 2 cores.
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))

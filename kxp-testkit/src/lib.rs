@@ -1,7 +1,8 @@
 //! Test helpers shared by every crate that signs or verifies: the signature vectors of
 //! `testdata/vectors/signatures.json` (a copy of the project's shared vectors; `.ci/run` checks
 //! that the copy is current) and `testdata/vectors/extra.json` (rules the shared set leaves
-//! unpinned; made by `make-extra.py` beside it).
+//! unpinned; made by `make-extra.py` beside it), and the Ed25519 (`v1a`) vectors of
+//! `testdata/vectors/ed25519.json` (made by `make-ed25519.py`).
 //!
 //! It knows nothing of `kxp-verify`, so each implementation under test (the core, the CLI, the
 //! adapters, the snippets in other languages) is checked against the same data by the same loader.
@@ -39,6 +40,10 @@ pub struct Vector {
     pub name: String,
     /// The secrets the receiver is configured with, in order.
     pub secrets: Vec<String>,
+    /// The Ed25519 public keys (padded standard base64 of 32 bytes) the receiver is configured
+    /// with instead, in order: only the vectors of [`ed25519_vectors`] have them.
+    #[serde(default)]
+    pub public_keys: Vec<String>,
     /// The `X-Kxp-Signature` value; empty means the header is absent or empty.
     pub header: String,
     /// The raw body, base64 in the file.
@@ -48,7 +53,8 @@ pub struct Vector {
     pub now: u64,
     /// The receiver's tolerance, seconds.
     pub tolerance_s: u64,
-    /// `ok` or one of the five error kinds.
+    /// `ok` or one of the five error kinds; in [`ed25519_vectors`] also `invalid_public_key` or
+    /// `weak_public_key`, for a verifier that cannot be built with these keys.
     pub expect: String,
 }
 
@@ -124,6 +130,16 @@ pub fn vectors() -> Vec<Vector> {
     shared.into_iter().chain(extra).collect()
 }
 
+/// The Ed25519 (`v1a`) vectors: verifiers with public keys, and some with secrets to pin how
+/// `v1` and `v1a` coexist. Kept apart from [`vectors`] because an implementation of `v1` only
+/// (the snippets in other languages) has no use for them.
+pub fn ed25519_vectors() -> Vec<Vector> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/vectors/ed25519.json");
+    let vectors = load(&path);
+    assert!(vectors.len() >= 40, "the Ed25519 vector set is incomplete");
+    vectors
+}
+
 fn load(path: &std::path::Path) -> Vec<Vector> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
@@ -135,8 +151,13 @@ fn load(path: &std::path::Path) -> Vec<Vector> {
 /// Runs `check` on every vector and reports all failures at once, with the vector names.
 ///
 /// `check` returns the verdict the implementation reached: `"ok"` or an error kind.
-pub fn check_all(mut check: impl FnMut(&Vector) -> String) {
-    let failures: Vec<String> = vectors()
+pub fn check_all(check: impl FnMut(&Vector) -> String) {
+    check_each(&vectors(), check);
+}
+
+/// [`check_all`] over the given vectors (such as [`ed25519_vectors`]).
+pub fn check_each(vectors: &[Vector], mut check: impl FnMut(&Vector) -> String) {
+    let failures: Vec<String> = vectors
         .iter()
         .filter_map(|v| {
             let got = check(v);

@@ -13,8 +13,8 @@ pub enum ErrorKind {
     MissingHeader,
     /// `malformed_header`: the header does not follow the `t=<ts>,v1=<hex>` grammar.
     MalformedHeader,
-    /// `signature_mismatch`: no `v1` matches any configured secret (a forgery, a tampered body or
-    /// timestamp, or the wrong secret).
+    /// `signature_mismatch`: no `v1` matches any configured secret, or no `v1a` verifies with
+    /// any configured public key (a forgery, a tampered body or timestamp, or the wrong key).
     SignatureMismatch,
     /// `timestamp_too_old`: authentic, but signed longer ago than the tolerance (a replay, or the
     /// receiver's clock runs fast).
@@ -77,6 +77,13 @@ pub enum Malformed {
     InvalidSignature,
     /// No `v1` at all.
     MissingSignature,
+    /// A `v1a` value that is not the canonical padded standard base64 of 64 bytes (checked only
+    /// by a verifier with public keys).
+    InvalidEd25519Signature,
+    /// No `v1a` at all (checked only by a verifier with public keys).
+    MissingEd25519Signature,
+    /// More than [`MAX_ED25519_SIGNATURES`](crate::MAX_ED25519_SIGNATURES) `v1a` items.
+    TooManyEd25519Signatures,
 }
 
 impl Malformed {
@@ -94,6 +101,11 @@ impl Malformed {
             Malformed::MissingTimestamp => "there is no `t` item",
             Malformed::InvalidSignature => "a `v1` value is not exactly 64 hex digits",
             Malformed::MissingSignature => "there is no `v1` item",
+            Malformed::InvalidEd25519Signature => {
+                "a `v1a` value is not the padded standard base64 of 64 bytes"
+            }
+            Malformed::MissingEd25519Signature => "there is no `v1a` item",
+            Malformed::TooManyEd25519Signatures => "there are more than 4 `v1a` items",
         }
     }
 }
@@ -166,8 +178,8 @@ impl fmt::Display for Error {
             Detail::MissingHeader => f.write_str("missing_header: no X-Kxp-Signature header"),
             Detail::Malformed(why) => write!(f, "malformed_header: {}", why.explain()),
             Detail::SignatureMismatch => f.write_str(
-                "signature_mismatch: no signature matches a configured secret \
-                 (wrong secret, or the body or timestamp was changed)",
+                "signature_mismatch: no signature matches a configured secret or public key \
+                 (wrong secret or key, or the body or timestamp was changed)",
             ),
             Detail::TooOld { age, tolerance } => write!(
                 f,
@@ -195,6 +207,27 @@ pub enum ConfigError {
     TooManySecrets,
     /// A secret is empty: an HMAC with an empty key authenticates nothing.
     EmptySecret,
+    /// No public key was given.
+    NoPublicKeys,
+    /// More than [`MAX_SECRETS`](crate::MAX_SECRETS) public keys were given.
+    TooManyPublicKeys,
+    /// A public key is not 32 bytes (or their padded standard base64) that canonically encode a
+    /// point of the curve.
+    InvalidPublicKey,
+    /// A public key is a point of small order: a signature by it can be valid for almost any
+    /// message, so it authenticates nothing.
+    WeakPublicKey,
+}
+
+impl ConfigError {
+    /// The count errors of a keyring, which name secrets, renamed for public keys.
+    pub(crate) const fn for_public_keys(self) -> ConfigError {
+        match self {
+            ConfigError::NoSecrets => ConfigError::NoPublicKeys,
+            ConfigError::TooManySecrets => ConfigError::TooManyPublicKeys,
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for ConfigError {
@@ -207,6 +240,18 @@ impl fmt::Display for ConfigError {
                 crate::MAX_SECRETS
             ),
             ConfigError::EmptySecret => f.write_str("a configured webhook secret is empty"),
+            ConfigError::NoPublicKeys => f.write_str("no webhook public key configured"),
+            ConfigError::TooManyPublicKeys => write!(
+                f,
+                "more than {} webhook public keys configured at once",
+                crate::MAX_SECRETS
+            ),
+            ConfigError::InvalidPublicKey => f.write_str(
+                "a configured webhook public key is not the canonical encoding of an Ed25519 point",
+            ),
+            ConfigError::WeakPublicKey => {
+                f.write_str("a configured webhook public key has small order and is refused")
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
-//! The `t=<ts>,v1=<hex>[,v1=<hex>…]` grammar of ARCHITECTURE.md, parsed without allocating.
+//! The `t=<ts>,v1=<hex>[,v1=<hex>…]` grammar of ARCHITECTURE.md, and its `v1a` twin for public
+//! keys, parsed without allocating.
 
 use crate::error::{Error, Malformed};
-use crate::{MAX_HEADER_LEN, hex};
+use crate::{MAX_ED25519_SIGNATURES, MAX_HEADER_LEN, base64, ed25519, hex};
 
 /// A signature header that follows the grammar. Parsing says nothing about authenticity: that is
 /// [`Verifier::verify`](crate::Verifier::verify)'s job, which parses first.
@@ -35,6 +36,15 @@ struct Span {
     len: u8,
 }
 
+impl Span {
+    /// These bytes of `raw`.
+    fn of(self, raw: &[u8]) -> &[u8] {
+        let start = usize::from(self.start);
+        let end = start.wrapping_add(usize::from(self.len));
+        raw.get(start..end).unwrap_or_default()
+    }
+}
+
 impl<'a> SignatureHeader<'a> {
     /// Parses a header value. An empty value is `missing_header`; every grammar violation is
     /// `malformed_header` with the broken rule in [`Error::malformed_reason`].
@@ -66,9 +76,7 @@ impl<'a> SignatureHeader<'a> {
     /// The `t` digits exactly as sent: they, not a re-formatting of the number, are what was
     /// signed.
     pub(crate) fn timestamp_digits(&self) -> &'a [u8] {
-        let start = usize::from(self.timestamp_at.start);
-        let end = start.wrapping_add(usize::from(self.timestamp_at.len));
-        self.raw.get(start..end).unwrap_or_default()
+        self.timestamp_at.of(self.raw)
     }
 }
 
@@ -113,6 +121,33 @@ impl<'a> SignatureDigits<'a> {
 
 /// The whole grammar: any order, optional whitespace, unknown items, several `v1`.
 fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
+    let mut first_signature_at = None;
+    let (timestamp, timestamp_at) = parse_items(raw, b"v1", |at, value| {
+        if !<&[u8; 64]>::try_from(value).is_ok_and(hex::is_hex_64) {
+            return Err(Malformed::InvalidSignature);
+        }
+        first_signature_at.get_or_insert(at);
+        Ok(())
+    })?;
+    let first_signature_at =
+        first_signature_at.ok_or(Error::malformed(Malformed::MissingSignature))?;
+    Ok(SignatureHeader {
+        raw,
+        timestamp,
+        timestamp_at,
+        first_signature_at,
+    })
+}
+
+/// The rules every scheme shares: the length and character bounds, `key=value` items, exactly
+/// one `t`. Each item whose key is `scheme` goes to `on_signature` with where its value starts;
+/// every other key is ignored, so the format can grow (and, to a verifier of one scheme, the
+/// other scheme's items are unknown items).
+fn parse_items<'a>(
+    raw: &'a [u8],
+    scheme: &[u8],
+    mut on_signature: impl FnMut(u16, &'a [u8]) -> Result<(), Malformed>,
+) -> Result<(u64, Span), Error> {
     if raw.is_empty() {
         return Err(Error::MISSING_HEADER);
     }
@@ -126,47 +161,83 @@ fn parse_general(raw: &[u8]) -> Result<SignatureHeader<'_>, Error> {
         return Err(Error::malformed(Malformed::InvalidCharacter));
     }
     let mut timestamp = None;
-    let mut first_signature_at = None;
     let mut item_start = 0usize;
     for item in raw.split(|&b| b == b',') {
         let (key, value_start, value) = split_item(item).map_err(Error::malformed)?;
         // Offsets fit in u16: the header is at most 4096 bytes.
         let at = item_start.wrapping_add(value_start);
         item_start = item_start.wrapping_add(item.len()).wrapping_add(1);
-        match key {
-            b"t" => {
-                if timestamp.is_some() {
-                    return Err(Error::malformed(Malformed::DuplicateTimestamp));
-                }
-                let t =
-                    parse_timestamp(value).ok_or(Error::malformed(Malformed::InvalidTimestamp))?;
-                let span = Span {
-                    start: at as u16,
-                    len: value.len() as u8,
-                };
-                timestamp = Some((t, span));
+        if key == b"t" {
+            if timestamp.is_some() {
+                return Err(Error::malformed(Malformed::DuplicateTimestamp));
             }
-            b"v1" => {
-                let valid = <&[u8; 64]>::try_from(value).is_ok_and(hex::is_hex_64);
-                if !valid {
-                    return Err(Error::malformed(Malformed::InvalidSignature));
-                }
-                first_signature_at.get_or_insert(at as u16);
-            }
-            // Unknown schemes (v0, v2, …) are ignored so the format can grow.
-            _ => {}
+            let t = parse_timestamp(value).ok_or(Error::malformed(Malformed::InvalidTimestamp))?;
+            let span = Span {
+                start: at as u16,
+                len: value.len() as u8,
+            };
+            timestamp = Some((t, span));
+        } else if key == scheme {
+            on_signature(at as u16, value).map_err(Error::malformed)?;
         }
     }
-    let (timestamp, timestamp_at) =
-        timestamp.ok_or(Error::malformed(Malformed::MissingTimestamp))?;
-    let first_signature_at =
-        first_signature_at.ok_or(Error::malformed(Malformed::MissingSignature))?;
-    Ok(SignatureHeader {
-        raw,
-        timestamp,
-        timestamp_at,
-        first_signature_at,
-    })
+    timestamp.ok_or(Error::malformed(Malformed::MissingTimestamp))
+}
+
+/// A header as a verifier with public keys reads it: the grammar of [`SignatureHeader`] with
+/// `v1a` in the place of `v1` (at least one, at most
+/// [`MAX_ED25519_SIGNATURES`](crate::MAX_ED25519_SIGNATURES), each the padded standard base64
+/// of 64 bytes), and `v1` an unknown item. The signatures are decoded here, since checking the
+/// base64 strictly is decoding it.
+pub(crate) struct Ed25519Header<'a> {
+    raw: &'a [u8],
+    timestamp: u64,
+    timestamp_at: Span,
+    signatures: [[u8; ed25519::SIGNATURE_LEN]; MAX_ED25519_SIGNATURES],
+    count: usize,
+}
+
+impl<'a> Ed25519Header<'a> {
+    /// Parses a header value, with the errors of [`SignatureHeader::parse`] and the `v1a` ones.
+    pub(crate) fn parse<H: AsRef<[u8]> + ?Sized>(value: &'a H) -> Result<Self, Error> {
+        let raw = value.as_ref();
+        let mut signatures = [[0u8; ed25519::SIGNATURE_LEN]; MAX_ED25519_SIGNATURES];
+        let mut count = 0usize;
+        let (timestamp, timestamp_at) = parse_items(raw, b"v1a", |_, value| {
+            let signature = base64::decode(value).ok_or(Malformed::InvalidEd25519Signature)?;
+            let slot = signatures
+                .get_mut(count)
+                .ok_or(Malformed::TooManyEd25519Signatures)?;
+            *slot = signature;
+            count = count.wrapping_add(1);
+            Ok(())
+        })?;
+        if count == 0 {
+            return Err(Error::malformed(Malformed::MissingEd25519Signature));
+        }
+        Ok(Ed25519Header {
+            raw,
+            timestamp,
+            timestamp_at,
+            signatures,
+            count,
+        })
+    }
+
+    /// The `t` value: Unix seconds when the sender signed.
+    pub(crate) fn timestamp(&self) -> u64 {
+        self.timestamp
+    }
+
+    /// The `t` digits exactly as sent.
+    pub(crate) fn timestamp_digits(&self) -> &'a [u8] {
+        self.timestamp_at.of(self.raw)
+    }
+
+    /// The decoded `v1a` signatures, in header order.
+    pub(crate) fn signatures(&self) -> &[[u8; ed25519::SIGNATURE_LEN]] {
+        self.signatures.get(..self.count).unwrap_or_default()
+    }
 }
 
 /// The header every kxp sender writes: `t=<digits>` then one or more `,v1=<64 hex>`, nothing

@@ -15,6 +15,8 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+mod base64;
+mod ed25519;
 mod error;
 #[cfg(feature = "serde")]
 mod event;
@@ -25,6 +27,7 @@ mod sign;
 mod verify;
 
 // The public interface.
+pub use ed25519::{Ed25519SignedHeader, PublicKey, SigningKey};
 pub use error::{ConfigError, Error, ErrorKind, Malformed};
 #[cfg(feature = "serde")]
 pub use event::{Envelope, EnvelopeError, EnvelopeErrorKind, Event};
@@ -44,6 +47,12 @@ pub const DEFAULT_TOLERANCE: core::time::Duration = core::time::Duration::from_s
 /// Headers longer than this are malformed: a real one with [`MAX_SECRETS`] signatures is under
 /// 300 bytes, and the bound keeps parsing cost fixed whatever a client sends.
 pub const MAX_HEADER_LEN: usize = 4096;
+
+/// How many `v1a` items a header may carry; more is `malformed_header` for a verifier with public
+/// keys. Each costs one Ed25519 verification per key (some 36 µs, see BENCHMARKS.md), so without
+/// a bound a 4 KiB header of `v1a` items would make one unauthenticated request cost
+/// milliseconds; a sender signs with at most [`MAX_SECRETS`] keys, so no real header has more.
+pub const MAX_ED25519_SIGNATURES: usize = 4;
 
 /// How many secrets a [`Verifier`] or [`Signer`] holds at once. Rotation needs two (old and new);
 /// the rest is headroom. The bound lets both work without a heap.

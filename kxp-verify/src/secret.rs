@@ -6,6 +6,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use crate::MAX_SECRETS;
+use crate::ed25519::PublicKey;
 use crate::error::ConfigError;
 
 /// One webhook signing secret.
@@ -57,28 +58,29 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// One to [`MAX_SECRETS`] secrets in a fixed order, shared by [`Verifier`](crate::Verifier) and
-/// [`Signer`](crate::Signer).
+/// One to [`MAX_SECRETS`] keys in a fixed order: the secrets shared by
+/// [`Verifier`](crate::Verifier) and [`Signer`](crate::Signer), or a verifier's public keys.
 #[derive(Clone)]
-pub(crate) struct Keyring {
-    slots: [Option<Secret>; MAX_SECRETS],
+pub(crate) struct Keyring<K = Secret> {
+    slots: [Option<K>; MAX_SECRETS],
 }
 
-impl Keyring {
-    pub(crate) fn one(secret: Secret) -> Keyring {
-        let mut slots: [Option<Secret>; MAX_SECRETS] = Default::default();
+impl<K> Keyring<K> {
+    pub(crate) fn one(key: K) -> Keyring<K> {
+        let mut slots: [Option<K>; MAX_SECRETS] = Default::default();
         let [first, ..] = &mut slots;
-        *first = Some(secret);
+        *first = Some(key);
         Keyring { slots }
     }
 
-    pub(crate) fn many<I: IntoIterator<Item = Secret>>(secrets: I) -> Result<Keyring, ConfigError> {
-        let mut slots: [Option<Secret>; MAX_SECRETS] = Default::default();
-        let mut secrets = secrets.into_iter();
+    /// The errors name secrets; [`ConfigError::for_public_keys`] renames them for keys.
+    pub(crate) fn many<I: IntoIterator<Item = K>>(keys: I) -> Result<Keyring<K>, ConfigError> {
+        let mut slots: [Option<K>; MAX_SECRETS] = Default::default();
+        let mut keys = keys.into_iter();
         for slot in &mut slots {
-            *slot = secrets.next();
+            *slot = keys.next();
         }
-        if secrets.next().is_some() {
+        if keys.next().is_some() {
             return Err(ConfigError::TooManySecrets);
         }
         let keyring = Keyring { slots };
@@ -88,6 +90,18 @@ impl Keyring {
         Ok(keyring)
     }
 
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &K> {
+        // The keys fill a prefix of the slots (`one` and `many` fill them in order), so the
+        // first empty slot ends them: one check past the last key, not one per slot.
+        self.slots.iter().map_while(Option::as_ref)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.iter().count()
+    }
+}
+
+impl Keyring<Secret> {
     /// Parses `a,b,…` (spaces around each secret are trimmed, as an environment variable
     /// written by hand tends to have them).
     pub(crate) fn from_list(list: &str) -> Result<Keyring, ConfigError> {
@@ -107,21 +121,18 @@ impl Keyring {
             None => keyring,
         }
     }
+}
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Secret> {
-        // The secrets fill a prefix of the slots (`one` and `many` fill them in order), so the
-        // first empty slot ends them: one check past the last secret, not one per slot.
-        self.slots.iter().map_while(Option::as_ref)
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.iter().count()
+impl fmt::Debug for Keyring<Secret> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{} secrets, redacted]", self.len())
     }
 }
 
-impl fmt::Debug for Keyring {
+impl fmt::Debug for Keyring<PublicKey> {
+    // Public keys are not secret: listing them tells which ones a verifier trusts.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{} secrets, redacted]", self.len())
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 

@@ -120,7 +120,7 @@ impl fmt::Debug for SignedHeader {
 }
 
 /// Writes `n` in decimal (no leading zeros) at the end of `buf` and returns those digits.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut len = 0usize;
     for slot in buf.iter_mut().rev() {
         // u64::MAX has 20 digits, so the buffer never runs out before `n` does.

@@ -2,8 +2,9 @@
 
 use core::time::Duration;
 
+use crate::ed25519::{CheckedSignature, PublicKey};
 use crate::error::{ConfigError, Error};
-use crate::header::SignatureHeader;
+use crate::header::{Ed25519Header, SignatureHeader};
 use crate::secret::{Keyring, Secret};
 use crate::{DEFAULT_TOLERANCE, hex};
 
@@ -34,15 +35,24 @@ use crate::{DEFAULT_TOLERANCE, hex};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Verifier {
-    keys: Keyring,
+    keys: Keys,
     tolerance: u64,
+}
+
+/// What a verifier checks: `v1` items with secrets, or `v1a` items with public keys, never
+/// both. A receiver that moved to public keys must stop accepting the shared secret, or whoever
+/// holds the secret could still forge; a verifier of both would keep that door open.
+#[derive(Debug, Clone)]
+enum Keys {
+    Secrets(Keyring<Secret>),
+    PublicKeys(Keyring<PublicKey>),
 }
 
 impl Verifier {
     /// A verifier for one secret, with the default five-minute tolerance.
     pub fn new(secret: Secret) -> Verifier {
         Verifier {
-            keys: Keyring::one(secret),
+            keys: Keys::Secrets(Keyring::one(secret)),
             tolerance: DEFAULT_TOLERANCE.as_secs(),
         }
     }
@@ -53,7 +63,7 @@ impl Verifier {
         secrets: I,
     ) -> Result<Verifier, ConfigError> {
         Keyring::many(secrets).map(|keys| Verifier {
-            keys,
+            keys: Keys::Secrets(keys),
             tolerance: DEFAULT_TOLERANCE.as_secs(),
         })
     }
@@ -62,9 +72,40 @@ impl Verifier {
     /// form of the `KXP_WEBHOOK_SECRET` environment variable.
     pub fn from_secret_list(list: &str) -> Result<Verifier, ConfigError> {
         Keyring::from_list(list).map(|keys| Verifier {
-            keys,
+            keys: Keys::Secrets(keys),
             tolerance: DEFAULT_TOLERANCE.as_secs(),
         })
+    }
+
+    /// A verifier of Ed25519 `v1a` signatures by any of 1 to [`MAX_SECRETS`](crate::MAX_SECRETS)
+    /// public keys (newest first during a rotation, as for secrets), with the default tolerance.
+    ///
+    /// It checks `v1a` items only: a header's `v1` items are unknown items to it, so a sender
+    /// that signs both ways during a migration is verified by its Ed25519 signature alone, and a
+    /// header with no `v1a` is `malformed_header`. The keys were checked when they were made
+    /// ([`PublicKey::from_bytes`]).
+    ///
+    /// ```
+    /// use kxp_verify::{ErrorKind, SigningKey, Verifier};
+    ///
+    /// let (new, old) = (SigningKey::from_seed(&[1; 32]), SigningKey::from_seed(&[2; 32]));
+    /// let verifier = Verifier::with_public_keys([new.public_key(), old.public_key()])?;
+    /// let header = old.sign(1764464523, b"{}").to_string();
+    /// assert_eq!(verifier.verify(&header, b"{}", 1764464523)?.secret_index(), 1);
+    ///
+    /// let tampered = verifier.verify(&header, b"{ }", 1764464523).unwrap_err();
+    /// assert_eq!(tampered.kind(), ErrorKind::SignatureMismatch);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_public_keys<I: IntoIterator<Item = PublicKey>>(
+        keys: I,
+    ) -> Result<Verifier, ConfigError> {
+        Keyring::many(keys)
+            .map(|keys| Verifier {
+                keys: Keys::PublicKeys(keys),
+                tolerance: DEFAULT_TOLERANCE.as_secs(),
+            })
+            .map_err(ConfigError::for_public_keys)
     }
 
     /// Sets how far, either way, a timestamp may be from `now` (whole seconds).
@@ -79,9 +120,20 @@ impl Verifier {
         Duration::from_secs(self.tolerance)
     }
 
-    /// How many secrets this verifier accepts.
+    /// How many secrets this verifier accepts (0 for a verifier with public keys).
     pub fn secret_count(&self) -> usize {
-        self.keys.len()
+        match &self.keys {
+            Keys::Secrets(secrets) => secrets.len(),
+            Keys::PublicKeys(_) => 0,
+        }
+    }
+
+    /// How many public keys this verifier accepts (0 for a verifier with secrets).
+    pub fn public_key_count(&self) -> usize {
+        match &self.keys {
+            Keys::Secrets(_) => 0,
+            Keys::PublicKeys(keys) => keys.len(),
+        }
     }
 
     /// Verifies `header` (the `X-Kxp-Signature` value; empty when the request had none) over
@@ -92,29 +144,11 @@ impl Verifier {
         body: &'b [u8],
         now_unix_seconds: u64,
     ) -> Result<Verified<'b>, Error> {
-        let header = SignatureHeader::parse(header)?;
+        let (timestamp, secret_index) = match &self.keys {
+            Keys::Secrets(secrets) => verify_v1(secrets, header, body)?,
+            Keys::PublicKeys(keys) => verify_v1a(keys, header, body)?,
+        };
 
-        let timestamp_digits = header.timestamp_digits();
-        // Every signature is compared with every MAC in constant time; which one matched is
-        // only known once a genuine signature did, so the search leaks nothing to a forger.
-        // The answer is the first signature in header order that any secret matches, and the
-        // first secret that matches it; secret by secret, that is the match at the earliest
-        // position, found by the earliest secret.
-        let mut matched: Option<(usize, usize)> = None;
-        for (index, secret) in self.keys.iter().enumerate() {
-            let mac = secret.mac(timestamp_digits, body);
-            for (position, signature) in header.signature_digits().enumerate() {
-                if bool::from(hex::matches(&mac, signature))
-                    && matched.is_none_or(|(earliest, _)| position < earliest)
-                {
-                    matched = Some((position, index));
-                }
-            }
-        }
-        let matched = matched.map(|(_, index)| index);
-        let secret_index = matched.ok_or(Error::SIGNATURE_MISMATCH)?;
-
-        let timestamp = header.timestamp();
         if timestamp < now_unix_seconds.saturating_sub(self.tolerance) {
             return Err(Error::too_old(
                 now_unix_seconds.saturating_sub(timestamp),
@@ -176,6 +210,65 @@ impl Verifier {
     }
 }
 
+/// Parse, then the signature: the `t` of a header whose `v1` matches one of `secrets`, and
+/// which secret it was.
+#[inline]
+fn verify_v1<H: AsRef<[u8]> + ?Sized>(
+    secrets: &Keyring<Secret>,
+    header: &H,
+    body: &[u8],
+) -> Result<(u64, usize), Error> {
+    let header = SignatureHeader::parse(header)?;
+
+    let timestamp_digits = header.timestamp_digits();
+    // Every signature is compared with every MAC in constant time; which one matched is
+    // only known once a genuine signature did, so the search leaks nothing to a forger.
+    // The answer is the first signature in header order that any secret matches, and the
+    // first secret that matches it; secret by secret, that is the match at the earliest
+    // position, found by the earliest secret.
+    let mut matched: Option<(usize, usize)> = None;
+    for (index, secret) in secrets.iter().enumerate() {
+        let mac = secret.mac(timestamp_digits, body);
+        for (position, signature) in header.signature_digits().enumerate() {
+            if bool::from(hex::matches(&mac, signature))
+                && matched.is_none_or(|(earliest, _)| position < earliest)
+            {
+                matched = Some((position, index));
+            }
+        }
+    }
+    let matched = matched.map(|(_, index)| index);
+    let secret_index = matched.ok_or(Error::SIGNATURE_MISMATCH)?;
+    Ok((header.timestamp(), secret_index))
+}
+
+/// Parse, then the signature: the `t` of a header whose `v1a` verifies by one of `keys`, and
+/// which key it was.
+///
+/// The same answer as for `v1` (the first signature in header order that any key verifies,
+/// by the first key that verifies it), but found by stopping at it: signatures and public keys
+/// are public, so there is nothing for the order of the search to leak, and each try costs a
+/// scalar multiplication. At most [`MAX_ED25519_SIGNATURES`](crate::MAX_ED25519_SIGNATURES)
+/// signatures × [`MAX_SECRETS`](crate::MAX_SECRETS) keys are tried, whatever the header.
+fn verify_v1a<H: AsRef<[u8]> + ?Sized>(
+    keys: &Keyring<PublicKey>,
+    header: &H,
+    body: &[u8],
+) -> Result<(u64, usize), Error> {
+    let header = Ed25519Header::parse(header)?;
+    let timestamp_digits = header.timestamp_digits();
+    header
+        .signatures()
+        .iter()
+        .find_map(|signature| {
+            let signature = CheckedSignature::new(signature)?;
+            keys.iter()
+                .position(|key| key.verifies(timestamp_digits, body, &signature))
+        })
+        .map(|index| (header.timestamp(), index))
+        .ok_or(Error::SIGNATURE_MISMATCH)
+}
+
 /// The system clock in Unix seconds; a clock set before 1970 reads as 0.
 #[cfg(feature = "std")]
 pub(crate) fn unix_now() -> u64 {
@@ -205,8 +298,9 @@ impl<'b> Verified<'b> {
         self.timestamp
     }
 
-    /// Which configured secret matched (0 for the first). During a rotation, a match on an old
-    /// secret tells you which senders have not switched yet.
+    /// Which configured secret (or public key, for a verifier with public keys) matched, 0 for
+    /// the first. During a rotation, a match on an old one tells you which senders have not
+    /// switched yet.
     pub fn secret_index(&self) -> usize {
         self.secret_index
     }
@@ -248,7 +342,7 @@ impl<B: AsRef<[u8]>> VerifiedBuf<B> {
         self.timestamp
     }
 
-    /// Which configured secret matched (0 for the first).
+    /// Which configured secret or public key matched (0 for the first).
     pub fn secret_index(&self) -> usize {
         self.secret_index
     }

@@ -3,6 +3,7 @@
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
+mod ed25519;
 mod envelope;
 mod no_alloc;
 mod properties;

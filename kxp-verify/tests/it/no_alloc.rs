@@ -1,26 +1,30 @@
 //! The verify path allocates nothing, for every vector, valid or not (allocation-counter counts
 //! per thread, so other tests running at the same time do not disturb the count).
 
-use kxp_testkit::vectors;
-use kxp_verify::SignatureHeader;
+use kxp_testkit::{Vector, vectors};
+use kxp_verify::{SignatureHeader, Verifier};
 
 use crate::verifier_for;
 
 #[test]
 fn verify_allocates_nothing() {
     for vector in vectors() {
-        let verifier = verifier_for(&vector);
-        let mut verdict = None;
-        let info = allocation_counter::measure(|| {
-            verdict = Some(
-                verifier
-                    .verify(&vector.header, &vector.body, vector.now)
-                    .is_ok(),
-            );
-        });
-        assert_eq!(info.count_total, 0, "{} allocated {info:?}", vector.name);
-        assert_eq!(verdict, Some(vector.is_ok()), "{}", vector.name);
+        assert_verify_allocates_nothing(&vector, &verifier_for(&vector));
     }
+}
+
+/// `verifier` reaches `vector`'s verdict (ok or not) without allocating.
+pub(crate) fn assert_verify_allocates_nothing(vector: &Vector, verifier: &Verifier) {
+    let mut verdict = None;
+    let info = allocation_counter::measure(|| {
+        verdict = Some(
+            verifier
+                .verify(&vector.header, &vector.body, vector.now)
+                .is_ok(),
+        );
+    });
+    assert_eq!(info.count_total, 0, "{} allocated {info:?}", vector.name);
+    assert_eq!(verdict, Some(vector.is_ok()), "{}", vector.name);
 }
 
 #[test]

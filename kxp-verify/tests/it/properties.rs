@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kxp_verify::{ErrorKind, Secret, SignatureHeader, Signer, Verifier};
+use kxp_verify::{ErrorKind, Secret, SignatureHeader, Signer, SigningKey, Verifier};
 use proptest::prelude::*;
 
 fn verifier(secret: &str) -> Verifier {
@@ -154,4 +154,40 @@ fn timestamps_past_nineteen_digits_are_signed_as_the_largest_one() {
             .verify(&header, b"", Signer::MAX_TIMESTAMP)
             .is_ok()
     );
+}
+
+// Ed25519 costs some milliseconds per signature in a debug build: fewer cases.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn a_public_key_verifier_never_panics_nor_accepts_random_signatures(
+        header in header_like(), v1a in "[A-Za-z0-9+/]{86}==", now in any::<u64>(),
+    ) {
+        let verifier = Verifier::with_public_keys([SigningKey::from_seed(&[5; 32]).public_key()]).unwrap();
+        let with_v1a = format!("{header},v1a={v1a}");
+        for header in [header, with_v1a] {
+            prop_assert!(verifier.verify(&header, b"{}", now).is_err(), "accepted {}", header);
+        }
+    }
+
+    #[test]
+    fn what_a_signing_key_emits_every_verifier_holding_its_public_key_accepts(
+        seeds in proptest::collection::vec(any::<[u8; 32]>(), 1..=4),
+        body in proptest::collection::vec(any::<u8>(), 0..2048),
+        t in 0u64..=9_999_999_999_999_999_999,
+        skew in -300i64..=300,
+    ) {
+        let keys: Vec<SigningKey> = seeds.iter().map(SigningKey::from_seed).collect();
+        let verifier = Verifier::with_public_keys(keys.iter().map(SigningKey::public_key)).unwrap();
+        let now = t.saturating_add_signed(skew);
+        for (index, key) in keys.iter().enumerate() {
+            let header = key.sign(t, &body).to_string();
+            let verified = verifier.verify(&header, &body, now).unwrap();
+            prop_assert_eq!(verified.timestamp(), t);
+            // Equal seeds give equal keys: the first configured one is named.
+            prop_assert!(verified.secret_index() <= index);
+            prop_assert_eq!(&seeds[verified.secret_index()], &seeds[index]);
+        }
+    }
 }
