@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use kxp_sender::Db;
 use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
@@ -130,4 +131,71 @@ async fn the_database_clock_is_read_on_postgresql_and_not_on_sqlite() {
         "SQLite's clock is this machine's"
     );
     sqlite.close().await;
+}
+
+/// Ingestion on PostgreSQL is by group commit, several batches at once: requests racing on one
+/// new idempotency key land in different batches, and the losers' batches are refused by the
+/// unique index. Their items are then written one by one, so the racers all get the one event
+/// and the requests that shared a refused batch get their own. A trigger holds each racing
+/// insert for 200 ms, so the first batch is still open when the next ones insert the same key:
+/// the refusal happens every round rather than by chance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_idempotent_requests_share_one_event_and_spare_their_batch_on_postgresql() {
+    let Some(database) = PgDatabase::create("kxp_sender_ingest_race").await else {
+        return;
+    };
+    let url = database.url().to_owned();
+    let s = sender_with("0s", move |c| c.database_url = url).await;
+    let Db::Postgres(pool) = s.server.db() else {
+        panic!("the sender runs on PostgreSQL");
+    };
+    sqlx::raw_sql(
+        "CREATE FUNCTION test_slow_race() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$; \
+         CREATE TRIGGER test_slow_race BEFORE INSERT ON kxp_events FOR EACH ROW \
+         WHEN (NEW.idempotency_key LIKE 'race-%') EXECUTE FUNCTION test_slow_race();",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let post = |key: String, n: usize| {
+        let request = s
+            .api
+            .http
+            .post(format!("{}/v1/events", s.api.base))
+            .bearer_auth(&s.api.key)
+            .header("Idempotency-Key", key)
+            .json(&json!({"type": "t", "data": {"n": n}}));
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (status, body["id"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+    for round in 0..3 {
+        // Each round: 24 requests with one new key (same body), 24 with keys of their own.
+        let racing = (0..24).map(|_| post(format!("race-{round}"), 0));
+        let alone = (0..24).map(|n| post(format!("alone-{round}-{n}"), n + 1));
+        let running: Vec<_> = racing.chain(alone).map(tokio::spawn).collect();
+        let mut answers = Vec::new();
+        for answer in running {
+            answers.push(answer.await.unwrap());
+        }
+        let (raced, own) = answers.split_at(24);
+        assert!(
+            answers.iter().all(|(status, _)| *status == 202),
+            "round {round}: {answers:?}"
+        );
+        let mut one: Vec<&String> = raced.iter().map(|(_, id)| id).collect();
+        one.dedup();
+        assert_eq!(one.len(), 1, "round {round}: the racers got {one:?}");
+        let mut distinct: Vec<&String> = own.iter().map(|(_, id)| id).collect();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 24, "round {round}: each key its own event");
+        assert!(!distinct.contains(&one[0]), "round {round}");
+    }
+    s.server.shutdown().await;
+    database.drop().await;
 }
