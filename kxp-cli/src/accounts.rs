@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::keyholders::{Database, Holder, Kind, checked_name};
+use crate::keyholders::{CreateArgs, Holder, Kind, ListArgs, checked_name};
 
 /// Shown under `kxp accounts --help`.
 const USAGE: &str = "\
@@ -37,27 +37,6 @@ enum AccountsCommand {
     Create(CreateArgs),
     /// List the accounts: id, name and creation time (never keys or their hashes).
     List(ListArgs),
-}
-
-#[derive(Args)]
-struct CreateArgs {
-    #[command(flatten)]
-    database: Database,
-    /// A human name for the account (1 to 128 characters), e.g. the merchant's.
-    #[arg(long)]
-    name: String,
-    /// Print one JSON object (`id`, `name`, `created_at`, `api_key`) instead of text.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Args)]
-struct ListArgs {
-    #[command(flatten)]
-    database: Database,
-    /// One JSON object per line (`id`, `name`, `created_at`) instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 pub(crate) fn accounts(args: AccountsArgs) -> ExitCode {

@@ -96,15 +96,9 @@ pub(crate) fn check(args: CheckArgs) -> ExitCode {
         usage_error("--only and --skip leave no check to run");
     }
 
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::debug::small_runtime() {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let report = runtime.block_on(kxp_check::run(&target, &checks));
 

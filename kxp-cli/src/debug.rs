@@ -107,6 +107,18 @@ fn read_body(path: &PathBuf) -> Vec<u8> {
     read.unwrap_or_else(|e| usage_error(format!("cannot read body file {}: {e}", path.display())))
 }
 
+/// The one-thread runtime of the commands that make a few HTTP requests (`send`, `check`); an
+/// error is printed, and is the command's exit code 1.
+pub(crate) fn small_runtime() -> Result<tokio::runtime::Runtime, std::process::ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::ExitCode::from(1)
+        })
+}
+
 /// Exits 2 with clap's formatting, like any other argument error. The message never contains a
 /// secret: `ConfigError` only names what is wrong.
 pub(crate) fn usage_error(message: impl std::fmt::Display) -> ! {

@@ -19,6 +19,31 @@ pub(crate) struct Database {
     pub(crate) database_url: String,
 }
 
+/// `create`'s arguments.
+#[derive(Args)]
+pub(crate) struct CreateArgs {
+    #[command(flatten)]
+    pub(crate) database: Database,
+    /// A name of 1 to 128 characters: the merchant's for an account, the person's or team's
+    /// holding an operator key.
+    #[arg(long)]
+    pub(crate) name: String,
+    /// Print one JSON object (`id`, `name`, `created_at`, and the key as `api_key` or
+    /// `operator_key`) instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `list`'s arguments.
+#[derive(Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) database: Database,
+    /// One JSON object per line (`id`, `name`, `created_at`) instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// `--name`, trimmed: 1 to 128 characters, without control characters.
 pub(crate) fn checked_name(name: &str) -> Result<&str, String> {
     let name = name.trim();

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::keyholders::{Database, Holder, Kind, checked_name};
+use crate::keyholders::{CreateArgs, Holder, Kind, ListArgs, checked_name};
 
 /// Shown under `kxp operators --help`.
 const USAGE: &str = "\
@@ -39,27 +39,6 @@ enum OperatorsCommand {
     Create(CreateArgs),
     /// List the operators: id, name and creation time (never keys or their hashes).
     List(ListArgs),
-}
-
-#[derive(Args)]
-struct CreateArgs {
-    #[command(flatten)]
-    database: Database,
-    /// Who holds the key (1 to 128 characters), e.g. a person or a team.
-    #[arg(long)]
-    name: String,
-    /// Print one JSON object (`id`, `name`, `created_at`, `operator_key`) instead of text.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Args)]
-struct ListArgs {
-    #[command(flatten)]
-    database: Database,
-    /// One JSON object per line (`id`, `name`, `created_at`) instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 pub(crate) fn operators(args: OperatorsArgs) -> ExitCode {

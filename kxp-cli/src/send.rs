@@ -135,15 +135,9 @@ pub(crate) fn send(args: SendArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::debug::small_runtime() {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     if args.verbose {
         eprintln!("* event {}: {} bytes", event.id, event.body.len());
