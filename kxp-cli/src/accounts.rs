@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::keyholders::{CreateArgs, Holder, Kind, ListArgs, checked_name};
+use crate::keyholders::{CreateArgs, Kind, ListArgs, checked_name};
 
 /// Shown under `kxp accounts --help`.
 const USAGE: &str = "\
@@ -65,12 +65,7 @@ async fn create(args: CreateArgs) -> Result<(), String> {
     let created = db.create_account(name, None).await;
     db.close().await;
     let (account, key) = created.map_err(|e| e.to_string())?;
-    let holder = Holder {
-        id: &account.id,
-        name: &account.name,
-        created_at: account.created_at,
-    };
-    KIND.print_created(&holder, &key, args.json);
+    KIND.print_created(&account, &key, args.json);
     Ok(())
 }
 
@@ -79,14 +74,6 @@ async fn list(args: ListArgs) -> Result<(), String> {
     let listed = db.accounts().await;
     db.close().await;
     let listed = listed.map_err(|e| e.to_string())?;
-    let holders: Vec<Holder<'_>> = listed
-        .iter()
-        .map(|h| Holder {
-            id: &h.id,
-            name: &h.name,
-            created_at: h.created_at,
-        })
-        .collect();
-    KIND.print_list(&holders, args.json);
+    KIND.print_list(&listed, args.json);
     Ok(())
 }

@@ -5,7 +5,7 @@
 use std::fmt::Display;
 
 use clap::Args;
-use kxp_sender::rfc3339;
+use kxp_sender::{Account, Operator, rfc3339};
 use serde_json::json;
 
 /// The longest name of an account or an operator.
@@ -55,11 +55,36 @@ pub(crate) fn checked_name(name: &str) -> Result<&str, String> {
     Ok(name)
 }
 
-/// A key holder as the commands print it.
-pub(crate) struct Holder<'a> {
-    pub(crate) id: &'a dyn Display,
-    pub(crate) name: &'a str,
-    pub(crate) created_at: i64,
+/// A key holder, as the commands print it.
+pub(crate) trait Holder {
+    fn id(&self) -> &dyn Display;
+    fn name(&self) -> &str;
+    /// Unix ms.
+    fn created_at(&self) -> i64;
+}
+
+impl Holder for Account {
+    fn id(&self) -> &dyn Display {
+        &self.id
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn created_at(&self) -> i64 {
+        self.created_at
+    }
+}
+
+impl Holder for Operator {
+    fn id(&self) -> &dyn Display {
+        &self.id
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn created_at(&self) -> i64 {
+        self.created_at
+    }
 }
 
 /// How a kind of holder is printed.
@@ -79,18 +104,18 @@ pub(crate) struct Kind {
 
 impl Kind {
     /// Prints a new holder and its key, once.
-    pub(crate) fn print_created(&self, holder: &Holder<'_>, key: &str, json: bool) {
+    pub(crate) fn print_created(&self, holder: &impl Holder, key: &str, json: bool) {
         if json {
             let mut line = json!({
-                "id": holder.id.to_string(), "name": holder.name,
-                "created_at": rfc3339(holder.created_at),
+                "id": holder.id().to_string(), "name": holder.name(),
+                "created_at": rfc3339(holder.created_at()),
             });
             line[self.key_field] = json!(key);
             println!("{line}");
             eprintln!("{}", self.warning);
         } else {
             let noun = self.noun;
-            println!("Created {noun} {} ({}).", holder.id, holder.name);
+            println!("Created {noun} {} ({}).", holder.id(), holder.name());
             println!("{}: {key}", self.key_label);
             println!("{}", self.warning);
             println!("{}", self.usage);
@@ -98,13 +123,13 @@ impl Kind {
     }
 
     /// Prints the holders: one JSON object per line, or a table.
-    pub(crate) fn print_list(&self, holders: &[Holder<'_>], json: bool) {
+    pub(crate) fn print_list(&self, holders: &[impl Holder], json: bool) {
         let noun = self.noun;
         if json {
             for holder in holders {
                 let line = json!({
-                    "id": holder.id.to_string(), "name": holder.name,
-                    "created_at": rfc3339(holder.created_at),
+                    "id": holder.id().to_string(), "name": holder.name(),
+                    "created_at": rfc3339(holder.created_at()),
                 });
                 println!("{line}");
             }
@@ -117,9 +142,9 @@ impl Kind {
             for holder in holders {
                 println!(
                     "{:<width$}  {:<20}  {}",
-                    holder.id.to_string(),
-                    rfc3339(holder.created_at),
-                    holder.name
+                    holder.id().to_string(),
+                    rfc3339(holder.created_at()),
+                    holder.name()
                 );
             }
         }

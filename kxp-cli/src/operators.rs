@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::keyholders::{CreateArgs, Holder, Kind, ListArgs, checked_name};
+use crate::keyholders::{CreateArgs, Kind, ListArgs, checked_name};
 
 /// Shown under `kxp operators --help`.
 const USAGE: &str = "\
@@ -68,12 +68,7 @@ async fn create(args: CreateArgs) -> Result<(), String> {
     let created = db.create_operator(name).await;
     db.close().await;
     let (operator, key) = created.map_err(|e| e.to_string())?;
-    let holder = Holder {
-        id: &operator.id,
-        name: &operator.name,
-        created_at: operator.created_at,
-    };
-    KIND.print_created(&holder, &key, args.json);
+    KIND.print_created(&operator, &key, args.json);
     Ok(())
 }
 
@@ -82,14 +77,6 @@ async fn list(args: ListArgs) -> Result<(), String> {
     let listed = db.operators().await;
     db.close().await;
     let listed = listed.map_err(|e| e.to_string())?;
-    let holders: Vec<Holder<'_>> = listed
-        .iter()
-        .map(|h| Holder {
-            id: &h.id,
-            name: &h.name,
-            created_at: h.created_at,
-        })
-        .collect();
-    KIND.print_list(&holders, args.json);
+    KIND.print_list(&listed, args.json);
     Ok(())
 }
