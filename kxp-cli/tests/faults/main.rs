@@ -63,6 +63,8 @@ const HEALTHY_TIMEOUT_MS: u64 = 2_000;
 const HANGING_TIMEOUT_MS: u64 = 8_000;
 /// How long the connection flood is held: past both processes' 10 s header-read timeout.
 const FLOOD_HOLD: Duration = Duration::from_secs(12);
+/// The longest a disk is kept full waiting for a write to fail.
+const FULL_BOUND: Duration = Duration::from_secs(20);
 /// The longest a process may take to come back from a fault.
 const RECOVERY_BOUND: Duration = Duration::from_secs(60);
 /// The longest the last acknowledged events may take to be processed.
@@ -140,6 +142,22 @@ struct Run {
     /// Kept open to the end, so the other account's attempts keep hanging through later faults.
     hanging: Option<Hanging>,
     recoveries: Vec<u128>,
+}
+
+/// Keeps a disk full for `seeded`, and longer while `bitten` (whether it made anything fail yet)
+/// says no, up to [`FULL_BOUND`]; how long that was. SQLite writes into the space its WAL
+/// already has, so a full disk bites only once the WAL or the database must grow.
+async fn hold_full<F, Fut>(seeded: Duration, bitten: F) -> Duration
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    tokio::time::sleep(seeded).await;
+    while !bitten().await && started.elapsed() < FULL_BOUND {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    started.elapsed()
 }
 
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -249,8 +267,8 @@ impl Run {
                 let before = self.emitter().refused();
                 let disk = self.sender_disk.as_ref().unwrap();
                 blocking(|| disk.fill());
-                let held = self.rng.between_ms(1_000, 3_000);
-                tokio::time::sleep(held).await;
+                let seeded = self.rng.between_ms(1_000, 3_000);
+                let held = hold_full(seeded, || async { self.emitter().refused() > before }).await;
                 let refused = self.emitter().refused() - before;
                 blocking(|| disk.free());
                 assert!(
@@ -264,8 +282,8 @@ impl Run {
                 let before = self.answered_5xx().await;
                 let disk = self.receiver_disk.as_ref().unwrap();
                 blocking(|| disk.fill());
-                let held = self.rng.between_ms(1_000, 3_000);
-                tokio::time::sleep(held).await;
+                let seeded = self.rng.between_ms(1_000, 3_000);
+                let held = hold_full(seeded, || async { self.answered_5xx().await > before }).await;
                 let refused = self.answered_5xx().await - before;
                 blocking(|| disk.free());
                 assert!(
