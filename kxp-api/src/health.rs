@@ -100,10 +100,34 @@ pub struct EndpointHealth {
 
 /// `GET /healthz` (no key): the server answers and its database does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"status": "ok", "database": "sqlite"}))]
+#[schema(example = json!({"status": "ok", "database": "sqlite", "sources": [
+    {"name": "amqp:/payments", "state": "up", "lag": 0, "last_error": null}]}))]
 pub struct ServiceHealth {
-    /// Always `ok` (a failing database answers 503 `store_unavailable` instead).
+    /// Always `ok` (a failing database answers 503 `store_unavailable` instead). A broker
+    /// source that is down does not change it: the API still takes events; `sources` tells.
     pub status: String,
     /// The backend: `sqlite` or `postgres`.
     pub database: String,
+    /// This process's broker sources (`kxp serve --ingest`), in the order configured; empty
+    /// without any.
+    #[serde(default)]
+    pub sources: Vec<SourceHealth>,
+}
+
+/// One broker source of this process (`kxp serve --ingest <URL>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SourceHealth {
+    /// `amqp:<vhost>/<queue>` or `nats:<stream>/<durable consumer>`: no host, no credentials.
+    pub name: String,
+    /// `connecting` (not consuming yet), `up` (consuming) or `down` (the last session failed;
+    /// reconnecting with backoff).
+    pub state: String,
+    /// Messages waiting in the broker, as last read (every few seconds while up): RabbitMQ's
+    /// ready messages of the queue, JetStream's pending messages of the consumer. `null` until
+    /// read.
+    #[schema(required = true)]
+    pub lag: Option<u64>,
+    /// Why the last session ended, when it failed (the broker's words, credentials removed).
+    #[schema(required = true)]
+    pub last_error: Option<String>,
 }

@@ -37,7 +37,7 @@ pub use endpoints::{
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{Event, NewEvent, RawJson};
-pub use health::{EndpointHealth, HealthWindow, ServiceHealth};
+pub use health::{EndpointHealth, HealthWindow, ServiceHealth, SourceHealth};
 pub use ids::{
     AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,
 };

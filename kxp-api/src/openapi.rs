@@ -11,7 +11,7 @@ use crate::{
     EventId, HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification,
     NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page, PageQuery,
     PortalLink, PortalScope, RawJson, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SchemaId,
-    Secret, SecretRotated, ServiceHealth, Timestamp,
+    Secret, SecretRotated, ServiceHealth, SourceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -29,7 +29,7 @@ use crate::{AccountId, DeliveryId};
         Timestamp, Secret, RawJson,
         Endpoint, EndpointCreated, NewEndpoint, EndpointPatch, EndpointDeleted, EndpointStatus,
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
-        EndpointHealth, HealthWindow, ServiceHealth,
+        EndpointHealth, HealthWindow, ServiceHealth, SourceHealth,
         NewEvent, Event,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,
         Account, AccountPatch, AccountUpdated, NewAccount, AccountCreated,

@@ -16,6 +16,7 @@ use std::{fmt, fs};
 use clap::Args;
 use clap::builder::BoolishValueParser;
 use kxp_sender::Cidr;
+use kxp_sender::IngestSource;
 use kxp_sender::Protection;
 use kxp_sender::redact_passwords;
 use kxp_sender::{Config, Schedule};
@@ -158,6 +159,21 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_MAX_EVENT_BYTES", value_name = "BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_event_bytes: Option<usize>,
+    /// Consume events from a broker besides the API: a RabbitMQ queue
+    /// (`amqp://user:pass@host:5672/vhost?queue=<name>&account=<account id>`) or a NATS
+    /// JetStream stream (`nats://host:4222?stream=<name>&subject=<subject>&durable=<consumer>&account=<account id>`).
+    /// Each message's body is what `POST /v1/events` takes; it is acknowledged once stored.
+    /// Repeatable; in the environment, separated by spaces. See docs/sender.md, "Ingesting
+    /// from a broker".
+    #[arg(
+        long,
+        env = "KXP_INGEST",
+        value_name = "URL",
+        value_delimiter = ' ',
+        hide_env_values = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest: Option<Vec<String>>,
     /// Log lines as JSON objects instead of text.
     #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
@@ -177,6 +193,10 @@ impl fmt::Debug for Settings {
         let shown = Settings {
             database_url: self.database_url.as_deref().map(redact_passwords),
             smtp_url: self.smtp_url.as_deref().map(redact_passwords),
+            ingest: self
+                .ingest
+                .as_ref()
+                .map(|urls| urls.iter().map(|url| redact_passwords(url)).collect()),
             api_key: self.api_key.as_ref().map(|_| "[redacted]".to_owned()),
             ..self.clone()
         };
@@ -277,7 +297,7 @@ impl Settings {
         layer!(high over lower: database_url, listen, public_url, dev, api_only, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, json_logs, api_key)
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, ingest, json_logs, api_key)
     }
 
     /// Whether logs are JSON lines.
@@ -357,6 +377,16 @@ impl Settings {
                 .max_connections(self.max_connections.unwrap_or(d.api_limits.connections())),
             api_rate_limit: self.api_rate_limit.unwrap_or(d.api_rate_limit),
             max_event_data: self.max_event_bytes.unwrap_or(d.max_event_data).max(1),
+            ingest: self
+                .ingest
+                .iter()
+                .flatten()
+                .filter(|url| !url.is_empty())
+                .map(|url| {
+                    url.parse::<IngestSource>()
+                        .map_err(|e| invalid("ingest", format!("{}: {e}", redact_passwords(url))))
+                })
+                .collect::<Result<_, _>>()?,
             ..d
         })
     }
@@ -390,6 +420,7 @@ impl Settings {
             max_connections: Some(config.api_limits.connections()),
             api_rate_limit: Some(config.api_rate_limit),
             max_event_bytes: Some(config.max_event_data),
+            ingest: Some(config.ingest.iter().map(IngestSource::redacted).collect()),
             json_logs: Some(json_logs),
             api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
         }
@@ -564,10 +595,17 @@ mod tests {
             database_url: Some("postgres://kxp:hunter2@db/kxp".to_owned()),
             smtp_url: Some("smtps://ops:s3cret@mail:465".to_owned()),
             api_key: Some("kxp_live_key".to_owned()),
+            ingest: Some(vec![
+                "amqp://kxp:mqpass@mq/%2f?queue=q&account=acc_1".to_owned(),
+                "nats://kxp:natspass@nats:4222?stream=S&subject=s&durable=d&account=acc_1"
+                    .to_owned(),
+            ]),
             ..Settings::default()
         };
+        assert!(!format!("{settings:?}").contains("mqpass"));
         let printed = Settings::effective(&settings.to_config().unwrap(), false).to_toml();
-        for secret in ["hunter2", "s3cret", "kxp_live_key"] {
+        assert!(printed.contains("queue=q"), "{printed}");
+        for secret in ["hunter2", "s3cret", "kxp_live_key", "mqpass", "natspass"] {
             assert!(!printed.contains(secret), "{printed}");
         }
         assert!(printed.contains("[redacted]"), "{printed}");
@@ -580,10 +618,13 @@ mod tests {
             ("breaker_failures = 0", "breaker_failures"),
             ("breaker_cooldown = \"0\"", "breaker_cooldown"),
             ("jitter = 1.5", "jitter"),
+            ("ingest = [\"amqp://u:pw@mq?account=acc_1\"]", "ingest"),
+            ("ingest = [\"kafka://k?account=acc_1\"]", "ingest"),
         ] {
             let settings: Settings = toml::from_str(file).unwrap();
             let error = settings.to_config().unwrap_err().to_string();
             assert!(error.starts_with(key), "{file}: {error}");
+            assert!(!error.contains("pw@"), "{error}");
         }
     }
 }

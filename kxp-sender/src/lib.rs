@@ -60,6 +60,7 @@
 mod console;
 mod engine;
 mod http;
+mod ingest;
 mod model;
 mod policy;
 mod server;
@@ -69,6 +70,7 @@ mod store;
 pub use engine::config::Config;
 pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
 pub use engine::mail::MailError;
+pub use engine::sources::{DEFAULT_PREFETCH, IngestSource, IngestUrlError, MAX_PREFETCH};
 pub use http::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
 pub use http::{
     DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,

@@ -17,8 +17,10 @@ use crate::engine::guard::AddressGuard;
 use crate::engine::ingester::Ingester;
 use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
+use crate::engine::sources::{SourceStatus, Sources};
 use crate::engine::{announce, notifier, retention, worker};
 use crate::http::{self, AppState};
+use crate::ingest;
 use crate::model::{KeyKind, set_database_offset};
 use crate::store::{Db, StoreError};
 
@@ -73,6 +75,7 @@ pub struct Server {
     stop: watch::Sender<bool>,
     http: JoinHandle<()>,
     workers: Option<JoinHandle<()>>,
+    sources: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -91,10 +94,14 @@ impl Server {
         self.new_api_key.as_deref()
     }
 
-    /// Stops taking requests and claims, lets in-flight attempts finish (or puts them back),
+    /// Stops taking requests, messages and claims, lets in-flight attempts finish (or puts them
+    /// back) and settles the broker messages in flight,
     /// and returns when everything has stopped.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        for source in self.sources {
+            let _ = source.await;
+        }
         if let Some(workers) = self.workers {
             let _ = workers.await;
         }
@@ -145,6 +152,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     let gate = WriteGate::for_db(&db);
     let ingester = Ingester::start(&db, gate.clone());
     let announce = !config.run_workers && matches!(db, Db::Postgres(_));
+    let config_sources = config.ingest.clone();
     let shared = Arc::new(Shared {
         ingester,
         gate,
@@ -160,6 +168,12 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         rescan: Default::default(),
         notices: Notify::new(),
         api_requests: Default::default(),
+        sources: Sources(
+            config_sources
+                .iter()
+                .map(|source| Arc::new(SourceStatus::new(source.name())))
+                .collect(),
+        ),
     });
     let state = AppState {
         db: db.clone(),
@@ -170,6 +184,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     // pool and the files need: the cap leaves room for all of them under the file limit.
     let reserved = shared.config.workers + crate::store::POOL_MAX as usize + 64;
     let api_limits = shared.config.api_limits.within_file_limit(reserved);
+    let sources = ingest::start(&state, &stopped);
     let app = http::app(state.clone()).merge(console::app(state));
     let mut http_stopped = stopped.clone();
     let http = tokio::spawn(async move {
@@ -220,6 +235,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         stop,
         http,
         workers,
+        sources,
     })
 }
 

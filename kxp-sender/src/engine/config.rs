@@ -19,6 +19,7 @@ use crate::engine::guard::{AddressGuard, Cidr};
 use crate::engine::ingester::Ingester;
 use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
+use crate::engine::sources::{IngestSource, Sources};
 use crate::model::EndpointId;
 use crate::policy::circuit::Protection;
 use crate::policy::rate::RateLimiter;
@@ -86,6 +87,9 @@ pub struct Config {
     /// [`MAX_EVENT_DATA`](crate::MAX_EVENT_DATA), keeps the delivered body under the 1 MiB
     /// receivers accept by default; raise it only with receivers configured for more.
     pub max_event_data: usize,
+    /// Broker sources to consume events from (`--ingest`), besides the API: each message is
+    /// taken in as a `POST /v1/events` would be, and acknowledged only once stored.
+    pub ingest: Vec<IngestSource>,
 }
 
 impl fmt::Debug for Config {
@@ -112,6 +116,7 @@ impl fmt::Debug for Config {
             .field("api_limits", &self.api_limits)
             .field("api_rate_limit", &self.api_rate_limit)
             .field("max_event_data", &self.max_event_data)
+            .field("ingest", &self.ingest)
             .finish()
     }
 }
@@ -140,6 +145,7 @@ impl Default for Config {
             api_limits: ServeLimits::default(),
             api_rate_limit: 5_000,
             max_event_data: crate::MAX_EVENT_DATA,
+            ingest: Vec::new(),
         }
     }
 }
@@ -181,6 +187,8 @@ pub(crate) struct Shared {
     /// Each key's API requests against [`Config::api_rate_limit`], keyed by its owner's id
     /// (an account's or an operator's).
     pub api_requests: Mutex<RateLimiter>,
+    /// What the broker sources report, for `/healthz` and `/metrics`.
+    pub sources: Sources,
 }
 
 impl Shared {

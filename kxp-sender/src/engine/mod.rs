@@ -17,4 +17,5 @@ pub(crate) mod notifier;
 pub(crate) mod recorder;
 pub(crate) mod retention;
 pub(crate) mod schemas;
+pub(crate) mod sources;
 pub(crate) mod worker;

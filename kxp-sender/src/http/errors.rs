@@ -43,6 +43,16 @@ impl ApiError {
         self
     }
 
+    /// The code: what the broker sources decide on (hold, retry or reject a message).
+    pub(crate) fn code(&self) -> &ErrorCode {
+        &self.body.error
+    }
+
+    /// The message for people.
+    pub(crate) fn message(&self) -> &str {
+        &self.body.message
+    }
+
     /// Points at the part of the request at fault (a JSON pointer into `data`).
     pub(crate) fn at(mut self, path: String) -> ApiError {
         self.body.path = Some(path);

@@ -39,7 +39,50 @@ pub(super) async fn create_event(
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
-    let new: NewEvent = parse(&body)?;
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .filter(|k| is_idempotency_key(k))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidIdempotencyKey,
+                        "Idempotency-Key must be 1 to 255 printable ASCII characters",
+                    )
+                })?,
+        ),
+    };
+    let accepted = accept(&state, &account, &body, key).await?;
+    Ok((StatusCode::ACCEPTED, raw_json(accepted.payload)).into_response())
+}
+
+/// Whether `key` can be an idempotency key: 1 to 255 printable ASCII characters.
+pub(crate) fn is_idempotency_key(key: &str) -> bool {
+    (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// An event taken in by [`accept`].
+pub(crate) struct Accepted {
+    /// The envelope, byte for byte as receivers get it.
+    pub payload: String,
+    /// Whether this call stored it (false: an earlier request with the same idempotency key
+    /// did).
+    pub created: bool,
+}
+
+/// Takes in one event from `body` (what `POST /v1/events` is sent) for `account`, idempotent
+/// on `key` ([`is_idempotency_key`]): every check of the API, the backlog's backpressure
+/// (503 `backlog_full`, nothing stored), then the store. The API and the broker sources both
+/// come through here, so a message on a queue is held to exactly what a request is.
+pub(crate) async fn accept(
+    state: &AppState,
+    account: &Account,
+    body: &[u8],
+    key: Option<&str>,
+) -> Result<Accepted, ApiError> {
+    let new: NewEvent = parse(body)?;
     check_name("type", &new.event_type, 128)?;
     let data = new.data.as_raw().get();
     let limit = state.shared.config.max_event_data;
@@ -59,8 +102,8 @@ pub(super) async fn create_event(
         .unwrap_or_else(|| account.default_api_version.clone());
     check_name("api_version", &api_version, 64)?;
     if let Some(violation) = check_schema(
-        &state,
-        &account,
+        state,
+        account,
         &new.event_type,
         &api_version,
         new.data.as_raw(),
@@ -69,21 +112,7 @@ pub(super) async fn create_event(
     {
         return Err(violation);
     }
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(value) => {
-            let key = value.to_str().ok().filter(|k| {
-                (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic())
-            });
-            Some(key.ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::InvalidIdempotencyKey,
-                    "Idempotency-Key must be 1 to 255 printable ASCII characters",
-                )
-            })?)
-        }
-    };
-    let hash = sha256_hex(&body);
+    let hash = sha256_hex(body);
     let idempotency = key.map(|k| (k, hash.as_str()));
     let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {
         Admission::Admit => {
@@ -120,22 +149,25 @@ pub(super) async fn create_event(
             })?
         }
     };
-    let event = match ingested {
+    match ingested {
         Ingested::Created(event, due_to) => {
             state.shared.metrics.event_ingested();
             state.shared.backlog.queued(&account.id, due_to.len());
             state.shared.wake_for(due_to);
-            event
+            Ok(Accepted {
+                payload: event.payload,
+                created: true,
+            })
         }
-        Ingested::Replayed(event) => event,
-        Ingested::KeyReused => {
-            return Err(ApiError::new(
-                ErrorCode::IdempotencyKeyReused,
-                "this Idempotency-Key was used with a different request",
-            ));
-        }
-    };
-    Ok((StatusCode::ACCEPTED, raw_json(event.payload)).into_response())
+        Ingested::Replayed(event) => Ok(Accepted {
+            payload: event.payload,
+            created: false,
+        }),
+        Ingested::KeyReused => Err(ApiError::new(
+            ErrorCode::IdempotencyKeyReused,
+            "this Idempotency-Key was used with a different request",
+        )),
+    }
 }
 
 /// Checks `data` against the schema registered for its type and version, if any: the 400

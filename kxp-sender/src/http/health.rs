@@ -7,7 +7,7 @@ use kxp_api::{EndpointHealth, ServiceHealth};
 
 use super::{ApiError, AppState, Authed};
 
-/// Whether the process can reach its database. No key.
+/// Whether the process can reach its database, and how its broker sources are. No key.
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
     responses(
         (status = 200, description = "Up", body = ServiceHealth),
@@ -18,6 +18,7 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Response {
         Ok(_) => Json(ServiceHealth {
             status: "ok".to_owned(),
             database: state.db.backend().to_owned(),
+            sources: state.shared.sources.0.iter().map(|s| s.health()).collect(),
         })
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),
@@ -38,7 +39,11 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
                 axum::http::header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            state.shared.metrics.render(&gauges),
+            {
+                let mut text = state.shared.metrics.render(&gauges);
+                state.shared.sources.render(&mut text);
+                text
+            },
         )
             .into_response(),
         Err(e) => ApiError::from(e).into_response(),

@@ -37,6 +37,7 @@ mod views;
 pub(crate) use auth::Authed;
 pub use errors::ApiError;
 use errors::{ApiBody, ApiQuery, parse};
+pub(crate) use events::{accept, is_idempotency_key};
 pub use openapi::document as openapi;
 pub use portal_links::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
 

@@ -1,0 +1,699 @@
+//! Broker sources (`kxp serve --ingest <URL>`): what a source's URL says ([`IngestSource`])
+//! and what its consumer reports ([`SourceStatus`]) to `/healthz` and `/metrics`. The
+//! consumers themselves are the `ingest` layer's; this is what the configuration and the API
+//! need of them, so neither depends on a broker's client.
+//!
+//! The URL forms:
+//!
+//! - `amqp://user:pass@host:5672/vhost?queue=<name>&account=<account id>` (or `amqps://`):
+//!   a RabbitMQ queue (which must exist: the platform owns its topology).
+//! - `nats://[user:pass@]host:4222?stream=<name>&subject=<subject>&durable=<consumer>&account=<account id>`
+//!   (or `tls://`): a JetStream stream, read through a durable pull consumer (created when
+//!   missing).
+//!
+//! Options on both: `account_header=allow` lets a message's `x-kxp-account` header name its
+//! account (else the URL's `account`, which may then be left out); `prefetch=<1..=1000>`
+//! (default [`DEFAULT_PREFETCH`]) bounds the messages in flight (AMQP's `basic.qos`,
+//! JetStream's `max_ack_pending`). NATS also takes `rejected_subject=<subject>` (default
+//! `kxp.rejected.<stream>`). Other query parameters of an `amqp://` URL (`heartbeat`,
+//! `connection_timeout`, …) are passed on to the client.
+
+use std::fmt::{self, Write as _};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kxp_api::{ErrorCode, SourceHealth};
+
+use crate::model::AccountId;
+use crate::store::redact_passwords;
+
+/// Messages in flight per source unless the URL says `prefetch=`.
+pub const DEFAULT_PREFETCH: u16 = 64;
+
+/// The most messages in flight a source may ask for.
+pub const MAX_PREFETCH: u16 = 1000;
+
+/// One `--ingest` URL, parsed: where to consume and for which account.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IngestSource {
+    /// The URL as given (with its credentials: never shown; see [`IngestSource::redacted`]).
+    url: String,
+    pub(crate) broker: Broker,
+    /// The account of messages that do not name one.
+    pub(crate) account: Option<AccountId>,
+    /// Whether a message's `x-kxp-account` header may name its account.
+    pub(crate) account_header: bool,
+    /// Messages in flight at most.
+    pub(crate) prefetch: u16,
+}
+
+/// The broker a source reads.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Broker {
+    /// A RabbitMQ queue.
+    Amqp {
+        /// The URL the client connects with: ours, less this crate's parameters.
+        uri: String,
+        /// The virtual host, decoded (`/` by default).
+        vhost: String,
+        /// The queue.
+        queue: String,
+    },
+    /// A JetStream stream through a durable pull consumer.
+    Nats {
+        /// The server's URL (scheme, credentials, host and port; no query).
+        server: String,
+        /// The stream.
+        stream: String,
+        /// The consumer's filter subject.
+        subject: String,
+        /// The durable consumer's name.
+        durable: String,
+        /// Where rejected messages are published with their reason.
+        rejected_subject: String,
+    },
+}
+
+/// Why an `--ingest` URL was refused. The text names the parameter; it never quotes a
+/// password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IngestUrlError {
+    /// Not a URL at all.
+    #[error("not a URL ({0})")]
+    Syntax(String),
+    /// A scheme other than `amqp`, `amqps`, `nats` and `tls`.
+    #[error("unknown scheme {0:?}: use amqp:// or amqps:// (RabbitMQ), nats:// or tls:// (NATS)")]
+    Scheme(String),
+    /// A required parameter is missing.
+    #[error("the URL needs `{0}=`")]
+    Missing(&'static str),
+    /// A parameter's value is not acceptable.
+    #[error("`{name}`: {problem}")]
+    Invalid {
+        /// The parameter.
+        name: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A parameter this source does not know (a typo would otherwise be ignored).
+    #[error("unknown parameter `{0}`")]
+    Unknown(String),
+}
+
+impl IngestSource {
+    /// The URL with its passwords replaced, for `--print-config` and logs.
+    pub fn redacted(&self) -> String {
+        redact_passwords(&self.url)
+    }
+
+    /// The source's name in `/healthz`, `/metrics` and logs: `amqp:<vhost>/<queue>` or
+    /// `nats:<stream>/<durable>`, no host and no credentials.
+    pub fn name(&self) -> String {
+        match &self.broker {
+            Broker::Amqp { vhost, queue, .. } => {
+                let vhost = vhost.strip_prefix('/').unwrap_or(vhost);
+                format!("amqp:{vhost}/{queue}")
+            }
+            Broker::Nats {
+                stream, durable, ..
+            } => format!("nats:{stream}/{durable}"),
+        }
+    }
+}
+
+impl fmt::Debug for IngestSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl FromStr for IngestSource {
+    type Err = IngestUrlError;
+
+    fn from_str(text: &str) -> Result<IngestSource, IngestUrlError> {
+        let url = reqwest::Url::parse(text).map_err(|e| IngestUrlError::Syntax(e.to_string()))?;
+        let mut params = Params::default();
+        let mut passed_on = Vec::new();
+        for (name, value) in url.query_pairs() {
+            if !params.take(&name, &value)? {
+                passed_on.push((name.into_owned(), value.into_owned()));
+            }
+        }
+        let prefetch = match params.prefetch.take() {
+            None => DEFAULT_PREFETCH,
+            Some(n) => n
+                .parse::<u16>()
+                .ok()
+                .filter(|n| (1..=MAX_PREFETCH).contains(n))
+                .ok_or_else(|| IngestUrlError::Invalid {
+                    name: "prefetch",
+                    problem: format!("a number from 1 to {MAX_PREFETCH}"),
+                })?,
+        };
+        let account_header = match params.account_header.as_deref() {
+            None => false,
+            Some("allow") => true,
+            Some(_) => {
+                return Err(IngestUrlError::Invalid {
+                    name: "account_header",
+                    problem: "the only value is `allow`".to_owned(),
+                });
+            }
+        };
+        let account = params
+            .account
+            .take()
+            .map(|id| {
+                let well_formed = id.strip_prefix("acc_").is_some_and(|rest| {
+                    !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+                });
+                well_formed
+                    .then(|| AccountId::from(id))
+                    .ok_or_else(|| IngestUrlError::Invalid {
+                        name: "account",
+                        problem: "an account id (`acc_…`)".to_owned(),
+                    })
+            })
+            .transpose()?;
+        if account.is_none() && !account_header {
+            return Err(IngestUrlError::Missing("account"));
+        }
+        let broker = match url.scheme() {
+            "amqp" | "amqps" => {
+                if let Some(name) = params.nats_only() {
+                    return Err(IngestUrlError::Unknown(name.to_owned()));
+                }
+                let queue = params.queue.ok_or(IngestUrlError::Missing("queue"))?;
+                let vhost = match url.path() {
+                    "" | "/" => "/".to_owned(),
+                    path => percent_encoding::percent_decode_str(&path[1..])
+                        .decode_utf8()
+                        .map_err(|_| IngestUrlError::Invalid {
+                            name: "vhost",
+                            problem: "not UTF-8".to_owned(),
+                        })?
+                        .into_owned(),
+                };
+                let mut uri = url.clone();
+                uri.set_query(None);
+                if !passed_on.is_empty() {
+                    uri.query_pairs_mut().extend_pairs(&passed_on);
+                }
+                Broker::Amqp {
+                    uri: uri.into(),
+                    vhost,
+                    queue,
+                }
+            }
+            "nats" | "tls" => {
+                if let Some((name, _)) = passed_on.first() {
+                    return Err(IngestUrlError::Unknown(name.clone()));
+                }
+                if let Some(name) = params.amqp_only() {
+                    return Err(IngestUrlError::Unknown(name.to_owned()));
+                }
+                let stream = params.stream.ok_or(IngestUrlError::Missing("stream"))?;
+                let subject = params.subject.ok_or(IngestUrlError::Missing("subject"))?;
+                let durable = params.durable.ok_or(IngestUrlError::Missing("durable"))?;
+                if !matches!(url.path(), "" | "/") {
+                    return Err(IngestUrlError::Invalid {
+                        name: "path",
+                        problem: "a NATS URL has no path: stream and subject are parameters"
+                            .to_owned(),
+                    });
+                }
+                let rejected_subject = params
+                    .rejected_subject
+                    .unwrap_or_else(|| format!("kxp.rejected.{stream}"));
+                let mut server = url.clone();
+                server.set_query(None);
+                server.set_path("");
+                Broker::Nats {
+                    server: server.as_str().trim_end_matches('/').to_owned(),
+                    stream,
+                    subject,
+                    durable,
+                    rejected_subject,
+                }
+            }
+            other => return Err(IngestUrlError::Scheme(other.to_owned())),
+        };
+        Ok(IngestSource {
+            url: text.to_owned(),
+            broker,
+            account,
+            account_header,
+            prefetch,
+        })
+    }
+}
+
+/// The parameters this crate reads from a source URL.
+#[derive(Default)]
+struct Params {
+    queue: Option<String>,
+    stream: Option<String>,
+    subject: Option<String>,
+    durable: Option<String>,
+    rejected_subject: Option<String>,
+    account: Option<String>,
+    account_header: Option<String>,
+    prefetch: Option<String>,
+}
+
+impl Params {
+    /// Records `name=value` if it is one of ours (false: pass it on); a second one of a
+    /// parameter, or an empty value, is refused.
+    fn take(&mut self, name: &str, value: &str) -> Result<bool, IngestUrlError> {
+        let (slot, name) = match name {
+            "queue" => (&mut self.queue, "queue"),
+            "stream" => (&mut self.stream, "stream"),
+            "subject" => (&mut self.subject, "subject"),
+            "durable" => (&mut self.durable, "durable"),
+            "rejected_subject" => (&mut self.rejected_subject, "rejected_subject"),
+            "account" => (&mut self.account, "account"),
+            "account_header" => (&mut self.account_header, "account_header"),
+            "prefetch" => (&mut self.prefetch, "prefetch"),
+            _ => return Ok(false),
+        };
+        let problem = if slot.is_some() {
+            "given twice"
+        } else if value.is_empty() {
+            "empty"
+        } else if value.len() > 255 || value.chars().any(|c| c.is_control() || c == ' ') {
+            "at most 255 characters, no spaces or control characters"
+        } else {
+            *slot = Some(value.to_owned());
+            return Ok(true);
+        };
+        Err(IngestUrlError::Invalid {
+            name,
+            problem: problem.to_owned(),
+        })
+    }
+
+    /// A NATS parameter given to an AMQP source.
+    fn nats_only(&self) -> Option<&'static str> {
+        [
+            (self.stream.is_some(), "stream"),
+            (self.subject.is_some(), "subject"),
+            (self.durable.is_some(), "durable"),
+            (self.rejected_subject.is_some(), "rejected_subject"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+
+    /// An AMQP parameter given to a NATS source.
+    fn amqp_only(&self) -> Option<&'static str> {
+        self.queue.is_some().then_some("queue")
+    }
+}
+
+/// Why a message was rejected to the broker's dead-letter path: stable names, the `reason`
+/// label of `kxp_ingest_rejected_total` and the `Kxp-Reject-Reason` of NATS's rejections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RejectReason {
+    /// The body is not JSON.
+    InvalidJson,
+    /// JSON, but not an event (`type` missing, a field of the wrong kind or out of bounds).
+    InvalidRequest,
+    /// `data` does not fit the schema registered for its type and version.
+    SchemaViolation,
+    /// `data` is over the server's limit.
+    PayloadTooLarge,
+    /// The account named (by the URL or the header) does not exist.
+    UnknownAccount,
+    /// The source has no account and the message names none.
+    AccountRequired,
+    /// The message's id was used before with another body.
+    IdempotencyKeyReused,
+}
+
+impl RejectReason {
+    /// Every reason, in the order of the metric's lines.
+    pub(crate) const ALL: [RejectReason; 7] = [
+        RejectReason::InvalidJson,
+        RejectReason::InvalidRequest,
+        RejectReason::SchemaViolation,
+        RejectReason::PayloadTooLarge,
+        RejectReason::UnknownAccount,
+        RejectReason::AccountRequired,
+        RejectReason::IdempotencyKeyReused,
+    ];
+
+    /// The stable name.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::InvalidJson => "invalid_json",
+            RejectReason::InvalidRequest => "invalid_request",
+            RejectReason::SchemaViolation => "schema_violation",
+            RejectReason::PayloadTooLarge => "payload_too_large",
+            RejectReason::UnknownAccount => "unknown_account",
+            RejectReason::AccountRequired => "account_required",
+            RejectReason::IdempotencyKeyReused => "idempotency_key_reused",
+        }
+    }
+
+    /// The reason for an API error that no retry can cure; `None` for the others
+    /// (`backlog_full`, `store_unavailable`: the message is held and tried again).
+    pub(crate) fn of(code: &ErrorCode) -> Option<RejectReason> {
+        Some(match code {
+            ErrorCode::InvalidJson => RejectReason::InvalidJson,
+            ErrorCode::InvalidRequest => RejectReason::InvalidRequest,
+            ErrorCode::SchemaViolation => RejectReason::SchemaViolation,
+            ErrorCode::PayloadTooLarge => RejectReason::PayloadTooLarge,
+            ErrorCode::IdempotencyKeyReused => RejectReason::IdempotencyKeyReused,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a source's consumer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SourceState {
+    /// Connecting (at start, and again after a failed session).
+    Connecting,
+    /// Consuming.
+    Up,
+    /// The last session failed; waiting before connecting again.
+    Down,
+}
+
+/// What one source's consumer reports; shared with `/healthz` and `/metrics`.
+#[derive(Debug)]
+pub(crate) struct SourceStatus {
+    /// [`IngestSource::name`].
+    pub name: String,
+    state: Mutex<(SourceState, Option<String>)>,
+    /// Messages waiting in the broker; `u64::MAX` until read.
+    lag: AtomicU64,
+    created: AtomicU64,
+    replayed: AtomicU64,
+    reconnects: AtomicU64,
+    rejected: [AtomicU64; RejectReason::ALL.len()],
+}
+
+impl SourceStatus {
+    /// A source that has not connected yet.
+    pub(crate) fn new(name: String) -> SourceStatus {
+        SourceStatus {
+            name,
+            state: Mutex::new((SourceState::Connecting, None)),
+            lag: AtomicU64::new(u64::MAX),
+            created: AtomicU64::default(),
+            replayed: AtomicU64::default(),
+            reconnects: AtomicU64::default(),
+            rejected: Default::default(),
+        }
+    }
+
+    fn set(&self, state: SourceState, error: Option<String>) {
+        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.0 = state;
+        if error.is_some() || state == SourceState::Up {
+            guard.1 = error;
+        }
+    }
+
+    /// Connecting again after a failed session.
+    pub(crate) fn connecting(&self) {
+        self.set(SourceState::Connecting, None);
+    }
+
+    /// Consuming.
+    pub(crate) fn up(&self) {
+        self.set(SourceState::Up, None);
+    }
+
+    /// A session failed with `error` (already free of credentials).
+    pub(crate) fn down(&self, error: String) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        self.set(SourceState::Down, Some(redact_passwords(&error)));
+    }
+
+    /// The broker's count of waiting messages, as just read.
+    pub(crate) fn lag(&self, waiting: u64) {
+        self.lag.store(waiting.min(u64::MAX - 1), Ordering::Relaxed);
+    }
+
+    /// A message became an event (`created`), or was one already (a redelivery).
+    pub(crate) fn accepted(&self, created: bool) {
+        let counter = if created {
+            &self.created
+        } else {
+            &self.replayed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A message was rejected to the dead-letter path.
+    pub(crate) fn rejected(&self, reason: RejectReason) {
+        let at = RejectReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or_default();
+        self.rejected[at].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What `/healthz` shows of it.
+    pub(crate) fn health(&self) -> SourceHealth {
+        let (state, last_error) = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let lag = self.lag.load(Ordering::Relaxed);
+        SourceHealth {
+            name: self.name.clone(),
+            state: match state {
+                SourceState::Connecting => "connecting",
+                SourceState::Up => "up",
+                SourceState::Down => "down",
+            }
+            .to_owned(),
+            lag: (lag != u64::MAX).then_some(lag),
+            last_error,
+        }
+    }
+}
+
+/// Every source of this process, fixed at start.
+#[derive(Debug, Default)]
+pub(crate) struct Sources(pub Vec<Arc<SourceStatus>>);
+
+impl Sources {
+    /// The `kxp_ingest_*` families of `/metrics` (nothing without sources).
+    pub(crate) fn render(&self, out: &mut String) {
+        if self.0.is_empty() {
+            return;
+        }
+        let families: [(&str, &str, &str); 5] = [
+            (
+                "kxp_ingest_messages_total",
+                "counter",
+                "Broker messages taken in, by source and outcome (created: a new event; replayed: a redelivery of one already stored).",
+            ),
+            (
+                "kxp_ingest_rejected_total",
+                "counter",
+                "Broker messages rejected to the dead-letter path, by source and reason.",
+            ),
+            (
+                "kxp_ingest_source_up",
+                "gauge",
+                "1 while the source is consuming, else 0.",
+            ),
+            (
+                "kxp_ingest_source_lag",
+                "gauge",
+                "Messages waiting in the broker for the source, as last read.",
+            ),
+            (
+                "kxp_ingest_reconnects_total",
+                "counter",
+                "Sessions of the source that failed (each is followed by a reconnect).",
+            ),
+        ];
+        for (name, kind, help) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for source in &self.0 {
+                let label = escape(&source.name);
+                let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                match name {
+                    "kxp_ingest_messages_total" => {
+                        for (outcome, counter) in
+                            [("created", &source.created), ("replayed", &source.replayed)]
+                        {
+                            let _ = writeln!(
+                                out,
+                                "{name}{{source=\"{label}\",outcome=\"{outcome}\"}} {}",
+                                load(counter)
+                            );
+                        }
+                    }
+                    "kxp_ingest_rejected_total" => {
+                        for (reason, counter) in RejectReason::ALL.iter().zip(&source.rejected) {
+                            let _ = writeln!(
+                                out,
+                                "{name}{{source=\"{label}\",reason=\"{}\"}} {}",
+                                reason.as_str(),
+                                load(counter)
+                            );
+                        }
+                    }
+                    "kxp_ingest_source_up" => {
+                        let health = source.health();
+                        let up = u8::from(health.state == "up");
+                        let _ = writeln!(out, "{name}{{source=\"{label}\"}} {up}");
+                    }
+                    "kxp_ingest_source_lag" => {
+                        if let Some(lag) = source.health().lag {
+                            let _ = writeln!(out, "{name}{{source=\"{label}\"}} {lag}");
+                        }
+                    }
+                    _ => {
+                        let _ = writeln!(
+                            out,
+                            "{name}{{source=\"{label}\"}} {}",
+                            load(&source.reconnects)
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ACC: &str = "acc_0123456789abcdef0123456789abcdef";
+
+    fn parse(url: &str) -> Result<IngestSource, IngestUrlError> {
+        url.parse()
+    }
+
+    #[test]
+    fn an_amqp_url_names_its_queue_and_passes_the_clients_own_parameters_on() {
+        let source = parse(&format!(
+            "amqp://kxp:s3cret@mq:5672/%2fpayments?queue=events&account={ACC}&heartbeat=10&prefetch=8"
+        ))
+        .unwrap();
+        let Broker::Amqp { uri, vhost, queue } = &source.broker else {
+            panic!("not AMQP");
+        };
+        assert_eq!(uri, "amqp://kxp:s3cret@mq:5672/%2fpayments?heartbeat=10");
+        assert_eq!((vhost.as_str(), queue.as_str()), ("/payments", "events"));
+        assert_eq!(source.name(), "amqp:payments/events");
+        assert_eq!(source.prefetch, 8);
+        assert!(!source.account_header);
+        assert!(!source.redacted().contains("s3cret"));
+        assert!(!format!("{source:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn the_default_vhost_is_slash() {
+        let source = parse(&format!("amqp://mq?queue=q&account={ACC}")).unwrap();
+        assert_eq!(source.name(), "amqp:/q");
+        assert_eq!(source.prefetch, DEFAULT_PREFETCH);
+    }
+
+    #[test]
+    fn a_nats_url_names_stream_subject_and_consumer() {
+        let source = parse(&format!(
+            "nats://u:p@127.0.0.1:4222?stream=PAY&subject=pay.events&durable=kxp&account={ACC}"
+        ))
+        .unwrap();
+        let Broker::Nats {
+            server,
+            rejected_subject,
+            ..
+        } = &source.broker
+        else {
+            panic!("not NATS");
+        };
+        assert_eq!(server, "nats://u:p@127.0.0.1:4222");
+        assert_eq!(rejected_subject, "kxp.rejected.PAY");
+        assert_eq!(source.name(), "nats:PAY/kxp");
+    }
+
+    #[test]
+    fn the_account_may_come_from_the_header_when_allowed() {
+        let source = parse("amqp://mq?queue=q&account_header=allow").unwrap();
+        assert!(source.account.is_none() && source.account_header);
+        assert_eq!(
+            parse("amqp://mq?queue=q").unwrap_err(),
+            IngestUrlError::Missing("account")
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_refused_by_name() {
+        let cases = [
+            ("http://mq?queue=q&account=acc_x", "scheme"),
+            (&*format!("amqp://mq?account={ACC}"), "queue="),
+            (
+                &*format!("amqp://mq?queue=q&account={ACC}&stream=s"),
+                "stream",
+            ),
+            (
+                &*format!("nats://n?stream=s&subject=x&account={ACC}"),
+                "durable=",
+            ),
+            (
+                &*format!("nats://n?stream=s&subject=x&durable=d&account={ACC}&queu=q"),
+                "queu",
+            ),
+            (
+                &*format!("amqp://mq?queue=q&queue=r&account={ACC}"),
+                "twice",
+            ),
+            (
+                &*format!("amqp://mq?queue=q&account={ACC}&prefetch=0"),
+                "prefetch",
+            ),
+            ("amqp://mq?queue=q&account=nope", "account"),
+            (
+                &*format!("amqp://mq?queue=q&account={ACC}&account_header=yes"),
+                "allow",
+            ),
+        ];
+        for (url, says) in cases {
+            let error = parse(url).unwrap_err().to_string();
+            assert!(error.contains(says), "{url}: {error}");
+        }
+    }
+
+    #[test]
+    fn metrics_name_every_reason_of_every_source() {
+        let status = Arc::new(SourceStatus::new("amqp:/q".to_owned()));
+        status.accepted(true);
+        status.rejected(RejectReason::UnknownAccount);
+        status.lag(3);
+        status.up();
+        let mut out = String::new();
+        Sources(vec![status]).render(&mut out);
+        for line in [
+            "kxp_ingest_messages_total{source=\"amqp:/q\",outcome=\"created\"} 1",
+            "kxp_ingest_rejected_total{source=\"amqp:/q\",reason=\"unknown_account\"} 1",
+            "kxp_ingest_rejected_total{source=\"amqp:/q\",reason=\"invalid_json\"} 0",
+            "kxp_ingest_source_up{source=\"amqp:/q\"} 1",
+            "kxp_ingest_source_lag{source=\"amqp:/q\"} 3",
+            "kxp_ingest_reconnects_total{source=\"amqp:/q\"} 0",
+        ] {
+            assert!(out.contains(line), "{line} missing from\n{out}");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! One message, whatever its broker: its account, its idempotency key, and what becomes of it
+//! ([`Verdict`]) once it has been through the API's own acceptance.
+
+use std::time::Duration;
+
+use kxp_api::ErrorCode;
+
+use super::{Run, stopping};
+use crate::engine::backlog::RETRY_AFTER_SECS;
+use crate::engine::sources::{IngestSource, RejectReason, SourceStatus};
+use crate::http::{AppState, accept, is_idempotency_key};
+use crate::model::{Account, sha256_hex};
+
+/// The longest wait between two tries of a message the database could not take.
+const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
+
+/// The most of a rejection's explanation kept for the log and a NATS header.
+const MAX_DETAIL: usize = 512;
+
+/// A message as the brokers' consumers hand it over.
+pub(crate) struct Message<'a> {
+    /// Its body: what `POST /v1/events` is sent.
+    pub body: &'a [u8],
+    /// Its idempotency key ([`key`]).
+    pub key: String,
+    /// Its `x-kxp-account` header, if it has one.
+    pub account: Option<&'a str>,
+}
+
+/// What the consumer does with the message.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// Its event is stored (now or before): acknowledge it.
+    Accepted,
+    /// No retry can cure it: reject it to the dead-letter path.
+    Rejected {
+        /// Why, by its stable name.
+        reason: RejectReason,
+        /// Why, for people (bounded, one line).
+        detail: String,
+    },
+    /// The process is stopping before the message could be stored: give it back.
+    Abandoned,
+}
+
+/// The idempotency key of a message: the broker's id for it when that can be a key as it is
+/// (1 to 255 printable ASCII characters); a hash of it when not; and `identity()` (a
+/// broker-specific identity, stable across redeliveries) when it has none.
+pub(crate) fn key(id: Option<&str>, prefix: &str, identity: impl FnOnce() -> String) -> String {
+    match id {
+        Some(id) if is_idempotency_key(id) => id.to_owned(),
+        Some(id) => format!("{prefix}-id:{}", sha256_hex(id.as_bytes())),
+        None => format!("{prefix}:{}", identity()),
+    }
+}
+
+/// What a broker does for a message that is held for another try: JetStream extends its ack
+/// deadline; AMQP has no deadline (`()`).
+pub(crate) trait Hold: Sync {
+    /// Tells the broker the message is still being worked on.
+    fn hold(&self) -> impl Future<Output = ()> + Send;
+}
+
+impl Hold for () {
+    async fn hold(&self) {}
+}
+
+/// Takes `message` in. Errors that may pass (the backlog is full, the database is down) hold
+/// it: `held` is told ([`Hold`]) and it is tried again, until it is stored, rejected, or
+/// `stopped` is set.
+pub(super) async fn take(run: &Run, message: Message<'_>, held: &impl Hold) -> Verdict {
+    let (state, source, status) = (&run.state, &run.source, &run.status);
+    let mut stopped = run.stopped.clone();
+    let mut store_wait = Duration::from_millis(100);
+    let mut account: Option<Account> = None;
+    loop {
+        let tried = match &account {
+            Some(account) => accept(state, account, message.body, Some(&message.key))
+                .await
+                .map(|accepted| status.accepted(accepted.created))
+                .map_err(|e| (e.code().clone(), e.message().to_owned())),
+            None => match resolve(state, source, message.account).await {
+                Ok(found) => {
+                    account = Some(found);
+                    continue;
+                }
+                Err(Resolved::Rejected(reason, detail)) => {
+                    return rejected(status, reason, detail);
+                }
+                Err(Resolved::Unavailable(detail)) => Err((ErrorCode::StoreUnavailable, detail)),
+            },
+        };
+        let (code, detail) = match tried {
+            Ok(()) => return Verdict::Accepted,
+            Err(failure) => failure,
+        };
+        if let Some(reason) = RejectReason::of(&code) {
+            return rejected(status, reason, detail);
+        }
+        let pause = if code == ErrorCode::BacklogFull {
+            Duration::from_secs(RETRY_AFTER_SECS)
+        } else {
+            tracing::warn!(target: "kxp_sender", source = %status.name, error = %detail,
+                "broker source: the message could not be stored; holding it and trying again");
+            store_wait = (store_wait * 2).min(MAX_STORE_RETRY);
+            store_wait
+        };
+        held.hold().await;
+        tokio::select! {
+            () = stopping(&mut stopped) => return Verdict::Abandoned,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// Why no account was found for a message.
+enum Resolved {
+    /// For good: the message names none, or one that does not exist.
+    Rejected(RejectReason, String),
+    /// The database could not say.
+    Unavailable(String),
+}
+
+/// The message's account: its header's when the source allows that and it has one, else the
+/// source's.
+async fn resolve(
+    state: &AppState,
+    source: &IngestSource,
+    header: Option<&str>,
+) -> Result<Account, Resolved> {
+    let id = match (source.account_header, header) {
+        (true, Some(id)) => id,
+        _ => match &source.account {
+            Some(id) => id.as_str(),
+            None => {
+                return Err(Resolved::Rejected(
+                    RejectReason::AccountRequired,
+                    "the message has no x-kxp-account header and the source names no account"
+                        .to_owned(),
+                ));
+            }
+        },
+    };
+    match state.db.account(id).await {
+        Ok(Some(account)) => Ok(account),
+        Ok(None) => Err(Resolved::Rejected(
+            RejectReason::UnknownAccount,
+            format!("no account {}", printable(id)),
+        )),
+        Err(e) => Err(Resolved::Unavailable(e.to_string())),
+    }
+}
+
+/// Records and logs a rejection, and says so.
+fn rejected(status: &SourceStatus, reason: RejectReason, detail: String) -> Verdict {
+    let detail = printable(&detail);
+    status.rejected(reason);
+    tracing::warn!(target: "kxp_sender", source = %status.name, reason = reason.as_str(),
+        detail = %detail, "broker source: message rejected to the dead-letter path");
+    Verdict::Rejected { reason, detail }
+}
+
+/// `text` on one line of printable characters, at most [`MAX_DETAIL`] bytes: a rejection's
+/// explanation goes into logs and headers, and part of it may come from the message.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_DETAIL));
+    for c in text.chars() {
+        if out.len() + c.len_utf8() > MAX_DETAIL {
+            break;
+        }
+        out.push(if c.is_control() { ' ' } else { c });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usable_message_id_is_the_key_as_it_is() {
+        assert_eq!(
+            key(Some("pay_123.created"), "amqp", || unreachable!()),
+            "pay_123.created"
+        );
+    }
+
+    #[test]
+    fn an_id_that_cannot_be_a_key_is_hashed_and_a_missing_one_replaced() {
+        let long = "x".repeat(300);
+        let hashed = key(Some(&long), "amqp", || unreachable!());
+        assert!(hashed.starts_with("amqp-id:") && is_idempotency_key(&hashed));
+        assert_eq!(key(Some(&long), "amqp", || unreachable!()), hashed);
+        assert_eq!(key(None, "nats", || "S:1:7".to_owned()), "nats:S:1:7");
+        assert!(key(Some("with space"), "amqp", || unreachable!()).starts_with("amqp-id:"));
+    }
+
+    #[test]
+    fn details_are_one_bounded_line() {
+        let detail = printable(&format!("a\nb\r{}", "é".repeat(600)));
+        assert!(detail.starts_with("a b "));
+        assert!(detail.len() <= MAX_DETAIL && !detail.contains('\n'));
+    }
+}

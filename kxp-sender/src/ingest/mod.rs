@@ -1,0 +1,165 @@
+//! The broker sources (`kxp serve --ingest <URL>`): consumers of a RabbitMQ queue ([`amqp`])
+//! or a JetStream stream ([`nats`]) whose messages are taken in exactly as `POST /v1/events`
+//! would take them ([`message`]).
+//!
+//! **At least once in, exactly one event out.** A message is acknowledged only after its event
+//! and deliveries are committed, so a crash at any instant leaves it with the broker, which
+//! delivers it again; its idempotency key (the broker's message id, else an identity of the
+//! message that is stable across redeliveries) makes the second time answer the first event
+//! instead of storing another. Several processes consuming one queue are competing consumers
+//! for the same reason. A message no retry can cure (not JSON, not an event, an unknown
+//! account) goes to the broker's dead-letter path with its reason, never dropped; one the
+//! server cannot take *now* (the account's backlog is full, the database is down) is held and
+//! tried again, so the prefetch bound pauses consumption instead of refusing messages.
+//!
+//! A session that fails (the connection is lost, the queue is missing) is started again with
+//! jittered backoff; what was not acknowledged is the broker's to deliver again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::engine::sources::{Broker, IngestSource, SourceStatus};
+use crate::http::AppState;
+
+mod amqp;
+mod message;
+mod nats;
+
+/// How often a consuming source reads its lag from the broker.
+const LAG_EVERY: Duration = Duration::from_secs(5);
+
+/// The first wait before connecting again; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// The longest wait before connecting again.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Starts one consumer per configured source; each ends once `stopped` is set and its
+/// messages in flight are settled.
+pub(crate) fn start(state: &AppState, stopped: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    let sources = state.shared.config.ingest.iter();
+    sources
+        .zip(state.shared.sources.0.iter())
+        .map(|(source, status)| {
+            let run = Run {
+                state: state.clone(),
+                source: source.clone(),
+                status: status.clone(),
+                stopped: stopped.clone(),
+            };
+            tokio::spawn(run.sessions())
+        })
+        .collect()
+}
+
+/// One source's consumer, and what each of its messages' tasks gets a clone of.
+#[derive(Clone)]
+struct Run {
+    state: AppState,
+    source: IngestSource,
+    status: Arc<SourceStatus>,
+    stopped: watch::Receiver<bool>,
+}
+
+impl Run {
+    /// The source's life: sessions, each started again after a failure, until stopped.
+    async fn sessions(mut self) {
+        let mut backoff = Backoff::default();
+        loop {
+            self.status.connecting();
+            let ended = match &self.source.broker {
+                Broker::Amqp { .. } => amqp::session(&self, &mut backoff).await,
+                Broker::Nats { .. } => nats::session(&self, &mut backoff).await,
+            };
+            let Err(error) = ended else {
+                return;
+            };
+            tracing::warn!(target: "kxp_sender", source = %self.status.name, error = %error,
+                "broker source: the session ended; connecting again");
+            self.status.down(error);
+            let wait = backoff.next();
+            tokio::select! {
+                () = stopping(&mut self.stopped) => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+/// Ends a session's messages in flight. On a stop, each is stored and acknowledged, or given
+/// back. After a failure the channel is gone and nothing can be acknowledged any more: they
+/// are dropped, and the broker delivers each again (a stored one answers its event then).
+async fn settle_in_flight(tasks: &mut JoinSet<()>, ended: &Result<(), String>) {
+    match ended {
+        Ok(()) => while tasks.join_next().await.is_some() {},
+        Err(_) => tasks.shutdown().await,
+    }
+}
+
+/// Returns once `stopped` is set (or its sender is gone). The flag's read guard is dropped
+/// here, so a `select!` arm that awaits after this one fired keeps its future `Send`.
+async fn stopping(stopped: &mut watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// Exponential backoff with full jitter, reset once a session is consuming.
+#[derive(Debug)]
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff(FIRST_BACKOFF)
+    }
+}
+
+impl Backoff {
+    /// The wait before the next try: uniform in `[ceiling / 2, ceiling]`, the ceiling doubling.
+    fn next(&mut self) -> Duration {
+        let ceiling = self.0;
+        self.0 = (self.0 * 2).min(MAX_BACKOFF);
+        let mut byte = [0u8; 1];
+        let fraction = match getrandom::fill(&mut byte) {
+            Ok(()) => f64::from(byte[0]) / 255.0,
+            Err(_) => 1.0,
+        };
+        ceiling.mul_f64(0.5 + fraction / 2.0)
+    }
+
+    /// A session reached the point of consuming: the next failure starts from the first wait.
+    fn reset(&mut self) {
+        self.0 = FIRST_BACKOFF;
+    }
+}
+
+/// An error's text with its causes, on one line: the brokers' clients nest the useful part.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_ceiling_and_restarts_after_a_good_session() {
+        let mut backoff = Backoff::default();
+        let waits: Vec<Duration> = (0..10).map(|_| backoff.next()).collect();
+        assert!(waits[0] <= FIRST_BACKOFF && waits[0] >= FIRST_BACKOFF / 2);
+        assert!(waits[9] <= MAX_BACKOFF && waits[9] >= MAX_BACKOFF / 2);
+        backoff.reset();
+        assert!(backoff.next() <= FIRST_BACKOFF);
+    }
+}
