@@ -1,18 +1,18 @@
 //! The kxp sender: a durable webhook delivery service, as a library and as `kxp serve`.
 //!
-//! Events come in through the HTTP API, are stored with one delivery per subscribed endpoint in
-//! a single transaction, and are sent by workers that claim due deliveries
-//! under a lease, sign each attempt with every live secret of the endpoint, and record every
-//! try. A failed delivery is retried on a jittered [`Schedule`], then lands in the dead-letter
-//! queue, where it stays until replayed. A process killed at any instant loses nothing: a
-//! delivery is marked delivered only after the 2xx, and a lease that runs out makes its
-//! delivery claimable again. Every connection passes the [address guard](AddressGuard) first:
-//! merchants' URLs never reach private networks. Each endpoint gets as many attempts at once as
-//! it keeps up with (an adaptive limit), an optional rate limit, and a circuit breaker
-//! ([`Protection`]) that holds its deliveries while it is down and disables it after a long
-//! outage; the merchant is notified by an operational webhook and by e-mail. Writes that come
-//! with every event are group-committed: the attempts that finish while a commit is on its way
-//! to disk are recorded together in the next one (and, on SQLite, so are ingested events).
+//! Events come in through the HTTP API or from a broker (a RabbitMQ queue, a NATS JetStream
+//! stream), are stored with one delivery per subscribed endpoint in a single transaction, and are
+//! sent by workers that claim due deliveries under a lease, sign each attempt with every live
+//! secret of the endpoint, and record every try. A failed delivery is retried on a jittered
+//! [`Schedule`], then lands in the dead-letter queue, where it stays until replayed. A process
+//! killed at any instant loses nothing: a delivery is marked delivered only after the 2xx, and a
+//! lease that runs out makes its delivery claimable again. Every connection passes the [address
+//! guard](AddressGuard) first: merchants' URLs never reach private networks. Each endpoint gets as
+//! many attempts at once as it keeps up with (an adaptive limit), an optional rate limit, and a
+//! circuit breaker ([`Protection`]) that holds its deliveries while it is down and disables it
+//! after a long outage; the merchant is notified by an operational webhook and by e-mail. Writes
+//! that come with every event are group-committed: the attempts that finish while a commit is on
+//! its way to disk are recorded together in the next one, and so are ingested events.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,8 +26,8 @@
 //! # Layers
 //!
 //! The crate is six layers, and **imports point one way**, from the later to the earlier:
-//! `model` ← `policy` ← `store` ← `engine` ← `http` ← `console` ← this root. A layer never imports one
-//! after it, so a change to the API cannot reach the SQL, and the breaker's rules can be read
+//! `model` ← `policy` ← `store` ← `engine` ← `http` ← `ingest`, `console` ← this root. A layer
+//! never imports one after it, so a change to the API cannot reach the SQL, and the breaker's rules can be read
 //! (and tested) without a database.
 //!
 //! - **model** — plain data: the rows the store returns ([`Endpoint`], [`Delivery`], …), typed
@@ -50,6 +50,12 @@
 //! - **http** — the API, one file per resource (endpoints, events, deliveries, schemas, account,
 //!   notifications, health and metrics) plus the errors, authentication and pagination they
 //!   share. Handlers parse and check, call the store, and shape the answer.
+//! - **ingest** — the broker sources of `kxp serve --ingest` ([`IngestSource`]): a RabbitMQ
+//!   queue or a JetStream stream consumed by one task per source, each message taken in through
+//!   the API's own acceptance of `POST /v1/events` and acknowledged only once stored; the
+//!   broker's message id is the idempotency key, so a redelivery answers the first event. What
+//!   the consumers report (state, lag, counters) lives in `engine`, for `/healthz` and
+//!   `/metrics`.
 //! - **console** — the HTML pages for people under `/console` (and `/`, which redirects
 //!   there): sign-in by a one-time portal link (`POST /v1/portal-links`) or an operator key,
 //!   server-side sessions in a cookie, CSRF tokens on every form, strict security headers. It

@@ -9,14 +9,18 @@
 //!
 //! With the feature `db`, the module `db` gives each test a fresh PostgreSQL database or SQLite
 //! file. With the feature `smtp`, the module `smtp` runs an SMTP server on 127.0.0.1 that records
-//! the e-mails it receives. The module `confine` runs processes on a small tmpfs of their own, for
-//! full-disk tests. With the feature `conformance`, the module `conformance` is the
+//! the e-mails it receives. With the feature `brokers`, the module `brokers` gives each test a
+//! RabbitMQ queue (with a dead-letter queue) or a NATS JetStream stream of its own, and runs
+//! private `nats-server`s to stop and start. The module `confine` runs processes on a small
+//! tmpfs of their own, for full-disk tests. With the feature `conformance`, the module `conformance` is the
 //! black-box suite every receiver (kxp-axum, kxp-actix, the example binaries) runs over HTTP. The
 //! crate depends on none of the project's own but `kxp-check` (the graders' checks, with the
 //! feature `conformance`), which depends on none either, so every crate can use it in its tests.
 
 use std::path::PathBuf;
 
+#[cfg(feature = "brokers")]
+pub mod brokers;
 pub mod confine;
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -11,6 +11,7 @@ mod crash;
 mod debug_commands;
 mod demo;
 mod disk_full;
+mod ingest;
 mod operators;
 mod send;
 // The in-process sender and scripted receivers of kxp-sender's own tests: the commands tested
