@@ -9,9 +9,9 @@ use serde::de::DeserializeOwned;
 use crate::{
     ACCOUNT_HEADER, Account, AccountCreated, AccountId, AccountPatch, AccountUpdated, Attempt,
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event, EventId,
-    IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification, Page,
-    PageQuery, PortalLink, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated,
+    EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event, EventId, EventQuery,
+    EventSummary, IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification,
+    Page, PageQuery, PortalLink, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated,
     ServiceHealth,
 };
 
@@ -288,6 +288,19 @@ impl Client {
             }
         })
         .await
+    }
+
+    /// `GET /v1/events`: one page of the events `query` selects, newest first.
+    pub async fn events(&self, query: &EventQuery) -> Result<Page<EventSummary>, ClientError> {
+        self.call(Method::GET, &["v1", "events"], |r| r.query(query))
+            .await
+    }
+
+    /// Every event `query` selects, newest first, following `next_cursor` from `query`'s
+    /// cursor on.
+    pub async fn all_events(&self, query: &EventQuery) -> Result<Vec<EventSummary>, ClientError> {
+        self.all(query, EventQuery::after, async |q| self.events(q).await)
+            .await
     }
 
     /// `GET /v1/events/{id}`: the envelope, exactly as receivers get it.

@@ -4,10 +4,22 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
-use crate::ids::EventId;
+use crate::ids::{Cursor, EventId};
 use crate::timestamp::Timestamp;
+
+/// The most tags one event may carry.
+pub const MAX_TAGS: usize = 10;
+
+/// The longest tag, in characters (printable ASCII, so bytes too).
+pub const MAX_TAG_LEN: usize = 64;
+
+/// Whether `tag` can be an event's tag: 1 to [`MAX_TAG_LEN`] printable ASCII characters
+/// without spaces (`!` to `~`), such as `order:1234` or `customer:cus_9`.
+pub fn is_tag(tag: &str) -> bool {
+    (1..=MAX_TAG_LEN).contains(&tag.len()) && tag.bytes().all(|b| b.is_ascii_graphic())
+}
 
 /// JSON kept byte for byte: an event's `data` goes to receivers exactly as the platform sent
 /// it (key order, number spelling, whitespace), and the API shows it the same way. Two values
@@ -94,7 +106,7 @@ impl utoipa::ToSchema for RawJson {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
-#[schema(example = json!({"type": "payment.succeeded", "data": {"payment_id": "pay_123", "amount": 4200, "currency": "EUR"}}))]
+#[schema(example = json!({"type": "payment.succeeded", "data": {"payment_id": "pay_123", "amount": 4200, "currency": "EUR"}, "tags": ["order:1234", "customer:cus_9"]}))]
 pub struct NewEvent {
     /// The event type (letters, digits, `.` `_` `-`, at most 128), matched against endpoints'
     /// `event_types`.
@@ -106,6 +118,13 @@ pub struct NewEvent {
     /// The schema version; default the account's `default_api_version`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
+    /// The platform's own labels, to find the event by later (`GET /v1/events?tag=…`): at
+    /// most 10, each 1 to 64 printable ASCII characters without spaces (`!` to `~`), such as
+    /// `order:1234`; a repeated tag counts once. Stored beside the event, never delivered:
+    /// the envelope receivers get does not carry them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 10)]
+    pub tags: Vec<String>,
 }
 
 impl NewEvent {
@@ -123,6 +142,7 @@ impl NewEvent {
             event_type: event_type.into(),
             data,
             api_version: None,
+            tags: Vec::new(),
         }
     }
 
@@ -132,6 +152,12 @@ impl NewEvent {
             api_version: Some(api_version.into()),
             ..self
         }
+    }
+
+    /// The same event, with `tags` added to its tags.
+    pub fn tags<I: IntoIterator<Item = T>, T: Into<String>>(mut self, tags: I) -> NewEvent {
+        self.tags.extend(tags.into_iter().map(Into::into));
+        self
     }
 }
 
@@ -157,4 +183,103 @@ pub struct Event {
     pub created_at: Timestamp,
     /// The payload, byte for byte as it was sent.
     pub data: RawJson,
+}
+
+/// One event in a list (`GET /v1/events`): what it is and how it is tagged, without its
+/// `data` (`GET /v1/events/{id}` answers the envelope).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "id": "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62",
+    "type": "payment.succeeded",
+    "api_version": "2026-11-01",
+    "created_at": "2026-11-30T01:02:03Z",
+    "tags": ["customer:cus_9", "order:1234"]
+}))]
+pub struct EventSummary {
+    /// The event's id.
+    pub id: EventId,
+    /// The event type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The schema version of its `data`.
+    pub api_version: String,
+    /// When it was accepted (the envelope's `created_at`).
+    pub created_at: Timestamp,
+    /// Its tags, sorted, each once; empty when it has none.
+    pub tags: Vec<String>,
+}
+
+/// `GET /v1/events?…`: filters and paging. The list is newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[non_exhaustive]
+pub struct EventQuery {
+    /// Only events carrying this tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(example = "order:1234")]
+    pub tag: Option<String>,
+    /// Only events of exactly this type.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[param(rename = "type", example = "payment.succeeded")]
+    pub event_type: Option<String>,
+    /// Only events created at or after this RFC 3339 time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub since: Option<Timestamp>,
+    /// Only events created before this RFC 3339 time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub until: Option<Timestamp>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<String>)]
+    pub cursor: Option<Cursor>,
+    /// Items per page, 1 to 500 (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+}
+
+impl EventQuery {
+    /// The events carrying `tag`.
+    pub fn tag(tag: impl Into<String>) -> EventQuery {
+        EventQuery {
+            tag: Some(tag.into()),
+            ..EventQuery::default()
+        }
+    }
+
+    /// The same query, only events of type `event_type`.
+    pub fn event_type(self, event_type: impl Into<String>) -> EventQuery {
+        EventQuery {
+            event_type: Some(event_type.into()),
+            ..self
+        }
+    }
+
+    /// The same query, only events created at or after `since` and before `until` (either
+    /// may be `None`: no bound).
+    pub fn between(self, since: Option<Timestamp>, until: Option<Timestamp>) -> EventQuery {
+        EventQuery {
+            since,
+            until,
+            ..self
+        }
+    }
+
+    /// The same query, pages of `limit`.
+    pub fn limit(self, limit: u32) -> EventQuery {
+        EventQuery {
+            limit: Some(limit),
+            ..self
+        }
+    }
+
+    /// The same query from `cursor` on.
+    pub fn after(&self, cursor: Option<Cursor>) -> EventQuery {
+        EventQuery {
+            cursor,
+            ..self.clone()
+        }
+    }
 }

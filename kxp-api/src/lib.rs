@@ -36,7 +36,9 @@ pub use endpoints::{
     EndpointStatus, NewEndpoint, ReplayQueued, RotateSecret, SecretRotated,
 };
 pub use error::{ErrorBody, ErrorCode};
-pub use events::{Event, NewEvent, RawJson};
+pub use events::{
+    Event, EventQuery, EventSummary, MAX_TAG_LEN, MAX_TAGS, NewEvent, RawJson, is_tag,
+};
 pub use health::{EndpointHealth, HealthWindow, ServiceHealth, SourceHealth};
 pub use ids::{
     AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,

@@ -1,15 +1,21 @@
-//! `/v1/events`: ingestion (schema check, `Idempotency-Key`) and reading an event back.
+//! `/v1/events`: ingestion (schema check, tags, `Idempotency-Key`), reading an event back,
+//! and listing events (by tag, type and time).
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kxp_api::{ErrorCode, Event, NewEvent};
+use kxp_api::{ErrorCode, Event, EventSummary, MAX_TAGS, NewEvent, Page, is_tag};
+use serde::Deserialize;
 use serde_json::value::RawValue;
+use utoipa::IntoParams;
 
-use super::checks::{check_name, check_unicode};
-use super::{ApiBody, ApiError, AppState, Authed, parse};
+use super::checks::{check_name, check_unicode, parse_time};
+use super::pagination::{PageParams, page};
+use super::views::time;
+use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, parse};
 use crate::engine::backlog::{Admission, RETRY_AFTER_SECS};
-use crate::model::{Account, Ingest, Ingested, sha256_hex};
+use crate::model::{Account, EventFilter, EventListed, Ingest, Ingested, sha256_hex};
 
 /// Emits an event: stored with one delivery per subscribed endpoint, in one transaction,
 /// before this answers. The answer is the envelope exactly as receivers will get it. With an
@@ -28,7 +34,7 @@ use crate::model::{Account, Ingest, Ingested, sha256_hex};
     responses(
         (status = 202, description = "Accepted: stored, deliveries queued", body = Event),
         (status = 400, description = "`invalid_json`, `invalid_idempotency_key`, or `schema_violation` (with `path`)", body = kxp_api::ErrorBody),
-        (status = 422, description = "`invalid_request` or `idempotency_key_reused`", body = kxp_api::ErrorBody),
+        (status = 422, description = "`invalid_request` (the message names the field: a bad `tags` entry, too many tags, …) or `idempotency_key_reused`", body = kxp_api::ErrorBody),
         (status = 503, description = "`backlog_full`: the account's due backlog is at the server's `backlog_limit`; nothing was stored, retry after `Retry-After` seconds. `store_unavailable`: the database is unreachable; retry",
             body = kxp_api::ErrorBody,
             headers(("Retry-After" = u64, description = "With `backlog_full`: seconds to wait before retrying"))),
@@ -101,6 +107,7 @@ pub(crate) async fn accept(
         .api_version
         .unwrap_or_else(|| account.default_api_version.clone());
     check_name("api_version", &api_version, 64)?;
+    let tags = check_tags(&new.tags)?;
     if let Some(violation) = check_schema(
         state,
         account,
@@ -122,6 +129,8 @@ pub(crate) async fn accept(
                 api_version: api_version.clone(),
                 data: new.data.as_raw().to_owned(),
                 idempotency: idempotency.map(|(key, hash)| (key.to_owned(), hash.to_owned())),
+                tags,
+                only: None,
             };
             state.shared.ingester.ingest(item).await?
         }
@@ -170,6 +179,30 @@ pub(crate) async fn accept(
     }
 }
 
+/// An event's `tags`, checked: at most [`MAX_TAGS`] entries, each a tag ([`is_tag`]: 1 to
+/// [`MAX_TAG_LEN`](kxp_api::MAX_TAG_LEN) printable ASCII characters without spaces); returned
+/// sorted, each once.
+fn check_tags(tags: &[String]) -> Result<Vec<String>, ApiError> {
+    if tags.len() > MAX_TAGS {
+        return Err(ApiError::invalid(format!(
+            "tags holds {} entries; an event has at most {MAX_TAGS}",
+            tags.len()
+        )));
+    }
+    if let Some(at) = tags.iter().position(|tag| !is_tag(tag)) {
+        return Err(ApiError::invalid(format!("tags[{at}] {TAG_RULE}")));
+    }
+    let mut tags = tags.to_vec();
+    tags.sort();
+    tags.dedup();
+    Ok(tags)
+}
+
+/// What a tag must be, for error messages (the value itself is never quoted: it may hold
+/// control characters).
+const TAG_RULE: &str = "must be 1 to 64 printable ASCII characters without spaces \
+     (`!` to `~`), such as order:1234";
+
 /// Checks `data` against the schema registered for its type and version, if any: the 400
 /// `schema_violation` error when it does not fit.
 pub(super) async fn check_schema(
@@ -213,4 +246,95 @@ pub(super) async fn get_event(
     Ok(raw_json(
         state.db.event(account.id.as_str(), &id).await?.payload,
     ))
+}
+
+/// Which events to list.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EventParams {
+    /// Only events carrying this tag (1 to 64 printable ASCII characters without spaces).
+    #[param(example = "order:1234")]
+    tag: Option<String>,
+    /// Only events of exactly this type.
+    #[serde(rename = "type")]
+    #[param(rename = "type", example = "payment.succeeded")]
+    event_type: Option<String>,
+    /// Only events created at or after this RFC 3339 time.
+    #[param(format = DateTime)]
+    since: Option<String>,
+    /// Only events created before this RFC 3339 time.
+    #[param(format = DateTime)]
+    until: Option<String>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// Items per page, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<i64>,
+}
+
+/// The account's events, newest first, without their `data` (`GET /v1/events/{id}` answers
+/// the envelope): all of them, or those carrying a tag (`?tag=order:1234`), of one type, or
+/// created in a time range; the filters combine. A parameter this route does not know is
+/// refused (400 `invalid_query`) rather than ignored.
+#[utoipa::path(get, path = "/v1/events", tag = "events",
+    params(EventParams),
+    responses(
+        (status = 200, description = "A page of events, newest first", body = Page<EventSummary>),
+        (status = 400, description = "`invalid_query`: a parameter that is not one of these, or unreadable", body = kxp_api::ErrorBody),
+        (status = 422, description = "`invalid_request`: a `tag` that cannot be a tag, a time that is not RFC 3339, a `limit` out of range, a `cursor` this list did not give", body = kxp_api::ErrorBody),
+    ))]
+pub(super) async fn list_events(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    ApiQuery(q): ApiQuery<EventParams>,
+) -> Result<Json<Page<EventSummary>>, ApiError> {
+    let limit = PageParams {
+        cursor: None,
+        limit: q.limit,
+    }
+    .limit()?;
+    if let Some(tag) = &q.tag
+        && !is_tag(tag)
+    {
+        return Err(ApiError::invalid(format!("tag {TAG_RULE}")));
+    }
+    let before = q.cursor.as_deref().map(parse_cursor).transpose()?;
+    let filter = EventFilter {
+        tag: q.tag,
+        event_type: q.event_type,
+        since: q.since.as_deref().map(parse_time).transpose()?,
+        until: q.until.as_deref().map(parse_time).transpose()?,
+        before,
+    };
+    let items = state.db.events(account.id.as_str(), &filter, limit).await?;
+    // The cursor needs the stored millisecond, which the summary's `created_at` does not show.
+    let listed = page(items, limit, cursor_of);
+    Ok(Json(Page::new(
+        listed.data.into_iter().map(summary).collect(),
+        listed.next_cursor,
+    )))
+}
+
+/// The cursor after `event`: its `created_at` in Unix ms and its id (`1764464523000_6f1c…`).
+fn cursor_of(event: &EventListed) -> String {
+    format!("{}_{}", event.created_at, event.id)
+}
+
+/// The `(created_at, id)` a cursor of [`cursor_of`] names.
+fn parse_cursor(cursor: &str) -> Result<(i64, String), ApiError> {
+    cursor
+        .split_once('_')
+        .and_then(|(at, id)| Some((at.parse().ok()?, id.to_owned())))
+        .ok_or_else(|| ApiError::invalid("cursor is not a next_cursor of this list"))
+}
+
+fn summary(event: EventListed) -> EventSummary {
+    EventSummary {
+        id: event.id,
+        event_type: event.event_type,
+        api_version: event.api_version,
+        created_at: time(event.created_at),
+        tags: event.tags,
+    }
 }

@@ -130,7 +130,10 @@ pub fn app(state: AppState) -> Router {
             post(endpoint_actions::replay_endpoint),
         )
         .route("/v1/endpoints/{id}/health", get(health::endpoint_health))
-        .route("/v1/events", post(events::create_event))
+        .route(
+            "/v1/events",
+            post(events::create_event).get(events::list_events),
+        )
         .route("/v1/events/{id}", get(events::get_event))
         .route(
             "/v1/events/{id}/deliveries",

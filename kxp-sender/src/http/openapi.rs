@@ -23,7 +23,7 @@ use super::{
         endpoint_actions::pause_endpoint, endpoint_actions::resume_endpoint,
         endpoint_actions::rotate_secret, endpoint_actions::replay_endpoint,
         health::endpoint_health,
-        events::create_event, events::get_event,
+        events::create_event, events::list_events, events::get_event,
         deliveries::event_deliveries, deliveries::list_deliveries,
         deliveries::delivery_attempts, deliveries::replay_delivery,
         account::get_account, account::patch_account, notifications::list_notifications,

@@ -52,4 +52,41 @@ pub struct Ingest {
     pub data: Box<RawValue>,
     /// The `Idempotency-Key` and the hash of the request that carried it.
     pub idempotency: Option<(String, String)>,
+    /// Its tags, checked, each once (stored beside the event, never in the envelope).
+    pub tags: Vec<String>,
+    /// Deliver it to this endpoint only, whatever the endpoint subscribes to (the console's
+    /// "send a test event"); `None`: to every endpoint subscribed to its type.
+    pub only: Option<EndpointId>,
+}
+
+/// An event in a list: its columns but the envelope, and its tags.
+#[derive(Debug, Clone, FromRow)]
+pub struct EventListed {
+    /// UUIDv4.
+    pub id: EventId,
+    /// `payment.succeeded`, …
+    pub event_type: String,
+    /// The schema version of `data`.
+    pub api_version: String,
+    /// Unix ms.
+    pub created_at: i64,
+    /// Its tags, sorted (filled in after the row is read).
+    #[sqlx(skip)]
+    pub tags: Vec<String>,
+}
+
+/// Which of an account's events to list, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only events carrying this tag.
+    pub tag: Option<String>,
+    /// Only events of exactly this type.
+    pub event_type: Option<String>,
+    /// Only events created at or after this (Unix ms).
+    pub since: Option<i64>,
+    /// Only events created before this (Unix ms).
+    pub until: Option<i64>,
+    /// Only events before this one in the list's order: `(created_at, id)` of the last event
+    /// of the previous page.
+    pub before: Option<(i64, String)>,
 }

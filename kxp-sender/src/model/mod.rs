@@ -22,7 +22,7 @@ pub use delivery::{
     Secrets,
 };
 pub use endpoint::{Endpoint, EndpointChanges, HELD, NewEndpoint, Rotated, Subscriber};
-pub use event::{Event, Ingest, Ingested};
+pub use event::{Event, EventFilter, EventListed, Ingest, Ingested};
 pub use failure::{AttemptError, Failure, FailureKind};
 pub use health::{EndpointHealth, Window};
 pub use ids::{

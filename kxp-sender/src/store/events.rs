@@ -1,10 +1,13 @@
-//! `kxp_events`: ingestion (the event and one delivery per subscribed endpoint, in one
-//! transaction, idempotent by key) and reading events back.
+//! `kxp_events` and `kxp_event_tags`: ingestion (the event, its tags and one delivery per
+//! subscribed endpoint, in one transaction, idempotent by key), reading events back, and
+//! listing them newest first (by tag on the tags' index).
 
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::model::{Event, EventId, Ingest, Ingested, Subscriber, new_id, now_ms, rfc3339};
+use crate::model::{
+    Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber, new_id, now_ms, rfc3339,
+};
 use crate::store::deliveries::insert_delivery;
 use crate::store::{Db, StoreError, on_db};
 
@@ -19,12 +22,13 @@ macro_rules! select_event {
     };
 }
 
-/// Ingests `$item` (an [`Ingest`]) on the transaction `$tx`, at `$now`: the event and one
-/// delivery per subscribed endpoint, idempotent by key. `$subscribers` reads the account's
-/// endpoints (under the key-share lock on PostgreSQL). Evaluates to
-/// `Result<Ingested, StoreError>`. A macro: it must compile for each backend's transaction type.
+/// Ingests `$item` (an [`Ingest`]) on the transaction `$tx`, at `$now`: the event, its tags
+/// and one delivery per subscribed endpoint, idempotent by key. `$subscribers` reads the
+/// account's endpoints (under the key-share lock on PostgreSQL); `$tags` inserts the tags, all
+/// in one statement ([`Db::insert_tags_sql`]). Evaluates to `Result<Ingested, StoreError>`. A
+/// macro: it must compile for each backend's transaction type.
 macro_rules! ingest_on {
-    ($tx:expr, $item:expr, $now:expr, $subscribers:expr) => {{
+    ($tx:expr, $item:expr, $now:expr, $subscribers:expr, $tags:expr) => {{
         async {
             let item: &Ingest = $item;
             let now: i64 = $now;
@@ -59,6 +63,17 @@ macro_rules! ingest_on {
             .bind(&event.request_hash)
             .execute(&mut *$tx)
             .await?;
+            if !item.tags.is_empty() {
+                let tags = serde_json::to_string(&item.tags)
+                    .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
+                sqlx::query($tags)
+                    .bind(&event.id)
+                    .bind(&event.account_id)
+                    .bind(event.created_at)
+                    .bind(tags)
+                    .execute(&mut *$tx)
+                    .await?;
+            }
             // A paused or disabled endpoint, or one whose circuit is open, gets its deliveries
             // too, held: nothing is lost while it rests.
             let endpoints = sqlx::query_as::<_, Subscriber>($subscribers)
@@ -66,7 +81,10 @@ macro_rules! ingest_on {
                 .fetch_all(&mut *$tx)
                 .await?;
             let mut due_to = Vec::new();
-            let takes = |e: &&Subscriber| e.takes(&item.event_type, &item.api_version);
+            let takes = |e: &&Subscriber| match &item.only {
+                Some(only) => e.id == *only,
+                None => e.takes(&item.event_type, &item.api_version),
+            };
             for endpoint in endpoints.iter().filter(takes) {
                 let due = endpoint.due_for_new_delivery(now);
                 insert_delivery!(
@@ -109,9 +127,10 @@ impl Db {
 
     async fn try_ingest(&self, item: &Ingest) -> Result<Ingested, StoreError> {
         let subscribers = self.subscribers_sql();
+        let tags = self.insert_tags_sql();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
-            let ingested = ingest_on!(tx, item, now_ms(), &subscribers)?;
+            let ingested = ingest_on!(tx, item, now_ms(), &subscribers, tags)?;
             tx.commit().await?;
             Ok(ingested)
         })
@@ -127,12 +146,13 @@ impl Db {
         batch: &[Ingest],
     ) -> Result<Vec<Result<Ingested, StoreError>>, StoreError> {
         let subscribers = self.subscribers_sql();
+        let tags = self.insert_tags_sql();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             let mut results = Vec::with_capacity(batch.len());
             for item in batch {
                 let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
-                match ingest_on!(savepoint, item, now_ms(), &subscribers) {
+                match ingest_on!(savepoint, item, now_ms(), &subscribers, tags) {
                     Ok(ingested) => {
                         savepoint.commit().await?;
                         results.push(Ok(ingested));
@@ -161,11 +181,12 @@ impl Db {
             return Ok(vec![self.ingest(item).await]);
         }
         let subscribers = self.subscribers_sql();
+        let tags = self.insert_tags_sql();
         let ingested: Vec<Ingested> = on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             let mut results = Vec::with_capacity(batch.len());
             for item in batch {
-                results.push(ingest_on!(tx, item, now_ms(), &subscribers)?);
+                results.push(ingest_on!(tx, item, now_ms(), &subscribers, tags)?);
             }
             tx.commit().await?;
             results
@@ -180,6 +201,111 @@ impl Db {
              WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled'){}",
             self.share_lock()
         )
+    }
+
+    /// The statement that stores an event's tags in one multi-row insert: `$1` the event, `$2`
+    /// its account, `$3` its `created_at`, `$4` the tags as a JSON array of strings (checked
+    /// and deduplicated by the API), taken apart in SQL.
+    fn insert_tags_sql(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => {
+                "INSERT INTO kxp_event_tags (event_id, tag, account_id, created_at) \
+                 SELECT $1, value, $2, $3 FROM json_each($4)"
+            }
+            Db::Postgres(_) => {
+                "INSERT INTO kxp_event_tags (event_id, tag, account_id, created_at) \
+                 SELECT $1, t.tag, $2, $3 FROM jsonb_array_elements_text($4::jsonb) AS t(tag)"
+            }
+        }
+    }
+
+    /// A page of the account's events, newest first (by `created_at`, then id), with their
+    /// tags.
+    ///
+    /// With a tag, the page is one backward range of `kxp_event_tags_search` (account, tag,
+    /// created_at, event id): the bounds of time and the cursor are bounds of that range, so a
+    /// page costs its own rows (and the events they join), however many events the account or
+    /// the tag has. Without one, the same on `kxp_events_account_created`. The type filter is
+    /// applied to the rows of that range.
+    pub async fn events(
+        &self,
+        account_id: &str,
+        filter: &EventFilter,
+        limit: i64,
+    ) -> Result<Vec<EventListed>, StoreError> {
+        // `$4`, the range's upper bound: `created_at` before `until` and not after the cursor's
+        // (the row comparison then leaves out the cursor's own millisecond up to its id).
+        let upper = [
+            filter.until.map(|until| until.saturating_sub(1)),
+            filter.before.as_ref().map(|(at, _)| *at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(i64::MAX);
+        let (before_at, before_id) = match &filter.before {
+            Some((at, id)) => (*at, id.as_str()),
+            None => (i64::MAX, ""),
+        };
+        let sql = if filter.tag.is_some() {
+            "SELECT e.id, e.event_type, e.api_version, e.created_at \
+             FROM kxp_event_tags t JOIN kxp_events e ON e.id = t.event_id \
+             WHERE t.account_id = $1 AND t.tag = $2 AND t.created_at >= $3 AND t.created_at <= $4 \
+             AND (t.created_at, t.event_id) < ($5, $6) \
+             AND (CAST($7 AS TEXT) IS NULL OR e.event_type = $7) \
+             ORDER BY t.created_at DESC, t.event_id DESC LIMIT $8"
+        } else {
+            "SELECT id, event_type, api_version, created_at FROM kxp_events \
+             WHERE account_id = $1 AND CAST($2 AS TEXT) IS NULL \
+             AND created_at >= $3 AND created_at <= $4 AND (created_at, id) < ($5, $6) \
+             AND (CAST($7 AS TEXT) IS NULL OR event_type = $7) \
+             ORDER BY created_at DESC, id DESC LIMIT $8"
+        };
+        let mut events = on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, EventListed>(sql)
+                .bind(account_id)
+                .bind(&filter.tag)
+                .bind(filter.since.unwrap_or(i64::MIN))
+                .bind(upper)
+                .bind(before_at)
+                .bind(before_id)
+                .bind(&filter.event_type)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        });
+        if events.is_empty() {
+            return Ok(events);
+        }
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
+        let tags_sql = match self {
+            Db::Sqlite(_) => {
+                "SELECT event_id, tag FROM kxp_event_tags \
+                 WHERE event_id IN (SELECT value FROM json_each($1))"
+            }
+            Db::Postgres(_) => {
+                "SELECT event_id, tag FROM kxp_event_tags \
+                 WHERE event_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
+            }
+        };
+        let rows: Vec<(String, String)> = on_db!(self, |pool, _begin| {
+            sqlx::query_as(tags_sql).bind(&ids).fetch_all(pool).await?
+        });
+        let mut by_event: std::collections::HashMap<String, Vec<String>> =
+            std::collections::HashMap::new();
+        for (event_id, tag) in rows {
+            by_event.entry(event_id).or_default().push(tag);
+        }
+        for event in &mut events {
+            if let Some(mut tags) = by_event.remove(event.id.as_str()) {
+                // Sorted here, not by the database: its collation may differ by backend.
+                tags.sort();
+                event.tags = tags;
+            }
+        }
+        Ok(events)
     }
 
     /// The account's due backlog, counted up to `bound`: its pending deliveries whose time has

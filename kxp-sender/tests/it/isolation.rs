@@ -147,6 +147,7 @@ const ROUTES: &[Route] = &[
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202).body(r#"{"status":"delivered"}"#),
     // The same Idempotency-Key and body as A's event: B gets an event of its own, never A's.
     row("POST /v1/events", NoId, CreatesOwn(202), 202).body(SHARED_EVENT).headers(SHARED_KEY),
+    row("GET /v1/events", NoId, OnlyOwn, 200),
     row("GET /v1/events/{id}", Event, NotFound, 200),
     row("GET /v1/events/{id}/deliveries", Event, NotFound, 200),
     row("GET /v1/deliveries", NoId, OnlyOwn, 200),

@@ -9,6 +9,7 @@ mod concurrency;
 mod connections;
 mod console;
 mod durability;
+mod events_list;
 mod fairness;
 mod guard;
 mod health;
