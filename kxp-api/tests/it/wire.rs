@@ -318,7 +318,15 @@ fn health() {
     }));
     assert_eq!(health.last_24h.success_rate, Some(0.375));
     assert_eq!(health.circuit_state, CircuitState::Open);
-    round_trip::<ServiceHealth>(json!({"status": "ok", "database": "postgres"}));
+    round_trip::<ServiceHealth>(json!({"status": "ok", "database": "postgres", "sources": []}));
+    let with_sources: ServiceHealth = round_trip(json!({"status": "ok", "database": "sqlite",
+        "sources": [{"name": "amqp:/payments", "state": "down", "lag": null,
+                     "last_error": "the connection to the server was lost"}]}));
+    assert_eq!(with_sources.sources[0].state, "down");
+    // A server from before the sources: none.
+    let older: ServiceHealth =
+        serde_json::from_value(json!({"status": "ok", "database": "postgres"})).unwrap();
+    assert!(older.sources.is_empty());
 }
 
 #[test]
