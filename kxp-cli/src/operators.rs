@@ -1,4 +1,4 @@
-//! `kxp operators create` and `kxp operators list`: operators straight on the database, with or
+//! `kxp operators create`, `list` and `delete`: operators straight on the database, with or
 //! without a running server. A new operator's key is printed once; only its SHA-256 hash is
 //! stored. There is deliberately no API route that makes operators: whoever can reach the
 //! database already holds every account, and no key can mint a key more powerful than itself.
@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::keyholders::{CreateArgs, Kind, ListArgs, checked_name};
+use kxp_api::OperatorId;
+
+use crate::keyholders::{CreateArgs, Database, Kind, ListArgs, checked_name};
 
 /// Shown under `kxp operators --help`.
 const USAGE: &str = "\
@@ -19,12 +21,15 @@ Account keys cannot reach /v1/accounts (401), and cannot act for another account
 
 `kxp operators create --name NAME` prints a new operator key once. Store it then: the
 database keeps only the key's SHA-256 hash, so the key cannot be shown again. `kxp operators
-list` shows ids, names and creation times, never keys or hashes. Both act on the database
-directly (--database-url, or KXP_DATABASE_URL), with or without a running `kxp serve`.
+list` shows ids, names and creation times, never keys or hashes. `kxp operators delete --id
+op_…` deletes one: its key stops working and its console sessions end at once. All three act
+on the database directly (--database-url, or KXP_DATABASE_URL), with or without a running
+`kxp serve`.
 
 Examples:
   kxp operators create --database-url sqlite://kxp.db --name alice
-  kxp operators list --database-url sqlite://kxp.db";
+  kxp operators list --database-url sqlite://kxp.db
+  kxp operators delete --database-url sqlite://kxp.db --id op_0193…";
 
 #[derive(Args)]
 #[command(after_help = USAGE)]
@@ -39,6 +44,18 @@ enum OperatorsCommand {
     Create(CreateArgs),
     /// List the operators: id, name and creation time (never keys or their hashes).
     List(ListArgs),
+    /// Delete an operator: its key stops working and its console sessions end.
+    Delete(DeleteArgs),
+}
+
+/// `delete`'s arguments.
+#[derive(Args)]
+struct DeleteArgs {
+    #[command(flatten)]
+    database: Database,
+    /// The operator's id (`op_…`, from `kxp operators list`).
+    #[arg(long)]
+    id: String,
 }
 
 pub(crate) fn operators(args: OperatorsArgs) -> ExitCode {
@@ -46,6 +63,7 @@ pub(crate) fn operators(args: OperatorsArgs) -> ExitCode {
         match args.command {
             OperatorsCommand::Create(args) => create(args).await,
             OperatorsCommand::List(args) => list(args).await,
+            OperatorsCommand::Delete(args) => delete(args).await,
         }
     })
 }
@@ -79,4 +97,23 @@ async fn list(args: ListArgs) -> Result<(), String> {
     let listed = listed.map_err(|e| e.to_string())?;
     KIND.print_list(&listed, args.json);
     Ok(())
+}
+
+async fn delete(args: DeleteArgs) -> Result<(), String> {
+    let db = crate::admin::connect(&args.database.database_url).await?;
+    let deleted = db.delete_operator(&OperatorId::from(args.id.trim())).await;
+    db.close().await;
+    match deleted.map_err(|e| e.to_string())? {
+        Some((operator, sessions)) => {
+            println!(
+                "Deleted operator {} ({}); its key no longer works, and {sessions} console \
+                 session{} ended.",
+                operator.id,
+                operator.name,
+                if sessions == 1 { "" } else { "s" }
+            );
+            Ok(())
+        }
+        None => Err(format!("no operator {}", args.id.trim())),
+    }
 }

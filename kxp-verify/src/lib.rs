@@ -20,6 +20,7 @@ mod ed25519;
 mod error;
 #[cfg(feature = "serde")]
 mod event;
+mod fingerprint;
 mod header;
 mod hex;
 mod secret;
@@ -31,6 +32,7 @@ pub use ed25519::{Ed25519SignedHeader, PublicKey, SigningKey};
 pub use error::{ConfigError, Error, ErrorKind, Malformed};
 #[cfg(feature = "serde")]
 pub use event::{Envelope, EnvelopeError, EnvelopeErrorKind, Event};
+pub use fingerprint::{KeyFingerprint, key_fingerprint};
 pub use header::SignatureHeader;
 pub use secret::Secret;
 pub use sign::{SignedHeader, Signer};

@@ -1,5 +1,6 @@
-//! `kxp operators create` and `kxp operators list`, run as real processes against the database
-//! of a running sender: the key is printed once, stored only as its hash, and works.
+//! `kxp operators create`, `list` and `delete`, run as real processes against the database
+//! of a running sender: the key is printed once, stored only as its hash, and works; a deleted
+//! operator's key and console sessions stop working at once.
 
 use serde_json::Value;
 use sha2_std::Digest;
@@ -126,4 +127,98 @@ async fn create_needs_a_sensible_name() {
     let (code, out, err) = kxp(&["operators", "list", "--database-url", &url]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("No operators yet"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_operators_key_and_console_sessions_stop_working_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("kxp.db").display());
+    let s = sender_with("0s", {
+        let url = url.clone();
+        move |c| c.database_url = url
+    })
+    .await;
+    let (_, out, _) = create(&url, "Carol", &["--json"]).await;
+    let carol: Value = serde_json::from_str(out.trim()).unwrap();
+    let (id, key) = (
+        carol["id"].as_str().unwrap(),
+        carol["operator_key"].as_str().unwrap(),
+    );
+
+    // Signed in to the console with the key, as a browser does.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let form = http
+        .get(format!("{}/console/sign-in", s.api.base))
+        .send()
+        .await
+        .unwrap();
+    let sign_in = form.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let html = form.text().await.unwrap();
+    let csrf = html
+        .split("name=\"csrf_token\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    let signed = http
+        .post(format!("{}/console/sign-in", s.api.base))
+        .header("cookie", &sign_in)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf_token={csrf}&key={key}"))
+        .send()
+        .await
+        .unwrap();
+    let session = signed.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let home = |session: String| {
+        let http = http.clone();
+        let base = s.api.base.clone();
+        async move {
+            http.get(format!("{base}/console"))
+                .header("cookie", session)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(home(session.clone()).await, 200);
+
+    let (code, out, err) = kxp(&["operators", "delete", "--database-url", &url, "--id", id]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Carol") && out.contains("1 console session ended"),
+        "{out}"
+    );
+    // The session is gone (sent to sign in), and the key is refused.
+    assert_eq!(home(session).await, 303);
+    let op = s.api.with_key(key);
+    let refused = op
+        .client
+        .accounts(&kxp_api::PageQuery::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status(), Some(401), "{refused}");
+    let (_, listed, _) = kxp(&["operators", "list", "--database-url", &url]).await;
+    assert!(!listed.contains("Carol"), "{listed}");
+    // Deleting it again says there is no such operator.
+    let (code, _, err) = kxp(&["operators", "delete", "--database-url", &url, "--id", id]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("no operator"), "{err}");
+    s.server.shutdown().await;
 }

@@ -16,24 +16,26 @@
 //! (`policy::session`); this module only reads and ends them through [`Db`](crate::store::Db).
 
 use axum::Router;
-use axum::extract::State;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 
 mod cookies;
+mod dead_letters;
+mod endpoints;
 mod error;
+mod events;
 mod headers;
+mod operators;
 mod pages;
+mod scope;
 mod session;
 mod sign_in;
 
 use error::ConsoleError;
-use pages::Who;
 use session::Signed;
 
 use crate::http::AppState;
-use crate::model::SignedIn;
 
 /// The console's stylesheet, embedded: nothing is fetched from the network.
 const STYLESHEET: &str = include_str!("console.css");
@@ -42,7 +44,9 @@ const STYLESHEET: &str = include_str!("console.css");
 pub(crate) fn app(state: AppState) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/console") }))
-        .route("/console", get(home))
+        .route("/console", get(operators::home))
+        .route("/console/audit", get(operators::audit))
+        .route("/console/notifications", get(operators::notifications))
         .route(
             "/console/sign-in",
             get(sign_in::key_form).post(sign_in::sign_in),
@@ -53,46 +57,56 @@ pub(crate) fn app(state: AppState) -> Router {
             "/console/sign-out-everywhere",
             post(sign_in::sign_out_everywhere),
         )
+        .route("/console/a/{account}", get(endpoints::list))
+        .route("/console/a/{account}/endpoints", post(endpoints::create))
+        .route(
+            "/console/a/{account}/endpoints/new",
+            get(endpoints::new_form),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}",
+            get(endpoints::show),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/pause",
+            post(endpoints::pause),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/resume",
+            post(endpoints::resume),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/rotate",
+            post(endpoints::rotate),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/test",
+            post(endpoints::test),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/delete",
+            get(endpoints::delete_form).post(endpoints::delete),
+        )
+        .route("/console/a/{account}/events", get(events::search))
+        .route("/console/a/{account}/events/{event}", get(events::show))
+        .route(
+            "/console/a/{account}/deliveries/{delivery}",
+            get(events::delivery),
+        )
+        .route(
+            "/console/a/{account}/deliveries/{delivery}/replay",
+            post(events::replay),
+        )
+        .route("/console/a/{account}/dead-letters", get(dead_letters::list))
+        .route(
+            "/console/a/{account}/dead-letters/replay",
+            get(dead_letters::confirm).post(dead_letters::replay_all),
+        )
         .route("/console/assets/console.css", get(stylesheet))
         // Any other console URL: sign in first, then a 404 page.
         .route("/console/{*rest}", get(not_found))
         .layer(axum::middleware::map_response(headers::secure))
         .with_state(state)
-}
-
-/// `GET /console`: who is signed in, and the sign-out buttons.
-async fn home(State(state): State<AppState>, signed: Signed) -> Result<Response, ConsoleError> {
-    let csrf_token = &signed.session.csrf_token;
-    let page = match &signed.session.who {
-        SignedIn::Account { account, scope } => {
-            // Gone since the session opened (its sessions go with it): signed out.
-            let account = state
-                .db
-                .account(account.as_str())
-                .await?
-                .ok_or(ConsoleError::SignInRequired)?;
-            let who = Who::Account {
-                name: &account.name,
-                id: account.id.as_str(),
-                scope,
-            };
-            pages::home(&who, csrf_token)
-        }
-        SignedIn::Operator(operator) => {
-            let operator = state
-                .db
-                .operator(operator)
-                .await?
-                .ok_or(ConsoleError::SignInRequired)?;
-            pages::home(
-                &Who::Operator {
-                    name: &operator.name,
-                },
-                csrf_token,
-            )
-        }
-    };
-    Ok(Html(page.into_string()).into_response())
 }
 
 /// `GET /console/assets/console.css`. It holds no session data, so it may be cached.

@@ -481,6 +481,14 @@ pub(crate) async fn run(
     }
 }
 
+/// The fingerprints of the secrets an attempt is signed with, as the attempt records them.
+fn fingerprints(secrets: &[String]) -> String {
+    let each = secrets
+        .iter()
+        .map(|secret| kxp_verify::key_fingerprint(secret.as_bytes()).to_string());
+    each.collect::<Vec<_>>().join(",")
+}
+
 /// Sends one job and records its outcome; returns what the outcome says about the endpoint's
 /// load, and whether recording it closed the endpoint's circuit.
 async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -> (Signal, bool) {
@@ -520,6 +528,7 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
         status_code: outcome.status(),
         error,
         response_snippet: snippet,
+        signed_with: fingerprints(&job.secrets.0),
     };
     let finished = recorder
         .finish(FinishAttempt {

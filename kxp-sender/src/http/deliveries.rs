@@ -54,6 +54,7 @@ pub(super) fn filter(
         endpoint_id,
         since: since.map(parse_time).transpose()?,
         until: until.map(parse_time).transpose()?,
+        ..DeliveryFilter::default()
     })
 }
 

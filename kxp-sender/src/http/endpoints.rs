@@ -18,7 +18,7 @@ use super::pagination::{PageParams, page};
 use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, MAX_ENDPOINTS, parse};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
-use crate::model::{EndpointChanges, NewEndpoint as StoredEndpoint, ms};
+use crate::model::{Account, EndpointChanges, NewEndpoint as StoredEndpoint, ms};
 
 /// Registers an endpoint. Unless `skip_challenge` is set, the endpoint must first answer the
 /// challenge (`GET <url>?challenge=<token>` echoing the token): a URL is registered only when
@@ -35,6 +35,18 @@ pub(super) async fn create_endpoint(
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let new: NewEndpoint = parse(&body)?;
+    let created = register(&state, &account, new).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// Registers an endpoint for `account` with every check of `POST /v1/endpoints`, the
+/// challenge last (the only one that connects): the API and the console's form both come
+/// through here. The answer holds the signing secret, to be shown once.
+pub(crate) async fn register(
+    state: &AppState,
+    account: &Account,
+    new: NewEndpoint,
+) -> Result<EndpointCreated, ApiError> {
     if state.db.endpoint_count(account.id.as_str()).await? >= MAX_ENDPOINTS {
         return Err(ApiError::new(
             ErrorCode::TooManyEndpoints,
@@ -57,14 +69,13 @@ pub(super) async fn create_endpoint(
     if let Some(limit) = rate_limit {
         check_rate_limit(limit)?;
     }
-    // Last, once everything else is known to be acceptable: the only check that connects.
     if !new.skip_challenge {
         challenge(&state.shared, &url, timeout).await?;
     }
     let (endpoint, secret) = state
         .db
         .create_endpoint_with(
-            &account,
+            account,
             &StoredEndpoint {
                 url: url.as_str(),
                 event_types: &event_types,
@@ -75,11 +86,10 @@ pub(super) async fn create_endpoint(
             },
         )
         .await?;
-    let created = EndpointCreated {
+    Ok(EndpointCreated {
         endpoint: Endpoint::from(endpoint),
         secret: Secret::from(secret),
-    };
-    Ok((StatusCode::CREATED, Json(created)).into_response())
+    })
 }
 
 /// Runs the endpoint challenge ([`dispatch::challenge`]) against `url`; a failure is 422

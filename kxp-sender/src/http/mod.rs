@@ -19,6 +19,7 @@ use axum::routing::{get, post};
 
 mod account;
 mod accounts;
+mod audit;
 mod auth;
 mod checks;
 mod deliveries;
@@ -35,6 +36,7 @@ mod schemas;
 mod views;
 
 pub(crate) use auth::Authed;
+pub(crate) use endpoints::register;
 pub use errors::ApiError;
 use errors::{ApiBody, ApiQuery, parse};
 pub(crate) use events::{accept, is_idempotency_key};
@@ -165,6 +167,11 @@ pub fn app(state: AppState) -> Router {
                 .put(schemas::put_schema)
                 .delete(schemas::delete_schema),
         )
+        // Changes made with an operator key, in the audit log (matched routes only).
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            audit::record,
+        ))
         // axum's own refusals in the API's form: a known path with another method, or none.
         .method_not_allowed_fallback(errors::method_not_allowed)
         .fallback(errors::no_route)

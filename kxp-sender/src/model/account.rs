@@ -23,6 +23,20 @@ pub struct Account {
     pub created_at: i64,
 }
 
+/// An account as the operators' console lists it: how many endpoints it has, how many of them
+/// have an open (or probing) circuit, and how many of its deliveries are dead.
+#[derive(Debug, Clone)]
+pub struct AccountOverview {
+    /// The account.
+    pub account: Account,
+    /// Its endpoints (deleted ones left out).
+    pub endpoints: i64,
+    /// Of which the circuit is not closed.
+    pub open_circuits: i64,
+    /// Its dead deliveries.
+    pub dead: i64,
+}
+
 /// Changes to an account: `None` leaves a field as it is; `Some(None)` clears a nullable one.
 #[derive(Debug, Clone, Default)]
 pub struct AccountChanges {

@@ -49,6 +49,9 @@ pub struct Attempt {
     pub error: Option<String>,
     /// The start of the response body.
     pub response_snippet: Option<String>,
+    /// The fingerprints of the secrets that signed it ([`kxp_verify::key_fingerprint`]),
+    /// comma-separated, newest first; `None` for attempts recorded before they were kept.
+    pub signed_with: Option<String>,
 }
 
 /// A delivery claimed by a worker, with everything needed to send it: the claim returns it
@@ -177,6 +180,8 @@ pub struct AttemptRecord {
     pub error: Option<AttemptError>,
     /// Start of the response body.
     pub response_snippet: Option<String>,
+    /// The fingerprints of the secrets that signed it, comma-separated, newest first.
+    pub signed_with: String,
 }
 
 /// Filters for listing deliveries.
@@ -190,4 +195,7 @@ pub struct DeliveryFilter {
     pub since: Option<i64>,
     /// Created before (Unix ms).
     pub until: Option<i64>,
+    /// Last changed at or before (Unix ms): with `dead`, the deliveries that were dead by then,
+    /// so a bulk replay acts on exactly the set a confirmation counted.
+    pub dead_by: Option<i64>,
 }

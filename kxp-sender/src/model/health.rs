@@ -41,6 +41,10 @@ pub struct EndpointHealth {
     /// RFC 3339: when the current run of failures began (auto-disable counts from here);
     /// `null` after a success.
     pub failing_since: Option<String>,
+    /// The last 25 clock hours, oldest first, the current one last: successes and failures of
+    /// each (the console's chart). Hours without attempts are zeros.
+    #[serde(skip)]
+    pub hours: Vec<(i64, i64)>,
 }
 
 /// Attempt statistics over a window of whole clock hours.

@@ -3,6 +3,7 @@
 //! imports none of them.
 
 mod account;
+mod audit;
 mod delivery;
 mod endpoint;
 mod event;
@@ -16,7 +17,8 @@ mod session;
 mod status;
 mod time;
 
-pub use account::{Account, AccountChanges, DEFAULT_API_VERSION};
+pub use account::{Account, AccountChanges, AccountOverview, DEFAULT_API_VERSION};
+pub use audit::{Actor, AuditEntry, NewAudit};
 pub use delivery::{
     Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, NextState,
     Secrets,

@@ -1,8 +1,8 @@
 //! `kxp_accounts`: accounts and their API keys (stored hashed).
 
 use crate::model::{
-    Account, AccountChanges, AccountId, DEFAULT_API_VERSION, KeyKind, new_id, now_ms,
-    random_hex_32, sha256_hex,
+    Account, AccountChanges, AccountId, AccountOverview, DEFAULT_API_VERSION, KeyKind, new_id,
+    now_ms, random_hex_32, sha256_hex,
 };
 use crate::store::{Db, StoreError, on_db};
 
@@ -76,6 +76,41 @@ impl Db {
     /// Every account, oldest first (`kxp accounts list`). Key hashes are not read.
     pub async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
         self.accounts_after(None, i64::MAX).await
+    }
+
+    /// Every account with its counts, oldest first (the operators' console): the counts are
+    /// read on the endpoints' and the deliveries' account indexes, never by a scan.
+    pub(crate) async fn account_overviews(&self) -> Result<Vec<AccountOverview>, StoreError> {
+        let accounts = self.accounts().await?;
+        let counts: Vec<(String, i64, i64, i64)> = on_db!(self, |pool, _begin| {
+            sqlx::query_as(
+                "SELECT a.id, \
+                 (SELECT COUNT(*) FROM kxp_endpoints e WHERE e.account_id = a.id AND e.status <> 'deleted'), \
+                 (SELECT COUNT(*) FROM kxp_endpoints e WHERE e.account_id = a.id AND e.status <> 'deleted' \
+                     AND e.circuit_state <> 'closed'), \
+                 (SELECT COUNT(*) FROM kxp_deliveries d WHERE d.account_id = a.id AND d.status = 'dead') \
+                 FROM kxp_accounts a",
+            )
+            .fetch_all(pool)
+            .await?
+        });
+        let counts: std::collections::HashMap<String, (i64, i64, i64)> = counts
+            .into_iter()
+            .map(|(id, e, o, d)| (id, (e, o, d)))
+            .collect();
+        Ok(accounts
+            .into_iter()
+            .map(|account| {
+                let (endpoints, open_circuits, dead) =
+                    counts.get(account.id.as_str()).copied().unwrap_or_default();
+                AccountOverview {
+                    account,
+                    endpoints,
+                    open_circuits,
+                    dead,
+                }
+            })
+            .collect())
     }
 
     /// Up to `limit` accounts after the id `cursor`, oldest first (`GET /v1/accounts`).

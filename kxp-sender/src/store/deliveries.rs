@@ -56,6 +56,7 @@ impl Db {
              AND (CAST($5 AS BIGINT) IS NULL OR created_at < $5) \
              AND (CAST($6 AS TEXT) IS NULL OR id > $6) \
              AND (CAST($2 AS TEXT) IS NULL OR $2 <> 'dead' OR replayed_by IS NULL) \
+             AND (CAST($8 AS BIGINT) IS NULL OR updated_at <= $8) \
              ORDER BY id LIMIT $7"
         );
         Ok(on_db!(self, |pool, _begin| {
@@ -66,6 +67,71 @@ impl Db {
                 .bind(filter.since)
                 .bind(filter.until)
                 .bind(cursor)
+                .bind(limit)
+                .bind(filter.dead_by)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
+    /// How many of the account's dead deliveries a bulk replay with `filter` would queue: dead,
+    /// not replayed yet, of an endpoint that still exists, dead by `filter.dead_by` if set. On
+    /// the deliveries' account (or endpoint) index.
+    pub(crate) async fn count_dead(
+        &self,
+        account_id: &str,
+        filter: &DeliveryFilter,
+    ) -> Result<i64, StoreError> {
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM kxp_deliveries d JOIN kxp_endpoints e ON e.id = d.endpoint_id \
+                 WHERE d.account_id = $1 AND d.status = 'dead' AND d.replayed_by IS NULL \
+                 AND e.status <> 'deleted' \
+                 AND (CAST($2 AS TEXT) IS NULL OR d.endpoint_id = $2) \
+                 AND (CAST($3 AS BIGINT) IS NULL OR d.created_at >= $3) \
+                 AND (CAST($4 AS BIGINT) IS NULL OR d.created_at < $4) \
+                 AND (CAST($5 AS BIGINT) IS NULL OR d.updated_at <= $5)",
+            )
+            .bind(account_id)
+            .bind(&filter.endpoint_id)
+            .bind(filter.since)
+            .bind(filter.until)
+            .bind(filter.dead_by)
+            .fetch_one(pool)
+            .await?
+        }))
+    }
+
+    /// The deliveries that replays made since `since` (Unix ms) for the account (and
+    /// endpoint), newest first, at most `limit`: what the dead-letter page shows moving to
+    /// delivered after a bulk replay.
+    pub(crate) async fn replays_since(
+        &self,
+        account_id: &str,
+        endpoint_id: Option<&str>,
+        since: i64,
+        limit: i64,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let columns = DELIVERY_COLUMNS
+            .split(", ")
+            .map(|c| format!("n.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {columns} FROM kxp_deliveries o JOIN kxp_deliveries n ON n.id = o.replayed_by \
+             WHERE o.replayed_by >= $2 AND o.account_id = $1 AND o.status = 'dead' \
+             AND (CAST($3 AS TEXT) IS NULL OR o.endpoint_id = $3) \
+             ORDER BY o.replayed_by DESC LIMIT $4"
+        );
+        // Delivery ids are `dlv_` and a UUIDv7, whose first 12 hex digits are its creation's
+        // Unix ms: the smallest id of `since` bounds the replays' ids from below, on the
+        // `replayed_by` index.
+        let first_id = format!("dlv_{:012x}{}", since.max(0), "0".repeat(20));
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Delivery>(&sql)
+                .bind(account_id)
+                .bind(&first_id)
+                .bind(endpoint_id)
                 .bind(limit)
                 .fetch_all(pool)
                 .await?
@@ -115,7 +181,7 @@ impl Db {
         self.delivery(account_id, delivery_id).await?;
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Attempt>(
-                "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet \
+                "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with \
                  FROM kxp_attempts WHERE delivery_id = $1 ORDER BY attempt, id",
             )
             .bind(delivery_id)
@@ -184,6 +250,7 @@ impl Db {
             endpoint_id: Some(endpoint_id.to_owned()),
             since: filter.since,
             until: Some(filter.until.map_or(start, |until| until.min(start))),
+            dead_by: filter.dead_by,
         };
         let endpoint_sql = self.endpoint_shared_sql();
         let mut queued = 0;

@@ -293,6 +293,15 @@ impl Db {
             circuit_opened_at: endpoint.circuit_opened_at.map(rfc3339),
             next_probe_at: endpoint.circuit_probe_at.map(rfc3339),
             failing_since: failing_since.map(rfc3339),
+            hours: (0..=24)
+                .map(|back| {
+                    let hour = current - (24 - back) * HOUR_MS;
+                    hourly
+                        .iter()
+                        .find(|r| r.hour == hour)
+                        .map_or((0, 0), |r| (r.successes, r.failures))
+                })
+                .collect(),
         })
     }
 }

@@ -11,6 +11,7 @@
 
 mod accounts;
 mod attempts;
+mod audit;
 pub(crate) mod circuit;
 pub(crate) mod deliveries;
 mod endpoints;

@@ -126,6 +126,26 @@ impl Db {
         Ok(())
     }
 
+    /// Every account's notifications, newest first, before the id `before` (the operators'
+    /// notifications log).
+    pub(crate) async fn all_notifications(
+        &self,
+        before: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let sql = format!(
+            "SELECT {NOTIFICATION_COLUMNS} FROM kxp_notifications \
+             WHERE (CAST($1 AS TEXT) IS NULL OR id < $1) ORDER BY id DESC LIMIT $2"
+        );
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, Notification>(&sql)
+                .bind(before)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
     /// A page of the account's notifications, oldest first, after `cursor`.
     pub async fn notifications(
         &self,

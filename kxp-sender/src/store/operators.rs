@@ -52,6 +52,33 @@ impl Db {
         }))
     }
 
+    /// Deletes an operator and ends its console sessions, in one transaction: its key stops
+    /// working at once, and so does every browser signed in with it. Returns the operator and
+    /// how many sessions ended; `None` when there is no such operator.
+    pub async fn delete_operator(
+        &self,
+        id: &OperatorId,
+    ) -> Result<Option<(Operator, u64)>, StoreError> {
+        let Some(operator) = self.operator(id).await? else {
+            return Ok(None);
+        };
+        let ended = on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let ended = sqlx::query("DELETE FROM kxp_sessions WHERE operator_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            sqlx::query("DELETE FROM kxp_operators WHERE id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            ended
+        });
+        Ok(Some((operator, ended)))
+    }
+
     /// Every operator, oldest first (`kxp operators list`). Key hashes are not read.
     pub async fn operators(&self) -> Result<Vec<Operator>, StoreError> {
         let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators ORDER BY id");

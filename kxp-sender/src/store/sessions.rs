@@ -152,6 +152,46 @@ impl Db {
     }
 
     /// Ends the session a cookie names (signing out); nothing if there is none.
+    /// Keeps `text` for the session `cookie` names until [`Db::take_flash`] (replacing any
+    /// message not taken yet).
+    pub(crate) async fn set_flash(&self, cookie: &str, text: &str) -> Result<(), StoreError> {
+        let hash = sha256_hex(cookie.as_bytes());
+        on_db!(self, |pool, _begin| {
+            sqlx::query("UPDATE kxp_sessions SET flash = $1 WHERE id_hash = $2")
+                .bind(text)
+                .bind(&hash)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// The message [`Db::set_flash`] kept for the session, cleared in the same statement: of
+    /// two reads, one gets it.
+    pub(crate) async fn take_flash(&self, cookie: &str) -> Result<Option<String>, StoreError> {
+        let hash = sha256_hex(cookie.as_bytes());
+        let taken: Option<(Option<String>,)> = on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            // SQLite's BEGIN IMMEDIATE already holds the write lock; PostgreSQL locks the row.
+            let lock = if begin == "BEGIN" { " FOR UPDATE" } else { "" };
+            let taken = sqlx::query_as(&format!(
+                "SELECT flash FROM kxp_sessions WHERE id_hash = $1 AND flash IS NOT NULL{lock}"
+            ))
+            .bind(&hash)
+            .fetch_optional(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE kxp_sessions SET flash = NULL WHERE id_hash = $1 AND flash IS NOT NULL",
+            )
+            .bind(&hash)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            taken
+        });
+        Ok(taken.and_then(|(flash,)| flash))
+    }
+
     pub(crate) async fn end_session(&self, cookie: &str) -> Result<(), StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query("DELETE FROM kxp_sessions WHERE id_hash = $1")

@@ -17,13 +17,13 @@ use crate::support::{Sender, sender, sender_with};
 
 /// A browser without a cookie jar, that does not follow redirects: every cookie is passed by
 /// hand, so each test says exactly which cookie a request carries.
-struct Browser {
-    base: String,
-    http: reqwest::Client,
+pub(crate) struct Browser {
+    pub(crate) base: String,
+    pub(crate) http: reqwest::Client,
 }
 
 impl Browser {
-    fn of(s: &Sender) -> Browser {
+    pub(crate) fn of(s: &Sender) -> Browser {
         Browser {
             base: s.api.base.clone(),
             http: reqwest::Client::builder()
@@ -33,7 +33,7 @@ impl Browser {
         }
     }
 
-    async fn get(&self, path: &str, cookie: Option<&str>) -> reqwest::Response {
+    pub(crate) async fn get(&self, path: &str, cookie: Option<&str>) -> reqwest::Response {
         let mut request = self.http.get(format!("{}{path}", self.base));
         if let Some(cookie) = cookie {
             request = request.header(COOKIE, cookie);
@@ -42,7 +42,12 @@ impl Browser {
     }
 
     /// A form post; the values here are hex or ids, so they need no percent-encoding.
-    async fn post(&self, path: &str, cookie: &str, form: &[(&str, &str)]) -> reqwest::Response {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        cookie: &str,
+        form: &[(&str, &str)],
+    ) -> reqwest::Response {
         let body = form
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -59,7 +64,7 @@ impl Browser {
     }
 
     /// Opens the link's page and presses its button: the response of the POST.
-    async fn press_link(&self, url: &str) -> reqwest::Response {
+    pub(crate) async fn press_link(&self, url: &str) -> reqwest::Response {
         let path = url
             .strip_prefix(&self.base)
             .expect("the link is on the server's origin");
@@ -80,16 +85,24 @@ impl Browser {
     }
 
     /// Signs in with a fresh link of `scope` made by `client`: the session cookie (`name=value`).
-    async fn session(&self, client: &kxp_api::Client, scope: PortalScope) -> String {
+    pub(crate) async fn session(&self, client: &kxp_api::Client, scope: PortalScope) -> String {
         let link = new_link(client, NewPortalLink::new(scope)).await;
         let response = self.press_link(&link.url).await;
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
         cookie_pair(&response, "kxp_session").unwrap()
     }
 
-    /// The console's home page with `cookie`: its status and text.
-    async fn home(&self, cookie: &str) -> (StatusCode, String) {
-        let response = self.get("/console", Some(cookie)).await;
+    /// The console's home page with `cookie` (for a merchant, its account's page, which
+    /// `/console` redirects to): its status and text.
+    pub(crate) async fn home(&self, cookie: &str) -> (StatusCode, String) {
+        let mut response = self.get("/console", Some(cookie)).await;
+        let to = response
+            .headers()
+            .get(LOCATION)
+            .map(|l| l.to_str().unwrap().to_owned());
+        if let Some(account_page) = to.filter(|to| to.starts_with("/console/a/acc_")) {
+            response = self.get(&account_page, Some(cookie)).await;
+        }
         let status = response.status();
         if status == StatusCode::SEE_OTHER {
             assert_eq!(response.headers()[LOCATION], "/console/sign-in");
@@ -98,7 +111,7 @@ impl Browser {
     }
 
     /// The CSRF token of the home page's forms.
-    async fn csrf(&self, cookie: &str) -> String {
+    pub(crate) async fn csrf(&self, cookie: &str) -> String {
         let (status, html) = self.home(cookie).await;
         assert_eq!(status, 200, "{html}");
         hidden(&html, "csrf_token")
@@ -106,12 +119,12 @@ impl Browser {
 }
 
 /// A new portal link made by `client`.
-async fn new_link(client: &kxp_api::Client, new: NewPortalLink) -> kxp_api::PortalLink {
+pub(crate) async fn new_link(client: &kxp_api::Client, new: NewPortalLink) -> kxp_api::PortalLink {
     client.create_portal_link(&new).await.unwrap()
 }
 
 /// The `Set-Cookie` of `name` in full.
-fn set_cookie(response: &reqwest::Response, name: &str) -> Option<String> {
+pub(crate) fn set_cookie(response: &reqwest::Response, name: &str) -> Option<String> {
     response
         .headers()
         .get_all(SET_COOKIE)
@@ -121,14 +134,14 @@ fn set_cookie(response: &reqwest::Response, name: &str) -> Option<String> {
 }
 
 /// `name=value` of a cookie the response sets (not one it removes).
-fn cookie_pair(response: &reqwest::Response, name: &str) -> Option<String> {
+pub(crate) fn cookie_pair(response: &reqwest::Response, name: &str) -> Option<String> {
     let set = set_cookie(response, name)?;
     let pair = set.split(';').next().unwrap().to_owned();
     (pair.len() > name.len() + 1).then_some(pair)
 }
 
 /// The value of the hidden input `name` of a page.
-fn hidden(html: &str, name: &str) -> String {
+pub(crate) fn hidden(html: &str, name: &str) -> String {
     let marker = format!("name=\"{name}\" value=\"");
     let at = html
         .find(&marker)

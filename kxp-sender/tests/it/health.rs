@@ -168,6 +168,7 @@ async fn scenario(s: &Sender) {
         status_code: Some(500),
         error: Some(AttemptError::Http(500)),
         response_snippet: None,
+        signed_with: String::new(),
     };
     let lost = FinishAttempt {
         delivery_id: delivered["id"].as_str().unwrap().into(),

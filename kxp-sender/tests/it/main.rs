@@ -8,6 +8,7 @@ mod backpressure;
 mod concurrency;
 mod connections;
 mod console;
+mod console_pages;
 mod durability;
 mod events_list;
 mod fairness;

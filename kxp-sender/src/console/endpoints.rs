@@ -1,0 +1,397 @@
+//! The endpoints of an account: the list with their health, registration (through the API's
+//! own [`register`](crate::http::register), so the same checks and the same challenge apply),
+//! and each endpoint's actions. A new secret is never in the answer to the form that made it:
+//! the POST keeps it as the session's one-time message and redirects, and the endpoint's page
+//! shows it once (a reload shows nothing, and never posts the form again).
+
+use axum::Form;
+use axum::extract::{Path, State};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use kxp_api::NewEndpoint;
+
+use super::error::ConsoleError;
+use super::pages::{self, DeleteConfirm, EndpointForm, EndpointRow, Frame, NewSecret};
+use super::scope::{Checked, InAccount};
+use crate::http::{AppState, DEFAULT_OVERLAP, register};
+use crate::model::{Ingest, Ingested, ms};
+use crate::store::StoreError;
+
+/// The most endpoints the list shows (an account has at most [`MAX_ENDPOINTS`](crate::MAX_ENDPOINTS)).
+const LISTED: i64 = 500;
+
+impl InAccount {
+    /// The frame of this account's pages.
+    pub fn frame(&self) -> Frame<'_> {
+        Frame {
+            account_id: self.account.id.as_str(),
+            account_name: &self.account.name,
+            csrf_token: &self.signed.session.csrf_token,
+            operator: self.by_operator(),
+            may_change: self.may_change(),
+        }
+    }
+}
+
+/// `GET /console/a/{account}`: the endpoints and their health.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    scope: InAccount,
+) -> Result<Response, ConsoleError> {
+    let account = scope.account.id.as_str();
+    let endpoints = state.db.endpoints(account, None, LISTED).await?;
+    let mut rows = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        let health = state
+            .db
+            .endpoint_health(account, endpoint.id.as_str())
+            .await?;
+        rows.push(EndpointRow { endpoint, health });
+    }
+    Ok(page(pages::endpoints(&scope.frame(), &rows)))
+}
+
+/// `GET /console/a/{account}/endpoints/new`: the registration form.
+pub(super) async fn new_form(
+    State(state): State<AppState>,
+    scope: InAccount,
+) -> Result<Response, ConsoleError> {
+    scope.signed.check_may_change()?;
+    let known = known_types(&state, &scope).await?;
+    let form = pages::register(&scope.frame(), &known, &EndpointForm::default(), None);
+    Ok(page(form))
+}
+
+/// What the registration form posts (read from its fields: the event types' boxes repeat
+/// `types`, which a struct of serde_urlencoded cannot take).
+#[derive(Default)]
+pub(super) struct RegisterForm {
+    csrf_token: String,
+    url: String,
+    types: Vec<String>,
+    other_types: String,
+    description: String,
+    timeout_ms: String,
+    rate_limit: String,
+}
+
+/// `POST /console/a/{account}/endpoints`: registers, or shows the form again with why not.
+pub(super) async fn create(
+    State(state): State<AppState>,
+    scope: InAccount,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Result<Response, ConsoleError> {
+    let form = RegisterForm::from_pairs(fields);
+    scope.check_form(&form.csrf_token)?;
+    let refuse = |why: String, state: AppState, scope: InAccount, form: RegisterForm| async move {
+        let known = known_types(&state, &scope).await?;
+        let shown = EndpointForm {
+            url: form.url,
+            types: form.types,
+            other_types: form.other_types,
+            description: form.description,
+            timeout_ms: form.timeout_ms,
+            rate_limit: form.rate_limit,
+        };
+        let page = pages::register(&scope.frame(), &known, &shown, Some(&why));
+        Ok::<_, ConsoleError>(
+            (
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                Html(page.into_string()),
+            )
+                .into_response(),
+        )
+    };
+    let number = |text: &str, name: &str| -> Result<Option<u64>, String> {
+        let text = text.trim();
+        match text.is_empty() {
+            true => Ok(None),
+            false => text
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("{name} must be a whole number")),
+        }
+    };
+    let (timeout_ms, rate_limit) = match (
+        number(&form.timeout_ms, "the timeout"),
+        number(&form.rate_limit, "the rate limit"),
+    ) {
+        (Ok(timeout), Ok(rate)) => (timeout, rate),
+        (Err(why), _) | (_, Err(why)) => return refuse(why, state, scope, form).await,
+    };
+    let mut types = form.types.clone();
+    types.extend(
+        form.other_types
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned),
+    );
+    types.dedup();
+    let mut new = NewEndpoint::new(form.url.trim());
+    new.event_types = (!types.is_empty()).then_some(types);
+    new.description = Some(form.description.clone());
+    new.timeout_ms = timeout_ms;
+    new.rate_limit_per_second = match rate_limit.map(u32::try_from) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => {
+            return refuse("the rate limit is too large".to_owned(), state, scope, form).await;
+        }
+    };
+    match register(&state, &scope.account, new).await {
+        Ok(created) => {
+            let id = created.endpoint.id.to_string();
+            tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint registered from the console");
+            scope.audit(&state, "endpoint.create", Some(&id)).await?;
+            let flash = format!("{id} {}", created.secret.expose());
+            state.db.set_flash(&scope.signed.cookie, &flash).await?;
+            Ok(Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response())
+        }
+        Err(refused) => {
+            let why = refused.message().to_owned();
+            refuse(why, state, scope, form).await
+        }
+    }
+}
+
+impl RegisterForm {
+    /// The form from its fields (the event types' boxes repeat `types`).
+    fn from_pairs(pairs: Vec<(String, String)>) -> RegisterForm {
+        let mut form = RegisterForm::default();
+        for (name, value) in pairs {
+            match name.as_str() {
+                "csrf_token" => form.csrf_token = value,
+                "url" => form.url = value,
+                "types" => form.types.push(value),
+                "other_types" => form.other_types = value,
+                "description" => form.description = value,
+                "timeout_ms" => form.timeout_ms = value,
+                "rate_limit" => form.rate_limit = value,
+                _ => {}
+            }
+        }
+        form
+    }
+}
+
+/// The event types the form offers as boxes: those with a registered schema, and those the
+/// account's endpoints subscribe to (wildcards left out).
+async fn known_types(state: &AppState, scope: &InAccount) -> Result<Vec<String>, ConsoleError> {
+    let account = scope.account.id.as_str();
+    let mut types: Vec<String> = state
+        .db
+        .schemas(account)
+        .await?
+        .into_iter()
+        .map(|s| s.event_type)
+        .collect();
+    for endpoint in state.db.endpoints(account, None, LISTED).await? {
+        types.extend(endpoint.types().into_iter().filter(|t| !t.contains('*')));
+    }
+    types.sort();
+    types.dedup();
+    Ok(types)
+}
+
+/// `GET /console/a/{account}/endpoints/{endpoint}`: one endpoint, and its new secret once.
+pub(super) async fn show(
+    State(state): State<AppState>,
+    scope: InAccount,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, ConsoleError> {
+    let account = scope.account.id.as_str();
+    let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
+    let health = state.db.endpoint_health(account, &id).await?;
+    let flash = state.db.take_flash(&scope.signed.cookie).await?;
+    let secret = flash.as_deref().and_then(|flash| {
+        let (for_endpoint, rest) = flash.split_once(' ')?;
+        (for_endpoint == id).then(|| match rest.split_once(' ') {
+            Some((secret, expires)) => NewSecret {
+                secret: secret.to_owned(),
+                previous_expire_at: expires.parse().ok(),
+            },
+            None => NewSecret {
+                secret: rest.to_owned(),
+                previous_expire_at: None,
+            },
+        })
+    });
+    Ok(page(pages::endpoint(
+        &scope.frame(),
+        &endpoint,
+        &health,
+        secret.as_ref(),
+    )))
+}
+
+/// `POST …/endpoints/{endpoint}/pause`.
+pub(super) async fn pause(
+    State(state): State<AppState>,
+    Checked { scope, id }: Checked,
+) -> Result<Response, ConsoleError> {
+    let (_, held) = state
+        .db
+        .pause_endpoint(scope.account.id.as_str(), &id)
+        .await
+        .map_err(not_found)?;
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused from the console");
+    scope.audit(&state, "endpoint.pause", Some(&id)).await?;
+    Ok(back_to(&scope, &id))
+}
+
+/// `POST …/endpoints/{endpoint}/resume`.
+pub(super) async fn resume(
+    State(state): State<AppState>,
+    Checked { scope, id }: Checked,
+) -> Result<Response, ConsoleError> {
+    let protection = &state.shared.config.protection;
+    let (_, due) = state
+        .db
+        .resume_endpoint(scope.account.id.as_str(), &id, protection)
+        .await
+        .map_err(not_found)?;
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed from the console");
+    scope.audit(&state, "endpoint.resume", Some(&id)).await?;
+    if due > 0 {
+        state.shared.wake_workers();
+    }
+    Ok(back_to(&scope, &id))
+}
+
+/// `POST …/endpoints/{endpoint}/rotate`: a new secret, the old ones signing for the default
+/// overlap; the new one is shown once on the endpoint's page.
+pub(super) async fn rotate(
+    State(state): State<AppState>,
+    Checked { scope, id }: Checked,
+) -> Result<Response, ConsoleError> {
+    let account = scope.account.id.as_str();
+    let rotated = match state
+        .db
+        .rotate_secret(account, &id, ms(DEFAULT_OVERLAP))
+        .await
+    {
+        Ok(rotated) => rotated,
+        Err(StoreError::Conflict { message, .. }) => {
+            return Ok(refused("The secret was not rotated", &message));
+        }
+        Err(e) => return Err(not_found(e)),
+    };
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint secret rotated from the console");
+    scope
+        .audit(&state, "endpoint.rotate_secret", Some(&id))
+        .await?;
+    let flash = format!(
+        "{id} {} {}",
+        rotated.secret.expose(),
+        rotated.previous_expires_at
+    );
+    state.db.set_flash(&scope.signed.cookie, &flash).await?;
+    Ok(back_to(&scope, &id))
+}
+
+/// The type of the console's test events: no endpoint subscribes to it by accident.
+pub(super) const TEST_EVENT_TYPE: &str = "kxp.test";
+
+/// `POST …/endpoints/{endpoint}/test`: sends a test event to this endpoint only (whatever it
+/// subscribes to), signed and retried like any other, then shows it on its way.
+pub(super) async fn test(
+    State(state): State<AppState>,
+    Checked { scope, id }: Checked,
+) -> Result<Response, ConsoleError> {
+    let account = &scope.account;
+    let endpoint = state
+        .db
+        .endpoint(account.id.as_str(), &id)
+        .await
+        .map_err(not_found)?;
+    let data = serde_json::json!({
+        "message": "A test event sent from the kxp console",
+        "endpoint_id": endpoint.id,
+    });
+    let item = Ingest {
+        account: account.clone(),
+        event_type: TEST_EVENT_TYPE.to_owned(),
+        api_version: endpoint
+            .api_version
+            .clone()
+            .unwrap_or_else(|| account.default_api_version.clone()),
+        data: serde_json::value::to_raw_value(&data).map_err(|e| {
+            ConsoleError::Store(StoreError::Database(sqlx::Error::Encode(Box::new(e))))
+        })?,
+        idempotency: None,
+        tags: Vec::new(),
+        only: Some(endpoint.id.clone()),
+    };
+    let event = match state.shared.ingester.ingest(item).await? {
+        Ingested::Created(event, due_to) => {
+            state.shared.metrics.event_ingested();
+            state.shared.wake_for(due_to);
+            event
+        }
+        Ingested::Replayed(event) => event,
+        Ingested::KeyReused => return Err(ConsoleError::NotFound),
+    };
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, event_id = %event.id,
+        "test event sent from the console");
+    scope
+        .audit(&state, "endpoint.test_event", Some(&id))
+        .await?;
+    Ok(Redirect::to(&scope.url(&format!("/events/{}", event.id))).into_response())
+}
+
+/// `GET …/endpoints/{endpoint}/delete`: what the deletion would do, and the button.
+pub(super) async fn delete_form(
+    State(state): State<AppState>,
+    scope: InAccount,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, ConsoleError> {
+    scope.signed.check_may_change()?;
+    let account = scope.account.id.as_str();
+    let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
+    let health = state.db.endpoint_health(account, &id).await?;
+    let confirm = DeleteConfirm {
+        endpoint: &endpoint,
+        unfinished: health.pending,
+    };
+    Ok(page(pages::delete_confirm(&scope.frame(), &confirm)))
+}
+
+/// `POST …/endpoints/{endpoint}/delete`.
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    Checked { scope, id }: Checked,
+) -> Result<Response, ConsoleError> {
+    let ended = state
+        .db
+        .delete_endpoint(scope.account.id.as_str(), &id)
+        .await
+        .map_err(not_found)?;
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,
+        "endpoint deleted from the console");
+    scope.audit(&state, "endpoint.delete", Some(&id)).await?;
+    Ok(Redirect::to(&scope.url("")).into_response())
+}
+
+/// A store's "not found" as the console's 404 page.
+pub(super) fn not_found(e: StoreError) -> ConsoleError {
+    match e {
+        StoreError::NotFound => ConsoleError::NotFound,
+        other => ConsoleError::Store(other),
+    }
+}
+
+/// Back to the endpoint's page after an action (303: the browser GETs it).
+fn back_to(scope: &InAccount, id: &str) -> Response {
+    Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response()
+}
+
+/// A page that says an action was refused, and why (409).
+pub(super) fn refused(title: &str, why: &str) -> Response {
+    let page = pages::message(title, why);
+    (axum::http::StatusCode::CONFLICT, Html(page.into_string())).into_response()
+}
+
+/// A page as the response.
+pub(super) fn page(markup: maud::Markup) -> Response {
+    Html(markup.into_string()).into_response()
+}

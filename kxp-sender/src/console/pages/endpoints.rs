@@ -1,0 +1,240 @@
+//! The endpoints pages: the list with each endpoint's health at a glance, the registration
+//! form, one endpoint with its actions, and the confirmation before a deletion.
+
+use maud::{Markup, html};
+
+use super::{Frame, account_page, chart};
+use crate::model::{CircuitState, Endpoint, EndpointHealth, EndpointStatus, rfc3339};
+
+/// One line of the endpoints list.
+pub(in crate::console) struct EndpointRow {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// Its health.
+    pub health: EndpointHealth,
+}
+
+/// What the registration form holds: what was typed, to show again after a refusal.
+#[derive(Default)]
+pub(in crate::console) struct EndpointForm {
+    /// The URL.
+    pub url: String,
+    /// The event types ticked among the known ones.
+    pub types: Vec<String>,
+    /// More types, typed in (comma-separated; `prefix.*` allowed).
+    pub other_types: String,
+    /// The description.
+    pub description: String,
+    /// The timeout in milliseconds, as typed.
+    pub timeout_ms: String,
+    /// The rate limit per second, as typed.
+    pub rate_limit: String,
+}
+
+/// A secret shown once, right after it was made.
+pub(in crate::console) struct NewSecret {
+    /// The secret.
+    pub secret: String,
+    /// When the secrets it replaces stop signing (Unix ms), after a rotation.
+    pub previous_expire_at: Option<i64>,
+}
+
+/// What a deletion would do, to confirm.
+pub(in crate::console) struct DeleteConfirm<'a> {
+    /// The endpoint.
+    pub endpoint: &'a Endpoint,
+    /// Its unfinished deliveries, which become dead.
+    pub unfinished: i64,
+}
+
+/// The account's endpoints, with their health.
+pub(in crate::console) fn endpoints(frame: &Frame<'_>, rows: &[EndpointRow]) -> Markup {
+    let main = html! {
+        @if frame.may_change {
+            p { a.button href=(frame.url("/endpoints/new")) { "Register an endpoint" } }
+        }
+        @if rows.is_empty() {
+            p { "No endpoints yet." }
+        } @else {
+            table {
+                caption { "Health over the last 24 hours" }
+                thead { tr {
+                    th scope="col" { "Endpoint" } th scope="col" { "State" }
+                    th scope="col" { "Success" } th scope="col" { "p95" }
+                    th scope="col" { "Pending" } th scope="col" { "Dead" }
+                    th scope="col" { "Last 24 h" }
+                } }
+                tbody {
+                    @for row in rows {
+                        @let window = &row.health.last_24h;
+                        tr {
+                            td { a href=(frame.url(&format!("/endpoints/{}", row.endpoint.id))) { (row.endpoint.url) }
+                                @if !row.endpoint.description.is_empty() { br; small { (row.endpoint.description) } } }
+                            td { (state(&row.endpoint)) }
+                            td { (rate(window.success_rate)) }
+                            td { (latency(window.latency_p95_ms)) }
+                            td { (row.health.pending) }
+                            td {
+                                @if row.health.dead > 0 {
+                                    a href=(frame.url(&format!("/dead-letters?endpoint={}", row.endpoint.id))) { (row.health.dead) }
+                                } @else { "0" }
+                            }
+                            td { (chart::hours(&row.health.hours)) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    account_page(frame, "Endpoints", main)
+}
+
+/// An endpoint's state in words: its status, and its circuit when that is not closed.
+fn state(endpoint: &Endpoint) -> Markup {
+    let status = match endpoint.status {
+        EndpointStatus::Active => "active",
+        EndpointStatus::Paused => "paused",
+        EndpointStatus::Disabled => "disabled",
+        _ => endpoint.status.as_str(),
+    };
+    html! {
+        span class={ "state " (status) } { (status) }
+        @match endpoint.circuit_state {
+            CircuitState::Open => { ", " span.state.open { "circuit open" } }
+            CircuitState::HalfOpen => { ", " span.state.open { "circuit probing" } }
+            _ => {}
+        }
+    }
+}
+
+fn rate(rate: Option<f64>) -> Markup {
+    match rate {
+        Some(rate) => html! { (format!("{:.1}%", rate * 100.0)) },
+        None => html! { "–" },
+    }
+}
+
+fn latency(ms: Option<i64>) -> Markup {
+    match ms {
+        Some(ms) => html! { "≤ " (ms) " ms" },
+        None => html! { "–" },
+    }
+}
+
+/// The registration form; `refused` says why the last try did not register.
+pub(in crate::console) fn register(
+    frame: &Frame<'_>,
+    known_types: &[String],
+    form: &EndpointForm,
+    refused: Option<&str>,
+) -> Markup {
+    let main = html! {
+        @if let Some(why) = refused {
+            p.error role="alert" { "Not registered: " (why) }
+        }
+        p { "The endpoint must answer the challenge: a GET of the URL with "
+            code { "?challenge=<token>" } " answered with a 2xx and the token as the whole body, as the kxp receivers do." }
+        form.stack method="post" action=(frame.url("/endpoints")) {
+            (frame.csrf())
+            label for="url" { "URL" }
+            input #url type="url" name="url" required value=(form.url) placeholder="https://example.com/webhooks";
+            fieldset {
+                legend { "Event types" }
+                @if known_types.is_empty() {
+                    p { small { "No event types are known yet: type them below, or leave both empty for every type." } }
+                }
+                @for (i, known) in known_types.iter().enumerate() {
+                    @let id = format!("type-{i}");
+                    span.check {
+                        input id=(id) type="checkbox" name="types" value=(known) checked[form.types.contains(known)];
+                        label for=(id) { (known) }
+                    }
+                }
+                label for="other_types" { "Other types (comma-separated; " code { "payment.*" } " for a prefix; empty: every type)" }
+                input #other_types type="text" name="other_types" value=(form.other_types);
+            }
+            label for="description" { "Description" }
+            input #description type="text" name="description" maxlength="512" value=(form.description);
+            label for="timeout_ms" { "Timeout (ms, 100 to 30000; empty: the server's default)" }
+            input #timeout_ms type="number" name="timeout_ms" min="100" max="30000" value=(form.timeout_ms);
+            label for="rate_limit" { "Rate limit (deliveries per second; empty: none)" }
+            input #rate_limit type="number" name="rate_limit" min="1" max="10000" value=(form.rate_limit);
+            button type="submit" { "Register" }
+        }
+    };
+    account_page(frame, "Register an endpoint", main)
+}
+
+/// One endpoint: its settings, health and actions; `secret` is shown when it was just made.
+pub(in crate::console) fn endpoint(
+    frame: &Frame<'_>,
+    endpoint: &Endpoint,
+    health: &EndpointHealth,
+    secret: Option<&NewSecret>,
+) -> Markup {
+    let here = frame.url(&format!("/endpoints/{}", endpoint.id));
+    let action = |verb: &str| format!("{here}/{verb}");
+    let window = &health.last_24h;
+    let main = html! {
+        @if let Some(new) = secret {
+            section.secret aria-labelledby="secret-heading" {
+                h2 #secret-heading { "Signing secret" }
+                p { "Shown this once: copy it into the receiver's configuration now. It is not shown again." }
+                p { code #secret { (new.secret) } }
+                @if let Some(at) = new.previous_expire_at {
+                    p { "The previous secret keeps signing until " (rfc3339(at)) "." }
+                }
+            }
+        }
+        dl {
+            dt { "URL" } dd { code { (endpoint.url) } }
+            dt { "Id" } dd { code { (endpoint.id) } }
+            @if !endpoint.description.is_empty() { dt { "Description" } dd { (endpoint.description) } }
+            dt { "Event types" } dd { (endpoint.types().join(", ")) }
+            dt { "State" } dd { (state(endpoint)) }
+            dt { "Timeout" } dd { (endpoint.timeout_ms) " ms" }
+            dt { "Rate limit" } dd { @match endpoint.rate_limit_per_second { Some(n) => { (n) " per second" } None => { "none" } } }
+        }
+        h2 { "Health" }
+        dl {
+            dt { "Success, last 24 h" } dd { (rate(window.success_rate)) " of " (window.attempts) " attempts" }
+            dt { "p95 latency" } dd { (latency(window.latency_p95_ms)) }
+            dt { "Failures in a row" } dd { (health.consecutive_failures) }
+            @if let Some(error) = &health.last_error { dt { "Last error" } dd { code { (error) } } }
+            dt { "Pending" } dd { (health.pending) " (" (health.due) " due now)" }
+            dt { "Dead" } dd { a href=(frame.url(&format!("/dead-letters?endpoint={}", endpoint.id))) { (health.dead) } }
+        }
+        (chart::hours(&health.hours))
+        @if frame.may_change && endpoint.status != EndpointStatus::Deleted {
+            h2 { "Actions" }
+            div.actions {
+                @if endpoint.status == EndpointStatus::Active {
+                    form.inline method="post" action=(action("pause")) { (frame.csrf()) button type="submit" { "Pause" } }
+                } @else {
+                    form.inline method="post" action=(action("resume")) { (frame.csrf()) button type="submit" { "Resume" } }
+                }
+                form.inline method="post" action=(action("test")) { (frame.csrf()) button type="submit" { "Send a test event" } }
+                form.inline method="post" action=(action("rotate")) { (frame.csrf()) button type="submit" { "Rotate the secret" } }
+                a.button href=(action("delete")) { "Delete…" }
+            }
+        }
+    };
+    account_page(frame, "Endpoint", main)
+}
+
+/// The question before a deletion, with what it does to the endpoint's deliveries.
+pub(in crate::console) fn delete_confirm(frame: &Frame<'_>, confirm: &DeleteConfirm<'_>) -> Markup {
+    let here = frame.url(&format!("/endpoints/{}", confirm.endpoint.id));
+    let main = html! {
+        p { "Delete " code { (confirm.endpoint.url) } "? It receives nothing more." }
+        p.warning { strong { (confirm.unfinished) } " unfinished "
+            (if confirm.unfinished == 1 { "delivery becomes" } else { "deliveries become" })
+            " dead (kept in the dead letters, and never sent to this endpoint)." }
+        form.inline method="post" action=(format!("{here}/delete")) {
+            (frame.csrf())
+            button.danger type="submit" { "Delete the endpoint" }
+        }
+        a href=(here) { "Keep it" }
+    };
+    account_page(frame, "Delete the endpoint", main)
+}

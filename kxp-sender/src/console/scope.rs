@@ -1,0 +1,137 @@
+//! Which account a page is about. Every account page lives under `/console/a/<account id>/…`,
+//! so a merchant and an operator look at the same URLs; [`InAccount`] lets a merchant's
+//! session in only under its own account and an operator's under any, and answers 404 (like
+//! an id that does not exist) to anything else, before the handler runs.
+
+use axum::Form;
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use axum::http::request::Parts;
+
+use super::error::ConsoleError;
+use super::session::{CsrfForm, Signed};
+use crate::http::AppState;
+use crate::model::{Account, Actor, NewAudit, SignedIn};
+
+/// A signed-in request about one account the session may see.
+pub(crate) struct InAccount {
+    /// The session.
+    pub signed: Signed,
+    /// The account named by the path.
+    pub account: Account,
+}
+
+impl FromRequestParts<AppState> for InAccount {
+    type Rejection = ConsoleError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ConsoleError> {
+        let signed = Signed::from_request_parts(parts, state).await?;
+        let params = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ConsoleError::NotFound)?;
+        let id = params
+            .iter()
+            .find(|(name, _)| *name == "account")
+            .map(|(_, value)| value.to_owned())
+            .ok_or(ConsoleError::NotFound)?;
+        let allowed = match &signed.session.who {
+            SignedIn::Account { account, .. } => account.as_str() == id,
+            SignedIn::Operator(_) => true,
+        };
+        if !allowed {
+            return Err(ConsoleError::NotFound);
+        }
+        let account = state.db.account(&id).await?.ok_or(ConsoleError::NotFound)?;
+        Ok(InAccount { signed, account })
+    }
+}
+
+/// A button's form about one object of the account (an endpoint, a delivery), checked: the
+/// session may see the account, the form carries its CSRF token, and the session may change
+/// things. `id` is the path's last parameter (the object).
+pub(crate) struct Checked {
+    /// The account and the session.
+    pub scope: InAccount,
+    /// The object the button acts on.
+    pub id: String,
+}
+
+impl FromRequest<AppState> for Checked {
+    type Rejection = ConsoleError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ConsoleError> {
+        let (mut parts, body) = request.into_parts();
+        let scope = InAccount::from_request_parts(&mut parts, state).await?;
+        let params = RawPathParams::from_request_parts(&mut parts, state)
+            .await
+            .map_err(|_| ConsoleError::NotFound)?;
+        let id = params
+            .iter()
+            .last()
+            .map(|(_, value)| value.to_owned())
+            .ok_or(ConsoleError::NotFound)?;
+        let request = Request::from_parts(parts, body);
+        let Form(form) = Form::<CsrfForm>::from_request(request, state)
+            .await
+            .map_err(|_| ConsoleError::CsrfMismatch)?;
+        scope.check_form(&form.csrf_token)?;
+        Ok(Checked { scope, id })
+    }
+}
+
+impl InAccount {
+    /// `/console/a/<account id>` followed by `rest` (which starts with `/`, or is empty).
+    pub fn url(&self, rest: &str) -> String {
+        format!("/console/a/{}{rest}", self.account.id)
+    }
+
+    /// Checks a form: the session's CSRF token (403 without it) and a session that may change
+    /// things (403 for a `read` one). Nothing is changed before both pass.
+    pub fn check_form(&self, csrf_token: &str) -> Result<(), ConsoleError> {
+        self.signed.check_csrf(csrf_token)?;
+        self.signed.check_may_change()
+    }
+
+    /// Whether the session may change things (the pages leave out the forms otherwise).
+    pub fn may_change(&self) -> bool {
+        self.signed.session.who.may_change()
+    }
+
+    /// Records a change this session made to the account, in the audit log.
+    pub async fn audit(
+        &self,
+        state: &AppState,
+        action: &str,
+        target: Option<&str>,
+    ) -> Result<(), ConsoleError> {
+        let actor = match &self.signed.session.who {
+            SignedIn::Operator(id) => {
+                let operator = state
+                    .db
+                    .operator(id)
+                    .await?
+                    .ok_or(ConsoleError::SignInRequired)?;
+                Actor::Operator {
+                    id: id.to_string(),
+                    name: operator.name,
+                }
+            }
+            SignedIn::Account { .. } => Actor::Account {
+                id: self.account.id.to_string(),
+                name: self.account.name.clone(),
+            },
+        };
+        let entry = NewAudit {
+            actor: &actor,
+            via: "console",
+            account_id: Some(self.account.id.as_str()),
+            action,
+            target,
+        };
+        Ok(state.db.audit(&entry).await?)
+    }
+
+    /// Whether an operator is looking (the pages link back to the accounts list).
+    pub fn by_operator(&self) -> bool {
+        matches!(self.signed.session.who, SignedIn::Operator(_))
+    }
+}
