@@ -7,12 +7,12 @@
 use axum::Form;
 use axum::extract::{Path, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use kxp_api::NewEndpoint;
+use kxp_api::{EndpointPatch, NewEndpoint, Patch};
 
 use super::error::ConsoleError;
-use super::pages::{self, DeleteConfirm, EndpointForm, EndpointRow, Frame, NewSecret};
+use super::pages::{self, DeleteConfirm, EndpointForm, EndpointRow, FormFor, Frame, NewSecret};
 use super::scope::{Checked, InAccount};
-use crate::http::{AppState, DEFAULT_OVERLAP, register};
+use crate::http::{AppState, DEFAULT_OVERLAP, change, register};
 use crate::model::{Ingest, Ingested, ms};
 use crate::store::StoreError;
 
@@ -84,14 +84,7 @@ pub(super) async fn create(
     scope.check_form(&form.csrf_token)?;
     let refuse = |why: String, state: AppState, scope: InAccount, form: RegisterForm| async move {
         let known = known_types(&state, &scope).await?;
-        let shown = EndpointForm {
-            url: form.url,
-            types: form.types,
-            other_types: form.other_types,
-            description: form.description,
-            timeout_ms: form.timeout_ms,
-            rate_limit: form.rate_limit,
-        };
+        let shown = form.shown();
         let page = pages::register(&scope.frame(), &known, &shown, Some(&why));
         Ok::<_, ConsoleError>(
             (
@@ -101,32 +94,14 @@ pub(super) async fn create(
                 .into_response(),
         )
     };
-    let number = |text: &str, name: &str| -> Result<Option<u64>, String> {
-        let text = text.trim();
-        match text.is_empty() {
-            true => Ok(None),
-            false => text
-                .parse()
-                .map(Some)
-                .map_err(|_| format!("{name} must be a whole number")),
-        }
-    };
     let (timeout_ms, rate_limit) = match (
-        number(&form.timeout_ms, "the timeout"),
-        number(&form.rate_limit, "the rate limit"),
+        whole_number(&form.timeout_ms, "the timeout"),
+        whole_number(&form.rate_limit, "the rate limit"),
     ) {
         (Ok(timeout), Ok(rate)) => (timeout, rate),
         (Err(why), _) | (_, Err(why)) => return refuse(why, state, scope, form).await,
     };
-    let mut types = form.types.clone();
-    types.extend(
-        form.other_types
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned),
-    );
-    types.dedup();
+    let types = form.all_types();
     let mut new = NewEndpoint::new(form.url.trim());
     new.event_types = (!types.is_empty()).then_some(types);
     new.description = Some(form.description.clone());
@@ -155,6 +130,49 @@ pub(super) async fn create(
 }
 
 impl RegisterForm {
+    /// The form as it was typed, to show again.
+    fn shown(self) -> EndpointForm {
+        EndpointForm {
+            url: self.url,
+            types: self.types,
+            other_types: self.other_types,
+            description: self.description,
+            timeout_ms: self.timeout_ms,
+            rate_limit: self.rate_limit,
+        }
+    }
+
+    /// Every event type the form names: the ticked boxes and the typed ones, each once.
+    fn all_types(&self) -> Vec<String> {
+        let mut types = self.types.clone();
+        for typed in self.other_types.split(',').map(str::trim) {
+            if !typed.is_empty() && !types.iter().any(|t| t == typed) {
+                types.push(typed.to_owned());
+            }
+        }
+        types
+    }
+
+    /// The change the edit form asks for: the URL, types (none: every type) and description
+    /// as given; the timeout unless left empty; the rate limit, or none when left empty.
+    fn patch(&self) -> Result<EndpointPatch, String> {
+        let mut patch = EndpointPatch::default();
+        patch.url = Some(self.url.trim().to_owned());
+        let types = self.all_types();
+        patch.event_types = Some(if types.is_empty() {
+            vec!["*".to_owned()]
+        } else {
+            types
+        });
+        patch.description = Some(self.description.clone());
+        patch.timeout_ms = whole_number(&self.timeout_ms, "the timeout")?;
+        patch.rate_limit_per_second = match whole_number(&self.rate_limit, "the rate limit")? {
+            None => Patch::Clear,
+            Some(n) => Patch::Set(u32::try_from(n).map_err(|_| "the rate limit is too large")?),
+        };
+        Ok(patch)
+    }
+
     /// The form from its fields (the event types' boxes repeat `types`).
     fn from_pairs(pairs: Vec<(String, String)>) -> RegisterForm {
         let mut form = RegisterForm::default();
@@ -171,6 +189,18 @@ impl RegisterForm {
             }
         }
         form
+    }
+}
+
+/// A whole number typed in a form field: `None` when left empty.
+fn whole_number(text: &str, name: &str) -> Result<Option<u64>, String> {
+    let text = text.trim();
+    match text.is_empty() {
+        true => Ok(None),
+        false => text
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name} must be a whole number")),
     }
 }
 
@@ -222,6 +252,95 @@ pub(super) async fn show(
         &health,
         secret.as_ref(),
     )))
+}
+
+/// `GET …/endpoints/{endpoint}/edit`: the endpoint's settings in the form.
+pub(super) async fn edit_form(
+    State(state): State<AppState>,
+    scope: InAccount,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, ConsoleError> {
+    scope.signed.check_may_change()?;
+    let endpoint = state
+        .db
+        .endpoint(scope.account.id.as_str(), &id)
+        .await
+        .map_err(not_found)?;
+    let known = known_types(&state, &scope).await?;
+    let types = endpoint.types();
+    let form = EndpointForm {
+        url: endpoint.url.clone(),
+        other_types: types
+            .iter()
+            .filter(|t| !known.contains(t) && t.as_str() != "*")
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", "),
+        types,
+        description: endpoint.description.clone(),
+        timeout_ms: endpoint.timeout_ms.to_string(),
+        rate_limit: endpoint
+            .rate_limit_per_second
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
+    };
+    let purpose = FormFor::Edit(&endpoint);
+    Ok(page(pages::endpoint_form(
+        &scope.frame(),
+        &purpose,
+        &known,
+        &form,
+        None,
+    )))
+}
+
+/// `POST …/endpoints/{endpoint}/edit`: saves the settings through the API's own
+/// [`change`](crate::http::change) (a new URL is challenged), or shows the form again with why
+/// not.
+pub(super) async fn edit(
+    State(state): State<AppState>,
+    scope: InAccount,
+    Path((_, id)): Path<(String, String)>,
+    Form(fields): Form<Vec<(String, String)>>,
+) -> Result<Response, ConsoleError> {
+    let form = RegisterForm::from_pairs(fields);
+    scope.check_form(&form.csrf_token)?;
+    let account = scope.account.id.as_str();
+    let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
+    let patch = match form.patch() {
+        Ok(patch) => patch,
+        Err(why) => return refuse_edit(&state, &scope, &endpoint, form, &why).await,
+    };
+    match change(&state, &scope.account, &id, patch).await {
+        Ok(_) => {
+            tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint changed from the console");
+            scope.audit(&state, "endpoint.edit", Some(&id)).await?;
+            Ok(back_to(&scope, &id))
+        }
+        Err(refused) => {
+            let why = refused.message().to_owned();
+            refuse_edit(&state, &scope, &endpoint, form, &why).await
+        }
+    }
+}
+
+/// The edit form again, with what was typed and why it was not saved (422).
+async fn refuse_edit(
+    state: &AppState,
+    scope: &InAccount,
+    endpoint: &crate::model::Endpoint,
+    form: RegisterForm,
+    why: &str,
+) -> Result<Response, ConsoleError> {
+    let known = known_types(state, scope).await?;
+    let shown = form.shown();
+    let purpose = FormFor::Edit(endpoint);
+    let markup = pages::endpoint_form(&scope.frame(), &purpose, &known, &shown, Some(why));
+    Ok((
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+        Html(markup.into_string()),
+    )
+        .into_response())
 }
 
 /// `POST …/endpoints/{endpoint}/pause`.

@@ -84,6 +84,10 @@ pub(crate) fn app(state: AppState) -> Router {
             post(endpoints::test),
         )
         .route(
+            "/console/a/{account}/endpoints/{endpoint}/edit",
+            get(endpoints::edit_form).post(endpoints::edit),
+        )
+        .route(
             "/console/a/{account}/endpoints/{endpoint}/delete",
             get(endpoints::delete_form).post(endpoints::delete),
         )

@@ -161,6 +161,19 @@ pub(super) async fn patch_endpoint(
     ApiBody(body): ApiBody,
 ) -> Result<Json<Endpoint>, ApiError> {
     let patch: EndpointPatch = parse(&body)?;
+    let endpoint = change(&state, &account, &id, patch).await?;
+    Ok(Json(Endpoint::from(endpoint)))
+}
+
+/// Changes one of `account`'s endpoints with every check of `PATCH /v1/endpoints/{id}` (a new
+/// URL is challenged, last, unless `skip_challenge`): the API and the console's edit form both
+/// come through here.
+pub(crate) async fn change(
+    state: &AppState,
+    account: &Account,
+    id: &str,
+    patch: EndpointPatch,
+) -> Result<crate::model::Endpoint, ApiError> {
     let rate_limit = patch
         .rate_limit_per_second
         .into_option()
@@ -184,7 +197,7 @@ pub(super) async fn patch_endpoint(
     if let Some(Some(limit)) = rate_limit {
         check_rate_limit(limit)?;
     }
-    let current = state.db.endpoint(account.id.as_str(), &id).await?;
+    let current = state.db.endpoint(account.id.as_str(), id).await?;
     if let Some(url) = &url
         && url.as_str() != current.url
         && !patch.skip_challenge
@@ -202,11 +215,10 @@ pub(super) async fn patch_endpoint(
         api_version,
         rate_limit_per_second: rate_limit,
     };
-    let endpoint = state
+    Ok(state
         .db
-        .update_endpoint(account.id.as_str(), &id, &changes)
-        .await?;
-    Ok(Json(Endpoint::from(endpoint)))
+        .update_endpoint(account.id.as_str(), id, &changes)
+        .await?)
 }
 
 /// Deletes an endpoint. Its unfinished deliveries become dead with `endpoint_deleted` (they

@@ -36,7 +36,7 @@ mod schemas;
 mod views;
 
 pub(crate) use auth::Authed;
-pub(crate) use endpoints::register;
+pub(crate) use endpoints::{change, register};
 pub use errors::ApiError;
 use errors::{ApiBody, ApiQuery, parse};
 pub(crate) use events::{accept, is_idempotency_key};

@@ -212,6 +212,48 @@ async fn an_endpoint_registered_from_the_console_shows_its_secret_once() {
         shown.contains("The previous secret keeps signing until"),
         "{shown}"
     );
+    // Edit: the form holds the settings; a bad value is refused with the form kept; a good
+    // one is saved (the URL unchanged, so no challenge).
+    let (status, form) = page(&b, &format!("{endpoint_page}/edit"), &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        form.contains("value=\"2000\"") && form.contains("refund.*"),
+        "{form}"
+    );
+    let bad = post_form(
+        &b,
+        &format!("{endpoint_page}/edit"),
+        &cookie,
+        &[("csrf_token", &csrf), ("url", &url), ("timeout_ms", "soon")],
+    )
+    .await;
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        bad.text()
+            .await
+            .unwrap()
+            .contains("Not saved: the timeout must be a whole number")
+    );
+    let saved = post_form(
+        &b,
+        &format!("{endpoint_page}/edit"),
+        &cookie,
+        &[
+            ("csrf_token", &csrf),
+            ("url", &url),
+            ("other_types", "payment.*"),
+            ("description", "orders"),
+            ("timeout_ms", ""),
+            ("rate_limit", "5"),
+        ],
+    )
+    .await;
+    assert_eq!(saved.status(), StatusCode::SEE_OTHER);
+    let listed = s.api.client.all_endpoints().await.unwrap();
+    assert_eq!(listed[0].description, "orders");
+    assert_eq!(listed[0].event_types, ["payment.*"]);
+    assert_eq!(listed[0].rate_limit_per_second, Some(5));
+    assert_eq!(listed[0].timeout_ms, 2000, "left empty: unchanged");
     let (status, confirm) = page(&b, &format!("{endpoint_page}/delete"), &cookie).await;
     assert_eq!(status, 200);
     assert!(

@@ -121,6 +121,14 @@ fn latency(ms: Option<i64>) -> Markup {
     }
 }
 
+/// Which form [`endpoint_form`] is: registering a new endpoint, or editing one.
+pub(in crate::console) enum FormFor<'a> {
+    /// A new endpoint (the secret is made and shown once).
+    Registration,
+    /// This endpoint's settings.
+    Edit(&'a Endpoint),
+}
+
 /// The registration form; `refused` says why the last try did not register.
 pub(in crate::console) fn register(
     frame: &Frame<'_>,
@@ -128,13 +136,41 @@ pub(in crate::console) fn register(
     form: &EndpointForm,
     refused: Option<&str>,
 ) -> Markup {
+    endpoint_form(frame, &FormFor::Registration, known_types, form, refused)
+}
+
+/// The registration or edit form, holding `form`; `refused` says why the last try did not go
+/// through.
+pub(in crate::console) fn endpoint_form(
+    frame: &Frame<'_>,
+    purpose: &FormFor<'_>,
+    known_types: &[String],
+    form: &EndpointForm,
+    refused: Option<&str>,
+) -> Markup {
+    let (title, action, button, not_done) = match purpose {
+        FormFor::Registration => (
+            "Register an endpoint".to_owned(),
+            frame.url("/endpoints"),
+            "Register",
+            "Not registered: ",
+        ),
+        FormFor::Edit(endpoint) => (
+            "Edit the endpoint".to_owned(),
+            frame.url(&format!("/endpoints/{}/edit", endpoint.id)),
+            "Save",
+            "Not saved: ",
+        ),
+    };
     let main = html! {
         @if let Some(why) = refused {
-            p.error role="alert" { "Not registered: " (why) }
+            p.error role="alert" { (not_done) (why) }
         }
-        p { "The endpoint must answer the challenge: a GET of the URL with "
+        p { "The endpoint must answer the challenge"
+            @if matches!(purpose, FormFor::Edit(_)) { " when its URL changes" }
+            ": a GET of the URL with "
             code { "?challenge=<token>" } " answered with a 2xx and the token as the whole body, as the kxp receivers do." }
-        form.stack method="post" action=(frame.url("/endpoints")) {
+        form.stack method="post" action=(action) {
             (frame.csrf())
             label for="url" { "URL" }
             input #url type="url" name="url" required value=(form.url) placeholder="https://example.com/webhooks";
@@ -155,14 +191,15 @@ pub(in crate::console) fn register(
             }
             label for="description" { "Description" }
             input #description type="text" name="description" maxlength="512" value=(form.description);
-            label for="timeout_ms" { "Timeout (ms, 100 to 30000; empty: the server's default)" }
+            label for="timeout_ms" { "Timeout (ms, 100 to 30000; empty: "
+                @if matches!(purpose, FormFor::Edit(_)) { "unchanged" } @else { "the server's default" } ")" }
             input #timeout_ms type="number" name="timeout_ms" min="100" max="30000" value=(form.timeout_ms);
             label for="rate_limit" { "Rate limit (deliveries per second; empty: none)" }
             input #rate_limit type="number" name="rate_limit" min="1" max="10000" value=(form.rate_limit);
-            button type="submit" { "Register" }
+            button type="submit" { (button) }
         }
     };
-    account_page(frame, "Register an endpoint", main)
+    account_page(frame, &title, main)
 }
 
 /// One endpoint: its settings, health and actions; `secret` is shown when it was just made.
@@ -215,6 +252,7 @@ pub(in crate::console) fn endpoint(
                 }
                 form.inline method="post" action=(action("test")) { (frame.csrf()) button type="submit" { "Send a test event" } }
                 form.inline method="post" action=(action("rotate")) { (frame.csrf()) button type="submit" { "Rotate the secret" } }
+                a.button href=(action("edit")) { "Edit…" }
                 a.button href=(action("delete")) { "Delete…" }
             }
         }

@@ -14,8 +14,8 @@ mod operators;
 
 pub(super) use dead_letters::{DeadLetters, dead_letters, replay_confirm};
 pub(super) use endpoints::{
-    DeleteConfirm, EndpointForm, EndpointRow, NewSecret, delete_confirm, endpoint, endpoints,
-    register,
+    DeleteConfirm, EndpointForm, EndpointRow, FormFor, NewSecret, delete_confirm, endpoint,
+    endpoint_form, endpoints, register,
 };
 pub(super) use events::{DeliveryView, Found, SearchForm, event, in_flight, search};
 pub(super) use operators::{accounts, audit, notifications};
