@@ -6,10 +6,15 @@
 //! receiver built from kxp-axum and kxp-dedup that misbehaves on purpose ([`receiver`]): down,
 //! then flaky, with one endpoint broken until the demo fixes it. The outage and the broken
 //! endpoint open circuit breakers: their deliveries are held without using up retries, probed,
-//! and drained at the rate limit once a probe succeeds; anything that still ends in the
-//! dead-letter queue is replayed through the API.
+//! and drained at the rate limit once a probe succeeds. A few payments are rejected by the
+//! shop on every try: too sparse to open the circuit, they use up their schedule and go dead,
+//! and once the shop is fixed the demo replays the dead-letter queue through the API.
 //! The receiver's ledger is the evidence: the command exits non-zero unless every emitted event
 //! was processed exactly once ([`report::verdict`]).
+//!
+//! With `--keep-running` the sender and the receiver stay up after the verdict: a few more
+//! payments go dead on purpose and stay dead, and the demo prints a portal link to the
+//! sender's console, where they wait to be replayed ([`Stage::keep_running`]), until Ctrl-C.
 //!
 //! This file is the narrative: the command, the run from start to verdict, and the [`Watch`]
 //! that narrates and replays. The calls it makes through [`kxp_api::Client`] are in [`api`],
@@ -52,6 +57,11 @@ pub(crate) struct DemoArgs {
     /// stdout is not a terminal).
     #[arg(long)]
     no_progress: bool,
+    /// After the verdict, keep the sender and the receiver running, leave a few dead
+    /// deliveries to replay, and print a link that signs in to the sender's console; Ctrl-C
+    /// stops.
+    #[arg(long)]
+    keep_running: bool,
 }
 
 /// The demo's retry schedule: the default's nine tries, over six seconds instead of a day and
@@ -65,10 +75,17 @@ const MAX_EMISSION: Duration = Duration::from_secs(15);
 /// After the last event is emitted, everything must settle within this.
 const SETTLE_WITHIN: Duration = Duration::from_secs(40);
 
+/// The payments the shop rejects are emitted at least this long before the last event, so
+/// that their schedule (six seconds, more with jitter and the outage's hold) runs out while
+/// other payments still succeed in between: the rejections stay sparse.
+const REJECT_CLEAR_OF_END: Duration = Duration::from_secs(8);
+
 /// The circuit breaker at the demo's pace: it opens during the receiver's outage and on the
-/// broken refunds route, probes every second or two, and drains held deliveries at 100/s.
+/// broken refunds route, probes every second or two, and drains held deliveries at 100/s. It
+/// takes more failures in a row than one delivery has tries, so a rejected payment alone
+/// never opens it: its schedule runs out and it goes dead.
 const PROTECTION: Protection = Protection {
-    breaker_failures: 5,
+    breaker_failures: 10,
     breaker_cooldown: Duration::from_millis(500),
     breaker_cooldown_max: Duration::from_secs(2),
     disable_after: Duration::from_secs(3 * 24 * 60 * 60),
@@ -77,6 +94,18 @@ const PROTECTION: Protection = Protection {
 
 /// Rounds of "replay what is dead" before giving up.
 const MAX_REPLAY_ROUNDS: u32 = 3;
+
+/// `--keep-running`: payments left dead for the console, one in every [`KEPT_EVERY`] of those
+/// the shop keeps taking meanwhile, one every [`SHOP_EVERY`].
+const KEPT_DEAD: u64 = 3;
+const KEPT_EVERY: u64 = 3;
+const SHOP_EVERY: Duration = Duration::from_millis(100);
+
+/// `--keep-running`: the kept payments must be dead within this.
+const KEPT_DEAD_WITHIN: Duration = Duration::from_secs(30);
+
+/// How long the printed portal link works (the API allows up to 24 h).
+const LINK_TTL: Duration = Duration::from_secs(60 * 60);
 
 pub(crate) fn demo(args: DemoArgs) -> ExitCode {
     let bar = !args.no_progress && std::io::stdout().is_terminal();
@@ -102,24 +131,33 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
     };
     let result = runtime.block_on(async {
         tokio::select! {
-            result = run(&args, &mut progress) => Some(result),
+            result = async {
+                let (summary, stage) = run(&args, &mut progress).await?;
+                if args.keep_running {
+                    return Ok((summary, Some(stage)));
+                }
+                stage.stop().await?;
+                Ok::<_, String>((summary, None))
+            } => Some(result),
             // Dropping the run removes its temporary folder.
             _ = tokio::signal::ctrl_c() => None,
         }
     });
     progress.finish();
-    // Answers the receiver still holds back (late acknowledgements) are abandoned.
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    let Some(result) = result else {
-        eprintln!("interrupted");
-        return ExitCode::from(130);
-    };
-    match result {
-        Ok(summary) => {
+    let code = match result {
+        None => {
+            eprintln!("interrupted");
+            ExitCode::from(130)
+        }
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+        Some(Ok((summary, stage))) => {
             println!();
             print!("{}", report::table(&summary));
             println!();
-            match report::verdict(&summary) {
+            let code = match report::verdict(&summary) {
                 Ok(()) => {
                     println!(
                         "OK: {0}/{0} events processed exactly once.",
@@ -131,16 +169,36 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
                     println!("FAILED: {why}.");
                     ExitCode::FAILURE
                 }
+            };
+            match stage {
+                Some(stage) => runtime.block_on(async {
+                    let kept = tokio::select! {
+                        kept = stage.keep_running(summary.emitted) => kept,
+                        _ = tokio::signal::ctrl_c() => Ok(()),
+                    };
+                    let stopped = stage.stop().await;
+                    match kept.and(stopped) {
+                        Ok(()) => {
+                            println!("stopped: the demo's folder is removed");
+                            code
+                        }
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            ExitCode::FAILURE
+                        }
+                    }
+                }),
+                None => code,
             }
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    };
+    // Answers the receiver still holds back (late acknowledgements) are abandoned.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
-async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary, String> {
+/// Runs the demo to its summary; the sender and the receiver are still up in the [`Stage`].
+async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<(report::Summary, Stage), String> {
     let began = Instant::now();
     let seed = args.seed.unwrap_or_else(random_seed);
     let dir = TempDir::new()?;
@@ -184,10 +242,25 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     .await?;
     // The merchant's on-call hook: told when a circuit opens or an endpoint is disabled.
     let ops_secret = set_ops_url(&api, &format!("{base}/webhooks/ops")).await?;
+    let pace = EMIT_EVERY.min(MAX_EMISSION / u32::try_from(args.events).unwrap_or(u32::MAX));
+    // The rejected payments are picked among those emitted early enough.
+    let clear_of_end = REJECT_CLEAR_OF_END.as_nanos() / pace.as_nanos().max(1);
+    let window = args
+        .events
+        .saturating_sub(u64::try_from(clear_of_end).unwrap_or(u64::MAX));
+    let rejected: std::collections::BTreeSet<u64> = receiver::rejected(seed, window)
+        .into_iter()
+        .filter(|seq| *seq < args.events)
+        .collect();
+    let rejected_count = rejected.len();
     let receiver = FlakyReceiver::start(
         reserved,
         &dir.sqlite_url("receiver.db"),
-        seed,
+        receiver::Script {
+            seed,
+            flaky_below: args.events,
+            rejected,
+        },
         receiver::Secrets {
             payments: payments.secret.expose(),
             refunds: refunds.secret.expose(),
@@ -212,6 +285,11 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
         receiver::NOT_LISTENING_FOR.as_secs_f64(),
         receiver::STARTING_UNTIL.as_secs_f64()
     ));
+    if rejected_count > 0 {
+        progress.say(&format!(
+            "            and a bug in the shop rejects {rejected_count} of the payments (500) on every try until it is fixed"
+        ));
+    }
     progress.say(&format!(
         "  refunds   {base}/webhooks/refunds · every 10th event · answers 500 to everything until fixed"
     ));
@@ -220,7 +298,6 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
     ));
 
     let emitted = Arc::new(Mutex::new(Vec::new()));
-    let pace = EMIT_EVERY.min(MAX_EMISSION / u32::try_from(args.events).unwrap_or(u32::MAX));
     let emission = tokio::spawn(emit_all(api.clone(), args.events, pace, emitted.clone()));
 
     let mut watch = Watch {
@@ -232,6 +309,8 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
         ],
         refunds_fixed: false,
         notices_seen: 0,
+        payments_dead_seen: 0,
+        payments_endpoint: &payments.id,
         refunds_endpoint: &refunds.id,
         progress,
         requested: args.events,
@@ -253,10 +332,113 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<report::Summary
         began.elapsed(),
     );
 
-    let stopped = receiver.stop().await;
-    sender.shutdown().await;
-    stopped?;
-    Ok(summary)
+    let stage = Stage {
+        sender,
+        receiver,
+        api,
+        dir,
+    };
+    Ok((summary, stage))
+}
+
+/// The sender and the receiver of a run, still up after its summary.
+struct Stage {
+    sender: kxp_sender::Server,
+    receiver: FlakyReceiver,
+    api: Client,
+    /// Removed when dropped, after both are stopped.
+    dir: TempDir,
+}
+
+impl Stage {
+    /// Stops the receiver and the sender, then removes the temporary folder; returns the
+    /// receiver's error, if it had one.
+    async fn stop(self) -> Result<(), String> {
+        let Stage {
+            sender,
+            receiver,
+            dir,
+            ..
+        } = self;
+        let stopped = receiver.stop().await;
+        sender.shutdown().await;
+        drop(dir);
+        stopped
+    }
+
+    /// `--keep-running`, after the verdict: the shop keeps taking payments (sequence numbers
+    /// from `first` on, one every [`SHOP_EVERY`], never flaky) and rejects [`KEPT_DEAD`] of
+    /// them on every try until their schedule has run out and they are dead. The successes in
+    /// between keep the circuit closed. Then the shop is fixed (a replay goes through), and a
+    /// portal link to the console is printed, where the dead deliveries wait to be replayed.
+    /// Returns only on an error; Ctrl-C ends it.
+    async fn keep_running(&self, first: u64) -> Result<(), String> {
+        let stamp = || {
+            format!(
+                "[{:>5.1}s]",
+                self.receiver.started().elapsed().as_secs_f64()
+            )
+        };
+        println!();
+        println!(
+            "{} --keep-running: the sender and the receiver stay up; the shop takes a payment every {} ms, and its bug is back for {KEPT_DEAD} of them",
+            stamp(),
+            SHOP_EVERY.as_millis()
+        );
+        let kept: Vec<u64> = (1..=KEPT_DEAD).map(|n| first + n * KEPT_EVERY).collect();
+        self.receiver.reject(kept.iter().copied());
+        let mut kept_ids = Vec::new();
+        let began = Instant::now();
+        let mut last_look = Instant::now();
+        let mut ticker = tokio::time::interval(SHOP_EVERY);
+        let mut seq = first;
+        loop {
+            ticker.tick().await;
+            let id = api::emit_payment(&self.api, seq).await?;
+            if kept.contains(&seq) {
+                kept_ids.push(id);
+            }
+            seq += 1;
+            if kept_ids.len() as u64 == KEPT_DEAD
+                && last_look.elapsed() >= Duration::from_millis(500)
+            {
+                last_look = Instant::now();
+                let dead = api::dead_letters(&self.api)
+                    .await?
+                    .into_iter()
+                    .filter(|d| kept_ids.contains(&d.event_id))
+                    .count();
+                if dead == kept_ids.len() {
+                    break;
+                }
+            }
+            if began.elapsed() > KEPT_DEAD_WITHIN {
+                return Err(format!(
+                    "the {KEPT_DEAD} rejected payments were not dead within {}s",
+                    KEPT_DEAD_WITHIN.as_secs()
+                ));
+            }
+        }
+        self.receiver.accept_rejected();
+        println!(
+            "{} the {KEPT_DEAD} rejected payments are dead (every try answered 500, among {} payments that went through); the shop is fixed now, so a replay goes through",
+            stamp(),
+            seq - first - KEPT_DEAD
+        );
+        let waiting = api::dead_letters(&self.api).await?.len();
+        let link = api::portal_link(&self.api, LINK_TTL).await?;
+        println!();
+        println!(
+            "open this link: the console shows the demo's endpoints, events and attempts; {waiting} dead deliveries wait in Dead letters: replay them there"
+        );
+        println!("  {}", link.url);
+        println!(
+            "  (it signs in once, until {}) · the demo runs until Ctrl-C, which removes its folder",
+            link.expires_at
+        );
+        std::future::pending::<()>().await;
+        Ok(())
+    }
 }
 
 /// Watches the run: shows progress, narrates, and replays dead deliveries once the first round
@@ -269,6 +451,9 @@ struct Watch<'a> {
     refunds_fixed: bool,
     /// Operational notices already narrated.
     notices_seen: usize,
+    /// Dead payments (not replayed) already narrated.
+    payments_dead_seen: u64,
+    payments_endpoint: &'a EndpointId,
     refunds_endpoint: &'a EndpointId,
     progress: &'a mut Progress,
     requested: u64,
@@ -325,6 +510,17 @@ impl Watch<'_> {
                 let rows = all_deliveries(self.api).await?;
                 view = Deliveries::of(&rows);
                 self.narrate_circuits(&stamp).await?;
+                let payments_dead = rows
+                    .iter()
+                    .filter(|d| d.endpoint_id == *self.payments_endpoint)
+                    .filter(|d| d.status == DeliveryStatus::Dead && d.replayed_by.is_none())
+                    .count() as u64;
+                if payments_dead > self.payments_dead_seen {
+                    self.progress.say(&format!(
+                        "{stamp} payments: {payments_dead} dead so far (the shop rejected every try until the schedule ran out), waiting in the dead-letter queue"
+                    ));
+                }
+                self.payments_dead_seen = payments_dead;
                 let refunds_waiting = rows
                     .iter()
                     .filter(|d| d.endpoint_id == *self.refunds_endpoint)
@@ -440,8 +636,8 @@ impl Watch<'_> {
         Ok(())
     }
 
-    /// Fixes the refunds route, then replays the dead deliveries of every endpoint that has
-    /// some, through the API.
+    /// Fixes the refunds route and the shop, then replays the dead deliveries of every endpoint
+    /// that has some, through the API.
     async fn replay_dead(&mut self, stamp: &str) -> Result<(), String> {
         let rows = all_deliveries(self.api).await?;
         let mut dead_by_endpoint: Vec<(EndpointId, u64)> = Vec::new();
@@ -465,6 +661,20 @@ impl Watch<'_> {
                 self.fix_refunds(stamp);
                 self.progress
                     .say(&format!("{stamp} replaying the refunds' dead letters"));
+            } else if endpoint == *self.payments_endpoint {
+                self.progress.say(&format!(
+                    "{stamp} {dead} payment {} dead: the shop rejected all of {} tries",
+                    if dead == 1 {
+                        "delivery is"
+                    } else {
+                        "deliveries are"
+                    },
+                    if dead == 1 { "its" } else { "their" }
+                ));
+                self.receiver.accept_rejected();
+                self.progress.say(&format!(
+                    "{stamp} the shop's bug is fixed; replaying the payments' dead letters"
+                ));
             } else {
                 self.progress.say(&format!(
                     "{stamp} {dead} deliveries to {endpoint} are dead; replaying them"

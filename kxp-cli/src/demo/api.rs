@@ -1,7 +1,7 @@
 //! The demo's calls to the sender's public HTTP API, through [`kxp_api::Client`] as a payment
 //! platform's code would make them: the client itself, registering the endpoints, pointing the
-//! operational webhooks at the receiver, emitting the events (idempotently), and listing the
-//! deliveries. Each error names the request that failed. What the demo makes of the answers
+//! operational webhooks at the receiver, emitting the events (idempotently), listing the
+//! deliveries and the dead letters, and asking for a portal link to the console. Each error names the request that failed. What the demo makes of the answers
 //! (narration, replays, the verdict) stays in `demo.rs` and [`super::report`].
 
 use std::net::SocketAddr;
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use kxp_api::{
     AccountPatch, Client, ClientError, DeliveryQuery, EndpointCreated, EventId, NewEndpoint,
-    NewEvent, Patch,
+    NewEvent, NewPortalLink, Patch, PortalLink, PortalScope,
 };
 use serde_json::{Value, json};
 
@@ -29,22 +29,37 @@ pub(super) async fn emit_all(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for seq in 0..n {
         ticker.tick().await;
-        let amount = 500 + (seq * 7919) % 20_000;
         let (kind, data) = if seq % 10 == 9 {
+            let amount = amount(seq);
             (
                 "refund.created",
                 json!({"refund_id": format!("re_demo_{seq:05}"), "seq": seq, "amount": amount, "currency": "EUR"}),
             )
         } else {
-            (
-                "payment.succeeded",
-                json!({"payment_id": format!("pay_demo_{seq:05}"), "seq": seq, "amount": amount, "currency": "EUR"}),
-            )
+            payment(seq)
         };
         let id = emit(&api, &format!("demo-{seq}"), kind, &data).await?;
         lock(&emitted).push(id);
     }
     Ok(())
+}
+
+/// Emits the payment with sequence number `seq` (idempotently, like [`emit_all`]).
+pub(super) async fn emit_payment(api: &Client, seq: u64) -> Result<EventId, String> {
+    let (kind, data) = payment(seq);
+    emit(api, &format!("demo-{seq}"), kind, &data).await
+}
+
+fn amount(seq: u64) -> u64 {
+    500 + (seq * 7919) % 20_000
+}
+
+/// The type and data of the payment with sequence number `seq`.
+fn payment(seq: u64) -> (&'static str, Value) {
+    (
+        "payment.succeeded",
+        json!({"payment_id": format!("pay_demo_{seq:05}"), "seq": seq, "amount": amount(seq), "currency": "EUR"}),
+    )
 }
 
 /// The demo's client of the sender's API (`kxp_api::Client`, as a payment platform's code would
@@ -120,6 +135,27 @@ pub(super) async fn emit(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(last_error)
+}
+
+/// The account's dead deliveries not replayed yet: what the console's dead-letter page lists.
+pub(super) async fn dead_letters(api: &Client) -> Result<Vec<kxp_api::Delivery>, String> {
+    let dead = api
+        .all_deliveries(&DeliveryQuery::dead().limit(500))
+        .await
+        .map_err(|e| format!("GET /v1/deliveries?status=dead: {e}"))?;
+    Ok(dead
+        .into_iter()
+        .filter(|d| d.replayed_by.is_none())
+        .collect())
+}
+
+/// A one-time sign-in link to the console, for the account, that opens a `manage` session
+/// (one that may replay) and works for `ttl`.
+pub(super) async fn portal_link(api: &Client, ttl: Duration) -> Result<PortalLink, String> {
+    let seconds = u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX);
+    api.create_portal_link(&NewPortalLink::new(PortalScope::Manage).ttl_seconds(seconds))
+        .await
+        .map_err(|e| format!("POST /v1/portal-links: {e}"))
 }
 
 /// Every delivery of the account, all pages, oldest first.

@@ -7,6 +7,13 @@
 //!   answers, and some acknowledgements lost *after* processing (a 500, or a 200 that comes
 //!   after the sender's timeout). The sender retries those events although they were
 //!   processed, and dedup answers the retry `duplicate` without running the handler again.
+//! - A few payments ([`rejected`]) are *rejected*: the shop's handler answers them 500 on
+//!   every try (a bug that only their data hits) until [`FlakyReceiver::accept_rejected`].
+//!   They are few and far between, so the endpoint's other deliveries keep succeeding and its
+//!   circuit stays closed: their schedule runs out, they go dead, and the demo replays them
+//!   once the shop is fixed.
+//!   Payments outside the run ([`Script::flaky_below`] and up, `--keep-running`) are answered
+//!   without faults, apart from those the demo rejects on purpose ([`FlakyReceiver::reject`]).
 //! - The refunds route answers 500 to everything until [`FlakyReceiver::fix_refunds`]: its
 //!   circuit opens and its deliveries wait, held, until the demo fixes it.
 //! - `/webhooks/ops` is the merchant's on-call hook: it verifies the sender's operational
@@ -17,7 +24,7 @@
 //! constraint, so processing an event twice would show as two rows: it is the evidence the
 //! demo's verdict reads.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -135,6 +142,29 @@ pub(super) fn plan(seed: u64, seq: u64, nth: u32) -> Plan {
     Plan { delay, fault }
 }
 
+/// The payments [`rejected`] may pick: each with this chance, in order, up to [`MAX_REJECTED`].
+pub(super) const REJECTED_SHARE: f64 = 0.05;
+
+/// At most this many payments are rejected. The outage's hold releases them together, so their
+/// tries come in step; at the end of a run, with no other delivery succeeding in between, the
+/// tries of three in step still make fewer failures in a row than open the circuit.
+pub(super) const MAX_REJECTED: usize = 3;
+
+/// The payments the shop rejects on every try until it is fixed, among the events with a
+/// sequence number below `window` (the demo keeps the window clear of the run's end, so the
+/// rejected deliveries' retries are spread among other deliveries' successes): event 1 (so even
+/// a short run shows the dead-letter path), then payments picked with [`REJECTED_SHARE`] each,
+/// a pure function of the seed, up to [`MAX_REJECTED`] in all. Never event 0: it is the first
+/// probe after the outage, and a probe that can only fail would keep the circuit open.
+pub(super) fn rejected(seed: u64, window: u64) -> BTreeSet<u64> {
+    let payment = |seq: u64| seq % 10 != 9;
+    (1..window.max(2))
+        .filter(|&seq| payment(seq))
+        .filter(|&seq| seq == 1 || unit(mix(seed ^ mix(seq ^ 0x5EED_D00D))) < REJECTED_SHARE)
+        .take(MAX_REJECTED)
+        .collect()
+}
+
 /// SplitMix64's finalizer: a well-mixed 64-bit hash.
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -156,6 +186,7 @@ struct Counters {
     injected: AtomicU64,
     acks_lost: AtomicU64,
     broken: AtomicU64,
+    rejected: AtomicU64,
     processed: AtomicU64,
     duplicates: AtomicU64,
 }
@@ -173,6 +204,8 @@ pub(super) struct Counts {
     pub acks_lost: u64,
     /// 500s of the refunds route before its fix.
     pub broken: u64,
+    /// 500s to rejected payments.
+    pub rejected: u64,
     /// Handler runs that committed (dedup `processed`).
     pub processed: u64,
     /// Deliveries of already-processed events, answered 200 without running the handler.
@@ -182,8 +215,12 @@ pub(super) struct Counts {
 struct Shared {
     store: Store,
     seed: u64,
+    /// Payments with a sequence number from this on are answered without faults.
+    flaky_below: u64,
     started: Instant,
     refunds_fixed: AtomicBool,
+    /// The sequence numbers of the payments answered 500 on every try, until accepted.
+    rejecting: Mutex<BTreeSet<u64>>,
     counters: Counters,
     /// Why the serving task ended early, if it did.
     failure: Mutex<Option<String>>,
@@ -227,6 +264,16 @@ pub(super) struct Secrets<'a> {
     pub ops: &'a str,
 }
 
+/// How the receiver misbehaves, decided before it starts.
+pub(super) struct Script {
+    /// The seed of the flaky pattern ([`plan`]).
+    pub seed: u64,
+    /// The run's events: payments from this sequence number on are never flaky.
+    pub flaky_below: u64,
+    /// The payments rejected on every try until [`FlakyReceiver::accept_rejected`].
+    pub rejected: BTreeSet<u64>,
+}
+
 /// The port, bound but not listening yet.
 pub(super) struct Reserved {
     socket: TcpSocket,
@@ -268,7 +315,7 @@ impl FlakyReceiver {
     pub(super) async fn start(
         reserved: Reserved,
         database_url: &str,
-        seed: u64,
+        script: Script,
         secrets: Secrets<'_>,
     ) -> Result<FlakyReceiver, String> {
         let store = Store::connect(database_url)
@@ -296,9 +343,11 @@ impl FlakyReceiver {
         };
         let shared = Arc::new(Shared {
             store,
-            seed,
+            seed: script.seed,
+            flaky_below: script.flaky_below,
             started: Instant::now(),
             refunds_fixed: AtomicBool::new(false),
+            rejecting: Mutex::new(script.rejected),
             counters: Counters::default(),
             failure: Mutex::new(None),
             flaky_requests: Mutex::new(HashMap::new()),
@@ -342,6 +391,7 @@ impl FlakyReceiver {
             injected: get(&c.injected),
             acks_lost: get(&c.acks_lost),
             broken: get(&c.broken),
+            rejected: get(&c.rejected),
             processed: get(&c.processed),
             duplicates: get(&c.duplicates),
         }
@@ -351,6 +401,18 @@ impl FlakyReceiver {
     /// faults.
     pub(super) fn fix_refunds(&self) {
         self.shared.refunds_fixed.store(true, Ordering::Relaxed);
+    }
+
+    /// Rejects the payments with these sequence numbers on every try from now on, until
+    /// [`accept_rejected`](Self::accept_rejected).
+    pub(super) fn reject(&self, seqs: impl IntoIterator<Item = u64>) {
+        lock(&self.shared.rejecting).extend(seqs);
+    }
+
+    /// Repairs the shop's handler: the payments it rejected are accepted from now on (their
+    /// replays go through). Returns how many were rejected.
+    pub(super) fn accept_rejected(&self) -> usize {
+        std::mem::take(&mut *lock(&self.shared.rejecting)).len()
     }
 
     /// Why the receiver stopped serving, if it did before [`stop`](Self::stop) (it only does
@@ -460,7 +522,19 @@ async fn payments(State(shared): State<Arc<Shared>>, event: VerifiedEvent<Order>
         *count += 1;
         *count - 1
     };
-    let plan = plan(shared.seed, event.data().seq, nth);
+    let seq = event.data().seq;
+    if lock(&shared.rejecting).contains(&seq) {
+        bump(&shared.counters.rejected);
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the shop's handler rejects this payment: a bug its data hits, nothing was processed",
+        )
+            .into_response();
+    }
+    if seq >= shared.flaky_below {
+        return process(&shared, &event).await.into_response();
+    }
+    let plan = plan(shared.seed, seq, nth);
     if !plan.delay.is_zero() {
         tokio::time::sleep(plan.delay).await;
     }
@@ -579,6 +653,28 @@ mod tests {
             (0..50).map(|s| plan(1, s, 0)).collect::<Vec<_>>(),
             (0..50).map(|s| plan(2, s, 0)).collect::<Vec<_>>(),
             "the seed changes the pattern"
+        );
+    }
+
+    #[test]
+    fn a_few_payments_are_rejected_early_in_the_run_and_never_the_first_probe() {
+        assert_eq!(rejected(7, 0), BTreeSet::from([1]));
+        assert_eq!(rejected(7, 100), rejected(7, 100));
+        for seed in 0..200 {
+            let picked = rejected(seed, 100);
+            assert!(picked.contains(&1) && !picked.contains(&0), "{picked:?}");
+            assert!(picked.len() <= MAX_REJECTED, "{picked:?}");
+            assert!(picked.iter().all(|seq| seq % 10 != 9 && *seq < 100));
+        }
+        let full = (0..200).filter(|s| rejected(*s, 100).len() == MAX_REJECTED);
+        assert!(
+            full.count() > 100,
+            "a window of 100 mostly has enough candidates"
+        );
+        assert_ne!(
+            rejected(1, 1000),
+            rejected(2, 1000),
+            "the seed changes the pick"
         );
     }
 

@@ -36,6 +36,8 @@ pub(super) struct Summary {
     pub injected: u64,
     /// 500s of the broken endpoint.
     pub broken: u64,
+    /// 500s to the payments the shop rejected until it was fixed.
+    pub rejected: u64,
     /// Events processed whose answer was then lost.
     pub acks_lost: u64,
     /// Dead deliveries that were replayed and then delivered.
@@ -166,6 +168,7 @@ pub(super) fn summarize(
         unavailable: counts.unavailable,
         injected: counts.injected,
         broken: counts.broken,
+        rejected: counts.rejected,
         acks_lost: counts.acks_lost,
         dead_replayed: deliveries.dead_replayed,
         duplicates: counts.duplicates,
@@ -227,7 +230,7 @@ pub(super) fn verdict(s: &Summary) -> Result<(), String> {
 /// The table: a title line, then one `label  value` line per count, labels left-aligned and
 /// values right-aligned, so both people and tests read it.
 pub(super) fn table(s: &Summary) -> String {
-    let rows: [(&str, String); 15] = [
+    let rows: [(&str, String); 16] = [
         ("emitted", s.emitted.to_string()),
         ("delivered", s.delivered.to_string()),
         ("attempts", s.attempts.to_string()),
@@ -236,6 +239,7 @@ pub(super) fn table(s: &Summary) -> String {
         ("answered 503 (starting up)", s.unavailable.to_string()),
         ("answered 500 (flaky)", s.injected.to_string()),
         ("answered 500 (broken endpoint)", s.broken.to_string()),
+        ("answered 500 (rejected payment)", s.rejected.to_string()),
         ("acks lost after processing", s.acks_lost.to_string()),
         ("dead then replayed", s.dead_replayed.to_string()),
         ("duplicates absorbed by dedup", s.duplicates.to_string()),

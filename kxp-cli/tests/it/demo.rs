@@ -1,9 +1,15 @@
 //! `kxp demo`, run as a new user runs it: the real binary, end to end, judged by its exit code
-//! and its summary table.
+//! and its summary table; and `kxp demo --keep-running`, whose portal link a newcomer opens to
+//! replay the dead letters it leaves in the console.
 
 use std::collections::HashMap;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 /// The `label  value` lines under the table's title.
 fn summary(stdout: &str) -> HashMap<String, String> {
@@ -71,6 +77,15 @@ fn the_demo_processes_every_event_exactly_once_through_a_flaky_receiver() {
         stdout.contains("ops webhook received: endpoint.circuit_opened for refunds"),
         "{context}"
     );
+    // A few payments are rejected on every try: too sparse to open the circuit, they use up
+    // their schedule, go dead, and are replayed once the shop is fixed.
+    assert!(count("answered 500 (rejected payment)") > 0, "{context}");
+    assert!(count("dead then replayed") > 0, "{context}");
+    assert!(stdout.contains("payments: 1 dead so far"), "{context}");
+    assert!(
+        stdout.contains("the shop's bug is fixed; replaying the payments' dead letters"),
+        "{context}"
+    );
     assert!(count("duplicates absorbed by dedup") > 0, "{context}");
     assert!(count("retried") > 0, "{context}");
     assert!(count("connection refused") > 0, "{context}");
@@ -93,4 +108,235 @@ fn the_demo_refuses_zero_events() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{output:?}");
+}
+
+/// Every line `from` writes, as it comes, into `lines`.
+fn collect(from: impl AsyncRead + Unpin + Send + 'static, lines: Arc<Mutex<Vec<String>>>) {
+    tokio::spawn(async move {
+        let mut from = BufReader::new(from).lines();
+        while let Ok(Some(line)) = from.next_line().await {
+            lines.lock().unwrap().push(line);
+        }
+    });
+}
+
+/// `name=value` of a cookie the response sets.
+fn cookie_pair(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .find(|pair| pair.starts_with(&format!("{name}=")) && pair.len() > name.len() + 1)
+        .unwrap_or_else(|| panic!("no {name} cookie: {response:?}"))
+}
+
+/// The value of the hidden input `name` of a page.
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + marker.len();
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+/// A browser without a cookie jar that does not follow redirects, on the demo's console.
+struct Browser {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Browser {
+    async fn get(&self, path: &str, cookie: Option<&str>) -> reqwest::Response {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// A form post; the values are hex or ids, which need no percent-encoding.
+    async fn post(&self, path: &str, cookie: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        self.http
+            .post(format!("{}{path}", self.base))
+            .header(COOKIE, cookie)
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A page that must answer 200: its text.
+    async fn page(&self, path: &str, cookie: &str) -> String {
+        let response = self.get(path, Some(cookie)).await;
+        let status = response.status();
+        let html = response.text().await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{path}: {html}");
+        html
+    }
+}
+
+/// The `action` paths of a page's forms that replay one delivery.
+fn replay_forms(html: &str) -> Vec<String> {
+    html.split("action=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|action| action.contains("/deliveries/") && action.ends_with("/replay"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_running_prints_a_portal_link_to_the_console_where_its_dead_letters_are_replayed() {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kxp"))
+        .args(["demo", "--events", "40", "--no-progress", "--keep-running"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (stdout, stderr) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    collect(child.stdout.take().unwrap(), stdout.clone());
+    collect(child.stderr.take().unwrap(), stderr.clone());
+    let context = || {
+        format!(
+            "stdout:\n{}\nstderr:\n{}",
+            stdout.lock().unwrap().join("\n"),
+            stderr.lock().unwrap().join("\n")
+        )
+    };
+
+    // The verdict, then the link: read stdout as it comes, for at most two minutes.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let link = loop {
+        let found = stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|line| line.trim())
+            .find(|line| line.starts_with("http://") && line.contains("/console/sign-in/"))
+            .map(str::to_owned);
+        if let Some(link) = found {
+            break link;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the demo ended without a link\n{}",
+            context()
+        );
+        assert!(Instant::now() < deadline, "no link yet\n{}", context());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let printed = stdout.lock().unwrap().join("\n");
+    assert!(printed.contains("OK: 40/40 events"), "{}", context());
+    assert!(
+        printed.contains(
+            "open this link: the console shows the demo's endpoints, events and attempts; 3 dead deliveries wait in Dead letters: replay them there"
+        ),
+        "{}",
+        context()
+    );
+    let folder = printed
+        .split("SQLite in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" · ").next())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("no folder\n{}", context()));
+    assert!(folder.exists(), "{}", context());
+
+    // The link's page: one form, whose button signs in.
+    let (base, path) = link.split_at(link.find("/console/").unwrap());
+    let b = Browser {
+        base: base.to_owned(),
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    };
+    let page = b.get(path, None).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let sign_in = cookie_pair(&page, "kxp_sign_in");
+    let html = page.text().await.unwrap();
+    assert_eq!(html.matches("<form method=\"post\"").count(), 1, "{html}");
+    let signed = b
+        .post(
+            "/console/sign-in",
+            &sign_in,
+            &[
+                ("csrf_token", &hidden(&html, "csrf_token")),
+                ("token", &hidden(&html, "token")),
+            ],
+        )
+        .await;
+    assert_eq!(signed.status(), StatusCode::SEE_OTHER, "{signed:?}");
+    assert_eq!(signed.headers()[LOCATION], "/console");
+    let session = cookie_pair(&signed, "kxp_session");
+    let console = b.get("/console", Some(&session)).await;
+    assert_eq!(console.status(), StatusCode::SEE_OTHER);
+    let home = console.headers()[LOCATION].to_str().unwrap().to_owned();
+    assert!(home.starts_with("/console/a/acc_"), "{home}");
+
+    // The dead-letter page: the three dead payments, each with its replay button.
+    let dead = b.page(&format!("{home}/dead-letters"), &session).await;
+    let forms = replay_forms(&dead);
+    assert_eq!(forms.len(), 3, "{dead}");
+    assert!(dead.contains("Replay all 3"), "{dead}");
+    assert!(dead.contains("500"), "the last answer is shown: {dead}");
+
+    // Replay one: the receiver accepts it now, and its event's page shows it delivered.
+    let replayed = b
+        .post(
+            &forms[0],
+            &session,
+            &[("csrf_token", &hidden(&dead, "csrf_token"))],
+        )
+        .await;
+    assert_eq!(replayed.status(), StatusCode::SEE_OTHER, "{replayed:?}");
+    let to = replayed.headers()[LOCATION].to_str().unwrap().to_owned();
+    let event_page = to.split('#').next().unwrap().to_owned();
+    assert!(
+        event_page.starts_with(&format!("{home}/events/")),
+        "{event_page}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let html = b.page(&event_page, &session).await;
+        if html.contains("state delivered") {
+            assert!(html.contains("state dead"), "the dead one stays: {html}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replay was not delivered: {html}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dead = b.page(&format!("{home}/dead-letters"), &session).await;
+    assert_eq!(replay_forms(&dead).len(), 2, "{dead}");
+
+    // Ctrl-C: exit 0, the folder removed.
+    let pid = child.id().unwrap().to_string();
+    let signalled = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(signalled.success());
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("still running after Ctrl-C\n{}", context()))
+        .unwrap();
+    assert!(status.success(), "{status:?}\n{}", context());
+    assert!(!folder.exists(), "{}", context());
 }
