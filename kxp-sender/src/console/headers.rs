@@ -1,5 +1,5 @@
 //! The security headers of every console response: a policy that lets a page load only its own
-//! stylesheet and images and post only to its own origin (no script at all, inline or not), no
+//! stylesheet, script file and images and post only to its own origin (no inline script), no
 //! framing, no `Referer` (a sign-in link's token is in its URL), no content sniffing, and no
 //! caching of pages that hold session data.
 
@@ -11,8 +11,8 @@ use axum::http::header::{
 use axum::response::Response;
 
 /// The console's `Content-Security-Policy`.
-pub(super) const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
-     form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+pub(super) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Adds the headers; a response that set its own `Cache-Control` (the stylesheet) keeps it.
 pub(super) async fn secure(mut response: Response) -> Response {

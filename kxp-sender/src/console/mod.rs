@@ -40,6 +40,9 @@ use crate::http::AppState;
 /// The console's stylesheet, embedded: nothing is fetched from the network.
 const STYLESHEET: &str = include_str!("console.css");
 
+/// The console's one script (copy buttons), embedded: the pages work without it.
+const SCRIPT: &str = include_str!("console.js");
+
 /// The console's routes, and `/` (which sends browsers to it).
 pub(crate) fn app(state: AppState) -> Router {
     Router::new()
@@ -107,6 +110,7 @@ pub(crate) fn app(state: AppState) -> Router {
             get(dead_letters::confirm).post(dead_letters::replay_all),
         )
         .route("/console/assets/console.css", get(stylesheet))
+        .route("/console/assets/console.js", get(script))
         // Any other console URL: sign in first, then a 404 page.
         .route("/console/{*rest}", get(not_found))
         .layer(axum::middleware::map_response(headers::secure))
@@ -121,6 +125,18 @@ async fn stylesheet() -> Response {
             (CACHE_CONTROL, "public, max-age=3600"),
         ],
         STYLESHEET,
+    )
+        .into_response()
+}
+
+/// `GET /console/assets/console.js`. Like the stylesheet, it holds no session data.
+async fn script() -> Response {
+    (
+        [
+            (CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        SCRIPT,
     )
         .into_response()
 }

@@ -260,6 +260,20 @@ async fn a_merchant_registers_an_endpoint_and_sees_its_secret_once() {
     let secret = b.text("#secret").await;
     assert!(secret.len() >= 32, "{secret:?}");
     assert!(b.find("#secret").await.is_displayed().await.unwrap());
+    // The script shows the copy button (hidden without it); pressing it copies, or selects the
+    // secret where the clipboard is refused (a headless browser may refuse it).
+    let copy = b.find("button[data-copy]").await;
+    assert!(copy.is_displayed().await.unwrap(), "the script did not run");
+    copy.click().await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let said = b.text("button[data-copy]").await;
+        if said == "Copied" || said == "Selected: press Ctrl+C" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the copy button says {said:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let page = b.text(css::MAIN).await;
     assert!(page.contains(&r.url) && page.contains("order.*"), "{page}");
     audit.page(&b, "endpoint-registered").await;

@@ -384,12 +384,14 @@ async fn without_a_session_every_console_url_redirects_to_sign_in_with_the_secur
         "/console/sign-in",
         "/console/sign-in/abc",
         "/console/assets/console.css",
+        "/console/assets/console.js",
     ] {
         let response = b.get(path, Some(&session)).await;
         let h = response.headers();
         let csp = h["content-security-policy"].to_str().unwrap();
         for directive in [
             "default-src 'none'",
+            "script-src 'self'",
             "style-src 'self'",
             "form-action 'self'",
             "frame-ancestors 'none'",
@@ -400,7 +402,7 @@ async fn without_a_session_every_console_url_redirects_to_sign_in_with_the_secur
         assert!(!csp.contains("unsafe-inline"), "{csp}");
         assert_eq!(h["referrer-policy"], "no-referrer", "{path}");
         assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
-        if path != "/console/assets/console.css" {
+        if !path.starts_with("/console/assets/") {
             assert_eq!(h["cache-control"], "no-store", "{path}");
         }
     }
@@ -412,7 +414,8 @@ async fn without_a_session_every_console_url_redirects_to_sign_in_with_the_secur
             .unwrap()
             .starts_with("text/css")
     );
-    // The pages have no script, inline or not, and no inline style.
+    // No script where no secret is shown (the one script file adds its copy button), and no
+    // inline style.
     let html = b.home(&session).await.1;
     assert!(
         !html.contains("<script") && !html.contains("style="),

@@ -139,6 +139,15 @@ async fn an_endpoint_registered_from_the_console_shows_its_secret_once() {
         .unwrap_or_else(|| panic!("no secret on {shown}"))
         .to_owned();
     assert!(secret.len() >= 32, "{secret}");
+    // Its copy button comes with the console's one script file; no inline script anywhere.
+    assert!(shown.contains("data-copy=\"secret\""), "{shown}");
+    assert!(
+        shown.matches("<script").count()
+            == shown
+                .matches("<script src=\"/console/assets/console.js\"")
+                .count(),
+        "{shown}"
+    );
     assert!(
         shown.contains("orders &lt;b&gt;service&lt;/b&gt;"),
         "escaped: {shown}"

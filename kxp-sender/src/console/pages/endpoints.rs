@@ -3,7 +3,7 @@
 
 use maud::{Markup, html};
 
-use super::{Frame, account_page, chart};
+use super::{Frame, account_page, account_page_with_script, chart};
 use crate::model::{CircuitState, Endpoint, EndpointHealth, EndpointStatus, rfc3339};
 
 /// One line of the endpoints list.
@@ -217,7 +217,8 @@ pub(in crate::console) fn endpoint(
             section.secret aria-labelledby="secret-heading" {
                 h2 #secret-heading { "Signing secret" }
                 p { "Shown this once: copy it into the receiver's configuration now. It is not shown again." }
-                p { code #secret { (new.secret) } }
+                p { code #secret { (new.secret) } " "
+                    button type="button" data-copy="secret" hidden { "Copy" } }
                 @if let Some(at) = new.previous_expire_at {
                     p { "The previous secret keeps signing until " (rfc3339(at)) "." }
                 }
@@ -257,7 +258,8 @@ pub(in crate::console) fn endpoint(
             }
         }
     };
-    account_page(frame, "Endpoint", main)
+    let script = secret.is_some().then_some("/console/assets/console.js");
+    account_page_with_script(frame, "Endpoint", main, script)
 }
 
 /// The question before a deletion, with what it does to the endpoint's deliveries.

@@ -1,5 +1,6 @@
 //! The console's pages, as maud templates: checked at compile time, and every interpolated
-//! value is HTML-escaped. No inline script (the CSP forbids it); every form posts normally and
+//! value is HTML-escaped. No inline script (the CSP forbids it; the one script file only adds copy
+//! buttons, which stay hidden without it); every form posts normally and
 //! carries its `csrf_token`. One module per area ([`endpoints`], [`events`],
 //! [`dead_letters`]); [`chart`] draws the health
 //! charts as inline SVG.
@@ -49,6 +50,21 @@ impl Frame<'_> {
 
 /// A page about one account: its sections in a navigation bar above `main`.
 pub(super) fn account_page(frame: &Frame<'_>, title: &str, main: Markup) -> Markup {
+    account_page_with(frame, title, main, None)
+}
+
+/// [`account_page`] with the console's script (copy buttons): only the pages that have a
+/// button for it load it.
+pub(super) fn account_page_with_script(
+    frame: &Frame<'_>,
+    title: &str,
+    main: Markup,
+    script: Option<&str>,
+) -> Markup {
+    let main = html! {
+        (main)
+        @if let Some(src) = script { script src=(src) defer {} }
+    };
     account_page_with(frame, title, main, None)
 }
 
