@@ -5,12 +5,16 @@ use std::rc::Rc;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::{Method, Version, header};
 use actix_web::{Error, HttpMessage, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use futures_util::future::LocalBoxFuture;
-use kxp_receiver::{Receiver, Rejection, RequestLog, challenge_token, outcome_for_status};
+use kxp_receiver::{
+    Receiver, Rejection, RequestLog, VERIFIED_KEY_HEADER, challenge_token, outcome_for_status,
+    verified_key_value,
+};
 use kxp_verify::SIGNATURE_HEADER;
 
 use crate::extract::{VerifiedBody, WebhookRejection};
@@ -29,6 +33,10 @@ use crate::extract::{VerifiedBody, WebhookRejection};
 /// - Otherwise the request reaches the wrapped service with the payload intact (so `web::Bytes`
 ///   or `web::Json` still read it) and a [`VerifiedBody`] in its extensions, which the
 ///   [`VerifiedEvent`](crate::VerifiedEvent) and [`VerifiedBody`] extractors read.
+///   Its answer, when 2xx, gets `X-Kxp-Verified-Key`: the
+///   [fingerprint](kxp_verify::key_fingerprint) of the secret (or public key) that verified
+///   it, so the sender can tell when a rotation's new secret is in use here. No other answer
+///   has it.
 ///
 /// Each request logs one line (target `kxp_webhooks`) with `event_id`, `verification`,
 /// `outcome`, `status` and `duration_ms`.
@@ -161,6 +169,7 @@ where
         }
     };
 
+    let key = accepted.key_fingerprint();
     let verified = VerifiedBody::new(accepted);
     let event_id = verified.shared_event_id();
     // The payload was consumed above: hand the same bytes to the extractors that come next.
@@ -168,8 +177,19 @@ where
     request.extensions_mut().insert(verified);
 
     match service.call(request).await {
-        Ok(response) => {
+        Ok(mut response) => {
             let status = response.status().as_u16();
+            // Set here, whatever the handler did: the header names the verifier's key on a 2xx, and
+            // is on no other answer.
+            let name = HeaderName::from_static(VERIFIED_KEY_HEADER);
+            match verified_key_value(status, key).and_then(|v| HeaderValue::from_str(&v).ok()) {
+                Some(value) => {
+                    response.headers_mut().insert(name, value);
+                }
+                None => {
+                    response.headers_mut().remove(name);
+                }
+            }
             let outcome = response
                 .response()
                 .extensions()

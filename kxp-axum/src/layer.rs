@@ -9,9 +9,12 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{Method, Version, header};
+use http::{HeaderName, HeaderValue, Method, Version, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use kxp_receiver::{Receiver, Rejection, RequestLog, challenge_token, outcome_for_status};
+use kxp_receiver::{
+    Receiver, Rejection, RequestLog, VERIFIED_KEY_HEADER, challenge_token, outcome_for_status,
+    verified_key_value,
+};
 use kxp_verify::SIGNATURE_HEADER;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -31,7 +34,10 @@ use crate::extract::{VerifiedBody, WebhookRejection};
 ///   event, 400.
 /// - Otherwise the request reaches the inner service with the body intact and a
 ///   [`VerifiedBody`] in its extensions, which the [`VerifiedEvent`](crate::VerifiedEvent) and
-///   [`VerifiedBody`] extractors read.
+///   [`VerifiedBody`] extractors read. Its answer, when 2xx, gets `X-Kxp-Verified-Key`: the
+///   [fingerprint](kxp_verify::key_fingerprint) of the secret (or public key) that verified
+///   it, so the sender can tell when a rotation's new secret is in use here. No other answer
+///   has it.
 ///
 /// Each request logs one line (target `kxp_webhooks`) with `event_id`, `verification`,
 /// `outcome`, `status` and `duration_ms`.
@@ -137,13 +143,25 @@ where
         Err(rejection) => return Ok(reject(log, rejection)),
     };
 
+    let key = accepted.key_fingerprint();
     let verified = VerifiedBody::new(accepted);
     let event_id = verified.shared_event_id();
     let mut request = Request::from_parts(parts, Body::from(body));
     request.extensions_mut().insert(verified);
-    let response = inner.call(request).await?;
+    let mut response = inner.call(request).await?;
 
     let status = response.status().as_u16();
+    // Set here, whatever the handler did: the header names the verifier's key on a 2xx, and
+    // is on no other answer.
+    let name = HeaderName::from_static(VERIFIED_KEY_HEADER);
+    match verified_key_value(status, key).and_then(|v| HeaderValue::from_str(&v).ok()) {
+        Some(value) => {
+            response.headers_mut().insert(name, value);
+        }
+        None => {
+            response.headers_mut().remove(name);
+        }
+    }
     let outcome = response
         .extensions()
         .get::<HandlerOutcome>()

@@ -3,7 +3,8 @@
 //! `kxp-axum` and `kxp-actix` are thin: each reads the header and the body its own way, then
 //! hands them to a [`Receiver`], and turns a [`Rejection`] into its own response type. Everything
 //! that must behave the same in both — which status for which failure, the JSON error body, the
-//! endpoint challenge, the one log line per request — lives here, once.
+//! endpoint challenge, the one log line per request, the `X-Kxp-Verified-Key` of a 2xx — lives
+//! here, once.
 //!
 //! ```
 //! use kxp_receiver::{Receiver, Rejection};
@@ -16,6 +17,9 @@
 //!
 //! let accepted = receiver.check(header.as_bytes(), body.clone())?;
 //! assert_eq!(accepted.event_id(), "evt_1");
+//! // The 2xx answer names the secret that verified it.
+//! let key = kxp_receiver::verified_key_value(200, accepted.key_fingerprint());
+//! assert_eq!(key, Some(kxp_verify::key_fingerprint(b"whsec").to_string()));
 //!
 //! let rejected = receiver.check(b"t=1,v1=00", body).unwrap_err();
 //! assert_eq!((rejected.status(), rejected.json_body()), (401, r#"{"error":"malformed_header"}"#.to_owned()));
@@ -23,11 +27,13 @@
 //! ```
 
 mod challenge;
+mod confirm;
 mod log;
 mod receiver;
 mod rejection;
 
 pub use challenge::challenge_token;
+pub use confirm::{VERIFIED_KEY_HEADER, verified_key_value};
 pub use log::{RequestLog, outcome_for_status};
 pub use receiver::{Accepted, DEFAULT_BODY_LIMIT, FromEnvError, Receiver};
 pub use rejection::Rejection;

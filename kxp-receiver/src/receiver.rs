@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kxp_verify::{ConfigError, VerifiedBuf, Verifier};
+use kxp_verify::{ConfigError, KeyFingerprint, VerifiedBuf, Verifier};
 
 use crate::rejection::Rejection;
 
@@ -151,6 +151,13 @@ impl<B: AsRef<[u8]>> Accepted<B> {
     /// The verified body.
     pub fn verified(&self) -> &VerifiedBuf<B> {
         &self.verified
+    }
+
+    /// The fingerprint of the secret or key that verified the request, for the 2xx's
+    /// [`X-Kxp-Verified-Key`](crate::VERIFIED_KEY_HEADER) (see
+    /// [`verified_key_value`](crate::verified_key_value)).
+    pub fn key_fingerprint(&self) -> KeyFingerprint {
+        self.verified.key_fingerprint()
     }
 
     /// Both parts, by value. The id is shared (an [`Arc`]), so an adapter keeps it for its log

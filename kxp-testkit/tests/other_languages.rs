@@ -11,7 +11,8 @@
 //! standard library (`node:http`, `http.server`) on 127.0.0.1, which answer as the receiving guide
 //! says (401 with the kind, 413 over 1 MiB, 400 for a body that is not an event, 200 otherwise,
 //! duplicates included, and the challenge); `kxp_check::run` must pass every check against each,
-//! a rotation's two secrets included.
+//! a rotation's two secrets included, and each 200 must name the secret that verified it in
+//! `X-Kxp-Verified-Key` (the snippet's `keyId` / `key_id`, compared with kxp-verify's).
 //!
 //! Node.js and Python are required: a missing interpreter fails the test unless
 //! `KXP_SKIP_OTHER_LANGUAGES=1` is set. Go runs where `go` is on the `PATH`, and is skipped
@@ -98,6 +99,9 @@ const NODE_SERVER: &str = r#"
         return answer(res, 400, '{"error":"invalid_json"}');
       }
       if (typeof event?.id !== 'string') return answer(res, 400, '{"error":"invalid_envelope"}');
+      const header = req.headers['x-kxp-signature'];
+      const secret = secrets.find((s) => verify(header, body, [s], now) === 'ok');
+      res.setHeader('X-Kxp-Verified-Key', keyId(secret));
       return answer(res, 200, '{"outcome":"processed"}');
     });
   });
@@ -122,9 +126,11 @@ def _kxp_serve():
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def answer(self, status, body, content_type="application/json"):
+        def answer(self, status, body, content_type="application/json", headers=()):
             data = body.encode("utf-8")
             self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -157,7 +163,10 @@ def _kxp_serve():
                 return self.answer(400, '{"error":"invalid_json"}')
             if not isinstance(event, dict) or not isinstance(event.get("id"), str):
                 return self.answer(400, '{"error":"invalid_envelope"}')
-            return self.answer(200, '{"outcome":"processed"}')
+            now = int(time.time())
+            secret = next(s for s in secrets if verify(header, body, [s], now) == "ok")
+            verified_key = [("X-Kxp-Verified-Key", key_id(secret))]
+            return self.answer(200, '{"outcome":"processed"}', headers=verified_key)
 
         def log_message(self, *args):
             pass
@@ -372,12 +381,77 @@ impl Server {
             not_passed.join("\n")
         );
         assert_eq!(report.findings.len(), kxp_check::Check::ALL.len());
+        self.names_the_verifying_secret();
         eprintln!(
             "{}: {} of {} checks pass",
             self.language,
             report.counts.passed,
             report.findings.len()
         );
+    }
+}
+
+impl Server {
+    /// A delivery signed with the second secret (a sender not yet rotated) is answered 200 with
+    /// that secret's fingerprint; a forged one, 401 without any.
+    fn names_the_verifying_secret(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("the clock is after 1970")
+            .as_secs();
+        let body = r#"{"id":"evt_key","type":"payment.succeeded","api_version":"2026-11-01","created_at":"2026-11-30T01:02:03Z","data":{}}"#;
+        let signed = |secret: &str| {
+            kxp_verify::Signer::new(kxp_verify::Secret::new(secret).expect("not empty"))
+                .sign(now, body.as_bytes())
+                .to_string()
+        };
+        let expected = kxp_verify::key_fingerprint(SERVER_SECRETS[1].as_bytes()).to_string();
+        assert_eq!(
+            self.post(&signed(SERVER_SECRETS[1]), body),
+            (200, Some(expected)),
+            "the {} snippet's server must name the second secret in X-Kxp-Verified-Key",
+            self.language
+        );
+        assert_eq!(
+            self.post(&signed("not-a-secret"), body),
+            (401, None),
+            "the {} snippet's server must not send X-Kxp-Verified-Key on a 401",
+            self.language
+        );
+    }
+
+    /// `POST /webhooks/kxp` on a connection of its own: the status and `X-Kxp-Verified-Key`.
+    fn post(&self, signature: &str, body: &str) -> (u16, Option<String>) {
+        use std::io::Read;
+
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port))
+            .unwrap_or_else(|e| panic!("cannot connect to the {} server: {e}", self.language));
+        let request = format!(
+            "POST /webhooks/kxp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nX-Kxp-Signature: {signature}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream
+            .write_all(request.as_bytes())
+            .unwrap_or_else(|e| panic!("cannot write to the {} server: {e}", self.language));
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .unwrap_or_else(|e| panic!("cannot read the {} server's answer: {e}", self.language));
+        let head = response.split("\r\n\r\n").next().unwrap_or_default();
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .and_then(|line| line.split(' ').nth(1))
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+        let key = lines.find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("x-kxp-verified-key")
+                .then(|| value.trim().to_owned())
+        });
+        (status, key)
     }
 }
 

@@ -18,6 +18,7 @@ use ed25519_dalek::{Signature, SigningKey as DalekSigningKey, VerifyingKey};
 
 use crate::base64;
 use crate::error::ConfigError;
+use crate::fingerprint::{KeyFingerprint, key_fingerprint};
 
 /// The bytes of a `v1a` signature.
 pub(crate) const SIGNATURE_LEN: usize = 64;
@@ -44,6 +45,9 @@ pub(crate) const SIGNATURE_LEN: usize = 64;
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PublicKey {
     key: VerifyingKey,
+    /// [`key_fingerprint`] of the 32 bytes, computed with the key (so a verification that names
+    /// it hashes nothing). A function of `key`, so the derived equality is still the key's.
+    fingerprint: KeyFingerprint,
 }
 
 impl PublicKey {
@@ -58,7 +62,14 @@ impl PublicKey {
         if key.is_weak() {
             return Err(ConfigError::WeakPublicKey);
         }
-        Ok(PublicKey { key })
+        Ok(PublicKey::new(key))
+    }
+
+    fn new(key: VerifyingKey) -> PublicKey {
+        PublicKey {
+            key,
+            fingerprint: key_fingerprint(key.as_bytes()),
+        }
     }
 
     /// A public key as the sender's API shows it: the padded standard base64 of its 32 bytes
@@ -72,6 +83,24 @@ impl PublicKey {
     /// The 32 raw bytes.
     pub fn to_bytes(&self) -> [u8; 32] {
         self.key.to_bytes()
+    }
+
+    /// The [`key_fingerprint`] of the 32 raw bytes: what a receiver answers in
+    /// `X-Kxp-Verified-Key` when this key verified a request. A public key is no secret, but
+    /// the fingerprint is the one short name both sides use for a key, whatever its kind.
+    ///
+    /// ```
+    /// use kxp_verify::{PublicKey, SigningKey, key_fingerprint};
+    ///
+    /// let key = PublicKey::from_base64("11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=")?;
+    /// assert_eq!(key.fingerprint().to_string(), "92f159740ef1b383");
+    ///
+    /// let key = SigningKey::from_seed(&[7; 32]).public_key();
+    /// assert_eq!(key.fingerprint(), key_fingerprint(&key.to_bytes()));
+    /// # Ok::<(), kxp_verify::ConfigError>(())
+    /// ```
+    pub fn fingerprint(&self) -> KeyFingerprint {
+        self.fingerprint
     }
 
     /// Whether `signature` is this key's strict Ed25519 signature over `<t digits>.<body>`.
@@ -142,9 +171,7 @@ impl SigningKey {
 
     /// The public key receivers verify with.
     pub fn public_key(&self) -> PublicKey {
-        PublicKey {
-            key: self.key.verifying_key(),
-        }
+        PublicKey::new(self.key.verifying_key())
     }
 
     /// Signs `body` as sent at `timestamp` (Unix seconds, at most

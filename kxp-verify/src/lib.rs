@@ -41,6 +41,12 @@ pub use verify::{Verified, VerifiedBuf, Verifier};
 /// The header that carries the signature, in the lowercase form `http::HeaderName` wants.
 pub const SIGNATURE_HEADER: &str = "x-kxp-signature";
 
+/// The header a receiver answers a verified request's 2xx with: the [`key_fingerprint`] of the
+/// key that verified it ([`Verified::key_fingerprint`]), 16 lowercase hex digits. The sender
+/// reads it to end a rotation once the receiver verifies with the new key. Lowercase, as
+/// `http::HeaderName` wants.
+pub const VERIFIED_KEY_HEADER: &str = "x-kxp-verified-key";
+
 /// How far a timestamp may be from the receiver's clock, either way, unless configured
 /// otherwise: five minutes, wide enough for ordinary clock skew and narrow enough that a captured
 /// request cannot be replayed later.

@@ -8,6 +8,7 @@ use sha2::Sha256;
 use crate::MAX_SECRETS;
 use crate::ed25519::PublicKey;
 use crate::error::ConfigError;
+use crate::fingerprint::{KeyFingerprint, key_fingerprint};
 
 /// One webhook signing secret.
 ///
@@ -16,18 +17,22 @@ use crate::error::ConfigError;
 ///
 /// The string itself is not kept: only the HMAC state keyed with it, computed once here so that
 /// each message costs one HMAC pass over its bytes and no re-keying. That state is as sensitive
-/// as the key, so it is wiped on drop, and `Debug` prints `[redacted]`.
+/// as the key, so it is wiped on drop, and `Debug` prints `[redacted]`. Beside it is the
+/// secret's [`fingerprint`](Secret::fingerprint), also computed here: once the string is gone it
+/// could not be computed later, and a receiver names the secret that verified a request by it.
 ///
 /// ```
 /// use kxp_verify::Secret;
 ///
 /// let secret = Secret::new("41ab92590637ac82026ca65266b2898428ea491b1e6d543d7202cf486ea62965")?;
 /// assert_eq!(format!("{secret:?}"), "Secret([redacted])");
+/// assert_eq!(secret.fingerprint().to_string(), "af17edef1cfa9c63");
 /// # Ok::<(), kxp_verify::ConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct Secret {
     keyed: Hmac<Sha256>,
+    fingerprint: KeyFingerprint,
 }
 
 impl Secret {
@@ -39,7 +44,17 @@ impl Secret {
         }
         // HMAC takes keys of any length (long ones are hashed first), so this cannot fail.
         let keyed = Hmac::<Sha256>::new_from_slice(key).map_err(|_| ConfigError::EmptySecret)?;
-        Ok(Secret { keyed })
+        Ok(Secret {
+            keyed,
+            fingerprint: key_fingerprint(key),
+        })
+    }
+
+    /// The [`key_fingerprint`] of the secret string's bytes (the HMAC key): what a receiver
+    /// answers in `X-Kxp-Verified-Key` when this secret verified a request, and what the
+    /// sender's console shows for it. It tells which secret without revealing it.
+    pub fn fingerprint(&self) -> KeyFingerprint {
+        self.fingerprint
     }
 
     /// HMAC-SHA256 over `<t digits>.<body>`.

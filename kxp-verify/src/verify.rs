@@ -4,6 +4,7 @@ use core::time::Duration;
 
 use crate::ed25519::{CheckedSignature, PublicKey};
 use crate::error::{ConfigError, Error};
+use crate::fingerprint::KeyFingerprint;
 use crate::header::{Ed25519Header, SignatureHeader};
 use crate::secret::{Keyring, Secret};
 use crate::{DEFAULT_TOLERANCE, hex};
@@ -144,7 +145,11 @@ impl Verifier {
         body: &'b [u8],
         now_unix_seconds: u64,
     ) -> Result<Verified<'b>, Error> {
-        let (timestamp, secret_index) = match &self.keys {
+        let Match {
+            timestamp,
+            secret_index,
+            key,
+        } = match &self.keys {
             Keys::Secrets(secrets) => verify_v1(secrets, header, body)?,
             Keys::PublicKeys(keys) => verify_v1a(keys, header, body)?,
         };
@@ -165,6 +170,7 @@ impl Verifier {
             body,
             timestamp,
             secret_index,
+            key,
         })
     }
 
@@ -190,12 +196,14 @@ impl Verifier {
         let Verified {
             timestamp,
             secret_index,
+            key,
             ..
         } = self.verify(header, body.as_ref(), now_unix_seconds)?;
         Ok(VerifiedBuf {
             buf: body,
             timestamp,
             secret_index,
+            key,
         })
     }
 
@@ -210,6 +218,14 @@ impl Verifier {
     }
 }
 
+/// What the signature check found: the signed `t`, and which key matched (its place in the
+/// verifier and its fingerprint, kept beside the key since it was configured).
+struct Match {
+    timestamp: u64,
+    secret_index: usize,
+    key: KeyFingerprint,
+}
+
 /// Parse, then the signature: the `t` of a header whose `v1` matches one of `secrets`, and
 /// which secret it was.
 #[inline]
@@ -217,7 +233,7 @@ fn verify_v1<H: AsRef<[u8]> + ?Sized>(
     secrets: &Keyring<Secret>,
     header: &H,
     body: &[u8],
-) -> Result<(u64, usize), Error> {
+) -> Result<Match, Error> {
     let header = SignatureHeader::parse(header)?;
 
     let timestamp_digits = header.timestamp_digits();
@@ -226,20 +242,23 @@ fn verify_v1<H: AsRef<[u8]> + ?Sized>(
     // The answer is the first signature in header order that any secret matches, and the
     // first secret that matches it; secret by secret, that is the match at the earliest
     // position, found by the earliest secret.
-    let mut matched: Option<(usize, usize)> = None;
+    let mut matched: Option<(usize, usize, KeyFingerprint)> = None;
     for (index, secret) in secrets.iter().enumerate() {
         let mac = secret.mac(timestamp_digits, body);
         for (position, signature) in header.signature_digits().enumerate() {
             if bool::from(hex::matches(&mac, signature))
-                && matched.is_none_or(|(earliest, _)| position < earliest)
+                && matched.is_none_or(|(earliest, _, _)| position < earliest)
             {
-                matched = Some((position, index));
+                matched = Some((position, index, secret.fingerprint()));
             }
         }
     }
-    let matched = matched.map(|(_, index)| index);
-    let secret_index = matched.ok_or(Error::SIGNATURE_MISMATCH)?;
-    Ok((header.timestamp(), secret_index))
+    let (_, secret_index, key) = matched.ok_or(Error::SIGNATURE_MISMATCH)?;
+    Ok(Match {
+        timestamp: header.timestamp(),
+        secret_index,
+        key,
+    })
 }
 
 /// Parse, then the signature: the `t` of a header whose `v1a` verifies by one of `keys`, and
@@ -254,7 +273,7 @@ fn verify_v1a<H: AsRef<[u8]> + ?Sized>(
     keys: &Keyring<PublicKey>,
     header: &H,
     body: &[u8],
-) -> Result<(u64, usize), Error> {
+) -> Result<Match, Error> {
     let header = Ed25519Header::parse(header)?;
     let timestamp_digits = header.timestamp_digits();
     header
@@ -263,9 +282,14 @@ fn verify_v1a<H: AsRef<[u8]> + ?Sized>(
         .find_map(|signature| {
             let signature = CheckedSignature::new(signature)?;
             keys.iter()
-                .position(|key| key.verifies(timestamp_digits, body, &signature))
+                .enumerate()
+                .find(|(_, key)| key.verifies(timestamp_digits, body, &signature))
         })
-        .map(|index| (header.timestamp(), index))
+        .map(|(secret_index, key)| Match {
+            timestamp: header.timestamp(),
+            secret_index,
+            key: key.fingerprint(),
+        })
         .ok_or(Error::SIGNATURE_MISMATCH)
 }
 
@@ -285,6 +309,7 @@ pub struct Verified<'b> {
     body: &'b [u8],
     timestamp: u64,
     secret_index: usize,
+    key: KeyFingerprint,
 }
 
 impl<'b> Verified<'b> {
@@ -304,6 +329,32 @@ impl<'b> Verified<'b> {
     pub fn secret_index(&self) -> usize {
         self.secret_index
     }
+
+    /// The [fingerprint](crate::key_fingerprint) of the key that verified the body: the secret
+    /// (of its string's bytes) or the Ed25519 public key (of its 32 bytes) at
+    /// [`secret_index`](Verified::secret_index), the one that matched the first signature in
+    /// header order that any key matched.
+    ///
+    /// A receiver sends it back in `X-Kxp-Verified-Key` on its 2xx, so that the sender learns
+    /// which of the keys it signs with during a rotation the receiver actually uses, and can end
+    /// the rotation once the receiver has switched to the new one, rather than when a timer runs
+    /// out. An index would not do: it counts the receiver's keys, in the receiver's order, which
+    /// the sender does not know; the fingerprint names the key itself, and tells nothing about it.
+    /// It was computed when the key was configured, so reading it costs nothing per request.
+    ///
+    /// ```
+    /// use kxp_verify::{Signer, Verifier, key_fingerprint};
+    ///
+    /// let verifier = Verifier::from_secret_list("new,old")?;
+    /// // A sender still on the old secret.
+    /// let header = Signer::from_secret_list("old")?.sign(1764464523, b"{}").to_string();
+    /// let verified = verifier.verify(&header, b"{}", 1764464523)?;
+    /// assert_eq!(verified.key_fingerprint(), key_fingerprint(b"old"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_fingerprint(&self) -> KeyFingerprint {
+        self.key
+    }
 }
 
 /// A [`Verified`] body that owns its buffer (`Vec<u8>`, `bytes::Bytes`, …), so it can outlive
@@ -314,6 +365,7 @@ pub struct VerifiedBuf<B> {
     buf: B,
     timestamp: u64,
     secret_index: usize,
+    key: KeyFingerprint,
 }
 
 impl<B: AsRef<[u8]>> VerifiedBuf<B> {
@@ -324,6 +376,7 @@ impl<B: AsRef<[u8]>> VerifiedBuf<B> {
             body: self.buf.as_ref(),
             timestamp: self.timestamp,
             secret_index: self.secret_index,
+            key: self.key,
         }
     }
 
@@ -347,6 +400,11 @@ impl<B: AsRef<[u8]>> VerifiedBuf<B> {
         self.secret_index
     }
 
+    /// The fingerprint of the key that verified the body: see [`Verified::key_fingerprint`].
+    pub fn key_fingerprint(&self) -> KeyFingerprint {
+        self.key
+    }
+
     /// The buffer, giving up the proof.
     pub fn into_inner(self) -> B {
         self.buf
@@ -359,7 +417,7 @@ mod tests {
     use std::format;
     use std::string::ToString;
 
-    use crate::{Secret, Signer, Verifier};
+    use crate::{PublicKey, Secret, Signer, SigningKey, Verifier, key_fingerprint};
 
     /// With several secrets and several signatures, the answer is the first signature in
     /// header order that any secret matches, and the first secret that matches it (the order
@@ -386,5 +444,101 @@ mod tests {
         }
         let forged = format!("t=1000,v1={}", "0".repeat(64));
         assert!(verifier.verify(&forged, body, 1000).is_err());
+    }
+
+    /// During a rotation the sender signs with both secrets (`v1=<new>,v1=<old>`): the
+    /// fingerprint names the receiver's secret that matched, whichever it holds, and follows the
+    /// index (the first signature in header order, by the first secret that matches it).
+    #[test]
+    fn the_fingerprint_names_the_secret_that_matched() {
+        let (new, old) = (
+            "41ab92590637ac82026ca65266b2898428ea491b1e6d543d7202cf486ea62965",
+            "old-secret",
+        );
+        let body = b"{}";
+        let rotating = Signer::with_secrets([new, old].map(|s| Secret::new(s).unwrap()))
+            .unwrap()
+            .sign(1000, body)
+            .to_string();
+        assert_eq!(rotating.matches("v1=").count(), 2, "{rotating}");
+        let old_only = Signer::new(Secret::new(old).unwrap())
+            .sign(1000, body)
+            .to_string();
+        // Known independently (Python's hashlib): the first 8 bytes of
+        // SHA-256("kxp-key-id\0" + new).
+        let new_fingerprint = "af17edef1cfa9c63";
+        for (secrets, header, index, expected) in [
+            (
+                &[new, old][..],
+                &rotating,
+                0,
+                key_fingerprint(new.as_bytes()),
+            ),
+            (&[old, new], &rotating, 1, key_fingerprint(new.as_bytes())),
+            (&[old], &rotating, 0, key_fingerprint(old.as_bytes())),
+            (&[new], &rotating, 0, key_fingerprint(new.as_bytes())),
+            (&[new, old], &old_only, 1, key_fingerprint(old.as_bytes())),
+        ] {
+            let verifier =
+                Verifier::with_secrets(secrets.iter().map(|s| Secret::new(s).unwrap())).unwrap();
+            let verified = verifier.verify(header, body, 1000).unwrap();
+            assert_eq!(
+                (verified.secret_index(), verified.key_fingerprint()),
+                (index, expected),
+                "{secrets:?} {header}"
+            );
+            let owned = verifier.verify_owned(header, body.to_vec(), 1000).unwrap();
+            assert_eq!(owned.key_fingerprint(), expected);
+            assert_eq!(owned.verified().key_fingerprint(), expected);
+        }
+        assert_eq!(key_fingerprint(new.as_bytes()).to_string(), new_fingerprint);
+        assert_eq!(
+            Secret::new(new).unwrap().fingerprint().to_string(),
+            new_fingerprint
+        );
+        // A trimmed list names the trimmed secret: the key is what is trimmed to.
+        let verifier = Verifier::from_secret_list(&format!(" {new} , {old} ")).unwrap();
+        let verified = verifier.verify(&old_only, body, 1000).unwrap();
+        assert_eq!(verified.key_fingerprint(), key_fingerprint(old.as_bytes()));
+    }
+
+    /// For Ed25519 the fingerprint is that of the 32 raw public-key bytes, of the first key
+    /// that verifies the first `v1a` that any key verifies.
+    #[test]
+    fn the_fingerprint_names_the_public_key_that_verified() {
+        let body = b"{}";
+        let (first, second, other) = (
+            SigningKey::from_seed(&[1; 32]),
+            SigningKey::from_seed(&[2; 32]),
+            SigningKey::from_seed(&[3; 32]),
+        );
+        let item = |key: &SigningKey| {
+            let header = key.sign(1000, body).to_string();
+            header.split_once(',').unwrap().1.to_owned()
+        };
+        let verifier =
+            Verifier::with_public_keys([first.public_key(), second.public_key()]).unwrap();
+        let fingerprint = |key: &SigningKey| key_fingerprint(&key.public_key().to_bytes());
+        for (items, index, expected) in [
+            ([item(&second), item(&first)], 1, fingerprint(&second)),
+            ([item(&first), item(&second)], 0, fingerprint(&first)),
+            ([item(&other), item(&second)], 1, fingerprint(&second)),
+        ] {
+            let header = format!("t=1000,{},{}", items[0], items[1]);
+            let verified = verifier.verify(&header, body, 1000).unwrap();
+            assert_eq!(
+                (verified.secret_index(), verified.key_fingerprint()),
+                (index, expected),
+                "{header}"
+            );
+        }
+        assert_ne!(fingerprint(&first), fingerprint(&second));
+        assert_eq!(
+            first.public_key().fingerprint(),
+            key_fingerprint(&first.public_key().to_bytes())
+        );
+        // The same key read back from its bytes has the same fingerprint.
+        let reread = PublicKey::from_bytes(&first.public_key().to_bytes()).unwrap();
+        assert_eq!(reread.fingerprint(), fingerprint(&first));
     }
 }

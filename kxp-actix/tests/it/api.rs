@@ -91,3 +91,74 @@ async fn an_error_from_the_wrapped_service_is_logged_once_with_its_status() {
     assert_eq!(lines[0]["outcome"], "failed");
     assert_eq!(lines[0]["status"], 503);
 }
+
+/// A 2xx names the secret that verified the request, here the second of two (a sender still on
+/// the old secret during a rotation); no other answer names any.
+#[tokio::test]
+async fn a_verified_2xx_names_the_secret_that_verified_it_and_nothing_else_does() {
+    use actix_web::HttpResponse;
+    use kxp_verify::{Secret, Verifier};
+
+    // SHA-256("kxp-key-id\0" + SECRET), first 8 bytes: computed with Python's hashlib.
+    const SECRET_FINGERPRINT: &str = "af17edef1cfa9c63";
+    let secrets = ["new-secret", SECRET].map(|s| Secret::new(s).unwrap());
+    let verify = VerifyMiddleware::new(
+        kxp_actix::Receiver::new(Verifier::with_secrets(secrets).unwrap()).clock(|| NOW),
+    );
+    let server = serve(move |cfg: &mut web::ServiceConfig| {
+        cfg.service(
+            web::resource("/webhooks")
+                .wrap(verify.clone())
+                .route(web::post().to(|event: VerifiedEvent| async move {
+                    if event.id() == "evt_fail" {
+                        // A handler's own header is taken off a non-2xx too.
+                        HttpResponse::InternalServerError()
+                            .insert_header(("x-kxp-verified-key", "0000000000000000"))
+                            .body("failed")
+                    } else {
+                        HttpResponse::Ok().body("ok")
+                    }
+                })),
+        );
+    });
+    let url = format!("{}/webhooks", server.base);
+
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let send = |secrets: &'static [&'static str], body: String| {
+        let request = client
+            .post(&url)
+            .header("X-Kxp-Signature", sign(secrets, NOW, body.as_bytes()))
+            .body(body);
+        async move {
+            let response = request.send().await.unwrap();
+            let key = response
+                .headers()
+                .get("x-kxp-verified-key")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (response.status().as_u16(), key)
+        }
+    };
+    let accepted = send(&[SECRET], event_body("evt_1", 1, "eur")).await;
+    assert_eq!(accepted, (200, Some(SECRET_FINGERPRINT.to_owned())));
+    // Signed with both, newest first: the first signature is the new secret's.
+    let both = send(&["new-secret", SECRET], event_body("evt_2", 1, "eur")).await;
+    let new = kxp_verify::key_fingerprint(b"new-secret").to_string();
+    assert_eq!(both, (200, Some(new)));
+
+    assert_eq!(
+        send(&["retired"], event_body("evt_3", 1, "eur")).await,
+        (401, None)
+    );
+    assert_eq!(send(&[SECRET], "not json".to_owned()).await, (400, None));
+    assert_eq!(
+        send(&[SECRET], event_body("evt_fail", 1, "eur")).await,
+        (500, None)
+    );
+    let challenge = client
+        .get(format!("{url}?challenge=tok"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(challenge.status(), 200);
+    assert!(challenge.headers().get("x-kxp-verified-key").is_none());
+}

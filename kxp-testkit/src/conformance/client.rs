@@ -2,7 +2,7 @@
 //! receivers are not checked with the code they verify with), and HTTP requests on loopback.
 
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use super::Config;
 
@@ -30,6 +30,17 @@ pub fn sign(secrets: &[&str], t: u64, body: &[u8]) -> String {
     header
 }
 
+/// What a receiver answers in `X-Kxp-Verified-Key` when `secret` verified a request: the first
+/// 8 bytes, in hex, of SHA-256 over `"kxp-key-id\0"` and the secret's bytes (computed here, not
+/// with kxp-verify's `key_fingerprint`).
+pub fn key_id(secret: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"kxp-key-id\0")
+        .chain_update(secret.as_bytes())
+        .finalize();
+    hex::encode(&digest[..8])
+}
+
 /// The receiver's time: its pinned clock, or the system's.
 pub fn now(config: &Config) -> u64 {
     config.now.unwrap_or_else(|| {
@@ -50,6 +61,8 @@ pub struct Answer {
     pub content_type: Option<String>,
     /// `X-Content-Type-Options`, if present.
     pub nosniff: Option<String>,
+    /// `X-Kxp-Verified-Key`, if present: which secret verified the request ([`key_id`]).
+    pub verified_key: Option<String>,
     /// The body, as text.
     pub body: String,
 }
@@ -84,6 +97,7 @@ pub(crate) async fn try_send(request: reqwest::RequestBuilder) -> Result<Answer,
     });
     let content_type = header("content-type");
     let nosniff = header("x-content-type-options");
+    let verified_key = header("x-kxp-verified-key");
     let status = response.status().as_u16();
     let body = response.text().await?;
     Ok(Answer {
@@ -91,6 +105,7 @@ pub(crate) async fn try_send(request: reqwest::RequestBuilder) -> Result<Answer,
         retry_after,
         content_type,
         nosniff,
+        verified_key,
         body,
     })
 }

@@ -36,7 +36,7 @@ mod logs;
 pub mod payments;
 pub mod scenarios;
 
-pub use client::{Answer, event_body, now, sign};
+pub use client::{Answer, event_body, key_id, now, sign};
 pub use database::{Outage, wait_for_open_transaction};
 pub use logs::{CapturedLogs, request_lines};
 

@@ -8,7 +8,9 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
 use super::super::client::{client, deliver, error, outcome, post, send};
-use super::super::{Config, ReceiverUnderTest, RunningReceiver, SECRET, event_body, now, sign};
+use super::super::{
+    Config, ReceiverUnderTest, RunningReceiver, SECRET, event_body, key_id, now, sign,
+};
 use super::*;
 use crate::{check_all, vectors};
 
@@ -346,6 +348,7 @@ pub async fn only_the_webhook_route_is_verified<R: ReceiverUnderTest>(receiver: 
 
 /// Configured with `new,old`, the receiver accepts either secret, and what a rotating sender
 /// emits (one `v1` per live secret, newest first); a retired secret is `signature_mismatch`.
+/// Each 200 names the secret that verified it in `X-Kxp-Verified-Key`; the 401 names none.
 pub async fn rotation_accepts_either_secret_during_the_overlap<R: ReceiverUnderTest>(receiver: &R) {
     let database = sqlite().await;
     let config = Config {
@@ -355,10 +358,14 @@ pub async fn rotation_accepts_either_secret_during_the_overlap<R: ReceiverUnderT
     let running = receiver.start(config.clone()).await;
     let body = event_body("evt_rot", 1, "eur");
     let t = now(&config);
-    for secrets in [
-        &["new-secret"][..],
-        &["old-secret"],
-        &["newer-secret", "new-secret"],
+    // Each 2xx names the receiver's secret that verified it (`X-Kxp-Verified-Key`), so the
+    // sender can tell when the new one is in use: of a header signed with several, the first
+    // one the receiver holds.
+    for (secrets, verified_by) in [
+        (&["new-secret"][..], "new-secret"),
+        (&["old-secret"], "old-secret"),
+        (&["newer-secret", "new-secret"], "new-secret"),
+        (&["new-secret", "old-secret"], "new-secret"),
     ] {
         let header = sign(secrets, t, body.as_bytes());
         let answer = post(&running.url(), Some(&header), body.clone()).await;
@@ -367,10 +374,17 @@ pub async fn rotation_accepts_either_secret_during_the_overlap<R: ReceiverUnderT
             "signed with {secrets:?}: {}",
             answer.body
         );
+        assert_eq!(
+            answer.verified_key,
+            Some(key_id(verified_by)),
+            "signed with {secrets:?}: X-Kxp-Verified-Key must name {verified_by:?}"
+        );
     }
+    // A refusal names no key.
     let header = sign(&["retired-secret"], t, body.as_bytes());
     let answer = post(&running.url(), Some(&header), body).await;
     assert_eq!(answer.pair(), (401, error("signature_mismatch").as_str()));
+    assert_eq!(answer.verified_key, None, "a 401 has no X-Kxp-Verified-Key");
     finish(running, database).await;
 }
 
