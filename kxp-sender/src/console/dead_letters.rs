@@ -217,9 +217,7 @@ pub(super) async fn replay_all(
     }
     tracing::info!(target: "kxp_sender", queued, "dead deliveries replayed from the console");
     let action = format!("dead_letters.replay ({queued} queued)");
-    scope
-        .audit(&state, &action, form.endpoint.as_deref())
-        .await?;
+    scope.audit(&state, &action, form.endpoint.as_deref()).await;
     if queued > 0 {
         state.shared.wake_workers();
     }

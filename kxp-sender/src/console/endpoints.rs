@@ -117,9 +117,9 @@ pub(super) async fn create(
         Ok(created) => {
             let id = created.endpoint.id.to_string();
             tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint registered from the console");
-            scope.audit(&state, "endpoint.create", Some(&id)).await?;
             let flash = format!("{id} {}", created.secret.expose());
             state.db.set_flash(&scope.signed.cookie, &flash).await?;
+            scope.audit(&state, "endpoint.create", Some(&id)).await;
             Ok(Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response())
         }
         Err(refused) => {
@@ -232,7 +232,7 @@ pub(super) async fn show(
     let account = scope.account.id.as_str();
     let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
     let health = state.db.endpoint_health(account, &id).await?;
-    let flash = state.db.take_flash(&scope.signed.cookie).await?;
+    let flash = state.db.take_flash(&scope.signed.cookie, &id).await?;
     let secret = flash.as_deref().and_then(|flash| {
         let (for_endpoint, rest) = flash.split_once(' ')?;
         (for_endpoint == id).then(|| match rest.split_once(' ') {
@@ -314,7 +314,7 @@ pub(super) async fn edit(
     match change(&state, &scope.account, &id, patch).await {
         Ok(_) => {
             tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint changed from the console");
-            scope.audit(&state, "endpoint.edit", Some(&id)).await?;
+            scope.audit(&state, "endpoint.edit", Some(&id)).await;
             Ok(back_to(&scope, &id))
         }
         Err(refused) => {
@@ -354,7 +354,7 @@ pub(super) async fn pause(
         .await
         .map_err(not_found)?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused from the console");
-    scope.audit(&state, "endpoint.pause", Some(&id)).await?;
+    scope.audit(&state, "endpoint.pause", Some(&id)).await;
     Ok(back_to(&scope, &id))
 }
 
@@ -370,7 +370,7 @@ pub(super) async fn resume(
         .await
         .map_err(not_found)?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed from the console");
-    scope.audit(&state, "endpoint.resume", Some(&id)).await?;
+    scope.audit(&state, "endpoint.resume", Some(&id)).await;
     if due > 0 {
         state.shared.wake_workers();
     }
@@ -396,15 +396,15 @@ pub(super) async fn rotate(
         Err(e) => return Err(not_found(e)),
     };
     tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint secret rotated from the console");
-    scope
-        .audit(&state, "endpoint.rotate_secret", Some(&id))
-        .await?;
     let flash = format!(
         "{id} {} {}",
         rotated.secret.expose(),
         rotated.previous_expires_at
     );
     state.db.set_flash(&scope.signed.cookie, &flash).await?;
+    scope
+        .audit(&state, "endpoint.rotate_secret", Some(&id))
+        .await;
     Ok(back_to(&scope, &id))
 }
 
@@ -452,9 +452,7 @@ pub(super) async fn test(
     };
     tracing::info!(target: "kxp_sender", endpoint_id = %id, event_id = %event.id,
         "test event sent from the console");
-    scope
-        .audit(&state, "endpoint.test_event", Some(&id))
-        .await?;
+    scope.audit(&state, "endpoint.test_event", Some(&id)).await;
     Ok(Redirect::to(&scope.url(&format!("/events/{}", event.id))).into_response())
 }
 
@@ -487,7 +485,7 @@ pub(super) async fn delete(
         .map_err(not_found)?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,
         "endpoint deleted from the console");
-    scope.audit(&state, "endpoint.delete", Some(&id)).await?;
+    scope.audit(&state, "endpoint.delete", Some(&id)).await;
     Ok(Redirect::to(&scope.url("")).into_response())
 }
 

@@ -237,7 +237,7 @@ pub(super) async fn replay(
     };
     tracing::info!(target: "kxp_sender", delivery_id = %id, replay = %replayed.id,
         "delivery replayed from the console");
-    scope.audit(&state, "delivery.replay", Some(&id)).await?;
+    scope.audit(&state, "delivery.replay", Some(&id)).await;
     state.shared.wake_workers();
     let to = scope.url(&format!("/events/{}#{}", replayed.event_id, replayed.id));
     Ok(Redirect::to(&to).into_response())

@@ -96,25 +96,22 @@ impl InAccount {
         self.signed.session.who.may_change()
     }
 
-    /// Records a change this session made to the account, in the audit log.
-    pub async fn audit(
-        &self,
-        state: &AppState,
-        action: &str,
-        target: Option<&str>,
-    ) -> Result<(), ConsoleError> {
+    /// Records a change this session made to the account, in the audit log. Called once the
+    /// change is committed, so a failure to record it is logged, not answered: the change
+    /// stands (and a secret it made must still be shown once).
+    pub async fn audit(&self, state: &AppState, action: &str, target: Option<&str>) {
         let actor = match &self.signed.session.who {
-            SignedIn::Operator(id) => {
-                let operator = state
-                    .db
-                    .operator(id)
-                    .await?
-                    .ok_or(ConsoleError::SignInRequired)?;
-                Actor::Operator {
+            SignedIn::Operator(id) => match state.db.operator(id).await {
+                Ok(Some(operator)) => Actor::Operator {
                     id: id.to_string(),
                     name: operator.name,
-                }
-            }
+                },
+                // Deleted since: its name is gone with it.
+                Ok(None) | Err(_) => Actor::Operator {
+                    id: id.to_string(),
+                    name: String::new(),
+                },
+            },
             SignedIn::Account { .. } => Actor::Account {
                 id: self.account.id.to_string(),
                 name: self.account.name.clone(),
@@ -127,7 +124,10 @@ impl InAccount {
             action,
             target,
         };
-        Ok(state.db.audit(&entry).await?)
+        if let Err(e) = state.db.audit(&entry).await {
+            tracing::error!(target: "kxp_sender", error = %e, action,
+                "could not record a console change in the audit log");
+        }
     }
 
     /// Whether an operator is looking (the pages link back to the accounts list).

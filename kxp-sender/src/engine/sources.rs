@@ -62,8 +62,11 @@ pub(crate) enum Broker {
     },
     /// A JetStream stream through a durable pull consumer.
     Nats {
-        /// The server's URL (scheme, credentials, host and port; no query).
+        /// The server's URL (scheme, host and port; no credentials, no query).
         server: String,
+        /// The credentials the URL gave, handed to the client apart: it does not read a URL's
+        /// user part.
+        auth: NatsAuth,
         /// The stream.
         stream: String,
         /// The consumer's filter subject.
@@ -73,6 +76,17 @@ pub(crate) enum Broker {
         /// Where rejected messages are published with their reason.
         rejected_subject: String,
     },
+}
+
+/// How a NATS source authenticates: `nats://user:pass@host`, `nats://token@host`, or neither.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum NatsAuth {
+    /// No credentials.
+    None,
+    /// A user and a password.
+    UserPassword(String, String),
+    /// A token.
+    Token(String),
 }
 
 /// Why an `--ingest` URL was refused. The text names the parameter; it never quotes a
@@ -103,9 +117,22 @@ pub enum IngestUrlError {
 }
 
 impl IngestSource {
-    /// The URL with its passwords replaced, for `--print-config` and logs.
+    /// The URL with its passwords replaced, for `--print-config` and logs: a NATS URL's user
+    /// part alone is a token, replaced too.
     pub fn redacted(&self) -> String {
-        redact_passwords(&self.url)
+        match &self.broker {
+            Broker::Nats {
+                auth: NatsAuth::Token(_),
+                ..
+            } => match reqwest::Url::parse(&self.url) {
+                Ok(mut url) => {
+                    let _ = url.set_username("[redacted]");
+                    url.to_string().replace("%5Bredacted%5D", "[redacted]")
+                }
+                Err(_) => "[redacted]".to_owned(),
+            },
+            _ => redact_passwords(&self.url),
+        }
     }
 
     /// The source's name in `/healthz`, `/metrics` and logs: `amqp:<vhost>/<queue>` or
@@ -198,9 +225,15 @@ impl FromStr for IngestSource {
                 };
                 let mut uri = url.clone();
                 uri.set_query(None);
-                if !passed_on.is_empty() {
-                    uri.query_pairs_mut().extend_pairs(&passed_on);
+                // Connecting gives up after 10 s unless the URL says otherwise (the client's
+                // own default is to wait for as long as the network does).
+                if !passed_on
+                    .iter()
+                    .any(|(name, _)| name == "connection_timeout")
+                {
+                    passed_on.push(("connection_timeout".to_owned(), "10000".to_owned()));
                 }
+                uri.query_pairs_mut().extend_pairs(&passed_on);
                 Broker::Amqp {
                     uri: uri.into(),
                     vhost,
@@ -227,11 +260,35 @@ impl FromStr for IngestSource {
                 let rejected_subject = params
                     .rejected_subject
                     .unwrap_or_else(|| format!("kxp.rejected.{stream}"));
+                let decode = |part: &str| {
+                    percent_encoding::percent_decode_str(part)
+                        .decode_utf8()
+                        .map(|text| text.into_owned())
+                        .map_err(|_| IngestUrlError::Invalid {
+                            name: "credentials",
+                            problem: "not UTF-8".to_owned(),
+                        })
+                };
+                let auth = match (url.username(), url.password()) {
+                    ("", None) => NatsAuth::None,
+                    (user, Some(password)) => {
+                        NatsAuth::UserPassword(decode(user)?, decode(password)?)
+                    }
+                    (token, None) => NatsAuth::Token(decode(token)?),
+                };
                 let mut server = url.clone();
                 server.set_query(None);
                 server.set_path("");
+                let cleared = server.set_username("").is_ok() && server.set_password(None).is_ok();
+                if !cleared {
+                    return Err(IngestUrlError::Invalid {
+                        name: "host",
+                        problem: "a NATS URL needs a host".to_owned(),
+                    });
+                }
                 Broker::Nats {
                     server: server.as_str().trim_end_matches('/').to_owned(),
+                    auth,
                     stream,
                     subject,
                     durable,
@@ -594,7 +651,10 @@ mod tests {
         let Broker::Amqp { uri, vhost, queue } = &source.broker else {
             panic!("not AMQP");
         };
-        assert_eq!(uri, "amqp://kxp:s3cret@mq:5672/%2fpayments?heartbeat=10");
+        assert_eq!(
+            uri,
+            "amqp://kxp:s3cret@mq:5672/%2fpayments?heartbeat=10&connection_timeout=10000"
+        );
         assert_eq!((vhost.as_str(), queue.as_str()), ("/payments", "events"));
         assert_eq!(source.name(), "amqp:payments/events");
         assert_eq!(source.prefetch, 8);
@@ -624,9 +684,33 @@ mod tests {
         else {
             panic!("not NATS");
         };
-        assert_eq!(server, "nats://u:p@127.0.0.1:4222");
+        assert_eq!(server, "nats://127.0.0.1:4222");
         assert_eq!(rejected_subject, "kxp.rejected.PAY");
         assert_eq!(source.name(), "nats:PAY/kxp");
+    }
+
+    #[test]
+    fn nats_credentials_are_taken_out_of_the_url_and_never_shown() {
+        let with = |userinfo: &str| {
+            parse(&format!(
+                "nats://{userinfo}@nats:4222?stream=S&subject=s&durable=d&account={ACC}"
+            ))
+            .unwrap()
+        };
+        let source = with("kxp:s%40cret");
+        let Broker::Nats { server, auth, .. } = &source.broker else {
+            panic!("not NATS");
+        };
+        assert_eq!(server, "nats://nats:4222");
+        assert!(*auth == NatsAuth::UserPassword("kxp".to_owned(), "s@cret".to_owned()));
+        assert!(!source.redacted().contains("cret"), "{}", source.redacted());
+        let token = with("t0ken");
+        let Broker::Nats { auth, .. } = &token.broker else {
+            panic!("not NATS");
+        };
+        assert!(*auth == NatsAuth::Token("t0ken".to_owned()));
+        assert!(!token.redacted().contains("t0ken"), "{}", token.redacted());
+        assert!(!format!("{token:?}").contains("t0ken"));
     }
 
     #[test]

@@ -31,9 +31,11 @@ pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), Stri
     };
     let name = format!("kxp serve {} pid {}", run.status.name, std::process::id());
     let properties = ConnectionProperties::default().with_connection_name(name.into());
-    let connection = Connection::connect(uri, properties)
-        .await
-        .map_err(|e| chain(&e))?;
+    let mut stop = run.stopped.clone();
+    let connection = tokio::select! {
+        () = stopping(&mut stop) => return Ok(()),
+        connected = Connection::connect(uri, properties) => connected.map_err(|e| chain(&e))?,
+    };
     let consumed = consume(run, backoff, &connection, vhost, queue).await;
     if consumed.is_ok() {
         let _ = connection.close(200, "kxp serve is stopping".into()).await;

@@ -12,9 +12,9 @@
 //! number in it: the same for every redelivery, and never the same for two messages, even
 //! across a deletion and re-creation of the stream.
 //!
-//! The client's own reconnection is not used: a lost connection ends the session, and the
-//! source connects again with its backoff, so its state and reconnect count say what
-//! happened.
+//! The client's own reconnection is not used (one try at most): a lost connection ends the
+//! session, and the source connects again with its backoff, so its state and reconnect count
+//! say what happened.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +22,14 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
 use async_nats::jetstream::{self, AckKind};
 use async_nats::{ConnectOptions, Event, HeaderMap};
+use axum::body::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use super::message::{self, Hold, Message, Verdict};
 use super::{Backoff, LAG_EVERY, Run, chain, settle_in_flight, stopping};
-use crate::engine::sources::Broker;
+use crate::engine::sources::{Broker, MAX_PREFETCH, NatsAuth};
 
 /// How long JetStream waits for an acknowledgement before delivering a message again (held
 /// messages extend it).
@@ -42,6 +43,7 @@ pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), Stri
     let (source, status) = (&run.source, &run.status);
     let Broker::Nats {
         server,
+        auth,
         stream,
         subject,
         durable,
@@ -52,7 +54,16 @@ pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), Stri
     };
     let lost = Arc::new(Notify::new());
     let on_event = lost.clone();
-    let client = ConnectOptions::new()
+    let options = match auth {
+        NatsAuth::None => ConnectOptions::new(),
+        NatsAuth::UserPassword(user, password) => {
+            ConnectOptions::new().user_and_password(user.clone(), password.clone())
+        }
+        NatsAuth::Token(token) => ConnectOptions::new().token(token.clone()),
+    };
+    let connecting = options
+        // One try: a lost connection ends the session, and the source connects again itself.
+        .max_reconnects(1)
         .name(format!(
             "kxp serve {} pid {}",
             status.name,
@@ -67,9 +78,12 @@ pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), Stri
                 }
             }
         })
-        .connect(server.as_str())
-        .await
-        .map_err(|e| chain(&e))?;
+        .connect(server.as_str());
+    let mut stop = run.stopped.clone();
+    let client = tokio::select! {
+        () = stopping(&mut stop) => return Ok(()),
+        connected = connecting => connected.map_err(|e| chain(&e))?,
+    };
     let context = jetstream::new(client.clone());
     let found = context.get_stream(stream).await;
     let jet_stream = found.map_err(|e| format!("stream {stream:?}: {}", chain(&e)))?;
@@ -85,13 +99,34 @@ pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), Stri
     let made = jet_stream.get_or_create_consumer(durable, config).await;
     let mut consumer: PullConsumer =
         made.map_err(|e| format!("consumer {durable:?}: {}", chain(&e)))?;
+    // An existing consumer is used as it is, so it must be one that cannot lose a message:
+    // explicit acks (with `all`, acknowledging one message stored would acknowledge earlier
+    // ones not stored yet), this source's subject only, and a bound on messages in flight.
+    let found = &consumer.cached_info().config;
+    let bound = 1..=i64::from(MAX_PREFETCH);
+    if found.ack_policy != AckPolicy::Explicit
+        || found.filter_subject != *subject
+        || !bound.contains(&found.max_ack_pending)
+    {
+        return Err(format!(
+            "consumer {durable:?} exists with another configuration: it needs ack_policy \
+             explicit, filter_subject {subject:?} and max_ack_pending from 1 to {MAX_PREFETCH} \
+             (it has {:?}, {:?}, {}); delete it to let kxp create it, or fix it",
+            found.ack_policy, found.filter_subject, found.max_ack_pending
+        ));
+    }
     let mut messages = consumer.messages().await.map_err(|e| chain(&e))?;
     status.up();
     backoff.reset();
+    // Whether a stream keeps the rejects: then each is published through JetStream and its
+    // message terminated only once that stream has it; else it goes out on the subject alone.
+    let kept = context
+        .stream_by_subject(rejected_subject.as_str())
+        .await
+        .is_ok();
     let identity = Arc::new(format!("{stream}:{created}"));
     let mut tasks = JoinSet::new();
     let mut lag = tokio::time::interval(LAG_EVERY);
-    let mut stop = run.stopped.clone();
     let ended = loop {
         tokio::select! {
             () = stopping(&mut stop) => break Ok(()),
@@ -103,6 +138,7 @@ pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), Stri
                         client: client.clone(),
                         identity: identity.clone(),
                         rejected: rejected_subject.clone(),
+                        kept,
                     };
                     tasks.spawn(settle.message(delivered));
                 }
@@ -123,6 +159,53 @@ pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), Stri
     ended
 }
 
+/// What became of a rejected message published to the rejected subject.
+enum Told {
+    /// A stream captured it (its ack came back).
+    Kept,
+    /// No stream captures the subject: it went out on the subject alone (to its subscribers,
+    /// if any), as the documentation says happens without such a stream.
+    NoStream,
+    /// A stream that captures it refused it, or the server did not answer.
+    Failed(String),
+}
+
+/// How long a rejected message that could not be published waits before it is tried again.
+const REJECT_RETRY: Duration = Duration::from_secs(5);
+
+impl Settle {
+    /// Publishes a rejected message, with its reason, to the rejected subject: through
+    /// JetStream when a stream captures the subject, so that it confirms it kept it before the
+    /// message is terminated; else on the subject alone.
+    async fn tell_rejected(&self, headers: HeaderMap, payload: Bytes) -> Told {
+        if self.kept {
+            let context = jetstream::new(self.client.clone());
+            let published = context
+                .publish_with_headers(self.rejected.clone(), headers, payload)
+                .await;
+            let acked = match published {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            return match acked {
+                Ok(_) => Told::Kept,
+                Err(e) => Told::Failed(e.to_string()),
+            };
+        }
+        let sent = self
+            .client
+            .publish_with_headers(self.rejected.clone(), headers, payload)
+            .await;
+        match sent {
+            Ok(()) => {
+                let _ = self.client.flush().await;
+                Told::NoStream
+            }
+            Err(e) => Told::Failed(e.to_string()),
+        }
+    }
+}
+
 /// A message held for another try: its ack deadline is pushed back (`+WPI`).
 struct Held<'a>(&'a jetstream::Message);
 
@@ -140,6 +223,8 @@ struct Settle {
     identity: Arc<String>,
     /// The source's rejected subject.
     rejected: String,
+    /// Whether a stream captures the rejected subject (looked up when the session began).
+    kept: bool,
 }
 
 impl Settle {
@@ -170,17 +255,16 @@ impl Settle {
                 }
                 let sequence = sequence.map(|n| n.to_string()).unwrap_or_default();
                 headers.insert("Kxp-Source-Sequence", sequence.as_str());
-                let payload = delivered.payload.clone();
-                let told = self
-                    .client
-                    .publish_with_headers(self.rejected.clone(), headers, payload)
-                    .await;
-                if let Err(e) = told {
-                    tracing::warn!(target: "kxp_sender", source = %status.name, error = %e,
-                        "broker source: could not publish a rejected message's reason");
+                match self.tell_rejected(headers, delivered.payload.clone()).await {
+                    Told::Kept | Told::NoStream => delivered.ack_with(AckKind::Term).await,
+                    // Not terminated: JetStream hands it over again, and it is rejected again.
+                    Told::Failed(e) => {
+                        tracing::warn!(target: "kxp_sender", source = %status.name, error = %e,
+                            "broker source: a rejected message could not be published to the \
+                             rejected subject; it is delivered again later");
+                        delivered.ack_with(AckKind::Nak(Some(REJECT_RETRY))).await
+                    }
                 }
-                let _ = self.client.flush().await;
-                delivered.ack_with(AckKind::Term).await
             }
             Verdict::Abandoned => delivered.ack_with(AckKind::Nak(None)).await,
         };

@@ -88,7 +88,8 @@ impl Db {
                  (SELECT COUNT(*) FROM kxp_endpoints e WHERE e.account_id = a.id AND e.status <> 'deleted'), \
                  (SELECT COUNT(*) FROM kxp_endpoints e WHERE e.account_id = a.id AND e.status <> 'deleted' \
                      AND e.circuit_state <> 'closed'), \
-                 (SELECT COUNT(*) FROM kxp_deliveries d WHERE d.account_id = a.id AND d.status = 'dead') \
+                 (SELECT COUNT(*) FROM kxp_deliveries d WHERE d.account_id = a.id AND d.status = 'dead' \
+                     AND d.replayed_by IS NULL) \
                  FROM kxp_accounts a",
             )
             .fetch_all(pool)

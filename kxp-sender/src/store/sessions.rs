@@ -166,28 +166,37 @@ impl Db {
         Ok(())
     }
 
-    /// The message [`Db::set_flash`] kept for the session, cleared in the same statement: of
-    /// two reads, one gets it.
-    pub(crate) async fn take_flash(&self, cookie: &str) -> Result<Option<String>, StoreError> {
+    /// The message [`Db::set_flash`] kept for the session, if it is about `about` (it starts
+    /// with `about` and a space), cleared in the same transaction: of two reads, one gets it,
+    /// and a page about something else leaves it for its own page.
+    pub(crate) async fn take_flash(
+        &self,
+        cookie: &str,
+        about: &str,
+    ) -> Result<Option<String>, StoreError> {
         let hash = sha256_hex(cookie.as_bytes());
         let taken: Option<(Option<String>,)> = on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             // SQLite's BEGIN IMMEDIATE already holds the write lock; PostgreSQL locks the row.
             let lock = if begin == "BEGIN" { " FOR UPDATE" } else { "" };
-            let taken = sqlx::query_as(&format!(
+            let taken: Option<(Option<String>,)> = sqlx::query_as(&format!(
                 "SELECT flash FROM kxp_sessions WHERE id_hash = $1 AND flash IS NOT NULL{lock}"
             ))
             .bind(&hash)
             .fetch_optional(&mut *tx)
             .await?;
-            sqlx::query(
-                "UPDATE kxp_sessions SET flash = NULL WHERE id_hash = $1 AND flash IS NOT NULL",
-            )
-            .bind(&hash)
-            .execute(&mut *tx)
-            .await?;
+            let ours = taken
+                .as_ref()
+                .and_then(|(flash,)| flash.as_deref())
+                .is_some_and(|flash| flash.starts_with(&format!("{about} ")));
+            if ours {
+                sqlx::query("UPDATE kxp_sessions SET flash = NULL WHERE id_hash = $1")
+                    .bind(&hash)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             tx.commit().await?;
-            taken
+            taken.filter(|_| ours)
         });
         Ok(taken.and_then(|(flash,)| flash))
     }

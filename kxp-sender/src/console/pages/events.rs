@@ -8,7 +8,7 @@ use maud::{Markup, html};
 
 use super::{Frame, Refresh, account_page_with};
 use crate::model::{
-    Attempt, Delivery, DeliveryStatus, Endpoint, Event, EventListed, HELD, rfc3339,
+    Attempt, Delivery, DeliveryStatus, Endpoint, Event, EventListed, HELD, now_ms, rfc3339,
 };
 
 /// Seconds between two refreshes of a page that shows deliveries on their way.
@@ -24,15 +24,21 @@ pub(in crate::console) struct DeliveryView {
     pub attempts: Vec<Attempt>,
 }
 
-/// Whether any of `deliveries` is still on its way (the page then refreshes itself).
+/// How soon a pending delivery's next try must be for its page to keep refreshing.
+const REFRESH_WITHIN_MS: i64 = 60_000;
+
+/// Whether any of `deliveries` is on its way now (the page then refreshes itself): being
+/// attempted, or pending with a try due within a minute. A held delivery (its endpoint paused,
+/// disabled or with an open circuit) or one whose next try is hours away does not keep a page
+/// reloading (nor its session alive) for nothing.
 pub(in crate::console) fn in_flight<'a>(
     mut deliveries: impl Iterator<Item = &'a Delivery>,
 ) -> bool {
-    deliveries.any(|d| {
-        matches!(
-            d.status,
-            DeliveryStatus::Pending | DeliveryStatus::Delivering
-        )
+    let soon = now_ms().saturating_add(REFRESH_WITHIN_MS);
+    deliveries.any(|d| match d.status {
+        DeliveryStatus::Delivering => true,
+        DeliveryStatus::Pending => d.next_attempt_at != HELD && d.next_attempt_at <= soon,
+        _ => false,
     })
 }
 
