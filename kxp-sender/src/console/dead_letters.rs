@@ -15,6 +15,7 @@ use super::pages::{self, DeadLetters};
 use super::scope::InAccount;
 use crate::http::AppState;
 use crate::model::{DeliveryFilter, Endpoint, now_ms};
+use crate::store::StoreError;
 
 /// Dead deliveries per page.
 const PAGE: i64 = 50;
@@ -57,7 +58,7 @@ pub(super) async fn list(
     let mut urls: Vec<Endpoint> = Vec::new();
     for delivery in dead.into_iter().take(PAGE as usize) {
         let url = match urls.iter().find(|e| e.id == delivery.endpoint_id) {
-            Some(endpoint) => endpoint.url.clone(),
+            Some(endpoint) => Some(endpoint.url.clone()),
             None => match state
                 .db
                 .endpoint(account, delivery.endpoint_id.as_str())
@@ -66,9 +67,10 @@ pub(super) async fn list(
                 Ok(endpoint) => {
                     let url = endpoint.url.clone();
                     urls.push(endpoint);
-                    url
+                    Some(url)
                 }
-                Err(_) => "(a deleted endpoint)".to_owned(),
+                Err(StoreError::NotFound) => None,
+                Err(e) => return Err(e.into()),
             },
         };
         rows.push((delivery, url));
@@ -209,11 +211,16 @@ pub(super) async fn replay_all(
     };
     let mut queued = 0;
     for endpoint in endpoints {
-        queued += state
+        let replayed = state
             .db
             .replay_endpoint(account, endpoint.id.as_str(), &filter)
-            .await
-            .map_err(not_found)?;
+            .await;
+        queued += match replayed {
+            Ok(queued) => queued,
+            // Deleted since the count: nothing can be replayed to it, the others still are.
+            Err(StoreError::NotFound | StoreError::Conflict { .. }) => 0,
+            Err(e) => return Err(e.into()),
+        };
     }
     tracing::info!(target: "kxp_sender", queued, "dead deliveries replayed from the console");
     let action = format!("dead_letters.replay ({queued} queued)");

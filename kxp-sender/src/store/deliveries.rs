@@ -113,23 +113,38 @@ impl Db {
         account_id: &str,
         filter: &DeliveryFilter,
     ) -> Result<i64, StoreError> {
+        let mut args = vec![Arg::Text(account_id.to_owned())];
+        let mut sql = "SELECT COUNT(*) FROM kxp_deliveries d JOIN kxp_endpoints e \
+             ON e.id = d.endpoint_id AND e.account_id = d.account_id \
+             WHERE d.account_id = $1 AND d.status = 'dead' AND d.replayed_by IS NULL \
+             AND e.status <> 'deleted'"
+            .to_owned();
+        // Only the filters that are set, as in `deliveries`: each a bound of an index range.
+        let mut and = |condition: &str, arg: Arg| {
+            args.push(arg);
+            sql.push_str(&format!(" AND {condition} ${}", args.len()));
+        };
+        if let Some(endpoint) = &filter.endpoint_id {
+            and("d.endpoint_id =", Arg::Text(endpoint.clone()));
+        }
+        if let Some(since) = filter.since {
+            and("d.created_at >=", Arg::Int(since));
+        }
+        if let Some(until) = filter.until {
+            and("d.created_at <", Arg::Int(until));
+        }
+        if let Some(dead_by) = filter.dead_by {
+            and("d.updated_at <=", Arg::Int(dead_by));
+        }
         Ok(on_db!(self, |pool, _begin| {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT COUNT(*) FROM kxp_deliveries d JOIN kxp_endpoints e ON e.id = d.endpoint_id \
-                 WHERE d.account_id = $1 AND d.status = 'dead' AND d.replayed_by IS NULL \
-                 AND e.status <> 'deleted' \
-                 AND (CAST($2 AS TEXT) IS NULL OR d.endpoint_id = $2) \
-                 AND (CAST($3 AS BIGINT) IS NULL OR d.created_at >= $3) \
-                 AND (CAST($4 AS BIGINT) IS NULL OR d.created_at < $4) \
-                 AND (CAST($5 AS BIGINT) IS NULL OR d.updated_at <= $5)",
-            )
-            .bind(account_id)
-            .bind(&filter.endpoint_id)
-            .bind(filter.since)
-            .bind(filter.until)
-            .bind(filter.dead_by)
-            .fetch_one(pool)
-            .await?
+            let mut query = sqlx::query_scalar::<_, i64>(&sql);
+            for arg in &args {
+                query = match arg {
+                    Arg::Text(text) => query.bind(text),
+                    Arg::Int(n) => query.bind(n),
+                };
+            }
+            query.fetch_one(pool).await?
         }))
     }
 

@@ -651,3 +651,31 @@ async fn one_box_finds_an_event_by_id_delivery_id_or_tag() {
     assert!(html.contains("is not a time"), "{html}");
     s.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_of_a_deleted_endpoint_are_shown_but_offer_no_replay() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let receiver = Receiver::start(vec![]).await;
+    receiver.answer_rest_with(503);
+    let (endpoint, _) = s.api.endpoint(&receiver.url, json!({})).await;
+    let event = s.api.emit("order.created", json!({"n": 1})).await;
+    s.api
+        .wait_for(&event, "dead", Duration::from_secs(10))
+        .await;
+    let endpoint_id = kxp_api::EndpointId::from(endpoint.as_str());
+    s.api.client.delete_endpoint(&endpoint_id).await.unwrap();
+    let cookie = b.session(&s.api.client, PortalScope::Manage).await;
+    let (home, _) = account_page(&b, &cookie).await;
+    let (status, html) = page(&b, &format!("{home}/dead-letters"), &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains(event.as_str()) && html.contains("a deleted endpoint"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("/replay\"") && !html.contains("Replay all"),
+        "{html}"
+    );
+    s.server.shutdown().await;
+}

@@ -12,8 +12,9 @@ use crate::model::{Delivery, Endpoint, rfc3339};
 pub(in crate::console) struct DeadLetters<'a> {
     /// The endpoint it is narrowed to, if any.
     pub endpoint: Option<&'a Endpoint>,
-    /// A page of dead deliveries, oldest first, with their endpoints' URLs.
-    pub dead: &'a [(Delivery, String)],
+    /// A page of dead deliveries, oldest first, with their endpoints' URLs (`None`: the
+    /// endpoint was deleted, and nothing can be replayed to it).
+    pub dead: &'a [(Delivery, Option<String>)],
     /// The cursor of the next page, when there is one.
     pub next: Option<&'a str>,
     /// How many a "replay all" would queue now.
@@ -78,7 +79,7 @@ pub(in crate::console) fn dead_letters(frame: &Frame<'_>, page: &DeadLetters<'_>
                     @for (d, url) in page.dead {
                         tr {
                             td { a href=(event_link(d)) { code { (d.event_id) } } }
-                            td { (url) }
+                            td { @match url { Some(url) => { (url) } None => { "a deleted endpoint" } } }
                             td { (d.attempts) }
                             td {
                                 @if let Some(code) = d.last_status { (code) " " }
@@ -86,7 +87,7 @@ pub(in crate::console) fn dead_letters(frame: &Frame<'_>, page: &DeadLetters<'_>
                             }
                             td { (rfc3339(d.updated_at)) }
                             td {
-                                @if frame.may_change {
+                                @if frame.may_change && url.is_some() {
                                     form.inline method="post" action=(frame.url(&format!("/deliveries/{}/replay", d.id))) {
                                         (frame.csrf())
                                         button type="submit" aria-label={ "Replay delivery " (d.id) } { "Replay" }
