@@ -36,6 +36,10 @@ pub enum Outcome {
         status: u16,
         /// The start of the body.
         snippet: String,
+        /// Which of its keys the receiver says verified the request (`X-Kxp-Verified-Key`,
+        /// 16 hex digits; anything else there is ignored): how a rotation can tell the
+        /// merchant has switched.
+        verified_key: Option<String>,
     },
     /// A response, but not a 2xx (after redirects).
     Rejected {
@@ -121,6 +125,7 @@ pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Du
         Ok(Answer::Done(outcome)) => outcome,
         Ok(Answer::Delivered(response)) => Outcome::Delivered {
             status: response.status().as_u16(),
+            verified_key: verified_key(&response),
             snippet: snippet(response).await,
         },
         Ok(Answer::Rejected(response)) => rejected(response).await,
@@ -130,6 +135,21 @@ pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Du
         )),
     };
     (outcome, started.elapsed())
+}
+
+/// The receiver's `X-Kxp-Verified-Key`, when it is a key fingerprint (16 lowercase hex
+/// digits): a receiver's header is not trusted to be anything else.
+fn verified_key(response: &reqwest::Response) -> Option<String> {
+    let value = response
+        .headers()
+        .get(kxp_verify::VERIFIED_KEY_HEADER)?
+        .to_str()
+        .ok()?;
+    let fingerprint = value.len() == 16
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    fingerprint.then(|| value.to_owned())
 }
 
 /// How far [`follow`] got within the attempt's timeout: an outcome already, or a final

@@ -350,6 +350,7 @@ mod tests {
             &Outcome::Delivered {
                 status: 200,
                 snippet: String::new(),
+                verified_key: None,
             },
             Duration::from_millis(7),
         );

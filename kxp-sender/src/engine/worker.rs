@@ -529,6 +529,10 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
         error,
         response_snippet: snippet,
         signed_with: fingerprints(&job.secrets.0),
+        verified_key: match &outcome {
+            Outcome::Delivered { verified_key, .. } => verified_key.clone(),
+            _ => None,
+        },
     };
     let finished = recorder
         .finish(FinishAttempt {

@@ -52,6 +52,9 @@ pub struct Attempt {
     /// The fingerprints of the secrets that signed it ([`kxp_verify::key_fingerprint`]),
     /// comma-separated, newest first; `None` for attempts recorded before they were kept.
     pub signed_with: Option<String>,
+    /// The fingerprint of the key the receiver says verified it (`X-Kxp-Verified-Key` on its
+    /// 2xx); `None` when it did not say.
+    pub verified_key: Option<String>,
 }
 
 /// A delivery claimed by a worker, with everything needed to send it: the claim returns it
@@ -182,6 +185,8 @@ pub struct AttemptRecord {
     pub response_snippet: Option<String>,
     /// The fingerprints of the secrets that signed it, comma-separated, newest first.
     pub signed_with: String,
+    /// The receiver's `X-Kxp-Verified-Key`, on a 2xx that had one.
+    pub verified_key: Option<String>,
 }
 
 /// Filters for listing deliveries.

@@ -397,8 +397,8 @@ impl Db {
                         continue;
                     }
                     sqlx::query(
-                        "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                        "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                     )
                     .bind(&item.delivery_id)
                     .bind(item.attempt)
@@ -408,6 +408,7 @@ impl Db {
                     .bind(f.error)
                     .bind(&record.response_snippet)
                     .bind(&record.signed_with)
+                    .bind(&record.verified_key)
                     .execute(&mut *tx)
                     .await?;
                     recorded[i] = true;
@@ -474,8 +475,8 @@ impl Db {
                     .collect();
                 if !rows.is_empty() {
                     sqlx::query(
-                        "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with) \
-                         SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[])",
+                        "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key) \
+                         SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[])",
                     )
                     .bind(rows.iter().map(|(item, _)| item.delivery_id.as_str()).collect::<Vec<_>>())
                     .bind(rows.iter().map(|(item, _)| item.attempt).collect::<Vec<_>>())
@@ -491,6 +492,11 @@ impl Db {
                     .bind(
                         rows.iter()
                             .map(|(item, _)| item.record.signed_with.as_str())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(
+                        rows.iter()
+                            .map(|(item, _)| item.record.verified_key.as_deref())
                             .collect::<Vec<_>>(),
                     )
                     .execute(&mut *tx)

@@ -227,7 +227,7 @@ impl Db {
         self.delivery(account_id, delivery_id).await?;
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Attempt>(
-                "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with \
+                "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key \
                  FROM kxp_attempts WHERE delivery_id = $1 ORDER BY attempt, id",
             )
             .bind(delivery_id)

@@ -679,3 +679,36 @@ async fn dead_letters_of_a_deleted_endpoint_are_shown_but_offer_no_replay() {
     );
     s.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_attempt_records_which_key_the_kxp_receiver_says_verified_it() {
+    use kxp_axum::{Receiver as KxpReceiver, VerifiedEvent, VerifyLayer};
+
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    // A real kxp-axum receiver, configured with the endpoint's secret once it is known.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (_, secret) = s.api.endpoint(&url, json!({})).await;
+    let verifier = kxp_verify::Verifier::from_secret_list(&secret).unwrap();
+    let app = Router::new().route(
+        "/hook",
+        axum::routing::post(|_: VerifiedEvent| async { "ok" })
+            .layer(VerifyLayer::new(KxpReceiver::new(verifier))),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let event = s.api.emit("order.created", json!({"n": 1})).await;
+    s.api
+        .wait_for(&event, "delivered", Duration::from_secs(10))
+        .await;
+
+    let cookie = b.session(&s.api.client, PortalScope::Read).await;
+    let (home, _) = account_page(&b, &cookie).await;
+    let (_, html) = page(&b, &format!("{home}/events/{event}"), &cookie).await;
+    let fingerprint = kxp_verify::key_fingerprint(secret.as_bytes()).to_string();
+    assert!(html.contains("Verified with"), "{html}");
+    // Signed with it, and verified with it: the fingerprint in both columns.
+    assert_eq!(html.matches(&fingerprint).count(), 2, "{html}");
+    assert!(!html.contains(&secret), "{html}");
+    s.server.shutdown().await;
+}

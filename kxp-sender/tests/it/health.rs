@@ -169,6 +169,7 @@ async fn scenario(s: &Sender) {
         error: Some(AttemptError::Http(500)),
         response_snippet: None,
         signed_with: String::new(),
+        verified_key: None,
     };
     let lost = FinishAttempt {
         delivery_id: delivered["id"].as_str().unwrap().into(),

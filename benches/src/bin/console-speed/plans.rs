@@ -283,7 +283,7 @@ fn queries(
         },
         Q {
             name: "event page: a delivery's attempts (Db::attempts)",
-            sql: "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with \
+            sql: "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key \
                   FROM kxp_attempts WHERE delivery_id = $1 ORDER BY attempt, id"
                 .to_owned(),
             params: vec![t(dead_delivery)],

@@ -93,7 +93,7 @@ pub(in crate::console) fn event(
                         caption { "Attempts" }
                         thead { tr { th scope="col" { "#" } th scope="col" { "Started" } th scope="col" { "Took" }
                             th scope="col" { "Status" } th scope="col" { "Error" } th scope="col" { "Response" }
-                            th scope="col" { "Signed with" } } }
+                            th scope="col" { "Signed with" } th scope="col" { "Verified with" } } }
                         tbody {
                             @for attempt in &view.attempts {
                                 tr {
@@ -105,6 +105,7 @@ pub(in crate::console) fn event(
                                     td { @if let Some(snippet) = &attempt.response_snippet { code { (snippet) } } }
                                     td { @if let Some(keys) = &attempt.signed_with {
                                         @for key in keys.split(',') { code title="key fingerprint" { (key) } " " } } }
+                                    td { @if let Some(key) = &attempt.verified_key { code title="the receiver's X-Kxp-Verified-Key" { (key) } } }
                                 }
                             }
                         }
