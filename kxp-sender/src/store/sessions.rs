@@ -38,7 +38,9 @@ impl Db {
     ) -> Result<(String, i64), StoreError> {
         let token = random_hex_32();
         let now = now_ms();
-        let expires_at = now + ttl_ms;
+        // On a whole second: the API shows the expiry to the second, and a link must not work
+        // past the time it says it stops.
+        let expires_at = (now + ttl_ms).div_euclid(1000) * 1000;
         on_db!(self, |pool, _begin| {
             sqlx::query(
                 "INSERT INTO kxp_portal_links (token_hash, account_id, scope, created_at, expires_at) \
