@@ -9,10 +9,10 @@ use serde::de::DeserializeOwned;
 use crate::{
     ACCOUNT_HEADER, Account, AccountCreated, AccountId, AccountPatch, AccountUpdated, Attempt,
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event, EventId, EventQuery,
-    EventSummary, IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification,
-    Page, PageQuery, PortalLink, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated,
-    ServiceHealth,
+    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event,
+    EventId, EventQuery, EventSummary, IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent,
+    NewPortalLink, Notification, Page, PageQuery, PortalLink, ReplayQueued, RotateSecret, Schema,
+    SchemaDeleted, SecretRotated, ServiceHealth,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -187,8 +187,8 @@ impl Client {
         .await
     }
 
-    /// `GET /v1/endpoints/{id}`.
-    pub async fn endpoint(&self, id: &EndpointId) -> Result<Endpoint, ClientError> {
+    /// `GET /v1/endpoints/{id}`: the endpoint, its live secrets and the rotation under way.
+    pub async fn endpoint(&self, id: &EndpointId) -> Result<EndpointDetails, ClientError> {
         self.call(Method::GET, &["v1", "endpoints", id.as_str()], |r| r)
             .await
     }

@@ -207,13 +207,21 @@ pub struct EndpointDeleted {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
-#[schema(example = json!({"overlap": "24h"}))]
+#[schema(example = json!({"overlap": "24h", "expire_old": "when_confirmed"}))]
 pub struct RotateSecret {
     /// How long the previous secrets stay valid: a duration such as `"30m"`, `"24h"`, `"7d"`
     /// (units `ms`, `s`, `m`, `h`, `d`), at most `"7d"`; default `"24h"`. `"0s"` retires them
     /// at once (for a leaked secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<String>,
+    /// When the previous secrets stop signing: `after_overlap` (the default) or
+    /// `when_confirmed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_old: Option<ExpireOld>,
+    /// With `when_confirmed`: how many consecutive deliveries the receiver must verify with the
+    /// new secret, 1 to 1000; default 20.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmations: Option<u32>,
 }
 
 impl RotateSecret {
@@ -221,8 +229,107 @@ impl RotateSecret {
     pub fn overlap(overlap: impl Into<String>) -> RotateSecret {
         RotateSecret {
             overlap: Some(overlap.into()),
+            ..RotateSecret::default()
         }
     }
+
+    /// This rotation, ending as soon as the receiver confirms the new secret
+    /// ([`ExpireOld::WhenConfirmed`]), its overlap still the upper bound.
+    pub fn when_confirmed(mut self) -> RotateSecret {
+        self.expire_old = Some(ExpireOld::WhenConfirmed);
+        self
+    }
+
+    /// This rotation, with `confirmations` consecutive confirmations needed instead of
+    /// [`DEFAULT_CONFIRMATIONS`].
+    pub fn confirmations(mut self, confirmations: u32) -> RotateSecret {
+        self.confirmations = Some(confirmations);
+        self
+    }
+}
+
+/// How many consecutive deliveries the receiver must verify with the new secret (and none with
+/// an older one) before a `when_confirmed` rotation retires the older secrets: enough that one
+/// instance of a fleet still on the old secret is very likely to have answered one of them.
+pub const DEFAULT_CONFIRMATIONS: u32 = 20;
+
+/// The most confirmations a rotation may ask for.
+pub const MAX_CONFIRMATIONS: u32 = 1000;
+
+string_enum! {
+    /// When a rotation's previous secrets stop signing.
+    pub enum ExpireOld {
+        /// When the overlap ends, whatever the receiver does (the default).
+        AfterOverlap = "after_overlap",
+        /// As soon as the receiver has verified `confirmations` consecutive deliveries with the
+        /// new secret and none with an older one, as its `X-Kxp-Verified-Key` says; at the
+        /// latest when the overlap ends (a receiver that never sends the header falls back to
+        /// it). A 2xx without the header, or naming an older secret, starts the count again.
+        WhenConfirmed = "when_confirmed",
+    }
+}
+
+/// One of an endpoint's live signing secrets, by fingerprint: the secret itself is shown only
+/// when it is made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SecretState {
+    /// The first 8 bytes of SHA-256 of `"kxp-key-id\0"` and the secret, in hex: what
+    /// receivers answer in `X-Kxp-Verified-Key` and the console shows.
+    pub fingerprint: String,
+    /// When it was made.
+    pub created_at: Timestamp,
+    /// When it stops signing; `null`: not before the next rotation.
+    #[schema(required = true)]
+    pub expires_at: Option<Timestamp>,
+    /// When a receiver last said it verified a delivery with it (to the minute, or exactly
+    /// during a `when_confirmed` rotation); `null`: never, or the receiver does not send
+    /// `X-Kxp-Verified-Key`.
+    #[schema(required = true)]
+    pub last_verified_at: Option<Timestamp>,
+}
+
+string_enum! {
+    /// Which secret the receiver verifies with, during a rotation, by its latest confirmation.
+    pub enum ReceiverKey {
+        /// The new one: the merchant has switched.
+        New = "new",
+        /// An older one: the merchant has not deployed the new secret yet.
+        Old = "old",
+        /// No confirmation since the rotation: the receiver does not send
+        /// `X-Kxp-Verified-Key`, or nothing was delivered yet.
+        Unconfirmed = "unconfirmed",
+    }
+}
+
+/// A rotation under way that ends when the receiver confirms the new secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Rotation {
+    /// Always `when_confirmed`: a rotation that ends with its overlap has nothing to report
+    /// beyond the secrets' `expires_at`.
+    pub expire_old: ExpireOld,
+    /// The new secret's fingerprint.
+    pub secret: String,
+    /// Consecutive deliveries verified with the new secret so far.
+    pub confirmations: u32,
+    /// How many end the rotation.
+    pub needed: u32,
+    /// Which secret the receiver verified its latest delivery with.
+    pub receiver: ReceiverKey,
+    /// When the older secrets stop signing anyway (the overlap's end).
+    pub ends_by: Timestamp,
+}
+
+/// `GET /v1/endpoints/{id}`: the endpoint, its live secrets and its rotation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EndpointDetails {
+    /// The endpoint.
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// Its live signing secrets, newest first (deliveries carry one `v1` each).
+    pub secrets: Vec<SecretState>,
+    /// The rotation waiting for the receiver's confirmation; `null` when there is none.
+    #[schema(required = true)]
+    pub rotation: Option<Rotation>,
 }
 
 /// The answer of a rotation: the new secret, shown only here.

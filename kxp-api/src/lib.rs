@@ -32,8 +32,9 @@ pub use account::{Account, AccountCreated, AccountPatch, AccountUpdated, NewAcco
 pub use client::{Client, ClientError};
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
-    BulkReplay, CircuitState, Endpoint, EndpointCreated, EndpointDeleted, EndpointPatch,
-    EndpointStatus, NewEndpoint, ReplayQueued, RotateSecret, SecretRotated,
+    BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,
+    EndpointDetails, EndpointPatch, EndpointStatus, ExpireOld, MAX_CONFIRMATIONS, NewEndpoint,
+    ReceiverKey, ReplayQueued, RotateSecret, Rotation, SecretRotated, SecretState,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{

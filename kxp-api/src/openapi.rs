@@ -7,12 +7,12 @@ use utoipa::{Modify, OpenApi};
 use crate::{
     Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState,
     Cursor, Delivery, DeliveryQuery, DeliveryStatus, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, ErrorBody, ErrorCode, Event,
-    EventId, EventQuery, EventSummary, HealthWindow, NewAccount, NewEndpoint, NewEvent,
-    NewPortalLink, Notification, NotificationChannel, NotificationId, NotificationKind,
-    NotificationStatus, Page, PageQuery, PortalLink, PortalScope, RawJson, ReplayQueued,
-    RotateSecret, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, ServiceHealth,
-    SourceHealth, Timestamp,
+    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, ErrorBody,
+    ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld, HealthWindow, NewAccount,
+    NewEndpoint, NewEvent, NewPortalLink, Notification, NotificationChannel, NotificationId,
+    NotificationKind, NotificationStatus, Page, PageQuery, PortalLink, PortalScope, RawJson,
+    ReceiverKey, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId, Secret,
+    SecretRotated, SecretState, ServiceHealth, SourceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -30,6 +30,7 @@ use crate::{AccountId, DeliveryId};
         Timestamp, Secret, RawJson,
         Endpoint, EndpointCreated, NewEndpoint, EndpointPatch, EndpointDeleted, EndpointStatus,
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
+        EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey,
         EndpointHealth, HealthWindow, ServiceHealth, SourceHealth,
         NewEvent, Event, EventSummary, EventQuery,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,

@@ -604,6 +604,7 @@ impl Watch<'_> {
                 .endpoint(id)
                 .await
                 .map_err(|e| format!("GET /v1/endpoints/{id}: {e}"))?
+                .endpoint
                 .circuit_state;
             if state == *seen {
                 continue;

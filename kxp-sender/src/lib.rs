@@ -87,10 +87,10 @@ pub use kxp_axum::ServeLimits;
 pub use model::{
     Account, AccountId, Attempt, AttemptError, AttemptRecord, CircuitState, Delivery,
     DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointHealth, EndpointId,
-    EndpointStatus, Event, EventId, Failure, FailureKind, FinishAttempt, Finished, Job, KeyKind,
-    NewEndpoint, NextState, NoticeNext, Notification, NotificationId, Operator, OperatorId,
-    Rotated, Schema, SchemaId, Secrets, new_id, now_ms, parse_rfc3339, random_hex_32, rfc3339,
-    sha256_hex,
+    EndpointStatus, Event, EventId, Failure, FailureKind, FinishAttempt, Finished, Job, KeyCheck,
+    KeyKind, LiveSecret, NewEndpoint, NextState, NoticeNext, Notification, NotificationId,
+    Operator, OperatorId, Rotated, Schema, SchemaId, SecretIds, Secrets, new_id, now_ms,
+    parse_rfc3339, random_hex_32, rfc3339, sha256_hex,
 };
 pub use policy::circuit::Protection;
 pub use policy::health::{LATENCY_BOUNDS_MS, bucket_of};

@@ -138,7 +138,13 @@ async fn every_route_has_its_method_and_path() {
     let empty = json!({"data": [], "next_cursor": null});
     let (client, script) = server(vec![
         ok(200, json!({"data": [endpoint_json("ep_1")], "next_cursor": null})),
-        ok(200, endpoint_json("ep_1")),
+        ok(200, {
+            let mut details = endpoint_json("ep_1");
+            details["secrets"] = json!([{"fingerprint": "af17edef1cfa9c63",
+                "created_at": "2026-11-30T01:02:03Z", "expires_at": null, "last_verified_at": null}]);
+            details["rotation"] = json!(null);
+            details
+        }),
         ok(200, endpoint_json("ep_1")),
         ok(200, json!({"id": "ep_1", "status": "deleted", "dead_deliveries": 0})),
         ok(200, endpoint_json("ep_1")),

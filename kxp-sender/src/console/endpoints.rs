@@ -7,12 +7,12 @@
 use axum::Form;
 use axum::extract::{Path, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use kxp_api::{EndpointPatch, NewEndpoint, Patch};
+use kxp_api::{DEFAULT_CONFIRMATIONS, EndpointPatch, NewEndpoint, Patch};
 
 use super::error::ConsoleError;
 use super::pages::{self, DeleteConfirm, EndpointForm, EndpointRow, FormFor, Frame, NewSecret};
 use super::scope::{Checked, InAccount};
-use crate::http::{AppState, DEFAULT_OVERLAP, change, register};
+use crate::http::{AppState, DEFAULT_OVERLAP, change, endpoint_details, register};
 use crate::model::{Ingest, Ingested, ms};
 use crate::store::StoreError;
 
@@ -232,6 +232,7 @@ pub(super) async fn show(
     let account = scope.account.id.as_str();
     let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
     let health = state.db.endpoint_health(account, &id).await?;
+    let secrets = state.db.live_secret_states(&id).await?;
     let flash = state.db.take_flash(&scope.signed.cookie, &id).await?;
     let secret = flash.as_deref().and_then(|flash| {
         let (for_endpoint, rest) = flash.split_once(' ')?;
@@ -246,10 +247,12 @@ pub(super) async fn show(
             },
         })
     });
+    let details = endpoint_details(endpoint.clone(), &secrets);
     Ok(page(pages::endpoint(
         &scope.frame(),
         &endpoint,
         &health,
+        &details,
         secret.as_ref(),
     )))
 }
@@ -381,12 +384,30 @@ pub(super) async fn resume(
 /// overlap; the new one is shown once on the endpoint's page.
 pub(super) async fn rotate(
     State(state): State<AppState>,
+    checked: Checked,
+) -> Result<Response, ConsoleError> {
+    rotate_secret(&state, checked, None).await
+}
+
+/// `POST …/endpoints/{endpoint}/rotate-when-confirmed`: [`rotate`], the old secrets stopping
+/// as soon as the receiver has verified [`DEFAULT_CONFIRMATIONS`] deliveries in a row with the
+/// new one (the default overlap still the upper bound).
+pub(super) async fn rotate_when_confirmed(
+    State(state): State<AppState>,
+    checked: Checked,
+) -> Result<Response, ConsoleError> {
+    rotate_secret(&state, checked, Some(DEFAULT_CONFIRMATIONS)).await
+}
+
+async fn rotate_secret(
+    state: &AppState,
     Checked { scope, id }: Checked,
+    confirmations: Option<u32>,
 ) -> Result<Response, ConsoleError> {
     let account = scope.account.id.as_str();
     let rotated = match state
         .db
-        .rotate_secret(account, &id, ms(DEFAULT_OVERLAP))
+        .rotate_secret(account, &id, ms(DEFAULT_OVERLAP), confirmations)
         .await
     {
         Ok(rotated) => rotated,
@@ -403,7 +424,7 @@ pub(super) async fn rotate(
     );
     state.db.set_flash(&scope.signed.cookie, &flash).await?;
     scope
-        .audit(&state, "endpoint.rotate_secret", Some(&id))
+        .audit(state, "endpoint.rotate_secret", Some(&id))
         .await;
     Ok(back_to(&scope, &id))
 }

@@ -83,6 +83,10 @@ pub(crate) fn app(state: AppState) -> Router {
             post(endpoints::rotate),
         )
         .route(
+            "/console/a/{account}/endpoints/{endpoint}/rotate-when-confirmed",
+            post(endpoints::rotate_when_confirmed),
+        )
+        .route(
             "/console/a/{account}/endpoints/{endpoint}/test",
             post(endpoints::test),
         )

@@ -35,7 +35,7 @@ use crate::engine::dispatch::{self, Outcome};
 use crate::engine::recorder::Recorder;
 use crate::model::{
     AccountId, AttemptError, AttemptRecord, DeliveryId, EndpointId, FailureKind, FinishAttempt,
-    Finished, Job, NextState, Transition, ms, new_id, now_ms,
+    Finished, Job, KeyCheck, NextState, Transition, ms, new_id, now_ms,
 };
 use crate::policy::concurrency::{self, Adaptive, Signal};
 use crate::policy::fairness::{AccountCaps, Fairness};
@@ -481,12 +481,24 @@ pub(crate) async fn run(
     }
 }
 
-/// The fingerprints of the secrets an attempt is signed with, as the attempt records them.
-fn fingerprints(secrets: &[String]) -> String {
+/// The fingerprints of the secrets an attempt is signed with, in their order.
+fn fingerprints(secrets: &[String]) -> Vec<String> {
     let each = secrets
         .iter()
         .map(|secret| kxp_verify::key_fingerprint(secret.as_bytes()).to_string());
-    each.collect::<Vec<_>>().join(",")
+    each.collect()
+}
+
+/// What a delivered attempt's confirmation (`verified_key`) says about the job's secrets:
+/// nothing to record unless it names one of them or a `when_confirmed` rotation is counting.
+fn key_check(job: &Job, signed_with: &[String], verified_key: Option<&str>) -> Option<KeyCheck> {
+    let verified = verified_key
+        .and_then(|key| signed_with.iter().position(|f| f == key))
+        .and_then(|i| job.secret_ids.0.get(i).copied());
+    (verified.is_some() || job.confirming).then_some(KeyCheck {
+        verified,
+        confirming: job.confirming,
+    })
 }
 
 /// Sends one job and records its outcome; returns what the outcome says about the endpoint's
@@ -522,17 +534,22 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
         Outcome::Failed(failure) => (None, Some(AttemptError::Failed(failure.clone()))),
     };
     log(job, number, &outcome, next, took);
+    let signed_with = fingerprints(&job.secrets.0);
+    let verified_key = match &outcome {
+        Outcome::Delivered { verified_key, .. } => Some(verified_key.clone()),
+        _ => None,
+    };
+    let keys = verified_key
+        .as_ref()
+        .and_then(|key| key_check(job, &signed_with, key.as_deref()));
     let record = AttemptRecord {
         started_at,
         duration_ms: ms(took),
         status_code: outcome.status(),
         error,
         response_snippet: snippet,
-        signed_with: fingerprints(&job.secrets.0),
-        verified_key: match &outcome {
-            Outcome::Delivered { verified_key, .. } => verified_key.clone(),
-            _ => None,
-        },
+        signed_with: signed_with.join(","),
+        verified_key: verified_key.flatten(),
     };
     let finished = recorder
         .finish(FinishAttempt {
@@ -542,6 +559,7 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
             attempt: number,
             record,
             next,
+            keys,
         })
         .await;
     let closed = matches!(

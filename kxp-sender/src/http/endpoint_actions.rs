@@ -5,7 +5,10 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kxp_api::{BulkReplay, DeliveryStatus, Endpoint, ReplayQueued, RotateSecret, SecretRotated};
+use kxp_api::{
+    BulkReplay, DEFAULT_CONFIRMATIONS, DeliveryStatus, Endpoint, ExpireOld, MAX_CONFIRMATIONS,
+    ReplayQueued, RotateSecret, SecretRotated,
+};
 
 use super::checks::parse_overlap;
 use super::deliveries::filter;
@@ -50,7 +53,10 @@ pub(super) async fn resume_endpoint(
 
 /// Makes a new signing secret. During the overlap (default 24 h, at most 7 d; `"0s"` ends the
 /// old secrets now) every delivery carries one `v1` per live secret, so the merchant can
-/// deploy the new one without a moment of failed verification. The body may be empty.
+/// deploy the new one without a moment of failed verification. With `"expire_old":
+/// "when_confirmed"` the overlap ends as soon as the receiver has verified `confirmations`
+/// (default 20) consecutive deliveries with the new secret, by its `X-Kxp-Verified-Key`.
+/// The body may be empty.
 #[utoipa::path(post, path = "/v1/endpoints/{id}/rotate-secret", tag = "endpoints",
     params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
     request_body(content = Option<RotateSecret>, description = "Optional: the overlap"),
@@ -73,18 +79,39 @@ pub(super) async fn rotate_secret(
         None => DEFAULT_OVERLAP,
         Some(text) => parse_overlap(text)?,
     };
+    let confirmations = confirmations(&request)?;
     let rotated = state
         .db
-        .rotate_secret(account.id.as_str(), &id, ms(overlap))
+        .rotate_secret(account.id.as_str(), &id, ms(overlap), confirmations)
         .await?;
     tracing::info!(
         target: "kxp_sender", endpoint_id = %id, overlap_ms = ms(overlap),
-        "endpoint secret rotated"
+        confirmations, "endpoint secret rotated"
     );
     Ok(Json(SecretRotated {
         secret: rotated.secret,
         previous_expires_at: views::time(rotated.previous_expires_at),
     }))
+}
+
+/// How many confirmations end the rotation early: `None` for one that ends with its overlap.
+fn confirmations(request: &RotateSecret) -> Result<Option<u32>, ApiError> {
+    match (&request.expire_old, request.confirmations) {
+        (None | Some(ExpireOld::AfterOverlap), None) => Ok(None),
+        (None | Some(ExpireOld::AfterOverlap), Some(_)) => Err(ApiError::invalid(
+            "confirmations is for \"expire_old\": \"when_confirmed\" only",
+        )),
+        (Some(ExpireOld::WhenConfirmed), n) => match n.unwrap_or(DEFAULT_CONFIRMATIONS) {
+            n @ 1..=MAX_CONFIRMATIONS => Ok(Some(n)),
+            _ => Err(ApiError::invalid(format!(
+                "confirmations must be 1 to {MAX_CONFIRMATIONS}"
+            ))),
+        },
+        (Some(other), _) => Err(ApiError::invalid(format!(
+            "expire_old is \"after_overlap\" or \"when_confirmed\", not {:?}",
+            other.as_str()
+        ))),
+    }
 }
 
 /// Replays an endpoint's deliveries in bulk (dead ones by default; `delivered` to send again

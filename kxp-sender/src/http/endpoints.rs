@@ -7,15 +7,15 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
-    Endpoint, EndpointCreated, EndpointDeleted, EndpointPatch, EndpointStatus, ErrorCode,
-    NewEndpoint, Page, Secret,
+    Endpoint, EndpointCreated, EndpointDeleted, EndpointDetails, EndpointPatch, EndpointStatus,
+    ErrorCode, NewEndpoint, Page, Secret,
 };
 
 use super::checks::{
     check_description, check_event_types, check_name, check_rate_limit, check_timeout, check_url,
 };
 use super::pagination::{PageParams, page};
-use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, MAX_ENDPOINTS, parse};
+use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, MAX_ENDPOINTS, parse, views};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
 use crate::model::{Account, EndpointChanges, NewEndpoint as StoredEndpoint, ms};
@@ -132,17 +132,19 @@ pub(super) async fn list_endpoints(
     Ok(Json(page(views, limit, |e| e.id.to_string())))
 }
 
-/// One endpoint.
+/// One endpoint, with its live secrets by fingerprint (when a receiver last verified a
+/// delivery with each) and the rotation waiting for the receiver's confirmation, if any.
 #[utoipa::path(get, path = "/v1/endpoints/{id}", tag = "endpoints",
     params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
-    responses((status = 200, description = "The endpoint", body = Endpoint)))]
+    responses((status = 200, description = "The endpoint, its live secrets (by fingerprint) and the rotation waiting for the receiver's confirmation", body = EndpointDetails)))]
 pub(super) async fn get_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
     Path(id): Path<String>,
-) -> Result<Json<Endpoint>, ApiError> {
+) -> Result<Json<EndpointDetails>, ApiError> {
     let endpoint = state.db.endpoint(account.id.as_str(), &id).await?;
-    Ok(Json(Endpoint::from(endpoint)))
+    let secrets = state.db.live_secret_states(endpoint.id.as_str()).await?;
+    Ok(Json(views::endpoint_details(endpoint, &secrets)))
 }
 
 /// Changes an endpoint: a field left out stays as it is; `null` clears `api_version` and

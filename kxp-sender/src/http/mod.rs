@@ -42,6 +42,7 @@ use errors::{ApiBody, ApiQuery, parse};
 pub(crate) use events::{accept, is_idempotency_key};
 pub use openapi::document as openapi;
 pub use portal_links::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
+pub(crate) use views::endpoint_details;
 
 use crate::engine::config::Shared;
 use crate::engine::schemas::SchemaCache;

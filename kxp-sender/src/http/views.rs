@@ -6,8 +6,8 @@ use kxp_api as api;
 use kxp_api::Timestamp;
 
 use crate::model::{
-    Account, Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHealth, HELD, Notification,
-    Schema, Window,
+    Account, Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHealth, HELD, LiveSecret,
+    Notification, Schema, Window,
 };
 
 /// A time in the store (Unix milliseconds) as the API writes it.
@@ -128,6 +128,55 @@ fn window(w: Window) -> api::HealthWindow {
 /// The health view's times are already RFC 3339 text in the model.
 fn text_time(text: Option<String>) -> Option<Timestamp> {
     text.and_then(|t| t.parse().ok())
+}
+
+/// An endpoint with its live secrets (newest first) and the `when_confirmed` rotation under
+/// way, if one is: what `GET /v1/endpoints/{id}` answers and the console's endpoint page shows.
+pub(crate) fn endpoint_details(endpoint: Endpoint, secrets: &[LiveSecret]) -> api::EndpointDetails {
+    let rotation = rotation(&endpoint, secrets);
+    api::EndpointDetails {
+        endpoint: api::Endpoint::from(endpoint),
+        secrets: secrets
+            .iter()
+            .map(|s| api::SecretState {
+                fingerprint: s.fingerprint(),
+                created_at: time(s.created_at),
+                expires_at: s.expires_at.map(time),
+                last_verified_at: s.last_verified_at.map(time),
+            })
+            .collect(),
+        rotation,
+    }
+}
+
+/// The `when_confirmed` rotation under way: its new secret is live and so is an older one.
+fn rotation(endpoint: &Endpoint, secrets: &[LiveSecret]) -> Option<api::Rotation> {
+    let (Some(id), Some(needed)) = (endpoint.confirm_secret_id, endpoint.confirm_needed) else {
+        return None;
+    };
+    let new = secrets.iter().find(|s| s.id == id)?;
+    let older: Vec<&LiveSecret> = secrets.iter().filter(|s| s.id < id).collect();
+    let ends_by = older.iter().filter_map(|s| s.expires_at).max()?;
+    // A verification with an older secret from before the rotation says nothing about now.
+    let old_verified = older
+        .iter()
+        .filter_map(|s| s.last_verified_at)
+        .filter(|&at| at >= new.created_at)
+        .max();
+    let receiver = match (new.last_verified_at, old_verified) {
+        (Some(new), Some(old)) if old > new => api::ReceiverKey::Old,
+        (Some(_), _) => api::ReceiverKey::New,
+        (None, Some(_)) => api::ReceiverKey::Old,
+        (None, None) => api::ReceiverKey::Unconfirmed,
+    };
+    Some(api::Rotation {
+        expire_old: api::ExpireOld::WhenConfirmed,
+        secret: new.fingerprint(),
+        confirmations: unsigned(endpoint.confirmations),
+        needed: unsigned(needed),
+        receiver,
+        ends_by: time(ends_by),
+    })
 }
 
 impl From<EndpointHealth> for api::EndpointHealth {

@@ -90,6 +90,22 @@ pub struct Job {
     /// The endpoint's live secrets at the claim, newest first: what the attempt signs with.
     #[sqlx(try_from = "String")]
     pub secrets: Secrets,
+    /// The row ids of `secrets`, in the same order: what a receiver's confirmation names.
+    #[sqlx(try_from = "String")]
+    pub secret_ids: SecretIds,
+    /// Whether a `when_confirmed` rotation was under way at the claim: then every 2xx counts,
+    /// with or without a confirmation.
+    pub confirming: bool,
+}
+
+/// The row ids of a [`Job`]'s secrets, as the claim reads them (comma-separated).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecretIds(pub Vec<i64>);
+
+impl From<String> for SecretIds {
+    fn from(joined: String) -> SecretIds {
+        SecretIds(joined.split(',').filter_map(|s| s.parse().ok()).collect())
+    }
 }
 
 /// An endpoint's live signing secrets, newest first, as the claim reads them (one text of
@@ -153,6 +169,19 @@ pub struct FinishAttempt {
     pub record: AttemptRecord,
     /// What becomes of the delivery.
     pub next: NextState,
+    /// What a 2xx says about the endpoint's secrets, when it says anything.
+    pub keys: Option<KeyCheck>,
+}
+
+/// What one delivered attempt tells about its endpoint's secrets: which one the receiver
+/// verified it with, and whether it counts towards a `when_confirmed` rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyCheck {
+    /// The secret (its row id) whose fingerprint the receiver's `X-Kxp-Verified-Key` named;
+    /// `None` when it sent none, or one no secret of the attempt has.
+    pub verified: Option<i64>,
+    /// Whether a `when_confirmed` rotation was under way at the claim.
+    pub confirming: bool,
 }
 
 /// What recording a finished attempt did.

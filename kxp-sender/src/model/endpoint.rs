@@ -40,6 +40,12 @@ pub struct Endpoint {
     pub created_at: i64,
     /// Unix ms.
     pub updated_at: i64,
+    /// The secret a `when_confirmed` rotation made, while that rotation is under way.
+    pub confirm_secret_id: Option<i64>,
+    /// How many consecutive deliveries verified with it end the rotation.
+    pub confirm_needed: Option<i64>,
+    /// How many there have been so far.
+    pub confirmations: i64,
 }
 
 /// The `next_attempt_at` of a delivery held for a paused endpoint: past every real time, so
@@ -92,6 +98,40 @@ impl EndpointChanges {
             && self.timeout_ms.is_none()
             && self.api_version.is_none()
             && self.rate_limit_per_second.is_none()
+    }
+}
+
+/// One of an endpoint's live secrets, with what receivers said about it (its `Debug` leaves
+/// the secret out).
+#[derive(Clone, FromRow)]
+pub struct LiveSecret {
+    /// Its row: newer secrets have higher ids.
+    pub id: i64,
+    /// The secret.
+    pub secret: String,
+    /// Unix ms.
+    pub created_at: i64,
+    /// When it stops signing (Unix ms); `None`: not before the next rotation.
+    pub expires_at: Option<i64>,
+    /// When a receiver last said it verified a delivery with it (Unix ms).
+    pub last_verified_at: Option<i64>,
+}
+
+impl LiveSecret {
+    /// What receivers and the console name it by.
+    pub fn fingerprint(&self) -> String {
+        kxp_verify::key_fingerprint(self.secret.as_bytes()).to_string()
+    }
+}
+
+impl std::fmt::Debug for LiveSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveSecret")
+            .field("id", &self.id)
+            .field("fingerprint", &self.fingerprint())
+            .field("expires_at", &self.expires_at)
+            .field("last_verified_at", &self.last_verified_at)
+            .finish_non_exhaustive()
     }
 }
 

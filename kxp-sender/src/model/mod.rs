@@ -20,10 +20,10 @@ mod time;
 pub use account::{Account, AccountChanges, AccountOverview, DEFAULT_API_VERSION};
 pub use audit::{Actor, AuditEntry, NewAudit};
 pub use delivery::{
-    Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, NextState,
-    Secrets,
+    Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, KeyCheck,
+    NextState, SecretIds, Secrets,
 };
-pub use endpoint::{Endpoint, EndpointChanges, HELD, NewEndpoint, Rotated, Subscriber};
+pub use endpoint::{Endpoint, EndpointChanges, HELD, LiveSecret, NewEndpoint, Rotated, Subscriber};
 pub use event::{Event, EventFilter, EventListed, Ingest, Ingested};
 pub use failure::{AttemptError, Failure, FailureKind};
 pub use health::{EndpointHealth, Window};

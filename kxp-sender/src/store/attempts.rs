@@ -647,7 +647,10 @@ fn job_select(from: &str, now: &str) -> String {
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            COALESCE((SELECT string_agg(s.secret, ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
-             WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secrets \
+             WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secrets, \
+           COALESCE((SELECT string_agg(CAST(s.id AS TEXT), ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
+             WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secret_ids, \
+           (p.confirm_secret_id IS NOT NULL) AS confirming \
          FROM {from} JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id"
     )
 }

@@ -72,6 +72,9 @@ impl Db {
             circuit_probe_at: None,
             created_at: now,
             updated_at: now,
+            confirm_secret_id: None,
+            confirm_needed: None,
+            confirmations: 0,
         };
         let secret = random_hex_32();
         on_db!(self, |pool, begin| {

@@ -1,7 +1,9 @@
 //! `kxp_endpoint_secrets`: rotation with an overlap, and the live secrets each attempt signs
 //! with.
 
-use crate::model::{Rotated, now_ms, random_hex_32, rfc3339};
+use std::collections::BTreeMap;
+
+use crate::model::{EndpointId, KeyCheck, LiveSecret, Rotated, now_ms, random_hex_32, rfc3339};
 use crate::store::{Db, StoreError, on_db};
 
 impl Db {
@@ -10,11 +12,16 @@ impl Db {
     /// delivery carries one `v1` per live secret, newest first. Refused with
     /// [`StoreError::Conflict`] `too_many_secrets` when the endpoint would have more than
     /// [`kxp_verify::MAX_SECRETS`] live secrets: one more could not be signed with.
+    ///
+    /// With `confirmations`, the older secrets stop signing sooner: once that many consecutive
+    /// deliveries were verified with the new one ([`Db::record_key_checks`]). A rotation
+    /// replaces any such rotation under way.
     pub async fn rotate_secret(
         &self,
         account_id: &str,
         id: &str,
         overlap_ms: i64,
+        confirmations: Option<u32>,
     ) -> Result<Rotated, StoreError> {
         let now = now_ms();
         let expires_at = now.saturating_add(overlap_ms.max(0));
@@ -70,12 +77,24 @@ impl Db {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-            sqlx::query("INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3)")
-                .bind(id)
-                .bind(&secret)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
+            let secret_id = sqlx::query_scalar::<_, i64>(
+                "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3) RETURNING id",
+            )
+            .bind(id)
+            .bind(&secret)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+            // Only a rotation that keeps older secrets has anything to wait for.
+            let confirm = confirmations.filter(|_| kept > 0).map(i64::from);
+            sqlx::query(
+                "UPDATE kxp_endpoints SET confirm_secret_id = $1, confirm_needed = $2, confirmations = 0 WHERE id = $3",
+            )
+            .bind(confirm.map(|_| secret_id))
+            .bind(confirm)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             Ok(Rotated {
                 secret: secret.into(),
@@ -96,5 +115,123 @@ impl Db {
             .fetch_all(pool)
             .await?
         }))
+    }
+
+    /// The endpoint's live secrets, newest first, with when receivers last verified with each.
+    pub async fn live_secret_states(
+        &self,
+        endpoint_id: &str,
+    ) -> Result<Vec<LiveSecret>, StoreError> {
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, LiveSecret>(
+                "SELECT id, secret, created_at, expires_at, last_verified_at FROM kxp_endpoint_secrets \
+                 WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC",
+            )
+            .bind(endpoint_id)
+            .bind(now_ms())
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    /// Records what delivered attempts said about their endpoints' secrets, in the order they
+    /// were made (`at`, Unix ms): each secret's latest verification, and for a `when_confirmed`
+    /// rotation its count of consecutive deliveries verified with the new secret (anything
+    /// else, a 2xx without a confirmation included, starts it again). A count that reaches
+    /// the rotation's need ends the older secrets now. Answers the endpoints whose rotation
+    /// that ended.
+    pub async fn record_key_checks(
+        &self,
+        checks: &[(EndpointId, i64, KeyCheck)],
+    ) -> Result<Vec<EndpointId>, StoreError> {
+        let mut latest: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut confirming: BTreeMap<&EndpointId, Vec<Option<i64>>> = BTreeMap::new();
+        for (endpoint, at, check) in checks {
+            if let Some(secret) = check.verified {
+                let seen = latest.entry(secret).or_insert(*at);
+                *seen = (*seen).max(*at);
+            }
+            if check.confirming {
+                confirming.entry(endpoint).or_default().push(check.verified);
+            }
+        }
+        let lock = match self {
+            Db::Sqlite(_) => "",
+            // Compatible with the KEY SHARE a batch of attempts holds on its endpoints.
+            Db::Postgres(_) => " FOR NO KEY UPDATE",
+        };
+        let read = format!(
+            "SELECT confirm_secret_id, confirm_needed, confirmations FROM kxp_endpoints WHERE id = $1{lock}"
+        );
+        let now = now_ms();
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            for (secret, at) in &latest {
+                sqlx::query(
+                    "UPDATE kxp_endpoint_secrets SET last_verified_at = $1 \
+                     WHERE id = $2 AND (last_verified_at IS NULL OR last_verified_at < $1)",
+                )
+                .bind(at)
+                .bind(secret)
+                .execute(&mut *tx)
+                .await?;
+            }
+            let mut ended = Vec::new();
+            // Endpoints in id order: two recorders lock their rows in the same order.
+            for (endpoint, seen) in confirming {
+                let row = sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(&read)
+                    .bind(endpoint)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some((Some(secret), Some(needed), mut count)) = row else {
+                    continue;
+                };
+                for verified in seen {
+                    count = if verified == Some(secret) {
+                        count.saturating_add(1)
+                    } else {
+                        0
+                    };
+                }
+                let older = sqlx::query_scalar::<_, i64>(
+                    "SELECT COUNT(*) FROM kxp_endpoint_secrets WHERE endpoint_id = $1 AND id < $2 \
+                     AND (expires_at IS NULL OR expires_at > $3)",
+                )
+                .bind(endpoint)
+                .bind(secret)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+                if count < needed && older > 0 {
+                    sqlx::query("UPDATE kxp_endpoints SET confirmations = $1 WHERE id = $2")
+                        .bind(count)
+                        .bind(endpoint)
+                        .execute(&mut *tx)
+                        .await?;
+                    continue;
+                }
+                // Confirmed, or the overlap ran out first: the rotation is over either way.
+                sqlx::query(
+                    "UPDATE kxp_endpoint_secrets SET expires_at = $1 WHERE endpoint_id = $2 AND id < $3 \
+                     AND (expires_at IS NULL OR expires_at > $1)",
+                )
+                .bind(now)
+                .bind(endpoint)
+                .bind(secret)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE kxp_endpoints SET confirm_secret_id = NULL, confirm_needed = NULL, confirmations = 0 WHERE id = $1",
+                )
+                .bind(endpoint)
+                .execute(&mut *tx)
+                .await?;
+                if older > 0 {
+                    ended.push(endpoint.clone());
+                }
+            }
+            tx.commit().await?;
+            Ok(ended)
+        })
     }
 }

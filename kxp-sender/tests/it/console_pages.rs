@@ -58,13 +58,13 @@ async fn post_form(
 }
 
 /// A page's status and text.
-async fn page(b: &Browser, path: &str, cookie: &str) -> (StatusCode, String) {
+pub(crate) async fn page(b: &Browser, path: &str, cookie: &str) -> (StatusCode, String) {
     let response = b.get(path, Some(cookie)).await;
     (response.status(), response.text().await.unwrap())
 }
 
 /// The account page of a merchant session: its path (`/console/a/<id>`) and its CSRF token.
-async fn account_page(b: &Browser, cookie: &str) -> (String, String) {
+pub(crate) async fn account_page(b: &Browser, cookie: &str) -> (String, String) {
     let to = b.get("/console", Some(cookie)).await;
     assert_eq!(to.status(), StatusCode::SEE_OTHER);
     let path = to.headers()[LOCATION].to_str().unwrap().to_owned();

@@ -178,6 +178,7 @@ async fn scenario(s: &Sender) {
         attempt: 2,
         record,
         next: NextState::Dead,
+        keys: None,
     };
     let finished = db
         .finish_attempts(&[lost.clone(), lost], &Protection::default())

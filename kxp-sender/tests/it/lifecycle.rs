@@ -144,14 +144,16 @@ async fn get_endpoint(s: &Sender, id: &str) -> (u16, Value) {
 }
 
 /// The endpoint, as JSON.
+/// The endpoint as `GET /v1/endpoints/{id}` shows it, without its secrets and rotation (what
+/// the other endpoint routes answer).
 async fn endpoint_of(s: &Sender, id: &str) -> Value {
-    let endpoint = s
+    let details = s
         .api
         .client
         .endpoint(&id.into())
         .await
         .unwrap_or_else(|e| panic!("GET /v1/endpoints/{id}: {e}"));
-    value(&endpoint)
+    value(&details.endpoint)
 }
 
 /// Raw: for the patches that must be refused, and answers checked as sent.

@@ -28,5 +28,6 @@ mod protection;
 mod replay;
 mod retention;
 mod rotation;
+mod rotation_confirmed;
 mod schemas;
 mod support;

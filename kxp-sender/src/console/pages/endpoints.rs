@@ -1,9 +1,11 @@
 //! The endpoints pages: the list with each endpoint's health at a glance, the registration
 //! form, one endpoint with its actions, and the confirmation before a deletion.
 
+use kxp_api::{EndpointDetails, ReceiverKey, Rotation};
 use maud::{Markup, html};
 
 use super::{Frame, account_page, account_page_with_script, chart};
+
 use crate::model::{CircuitState, Endpoint, EndpointHealth, EndpointStatus, rfc3339};
 
 /// One line of the endpoints list.
@@ -202,11 +204,13 @@ pub(in crate::console) fn endpoint_form(
     account_page(frame, &title, main)
 }
 
-/// One endpoint: its settings, health and actions; `secret` is shown when it was just made.
+/// One endpoint: its settings, secrets, health and actions; `secret` is shown when it was just
+/// made.
 pub(in crate::console) fn endpoint(
     frame: &Frame<'_>,
     endpoint: &Endpoint,
     health: &EndpointHealth,
+    details: &EndpointDetails,
     secret: Option<&NewSecret>,
 ) -> Markup {
     let here = frame.url(&format!("/endpoints/{}", endpoint.id));
@@ -233,6 +237,23 @@ pub(in crate::console) fn endpoint(
             dt { "Timeout" } dd { (endpoint.timeout_ms) " ms" }
             dt { "Rate limit" } dd { @match endpoint.rate_limit_per_second { Some(n) => { (n) " per second" } None => { "none" } } }
         }
+        h2 { "Signing secrets" }
+        @if let Some(rotation) = &details.rotation {
+            p.rotation { (rotation_state(rotation)) }
+        }
+        table {
+            thead { tr { th scope="col" { "Fingerprint" } th scope="col" { "Made" } th scope="col" { "Stops signing" } th scope="col" { "Last verified by the receiver" } } }
+            tbody {
+                @for s in &details.secrets {
+                    tr {
+                        td { code { (s.fingerprint) } }
+                        td { (s.created_at) }
+                        td { @match &s.expires_at { Some(at) => { (at) } None => { "at the next rotation" } } }
+                        td { @match &s.last_verified_at { Some(at) => { (at) } None => { "never said" } } }
+                    }
+                }
+            }
+        }
         h2 { "Health" }
         dl {
             dt { "Success, last 24 h" } dd { (rate(window.success_rate)) " of " (window.attempts) " attempts" }
@@ -253,6 +274,7 @@ pub(in crate::console) fn endpoint(
                 }
                 form.inline method="post" action=(action("test")) { (frame.csrf()) button type="submit" { "Send a test event" } }
                 form.inline method="post" action=(action("rotate")) { (frame.csrf()) button type="submit" { "Rotate the secret" } }
+                form.inline method="post" action=(action("rotate-when-confirmed")) { (frame.csrf()) button type="submit" { "Rotate, ending when the receiver confirms" } }
                 a.button href=(action("edit")) { "Edit…" }
                 a.button href=(action("delete")) { "Delete…" }
             }
@@ -260,6 +282,33 @@ pub(in crate::console) fn endpoint(
     };
     let script = secret.is_some().then_some("/console/assets/console.js");
     account_page_with_script(frame, "Endpoint", main, script)
+}
+
+/// What a `when_confirmed` rotation waits for, in the merchant's terms.
+fn rotation_state(rotation: &Rotation) -> Markup {
+    let progress = format!(
+        "{} of {} deliveries in a row",
+        rotation.confirmations, rotation.needed
+    );
+    html! {
+        @match &rotation.receiver {
+            ReceiverKey::New => {
+                strong { "The merchant has switched: " }
+                "the receiver verifies with the new secret " code { (rotation.secret) } " (" (progress)
+                "). The old secret stops signing when the count is reached, at the latest at " (rotation.ends_by) "."
+            }
+            ReceiverKey::Old => {
+                strong { "Still on the old secret: " }
+                "the receiver verified its latest delivery with an older secret. It keeps signing until the receiver has verified "
+                (rotation.needed) " deliveries in a row with " code { (rotation.secret) } ", at the latest until " (rotation.ends_by) "."
+            }
+            _ => {
+                strong { "No word from the receiver yet: " }
+                "it has not said which secret verified a delivery since the rotation (a receiver that does not answer "
+                code { "X-Kxp-Verified-Key" } " never will). The old secret stops signing at " (rotation.ends_by) "."
+            }
+        }
+    }
 }
 
 /// The question before a deletion, with what it does to the endpoint's deliveries.
