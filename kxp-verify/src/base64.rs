@@ -70,6 +70,44 @@ pub(crate) fn decode<const N: usize>(text: &[u8]) -> Option<[u8; N]> {
     Some(out)
 }
 
+/// Decodes the standard base64 of up to `out.len()` bytes, padded or not, into the start of
+/// `out`; `None` for anything else. For Standard Webhooks secrets (`whsec_…`), which the
+/// official libraries read with or without their padding: the padding is optional, but when
+/// present it must be exactly right, and the unused low bits of the last digit must be zero.
+pub(crate) fn decode_unpadded_or_padded<'o>(text: &[u8], out: &'o mut [u8]) -> Option<&'o [u8]> {
+    let padding = text.iter().rev().take_while(|&&c| c == b'=').count();
+    let digits = text.get(..text.len().wrapping_sub(padding))?;
+    // Digits past the last full group: 1 is no byte count, and padding must fill the group.
+    let partial = digits.len() % 4;
+    if partial == 1 || (padding != 0 && partial.wrapping_add(padding) != 4) {
+        return None;
+    }
+    let len = (digits.len() / 4)
+        .saturating_mul(3)
+        .saturating_add(partial.saturating_sub(1));
+    let out = out.get_mut(..len)?;
+    let mut written = 0usize;
+    for group_digits in digits.chunks(4) {
+        let mut group = 0u32;
+        for &c in group_digits {
+            group = group << 6 | digit_value(c)?;
+        }
+        // Left-align a short group as if padded with `A`s, then check the bits it left over.
+        let missing = 4usize.wrapping_sub(group_digits.len());
+        group <<= (missing as u32).wrapping_mul(6);
+        let wanted = 3usize.wrapping_sub(missing);
+        let unused = (missing as u32).wrapping_mul(8);
+        if group & ((1u32 << unused).wrapping_sub(1)) != 0 {
+            return None;
+        }
+        let bytes = group.to_be_bytes();
+        out.get_mut(written..written.wrapping_add(wanted))?
+            .copy_from_slice(bytes.get(1..wanted.wrapping_add(1))?);
+        written = written.wrapping_add(wanted);
+    }
+    Some(out)
+}
+
 /// Encodes `bytes` as padded standard base64 into `out`, which must be
 /// [`encoded_len`]`(bytes.len())` long (the caller's array says so).
 pub(crate) fn encode<'o>(bytes: &[u8], out: &'o mut [u8]) -> &'o [u8] {
@@ -135,7 +173,50 @@ mod tests {
         assert!(decode::<64>(&lax).is_none());
     }
 
+    #[test]
+    fn variable_lengths_decode_padded_or_not() {
+        for len in 0..=40usize {
+            let bytes: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(151)).collect();
+            let padded = STANDARD.encode(&bytes);
+            let unpadded = padded.trim_end_matches('=');
+            let mut out = [0u8; 64];
+            for text in [padded.as_str(), unpadded] {
+                let decoded = decode_unpadded_or_padded(text.as_bytes(), &mut out);
+                assert_eq!(decoded, Some(&bytes[..]), "{text}");
+            }
+            let mut short = [0u8; 8];
+            let fits = decode_unpadded_or_padded(padded.as_bytes(), &mut short).is_some();
+            assert_eq!(fits, len <= 8, "{padded}");
+        }
+        let mut out = [0u8; 64];
+        for bad in [
+            "A", "AB=", "AB===", "ABC==", "AB=A", "QR==", "QUJ=", " QUJD", "QU-D", "==",
+        ] {
+            assert_eq!(
+                decode_unpadded_or_padded(bad.as_bytes(), &mut out),
+                None,
+                "{bad}"
+            );
+        }
+    }
+
     proptest::proptest! {
+        /// Any text of up to 60 digits and padding: decoded exactly when the base64 crate
+        /// decodes it, with the padding it has or, missing, added.
+        #[test]
+        fn variable_decoding_agrees_with_the_base64_crate(text in "[A-Za-z0-9+/_-]{0,60}={0,3}") {
+            let repadded = match text.trim_end_matches('=').len() % 4 {
+                _ if text.ends_with('=') => text.clone(),
+                2 => format!("{text}=="),
+                3 => format!("{text}="),
+                _ => text.clone(),
+            };
+            let theirs = STANDARD.decode(&repadded).ok();
+            let mut out = [0u8; 64];
+            let ours = decode_unpadded_or_padded(text.as_bytes(), &mut out).map(<[u8]>::to_vec);
+            proptest::prop_assert_eq!(ours, theirs, "{}", text);
+        }
+
         /// Any text of the right length: decoded exactly when the base64 crate (strict by
         /// default: canonical padding, no trailing bits) decodes it to 64 bytes.
         #[test]

@@ -17,8 +17,9 @@ use ed25519_dalek::ed25519::signature::{MultipartSigner, MultipartVerifier};
 use ed25519_dalek::{Signature, SigningKey as DalekSigningKey, VerifyingKey};
 
 use crate::base64;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, Error};
 use crate::fingerprint::{KeyFingerprint, key_fingerprint};
+use crate::standard::{self, StandardEd25519SignedHeader};
 
 /// The bytes of a `v1a` signature.
 pub(crate) const SIGNATURE_LEN: usize = 64;
@@ -80,6 +81,37 @@ impl PublicKey {
         PublicKey::from_bytes(&bytes)
     }
 
+    /// A public key as Standard Webhooks writes it, `whpk_<padded standard base64 of 32
+    /// bytes>`. The prefix may be left out, as the official libraries allow for `whsec_`
+    /// secrets; without it this is [`from_base64`](PublicKey::from_base64), so one
+    /// configuration value can hold either spelling. The checks are `from_bytes`'s.
+    ///
+    /// ```
+    /// use kxp_verify::PublicKey;
+    ///
+    /// let key = PublicKey::from_whpk("whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=")?;
+    /// assert_eq!(key, PublicKey::from_base64("11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=")?);
+    /// # #[cfg(feature = "alloc")]
+    /// assert_eq!(key.to_whpk(), "whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=");
+    /// # Ok::<(), kxp_verify::ConfigError>(())
+    /// ```
+    pub fn from_whpk(text: &str) -> Result<PublicKey, ConfigError> {
+        let text = text.trim();
+        PublicKey::from_base64(text.strip_prefix(WHPK_PREFIX).unwrap_or(text))
+    }
+
+    /// The Standard Webhooks text of this key, `whpk_<padded standard base64>`, for a sender
+    /// to publish; [`from_whpk`](PublicKey::from_whpk) reads it back.
+    #[cfg(feature = "alloc")]
+    pub fn to_whpk(&self) -> alloc::string::String {
+        let mut text = [0u8; base64::encoded_len(32)];
+        let text = base64::encode(&self.to_bytes(), &mut text);
+        let mut whpk = alloc::string::String::from(WHPK_PREFIX);
+        // Base64 digits and `=` are ASCII: each byte is one char.
+        whpk.extend(text.iter().map(|&b| char::from(b)));
+        whpk
+    }
+
     /// The 32 raw bytes.
     pub fn to_bytes(&self) -> [u8; 32] {
         self.key.to_bytes()
@@ -110,11 +142,20 @@ impl PublicKey {
         body: &[u8],
         signature: &CheckedSignature,
     ) -> bool {
+        self.verifies_parts(&[timestamp_digits, b".", body], signature)
+    }
+
+    /// Whether `signature` is this key's strict Ed25519 signature over the concatenation of
+    /// `parts` (never copied together).
+    pub(crate) fn verifies_parts(&self, parts: &[&[u8]], signature: &CheckedSignature) -> bool {
         self.key
-            .multipart_verify(&[timestamp_digits, b".", body], &signature.signature)
+            .multipart_verify(parts, &signature.signature)
             .is_ok()
     }
 }
+
+/// What marks a Standard Webhooks public key.
+const WHPK_PREFIX: &str = "whpk_";
 
 /// A `v1a` signature whose `R` passed what `verify_strict` adds for it (the key's checks were
 /// made when the key was): `R` is a curve point, and not one of small order. Checked once per
@@ -186,6 +227,44 @@ impl SigningKey {
             timestamp,
             signature,
         }
+    }
+
+    /// Signs `body` for Standard Webhooks: an Ed25519 signature over
+    /// `<webhook-id>.<webhook-timestamp>.<body>`, whose `Display` is the `v1a,<base64>` item of
+    /// `webhook-signature`. The sender writes `id` and the result's
+    /// [`timestamp`](StandardEd25519SignedHeader::timestamp) (clamped as for
+    /// [`sign`](SigningKey::sign)) as the other two headers.
+    ///
+    /// An `id` a verifier would call malformed is refused here rather than signed (empty, or
+    /// not visible ASCII without `.`; see
+    /// [`Verifier::verify_standard`](crate::Verifier::verify_standard)).
+    ///
+    /// ```
+    /// use kxp_verify::{SigningKey, Verifier};
+    ///
+    /// let key = SigningKey::from_seed(&[7; 32]);
+    /// let signature = key.sign_standard("msg_1", 1764464523, b"{}")?.to_string();
+    /// assert!(signature.starts_with("v1a,"));
+    /// let verifier = Verifier::with_public_keys([key.public_key()])?;
+    /// verifier.verify_standard("msg_1", "1764464523", &signature, b"{}", 1764464523)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sign_standard<I: AsRef<[u8]> + ?Sized>(
+        &self,
+        id: &I,
+        timestamp: u64,
+        body: &[u8],
+    ) -> Result<StandardEd25519SignedHeader, Error> {
+        let id = id.as_ref();
+        standard::check_id(id)?;
+        let timestamp = timestamp.min(crate::Signer::MAX_TIMESTAMP);
+        let mut digits = [0u8; 20];
+        let digits = crate::sign::decimal(timestamp, &mut digits);
+        let signature = self
+            .key
+            .multipart_sign(&[id, b".", digits, b".", body])
+            .to_bytes();
+        Ok(StandardEd25519SignedHeader::new(timestamp, signature))
     }
 }
 

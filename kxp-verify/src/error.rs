@@ -84,6 +84,22 @@ pub enum Malformed {
     MissingEd25519Signature,
     /// More than [`MAX_ED25519_SIGNATURES`](crate::MAX_ED25519_SIGNATURES) `v1a` items.
     TooManyEd25519Signatures,
+    /// Standard Webhooks: a `webhook-id` that is not visible ASCII without `.` (a `.` would let
+    /// the id and the timestamp trade bytes in the signed `<id>.<timestamp>.<body>`).
+    InvalidWebhookId,
+    /// Standard Webhooks: a `webhook-timestamp` that is not 1 to 19 ASCII digits without a
+    /// leading zero.
+    InvalidWebhookTimestamp,
+    /// Standard Webhooks: a `webhook-signature` with a byte outside visible ASCII and space, or
+    /// an empty item (two spaces in a row, a leading or a trailing space).
+    InvalidSignatureList,
+    /// Standard Webhooks: a `webhook-signature` item without `,`, or with nothing before it.
+    MissingComma,
+    /// Standard Webhooks: a `v1` value that is not the padded standard base64 of 32 bytes.
+    InvalidHmacSignature,
+    /// Standard Webhooks: more than [`MAX_SIGNATURE_ITEMS`](crate::MAX_SIGNATURE_ITEMS) items
+    /// in `webhook-signature`, whatever their version.
+    TooManySignatureItems,
 }
 
 impl Malformed {
@@ -106,6 +122,20 @@ impl Malformed {
             }
             Malformed::MissingEd25519Signature => "there is no `v1a` item",
             Malformed::TooManyEd25519Signatures => "there are more than 4 `v1a` items",
+            Malformed::InvalidWebhookId => {
+                "`webhook-id` must be visible ASCII characters other than `.`"
+            }
+            Malformed::InvalidWebhookTimestamp => {
+                "`webhook-timestamp` must be 1 to 19 ASCII digits without a leading zero"
+            }
+            Malformed::InvalidSignatureList => {
+                "`webhook-signature` must be visible ASCII items separated by single spaces"
+            }
+            Malformed::MissingComma => "a `webhook-signature` item has no `<version>,` prefix",
+            Malformed::InvalidHmacSignature => {
+                "a `v1` value is not the padded standard base64 of 32 bytes"
+            }
+            Malformed::TooManySignatureItems => "`webhook-signature` has more than 16 items",
         }
     }
 }
@@ -120,10 +150,18 @@ pub struct Error {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Detail {
     MissingHeader,
+    /// `missing_header` for one of the three Standard Webhooks headers, named by it.
+    MissingStandardHeader(&'static str),
     Malformed(Malformed),
     SignatureMismatch,
-    TooOld { age: u64, tolerance: u64 },
-    InFuture { ahead: u64, tolerance: u64 },
+    TooOld {
+        age: u64,
+        tolerance: u64,
+    },
+    InFuture {
+        ahead: u64,
+        tolerance: u64,
+    },
 }
 
 impl Error {
@@ -133,6 +171,13 @@ impl Error {
     pub(crate) const SIGNATURE_MISMATCH: Error = Error {
         detail: Detail::SignatureMismatch,
     };
+
+    /// `missing_header`, naming which of the Standard Webhooks headers was absent or empty.
+    pub(crate) const fn missing_standard(header: &'static str) -> Error {
+        Error {
+            detail: Detail::MissingStandardHeader(header),
+        }
+    }
 
     pub(crate) const fn malformed(why: Malformed) -> Error {
         Error {
@@ -155,7 +200,7 @@ impl Error {
     /// The stable kind, for matching and for the `{"error":"<kind>"}` body.
     pub const fn kind(&self) -> ErrorKind {
         match self.detail {
-            Detail::MissingHeader => ErrorKind::MissingHeader,
+            Detail::MissingHeader | Detail::MissingStandardHeader(_) => ErrorKind::MissingHeader,
             Detail::Malformed(_) => ErrorKind::MalformedHeader,
             Detail::SignatureMismatch => ErrorKind::SignatureMismatch,
             Detail::TooOld { .. } => ErrorKind::TimestampTooOld,
@@ -176,6 +221,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.detail {
             Detail::MissingHeader => f.write_str("missing_header: no X-Kxp-Signature header"),
+            Detail::MissingStandardHeader(header) => {
+                write!(f, "missing_header: no {header} header")
+            }
             Detail::Malformed(why) => write!(f, "malformed_header: {}", why.explain()),
             Detail::SignatureMismatch => f.write_str(
                 "signature_mismatch: no signature matches a configured secret or public key \
@@ -207,6 +255,8 @@ pub enum ConfigError {
     TooManySecrets,
     /// A secret is empty: an HMAC with an empty key authenticates nothing.
     EmptySecret,
+    /// A Standard Webhooks secret (`whsec_…`) is not the standard base64 of 1 to 64 bytes.
+    InvalidSecret,
     /// No public key was given.
     NoPublicKeys,
     /// More than [`MAX_SECRETS`](crate::MAX_SECRETS) public keys were given.
@@ -240,6 +290,9 @@ impl fmt::Display for ConfigError {
                 crate::MAX_SECRETS
             ),
             ConfigError::EmptySecret => f.write_str("a configured webhook secret is empty"),
+            ConfigError::InvalidSecret => f.write_str(
+                "a configured whsec_ webhook secret is not the standard base64 of 1 to 64 bytes",
+            ),
             ConfigError::NoPublicKeys => f.write_str("no webhook public key configured"),
             ConfigError::TooManyPublicKeys => write!(
                 f,

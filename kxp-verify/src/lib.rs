@@ -25,6 +25,7 @@ mod header;
 mod hex;
 mod secret;
 mod sign;
+mod standard;
 mod verify;
 
 // The public interface.
@@ -35,7 +36,10 @@ pub use event::{Envelope, EnvelopeError, EnvelopeErrorKind, Event};
 pub use fingerprint::{KeyFingerprint, key_fingerprint};
 pub use header::SignatureHeader;
 pub use secret::Secret;
+#[cfg(feature = "alloc")]
+pub use secret::to_whsec;
 pub use sign::{SignedHeader, Signer};
+pub use standard::{StandardEd25519SignedHeader, StandardSignedHeader};
 pub use verify::{Verified, VerifiedBuf, Verifier};
 
 /// The header that carries the signature, in the lowercase form `http::HeaderName` wants.
@@ -65,3 +69,22 @@ pub const MAX_ED25519_SIGNATURES: usize = 4;
 /// How many secrets a [`Verifier`] or [`Signer`] holds at once. Rotation needs two (old and new);
 /// the rest is headroom. The bound lets both work without a heap.
 pub const MAX_SECRETS: usize = 4;
+
+/// Standard Webhooks 1.0: the header with the message's id, which is signed with the body and
+/// stays the same across retries (the dedup key). Lowercase, as `http::HeaderName` wants.
+pub const WEBHOOK_ID_HEADER: &str = "webhook-id";
+
+/// Standard Webhooks 1.0: the header with the signed Unix time in decimal seconds. Lowercase,
+/// as `http::HeaderName` wants.
+pub const WEBHOOK_TIMESTAMP_HEADER: &str = "webhook-timestamp";
+
+/// Standard Webhooks 1.0: the header with the space-separated `v1,<base64>` and
+/// `v1a,<base64>` signatures. Lowercase, as `http::HeaderName` wants.
+pub const WEBHOOK_SIGNATURE_HEADER: &str = "webhook-signature";
+
+/// How many items a `webhook-signature` may hold, whatever their version; more is
+/// `malformed_header`. A sender signs with at most [`MAX_SECRETS`] secrets and as many keys,
+/// so a real list has at most 8; the rest leaves room for versions not yet defined. The bound
+/// keeps the work per request fixed ([`MAX_SECRETS`] MACs, each compared with at most this
+/// many items) whatever a client sends.
+pub const MAX_SIGNATURE_ITEMS: usize = 16;

@@ -5,10 +5,10 @@ use core::fmt;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::MAX_SECRETS;
 use crate::ed25519::PublicKey;
 use crate::error::ConfigError;
 use crate::fingerprint::{KeyFingerprint, key_fingerprint};
+use crate::{MAX_SECRETS, base64};
 
 /// One webhook signing secret.
 ///
@@ -50,6 +50,41 @@ impl Secret {
         })
     }
 
+    /// A Standard Webhooks secret, `whsec_<standard base64 of the key bytes>`: the HMAC key is
+    /// the decoded bytes, not the text (unlike [`Secret::new`], which keys with the string
+    /// itself), so the [fingerprint](Secret::fingerprint) is theirs too.
+    ///
+    /// The official libraries (Python, JavaScript, Rust, 1.x) strip the `whsec_` prefix when it
+    /// is there and base64-decode the rest either way, so a secret without the prefix is the
+    /// bare base64, never the raw string; this does the same. Spaces around the text are
+    /// trimmed; the base64 may lack its padding (the Python library reads it so), but is
+    /// otherwise strict: standard alphabet only, nothing inside, the unused bits zero. The key
+    /// is 1 to 64 bytes: the specification calls for 24 to 64, the official libraries accept
+    /// any length but zero, and a longer one would need a heap to decode into.
+    ///
+    /// ```
+    /// use kxp_verify::{ConfigError, Secret};
+    ///
+    /// let with = Secret::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?;
+    /// let without = Secret::from_whsec("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?;
+    /// assert_eq!(with.fingerprint(), without.fingerprint());
+    /// assert_eq!(Secret::from_whsec("whsec_not base64").unwrap_err(), ConfigError::InvalidSecret);
+    /// assert_eq!(Secret::from_whsec("whsec_").unwrap_err(), ConfigError::EmptySecret);
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn from_whsec(text: &str) -> Result<Secret, ConfigError> {
+        let text = text.trim();
+        let base64 = text.strip_prefix(WHSEC_PREFIX).unwrap_or(text);
+        if base64.is_empty() {
+            return Err(ConfigError::EmptySecret);
+        }
+        // Wiped on drop, whatever the outcome: a copy of the key the HMAC state stands for.
+        let mut buf = zeroize::Zeroizing::new([0u8; MAX_WHSEC_KEY_LEN]);
+        let key = base64::decode_unpadded_or_padded(base64.as_bytes(), &mut *buf)
+            .ok_or(ConfigError::InvalidSecret)?;
+        Secret::new(key)
+    }
+
     /// The [`key_fingerprint`] of the secret string's bytes (the HMAC key): what a receiver
     /// answers in `X-Kxp-Verified-Key` when this secret verified a request, and what the
     /// sender's console shows for it. It tells which secret without revealing it.
@@ -59,12 +94,49 @@ impl Secret {
 
     /// HMAC-SHA256 over `<t digits>.<body>`.
     pub(crate) fn mac(&self, timestamp_digits: &[u8], body: &[u8]) -> [u8; 32] {
+        self.mac_of([timestamp_digits, b".", body])
+    }
+
+    /// HMAC-SHA256 over the concatenation of `parts`, which are never copied together.
+    pub(crate) fn mac_of<const N: usize>(&self, parts: [&[u8]; N]) -> [u8; 32] {
         let mut mac = self.keyed.clone();
-        mac.update(timestamp_digits);
-        mac.update(b".");
-        mac.update(body);
+        for part in parts {
+            mac.update(part);
+        }
         mac.finalize().into_bytes().into()
     }
+}
+
+/// What marks a Standard Webhooks secret.
+pub(crate) const WHSEC_PREFIX: &str = "whsec_";
+
+/// The longest key [`Secret::from_whsec`] decodes: the Standard Webhooks maximum (512 bits).
+const MAX_WHSEC_KEY_LEN: usize = 64;
+
+/// The Standard Webhooks text of a secret's key bytes, `whsec_<padded standard base64>`, for a
+/// sender to show the receiver the key it generated; [`Secret::from_whsec`] reads it back.
+///
+/// A function of the bytes, not a method of [`Secret`]: a `Secret` keeps only the keyed HMAC
+/// state, never the key, so that no `Secret` can be printed; the sender that made the key holds
+/// the bytes and decides when to show them.
+///
+/// ```
+/// use kxp_verify::{Secret, Signer, Verifier, to_whsec};
+///
+/// let key = [7u8; 24]; // From a CSPRNG, in a real sender.
+/// let text = to_whsec(&key);
+/// assert_eq!(text, "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcH");
+/// assert_eq!(Secret::from_whsec(&text)?.fingerprint(), Secret::new(&key)?.fingerprint());
+/// # Ok::<(), kxp_verify::ConfigError>(())
+/// ```
+#[cfg(feature = "alloc")]
+pub fn to_whsec(key: &[u8]) -> alloc::string::String {
+    let mut text = alloc::vec![0u8; base64::encoded_len(key.len())];
+    base64::encode(key, &mut text);
+    let mut whsec = alloc::string::String::from(WHSEC_PREFIX);
+    // Base64 digits and `=` are ASCII: each byte is one char.
+    whsec.extend(text.iter().map(|&b| char::from(b)));
+    whsec
 }
 
 impl fmt::Debug for Secret {

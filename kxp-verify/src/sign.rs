@@ -2,8 +2,9 @@
 
 use core::fmt;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, Error};
 use crate::secret::{Keyring, Secret};
+use crate::standard::{self, StandardSignedHeader};
 use crate::{MAX_SECRETS, hex};
 
 /// Signs bodies with one or more secrets (newest first during a rotation, so receivers that
@@ -74,6 +75,53 @@ impl Signer {
     #[cfg(feature = "std")]
     pub fn sign_now(&self, body: &[u8]) -> SignedHeader {
         self.sign(crate::verify::unix_now(), body)
+    }
+
+    /// Signs `body` for Standard Webhooks: one HMAC-SHA256 per secret, in this signer's order
+    /// (newest first during a rotation), over `<webhook-id>.<webhook-timestamp>.<body>`. The
+    /// result's `Display` is the `webhook-signature` value, `v1,<base64>` items separated by
+    /// spaces; the sender writes `id` and the result's
+    /// [`timestamp`](StandardSignedHeader::timestamp) (clamped as for [`sign`](Signer::sign))
+    /// as the other two headers. Build the secrets with [`Secret::from_whsec`] (or
+    /// [`Secret::new`] over the raw key bytes): the key is the decoded bytes.
+    ///
+    /// An `id` a verifier would call malformed is refused here rather than signed: empty, or
+    /// not visible ASCII without `.` (see
+    /// [`Verifier::verify_standard`](crate::Verifier::verify_standard)).
+    ///
+    /// ```
+    /// use kxp_verify::{Secret, Signer, Verifier};
+    ///
+    /// let new = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    /// let old = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    /// let signer = Signer::with_secrets([Secret::from_whsec(new)?, Secret::from_whsec(old)?])?;
+    /// let signed = signer.sign_standard("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", 1674087231, b"{}")?;
+    /// let header = signed.to_string();
+    /// assert_eq!(header.split(' ').count(), 2);
+    ///
+    /// // A receiver still on the old secret accepts it during the overlap.
+    /// let old_receiver = Verifier::new(Secret::from_whsec(old)?);
+    /// let timestamp = signed.timestamp().to_string();
+    /// let id = "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W";
+    /// assert!(old_receiver.verify_standard(id, &timestamp, &header, b"{}", 1674087231).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sign_standard<I: AsRef<[u8]> + ?Sized>(
+        &self,
+        id: &I,
+        timestamp: u64,
+        body: &[u8],
+    ) -> Result<StandardSignedHeader, Error> {
+        let id = id.as_ref();
+        standard::check_id(id)?;
+        let timestamp = timestamp.min(Signer::MAX_TIMESTAMP);
+        let mut digits = [0u8; 20];
+        let digits = decimal(timestamp, &mut digits);
+        let mut macs = [[0u8; 32]; MAX_SECRETS];
+        for (slot, secret) in macs.iter_mut().zip(self.keys.iter()) {
+            *slot = secret.mac_of([id, b".", digits, b".", body]);
+        }
+        Ok(StandardSignedHeader::new(timestamp, macs, self.keys.len()))
     }
 }
 

@@ -7,7 +7,7 @@ use crate::error::{ConfigError, Error};
 use crate::fingerprint::KeyFingerprint;
 use crate::header::{Ed25519Header, SignatureHeader};
 use crate::secret::{Keyring, Secret};
-use crate::{DEFAULT_TOLERANCE, hex};
+use crate::{DEFAULT_TOLERANCE, hex, standard};
 
 /// Checks signature headers against one or more secrets.
 ///
@@ -145,15 +145,107 @@ impl Verifier {
         body: &'b [u8],
         now_unix_seconds: u64,
     ) -> Result<Verified<'b>, Error> {
+        let found = match &self.keys {
+            Keys::Secrets(secrets) => verify_v1(secrets, header, body)?,
+            Keys::PublicKeys(keys) => verify_v1a(keys, header, body)?,
+        };
+        self.fresh(found, body, now_unix_seconds)
+    }
+
+    /// Verifies a Standard Webhooks 1.0 request: its `webhook-id`, `webhook-timestamp` and
+    /// `webhook-signature` header values (each empty when the request lacked it) over the raw
+    /// `body` bytes, at `now_unix_seconds`. Pure, allocation-free and panic-free like
+    /// [`verify`](Verifier::verify), with the same order of checks and the same error kinds,
+    /// and the same keys: a verifier with secrets (from [`Secret::from_whsec`]) checks the `v1`
+    /// (HMAC-SHA256) items, one with public keys ([`PublicKey::from_whpk`]) the `v1a` (Ed25519)
+    /// items, and each ignores the other's items and any other version.
+    ///
+    /// 1. **Parse**: an empty header is `missing_header`; then `malformed_header` for an id
+    ///    that is not visible ASCII without `.`, a timestamp that is not 1 to 19 digits
+    ///    without a leading zero, a signature list over [`MAX_HEADER_LEN`](crate::MAX_HEADER_LEN)
+    ///    bytes, of more than [`MAX_SIGNATURE_ITEMS`](crate::MAX_SIGNATURE_ITEMS) items, with
+    ///    an item that is not `<version>,<value>`, a value of this verifier's version that is
+    ///    not the canonical base64 of a MAC or signature, more than
+    ///    [`MAX_ED25519_SIGNATURES`](crate::MAX_ED25519_SIGNATURES) `v1a` items, or none of
+    ///    this verifier's version.
+    /// 2. **Signature** over `<id>.<timestamp>.<body>`: none matches, `signature_mismatch`.
+    /// 3. **Timestamp** within the [tolerance](Verifier::tolerance): `timestamp_too_old` or
+    ///    `timestamp_in_future` otherwise.
+    ///
+    /// Once verified, the `webhook-id` is authenticated too: it is the dedup key the sender
+    /// keeps across retries.
+    ///
+    /// ```
+    /// use kxp_verify::{ErrorKind, Secret, Verifier};
+    ///
+    /// // At start-up: the endpoint's secret, as the sender shows it.
+    /// let verifier = Verifier::new(Secret::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?);
+    ///
+    /// // Per request: the three header values and the raw body, exactly as received.
+    /// let (id, timestamp) = ("msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330");
+    /// let signature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+    /// let body = br#"{"test": 2432232314}"#;
+    /// let verified = verifier.verify_standard(id, timestamp, signature, body, 1614265330)?;
+    /// assert_eq!(verified.body(), body);
+    ///
+    /// let replayed = verifier.verify_standard(id, timestamp, signature, body, 1614265330 + 3600);
+    /// assert_eq!(replayed.unwrap_err().kind(), ErrorKind::TimestampTooOld);
+    /// let tampered = verifier.verify_standard("msg_2", timestamp, signature, body, 1614265330);
+    /// assert_eq!(tampered.unwrap_err().kind(), ErrorKind::SignatureMismatch);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn verify_standard<'b, I, T, S>(
+        &self,
+        id: &I,
+        timestamp: &T,
+        signature: &S,
+        body: &'b [u8],
+        now_unix_seconds: u64,
+    ) -> Result<Verified<'b>, Error>
+    where
+        I: AsRef<[u8]> + ?Sized,
+        T: AsRef<[u8]> + ?Sized,
+        S: AsRef<[u8]> + ?Sized,
+    {
+        let (id, timestamp, signature) = (id.as_ref(), timestamp.as_ref(), signature.as_ref());
+        let found = match &self.keys {
+            Keys::Secrets(secrets) => standard::verify_v1(secrets, id, timestamp, signature, body)?,
+            Keys::PublicKeys(keys) => standard::verify_v1a(keys, id, timestamp, signature, body)?,
+        };
+        self.fresh(found, body, now_unix_seconds)
+    }
+
+    /// [`verify_standard`](Verifier::verify_standard) at the system clock's current time.
+    #[cfg(feature = "std")]
+    pub fn verify_standard_now<'b, I, T, S>(
+        &self,
+        id: &I,
+        timestamp: &T,
+        signature: &S,
+        body: &'b [u8],
+    ) -> Result<Verified<'b>, Error>
+    where
+        I: AsRef<[u8]> + ?Sized,
+        T: AsRef<[u8]> + ?Sized,
+        S: AsRef<[u8]> + ?Sized,
+    {
+        self.verify_standard(id, timestamp, signature, body, unix_now())
+    }
+
+    /// The last check, shared by both formats: an authentic signature's timestamp must lie
+    /// within the tolerance of `now_unix_seconds`.
+    #[inline]
+    fn fresh<'b>(
+        &self,
+        found: Match,
+        body: &'b [u8],
+        now_unix_seconds: u64,
+    ) -> Result<Verified<'b>, Error> {
         let Match {
             timestamp,
             secret_index,
             key,
-        } = match &self.keys {
-            Keys::Secrets(secrets) => verify_v1(secrets, header, body)?,
-            Keys::PublicKeys(keys) => verify_v1a(keys, header, body)?,
-        };
-
+        } = found;
         if timestamp < now_unix_seconds.saturating_sub(self.tolerance) {
             return Err(Error::too_old(
                 now_unix_seconds.saturating_sub(timestamp),
@@ -220,10 +312,10 @@ impl Verifier {
 
 /// What the signature check found: the signed `t`, and which key matched (its place in the
 /// verifier and its fingerprint, kept beside the key since it was configured).
-struct Match {
-    timestamp: u64,
-    secret_index: usize,
-    key: KeyFingerprint,
+pub(crate) struct Match {
+    pub(crate) timestamp: u64,
+    pub(crate) secret_index: usize,
+    pub(crate) key: KeyFingerprint,
 }
 
 /// Parse, then the signature: the `t` of a header whose `v1` matches one of `secrets`, and

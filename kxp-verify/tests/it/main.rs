@@ -7,6 +7,7 @@ mod ed25519;
 mod envelope;
 mod no_alloc;
 mod properties;
+mod standard_webhooks;
 mod vectors;
 
 use std::time::Duration;
