@@ -185,6 +185,12 @@ pub(crate) struct Settings {
     #[arg(skip)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key: Option<String>,
+    /// The key ring endpoint secrets are sealed under at rest: `<id>:<base64 of 32 bytes>`,
+    /// comma-separated, newest first (`kxp secrets-key generate` makes one). Environment
+    /// (`KXP_SECRETS_KEY`) or file only, like the API key. See docs/security.md.
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets_key: Option<String>,
 }
 
 /// The settings as `--print-config` would show them: passwords and the API key redacted.
@@ -198,6 +204,7 @@ impl fmt::Debug for Settings {
                 .as_ref()
                 .map(|urls| urls.iter().map(|url| redact_passwords(url)).collect()),
             api_key: self.api_key.as_ref().map(|_| "[redacted]".to_owned()),
+            secrets_key: self.secrets_key.as_ref().map(|_| "[redacted]".to_owned()),
             ..self.clone()
         };
         f.write_str(&shown.to_toml())
@@ -297,7 +304,8 @@ impl Settings {
         layer!(high over lower: database_url, listen, public_url, dev, api_only, allow_address, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, ingest, json_logs, api_key)
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, ingest, json_logs, api_key,
+            secrets_key)
     }
 
     /// Whether logs are JSON lines.
@@ -387,6 +395,12 @@ impl Settings {
                         .map_err(|e| invalid("ingest", format!("{}: {e}", redact_passwords(url))))
                 })
                 .collect::<Result<_, _>>()?,
+            secrets_key: self
+                .secrets_key
+                .as_deref()
+                .filter(|ring| !ring.trim().is_empty())
+                .map(|ring| ring.parse().map_err(|e| invalid("secrets_key", e)))
+                .transpose()?,
             ..d
         })
     }
@@ -423,6 +437,12 @@ impl Settings {
             ingest: Some(config.ingest.iter().map(IngestSource::redacted).collect()),
             json_logs: Some(json_logs),
             api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
+            secrets_key: config.secrets_key.as_ref().map(|ring| {
+                format!(
+                    "[redacted: keys {}]",
+                    ring.key_ids().collect::<Vec<_>>().join(", ")
+                )
+            }),
         }
     }
 
@@ -589,6 +609,9 @@ mod tests {
         assert_eq!(config.schedule.to_string(), "0s,1s,1m");
     }
 
+    /// A key ring's key, for the tests only: 32 bytes of base64.
+    const KEK: &str = "q83vASNFZ4mrze8BI0VniavN7wEjRWeJq83vASNFZ4k=";
+
     #[test]
     fn secrets_are_redacted_in_the_printed_configuration() {
         let settings = Settings {
@@ -600,15 +623,25 @@ mod tests {
                 "nats://kxp:natspass@nats:4222?stream=S&subject=s&durable=d&account=acc_1"
                     .to_owned(),
             ]),
+            secrets_key: Some(format!("k2:{KEK},k1:{KEK}")),
             ..Settings::default()
         };
         assert!(!format!("{settings:?}").contains("mqpass"));
+        assert!(!format!("{settings:?}").contains(KEK));
         let printed = Settings::effective(&settings.to_config().unwrap(), false).to_toml();
         assert!(printed.contains("queue=q"), "{printed}");
-        for secret in ["hunter2", "s3cret", "kxp_live_key", "mqpass", "natspass"] {
+        for secret in [
+            "hunter2",
+            "s3cret",
+            "kxp_live_key",
+            "mqpass",
+            "natspass",
+            KEK,
+        ] {
             assert!(!printed.contains(secret), "{printed}");
         }
         assert!(printed.contains("[redacted]"), "{printed}");
+        assert!(printed.contains("[redacted: keys k2, k1]"), "{printed}");
     }
 
     #[test]
@@ -620,6 +653,7 @@ mod tests {
             ("jitter = 1.5", "jitter"),
             ("ingest = [\"amqp://u:pw@mq?account=acc_1\"]", "ingest"),
             ("ingest = [\"kafka://k?account=acc_1\"]", "ingest"),
+            ("secrets_key = \"k1:c2hvcnQ=\"", "secrets_key"),
         ] {
             let settings: Settings = toml::from_str(file).unwrap();
             let error = settings.to_config().unwrap_err().to_string();

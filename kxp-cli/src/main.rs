@@ -9,6 +9,7 @@ mod debug;
 mod demo;
 mod keyholders;
 mod operators;
+mod secrets_key;
 mod send;
 mod serve;
 
@@ -68,6 +69,9 @@ enum Command {
     /// Create operators (the platform's own people: their key, printed once, creates accounts
     /// and acts for any one of them) and list them, straight on the database.
     Operators(operators::OperatorsArgs),
+    /// Seal endpoint secrets at rest under a key ring (KXP_SECRETS_KEY): generate a key,
+    /// seal what was stored before or under an older key, and count what is sealed how.
+    SecretsKey(secrets_key::SecretsKeyArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,5 +91,6 @@ fn main() -> ExitCode {
         Command::Replay(args) => admin::replay(args),
         Command::Accounts(args) => accounts::accounts(args),
         Command::Operators(args) => operators::operators(args),
+        Command::SecretsKey(args) => secrets_key::secrets_key(args),
     }
 }

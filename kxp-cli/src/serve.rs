@@ -32,9 +32,13 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         },
         None => Settings::default(),
     };
-    // KXP_API_KEY has no flag (a flag would show it to `ps`), so clap does not read it.
+    // KXP_API_KEY and KXP_SECRETS_KEY have no flag (a flag would show them to `ps`), so clap
+    // does not read them.
     let env = Settings {
         api_key: std::env::var("KXP_API_KEY").ok().filter(|k| !k.is_empty()),
+        secrets_key: std::env::var(kxp_sender::SECRETS_KEY_ENV)
+            .ok()
+            .filter(|k| !k.is_empty()),
         ..Settings::default()
     };
     let settings = args.settings.over(env).over(file);

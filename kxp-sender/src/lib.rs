@@ -99,4 +99,5 @@ pub use policy::schedule::{
     parse_duration,
 };
 pub use server::{Server, StartError, start};
-pub use store::{Db, Purged, StoreError, redact_passwords};
+pub use store::seal::{KeyRing, KeyRingError, OpenError, SECRETS_KEY_ENV, generate_key_line};
+pub use store::{Db, Purged, StoreError, open_secret, redact_passwords};

@@ -130,6 +130,8 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     if let Some(offset) = db.clock_offset().await {
         set_database_offset(offset);
     }
+    // A stored secret this server cannot open is found now, by the key id it needs.
+    db.check_sealed(config.secrets_key.as_ref()).await?;
     let new_api_key = bootstrap(&db, config.api_key.as_deref()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -13,6 +13,7 @@ mod demo;
 mod disk_full;
 mod ingest;
 mod operators;
+mod secrets_key;
 mod send;
 // The in-process sender and scripted receivers of kxp-sender's own tests: the commands tested
 // here run against the same fixtures.

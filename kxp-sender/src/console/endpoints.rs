@@ -15,6 +15,7 @@ use super::scope::{Checked, InAccount};
 use crate::http::{AppState, DEFAULT_OVERLAP, change, endpoint_details, register};
 use crate::model::{Ingest, Ingested, ms};
 use crate::store::StoreError;
+use crate::store::seal::{open_stored, to_stored};
 
 /// The most endpoints the list shows (an account has at most [`MAX_ENDPOINTS`](crate::MAX_ENDPOINTS)).
 const LISTED: i64 = 500;
@@ -117,7 +118,10 @@ pub(super) async fn create(
         Ok(created) => {
             let id = created.endpoint.id.to_string();
             tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint registered from the console");
-            let flash = format!("{id} {}", created.secret.expose());
+            let flash = format!(
+                "{id} {}",
+                flash_secret(&state, &id, created.secret.expose())
+            );
             state.db.set_flash(&scope.signed.cookie, &flash).await?;
             scope.audit(&state, "endpoint.create", Some(&id)).await;
             Ok(Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response())
@@ -223,6 +227,27 @@ async fn known_types(state: &AppState, scope: &InAccount) -> Result<Vec<String>,
     Ok(types)
 }
 
+/// A new secret as the session's one-time message keeps it: sealed like the stored secrets
+/// when the server has a key ring (a sealed value holds no space), so a database dump taken
+/// before the page is shown reveals it no more than the secrets table does.
+fn flash_secret(state: &AppState, endpoint_id: &str, secret: &str) -> String {
+    let ring = state.shared.config.secrets_key.as_ref();
+    to_stored(ring, secret, &flash_context(endpoint_id)).to_string()
+}
+
+/// The secret [`flash_secret`] kept, opened (a message that does not open shows as such).
+fn flashed_secret(state: &AppState, endpoint_id: &str, kept: &str) -> String {
+    let ring = state.shared.config.secrets_key.as_ref();
+    match open_stored(ring, kept, &flash_context(endpoint_id)) {
+        Ok(secret) => String::from_utf8_lossy(&secret).into_owned(),
+        Err(e) => format!("(the secret cannot be shown: {e})"),
+    }
+}
+
+fn flash_context(endpoint_id: &str) -> Vec<u8> {
+    format!("kxp/console-flash/{endpoint_id}").into_bytes()
+}
+
 /// `GET /console/a/{account}/endpoints/{endpoint}`: one endpoint, and its new secret once.
 pub(super) async fn show(
     State(state): State<AppState>,
@@ -232,19 +257,18 @@ pub(super) async fn show(
     let account = scope.account.id.as_str();
     let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
     let health = state.db.endpoint_health(account, &id).await?;
-    let secrets = state.db.live_secret_states(&id).await?;
+    let ring = state.shared.config.secrets_key.as_ref();
+    let secrets = state.db.live_secret_states(&id, ring).await?;
     let flash = state.db.take_flash(&scope.signed.cookie, &id).await?;
     let secret = flash.as_deref().and_then(|flash| {
         let (for_endpoint, rest) = flash.split_once(' ')?;
-        (for_endpoint == id).then(|| match rest.split_once(' ') {
-            Some((secret, expires)) => NewSecret {
-                secret: secret.to_owned(),
-                previous_expire_at: expires.parse().ok(),
-            },
-            None => NewSecret {
-                secret: rest.to_owned(),
-                previous_expire_at: None,
-            },
+        let (secret, expires) = match rest.split_once(' ') {
+            Some((secret, expires)) => (secret, expires.parse().ok()),
+            None => (rest, None),
+        };
+        (for_endpoint == id).then(|| NewSecret {
+            secret: flashed_secret(&state, &id, secret),
+            previous_expire_at: expires,
         })
     });
     let details = endpoint_details(endpoint.clone(), &secrets);
@@ -407,7 +431,13 @@ async fn rotate_secret(
     let account = scope.account.id.as_str();
     let rotated = match state
         .db
-        .rotate_secret(account, &id, ms(DEFAULT_OVERLAP), confirmations)
+        .rotate_secret(
+            account,
+            &id,
+            ms(DEFAULT_OVERLAP),
+            confirmations,
+            state.shared.config.secrets_key.as_ref(),
+        )
         .await
     {
         Ok(rotated) => rotated,
@@ -419,7 +449,7 @@ async fn rotate_secret(
     tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint secret rotated from the console");
     let flash = format!(
         "{id} {} {}",
-        rotated.secret.expose(),
+        flash_secret(state, &id, rotated.secret.expose()),
         rotated.previous_expires_at
     );
     state.db.set_flash(&scope.signed.cookie, &flash).await?;

@@ -25,6 +25,7 @@ use crate::policy::circuit::Protection;
 use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::Schedule;
 use crate::store::redact_passwords;
+use crate::store::seal::KeyRing;
 
 /// Everything `kxp serve` can be told. Its `Debug` hides the API key and the passwords in the
 /// database and SMTP URLs.
@@ -90,6 +91,9 @@ pub struct Config {
     /// Broker sources to consume events from (`--ingest`), besides the API: each message is
     /// taken in as a `POST /v1/events` would be, and acknowledged only once stored.
     pub ingest: Vec<IngestSource>,
+    /// The key ring endpoint secrets are sealed under at rest (`KXP_SECRETS_KEY`); `None`
+    /// stores them as they are. Its `Debug` names key ids only.
+    pub secrets_key: Option<KeyRing>,
 }
 
 impl fmt::Debug for Config {
@@ -117,6 +121,7 @@ impl fmt::Debug for Config {
             .field("api_rate_limit", &self.api_rate_limit)
             .field("max_event_data", &self.max_event_data)
             .field("ingest", &self.ingest)
+            .field("secrets_key", &self.secrets_key)
             .finish()
     }
 }
@@ -146,6 +151,7 @@ impl Default for Config {
             api_rate_limit: 5_000,
             max_event_data: crate::MAX_EVENT_DATA,
             ingest: Vec::new(),
+            secrets_key: None,
         }
     }
 }

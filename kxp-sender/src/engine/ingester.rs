@@ -76,6 +76,7 @@ fn unshare(e: std::sync::Arc<StoreError>) -> StoreError {
                 message: message.clone(),
             },
             StoreError::Database(e) => StoreError::Database(sqlx::Error::Protocol(e.to_string())),
+            StoreError::Sealed(e) => StoreError::Sealed(e.clone()),
         },
     }
 }

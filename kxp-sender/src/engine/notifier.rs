@@ -139,7 +139,8 @@ async fn webhook(
     n: &Notification,
     attempt: i64,
 ) -> Result<(), Failure> {
-    let secret = match db.ops_secret(n.account_id.as_str()).await {
+    let ring = notifier.config.secrets_key.as_ref();
+    let secret = match db.ops_secret(n.account_id.as_str(), ring).await {
         Ok(Some(secret)) => secret,
         Ok(None) => {
             return Err(Failure {

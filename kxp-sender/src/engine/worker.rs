@@ -41,7 +41,7 @@ use crate::policy::concurrency::{self, Adaptive, Signal};
 use crate::policy::fairness::{AccountCaps, Fairness};
 use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::AfterFailure;
-use crate::store::Db;
+use crate::store::{Db, open_secret};
 
 /// The least time between two claims of the delivery loop.
 const CLAIM_GAP: Duration = Duration::from_millis(2);
@@ -481,6 +481,27 @@ pub(crate) async fn run(
     }
 }
 
+/// The job's secrets, opened with the server's key ring. If one does not open (the start-up
+/// check makes that a ring changed under a running fleet), the error is logged by its key id
+/// and none is used: the attempt fails as `no_secret` and is retried, never sent unsigned or
+/// signed with part of its secrets.
+fn open_secrets(shared: &Shared, job: &Job) -> Vec<String> {
+    let ring = shared.config.secrets_key.as_ref();
+    let opened = job
+        .secrets
+        .0
+        .iter()
+        .map(|stored| open_secret(ring, job.endpoint_id.as_str(), stored))
+        .collect::<Result<Vec<_>, _>>();
+    opened.unwrap_or_else(|e| {
+        tracing::error!(
+            target: "kxp_sender", endpoint_id = %job.endpoint_id, error = %e,
+            "a secret of the endpoint does not open"
+        );
+        Vec::new()
+    })
+}
+
 /// The fingerprints of the secrets an attempt is signed with, in their order.
 fn fingerprints(secrets: &[String]) -> Vec<String> {
     let each = secrets
@@ -507,6 +528,7 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
     let config = &shared.config;
     let number = job.attempts + 1;
     let started_at = now_ms();
+    let secrets = open_secrets(shared, job);
     let request = dispatch::Request {
         url: &job.url,
         payload: &job.payload,
@@ -514,7 +536,7 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
         event_type: &job.event_type,
         delivery_id: job.id.as_str(),
         attempt: number,
-        secrets: &job.secrets.0,
+        secrets: &secrets,
         timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
         allow_http: config.dev,
     };
@@ -534,7 +556,7 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
         Outcome::Failed(failure) => (None, Some(AttemptError::Failed(failure.clone()))),
     };
     log(job, number, &outcome, next, took);
-    let signed_with = fingerprints(&job.secrets.0);
+    let signed_with = fingerprints(&secrets);
     let verified_key = match &outcome {
         Outcome::Delivered { verified_key, .. } => Some(verified_key.clone()),
         _ => None,

@@ -55,7 +55,11 @@ pub(super) async fn patch_account(
     };
     let (account, ops_secret) = state
         .db
-        .update_account(account.id.as_str(), &changes)
+        .update_account(
+            account.id.as_str(),
+            &changes,
+            state.shared.config.secrets_key.as_ref(),
+        )
         .await?;
     Ok(Json(AccountUpdated {
         account: Account::from(account),

@@ -82,7 +82,13 @@ pub(super) async fn rotate_secret(
     let confirmations = confirmations(&request)?;
     let rotated = state
         .db
-        .rotate_secret(account.id.as_str(), &id, ms(overlap), confirmations)
+        .rotate_secret(
+            account.id.as_str(),
+            &id,
+            ms(overlap),
+            confirmations,
+            state.shared.config.secrets_key.as_ref(),
+        )
         .await?;
     tracing::info!(
         target: "kxp_sender", endpoint_id = %id, overlap_ms = ms(overlap),

@@ -84,6 +84,7 @@ pub(crate) async fn register(
                 api_version: new.api_version.as_deref(),
                 rate_limit_per_second: rate_limit,
             },
+            state.shared.config.secrets_key.as_ref(),
         )
         .await?;
     Ok(EndpointCreated {
@@ -143,7 +144,11 @@ pub(super) async fn get_endpoint(
     Path(id): Path<String>,
 ) -> Result<Json<EndpointDetails>, ApiError> {
     let endpoint = state.db.endpoint(account.id.as_str(), &id).await?;
-    let secrets = state.db.live_secret_states(endpoint.id.as_str()).await?;
+    let ring = state.shared.config.secrets_key.as_ref();
+    let secrets = state
+        .db
+        .live_secret_states(endpoint.id.as_str(), ring)
+        .await?;
     Ok(Json(views::endpoint_details(endpoint, &secrets)))
 }
 

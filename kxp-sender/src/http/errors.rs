@@ -87,6 +87,13 @@ impl From<StoreError> for ApiError {
                     "the database is unavailable; retry",
                 )
             }
+            StoreError::Sealed(e) => {
+                tracing::error!(target: "kxp_sender", error = %e, "a stored secret does not open");
+                ApiError::new(
+                    ErrorCode::StoreUnavailable,
+                    "a stored secret does not open with this server's key ring; the operator must fix KXP_SECRETS_KEY",
+                )
+            }
         }
     }
 }

@@ -4,6 +4,8 @@ use crate::model::{
     Account, AccountChanges, AccountId, AccountOverview, DEFAULT_API_VERSION, KeyKind, new_id,
     now_ms, random_hex_32, sha256_hex,
 };
+use crate::store::seal::KeyRing;
+use crate::store::secrets::stored_ops_secret;
 use crate::store::{Db, StoreError, on_db};
 
 const ACCOUNT_COLUMNS: &str = "id, name, default_api_version, ops_url, contact_email, created_at";
@@ -135,11 +137,12 @@ impl Db {
 
     /// Changes an account. Setting an ops URL gives the account a new ops secret, returned
     /// here and shown once: operational webhooks are signed with it. Removing the URL erases
-    /// the secret.
+    /// the secret. The secret is stored sealed under `ring`, when there is one.
     pub(crate) async fn update_account(
         &self,
         id: &str,
         changes: &AccountChanges,
+        ring: Option<&KeyRing>,
     ) -> Result<(Account, Option<String>), StoreError> {
         // Read under a row lock (PostgreSQL): two PATCHes at once apply one after the other,
         // never one over the other's stale read.
@@ -152,6 +155,9 @@ impl Db {
             Some(Some(_)) => Some(random_hex_32()),
             _ => None,
         };
+        let stored = new_secret
+            .as_deref()
+            .map(|secret| stored_ops_secret(ring, id, secret));
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             let mut account = sqlx::query_as::<_, Account>(&select)
@@ -183,7 +189,7 @@ impl Db {
             .bind(&account.name)
             .bind(&account.default_api_version)
             .bind(&account.ops_url)
-            .bind(&new_secret)
+            .bind(&stored)
             .bind(&account.contact_email)
             .bind(id)
             .execute(&mut *tx)

@@ -8,6 +8,8 @@ use crate::model::{
 };
 use crate::policy::circuit::{Protection, spacing_ms};
 use crate::store::circuit::{hold_pending, spread_held};
+use crate::store::seal::KeyRing;
+use crate::store::secrets::stored_secret;
 use crate::store::{Db, StoreError, on_db};
 
 /// Runs the statement [`Db::lock_for_change`] gave (`$lock`, if any) for the account's endpoint
@@ -46,15 +48,18 @@ impl Db {
                 api_version: None,
                 rate_limit_per_second: None,
             },
+            None,
         )
         .await
     }
 
-    /// Creates an endpoint with every setting, and a fresh secret; returns both.
+    /// Creates an endpoint with every setting, and a fresh secret; returns both. The secret is
+    /// stored sealed under `ring`, when there is one ([`KeyRing`](crate::KeyRing)).
     pub async fn create_endpoint_with(
         &self,
         account: &Account,
         new: &NewEndpoint<'_>,
+        ring: Option<&KeyRing>,
     ) -> Result<(Endpoint, String), StoreError> {
         let now = now_ms();
         let endpoint = Endpoint {
@@ -77,6 +82,7 @@ impl Db {
             confirmations: 0,
         };
         let secret = random_hex_32();
+        let stored = stored_secret(ring, endpoint.id.as_str(), &secret);
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             sqlx::query(
@@ -99,7 +105,7 @@ impl Db {
             .await?;
             sqlx::query("INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3)")
                 .bind(&endpoint.id)
-                .bind(&secret)
+                .bind(stored.as_str())
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;

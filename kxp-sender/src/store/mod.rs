@@ -3,7 +3,7 @@
 //! one enum so each query is written once, for both backends (see `on_db!`), except the
 //! claim, which differs in how PostgreSQL skips rows other workers hold.
 //!
-//! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's sign-ins), [`endpoints`], [`secrets`], [`events`],
+//! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's sign-ins), [`endpoints`], [`secrets`] (sealed at rest by [`seal`]), [`events`],
 //! [`deliveries`] (the API's side), [`attempts`] (the worker's side: claim, record, release),
 //! [`circuit`], [`health`], [`notifications`], [`schemas`], [`retention`], [`metrics`]. What to
 //! write is decided by the model's rules and the pure [`policy`](crate::policy) functions,
@@ -22,11 +22,13 @@ pub(crate) mod notifications;
 mod operators;
 mod retention;
 mod schemas;
+pub mod seal;
 mod secrets;
 mod sessions;
 
 pub use metrics::Gauges;
 pub use retention::Purged;
+pub use secrets::open_secret;
 pub(crate) use sessions::Opening;
 
 use std::future::Future;
@@ -241,6 +243,10 @@ pub enum StoreError {
         /// What is wrong, and what to do instead.
         message: String,
     },
+    /// A stored secret does not open with this server's `KXP_SECRETS_KEY` (the message names
+    /// the key id it needs, never the secret).
+    #[error("{0}")]
+    Sealed(#[from] seal::OpenError),
 }
 
 /// Replaces the password of any `scheme://user:password@` in `text`, and the value of any

@@ -3,6 +3,8 @@
 //! exactly once; the notifier claims due rows under a lease and records each try.
 
 use crate::model::{NoticeNext, Notification, now_ms};
+use crate::store::seal::KeyRing;
+use crate::store::secrets::open_ops_secret;
 use crate::store::{Db, StoreError, on_db};
 
 /// The endpoint, account and statistics a notice describes, read in the state change's
@@ -167,9 +169,14 @@ impl Db {
         }))
     }
 
-    /// The account's ops secret: what operational webhooks are signed with.
-    pub(crate) async fn ops_secret(&self, account_id: &str) -> Result<Option<String>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+    /// The account's ops secret, opened with `ring`: what operational webhooks are signed
+    /// with.
+    pub(crate) async fn ops_secret(
+        &self,
+        account_id: &str,
+        ring: Option<&KeyRing>,
+    ) -> Result<Option<String>, StoreError> {
+        let stored = on_db!(self, |pool, _begin| {
             sqlx::query_scalar::<_, Option<String>>(
                 "SELECT ops_secret FROM kxp_accounts WHERE id = $1",
             )
@@ -177,6 +184,9 @@ impl Db {
             .fetch_optional(pool)
             .await?
             .flatten()
-        }))
+        });
+        Ok(stored
+            .map(|stored| open_ops_secret(ring, account_id, &stored))
+            .transpose()?)
     }
 }

@@ -1,10 +1,87 @@
 //! `kxp_endpoint_secrets`: rotation with an overlap, and the live secrets each attempt signs
-//! with.
+//! with. With a key ring (`KXP_SECRETS_KEY`) each secret is stored sealed under it
+//! ([`seal`](crate::store::seal)), bound to its endpoint, and opened only where it is used: by
+//! the worker that signs with it, and to show its fingerprint.
 
 use std::collections::BTreeMap;
 
 use crate::model::{EndpointId, KeyCheck, LiveSecret, Rotated, now_ms, random_hex_32, rfc3339};
+use crate::store::seal::{KeyRing, OpenError, Stored, open_stored, to_stored};
 use crate::store::{Db, StoreError, on_db};
+
+/// What a secret of `endpoint_id` is sealed with beside the key: a sealed secret copied onto
+/// another endpoint's row does not open.
+fn context(endpoint_id: &str) -> Vec<u8> {
+    format!("kxp/endpoint-secret/{endpoint_id}").into_bytes()
+}
+
+/// The same for an account's ops secret (operational webhooks).
+fn ops_context(account_id: &str) -> Vec<u8> {
+    format!("kxp/ops-secret/{account_id}").into_bytes()
+}
+
+/// `secret` as the ops secret of `account_id` is stored.
+pub(crate) fn stored_ops_secret(ring: Option<&KeyRing>, account_id: &str, secret: &str) -> String {
+    to_stored(ring, secret, &ops_context(account_id)).to_string()
+}
+
+/// The ops secret of `account_id` as stored, opened.
+pub(crate) fn open_ops_secret(
+    ring: Option<&KeyRing>,
+    account_id: &str,
+    stored: &str,
+) -> Result<String, OpenError> {
+    let bytes = open_stored(ring, stored, &ops_context(account_id))?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| OpenError::Malformed)
+}
+
+/// A stored secret: an endpoint's signing secret, or an account's ops secret, by its owner.
+enum Row {
+    Endpoint(String),
+    Ops(String),
+}
+
+impl Row {
+    fn context(&self) -> Vec<u8> {
+        match self {
+            Row::Endpoint(id) => context(id),
+            Row::Ops(id) => ops_context(id),
+        }
+    }
+
+    /// Replaces `stored` with `sealed`, only if the row still holds `stored`.
+    fn rewrite(&self) -> &'static str {
+        match self {
+            Row::Endpoint(_) => {
+                "UPDATE kxp_endpoint_secrets SET secret = $1 WHERE endpoint_id = $2 AND secret = $3"
+            }
+            Row::Ops(_) => {
+                "UPDATE kxp_accounts SET ops_secret = $1 WHERE id = $2 AND ops_secret = $3"
+            }
+        }
+    }
+
+    fn owner(&self) -> &str {
+        match self {
+            Row::Endpoint(id) | Row::Ops(id) => id,
+        }
+    }
+}
+
+/// `secret` as `endpoint_id`'s row stores it: sealed under `ring`, or as it is without one.
+pub(crate) fn stored_secret(ring: Option<&KeyRing>, endpoint_id: &str, secret: &str) -> String {
+    to_stored(ring, secret, &context(endpoint_id)).to_string()
+}
+
+/// A secret of `endpoint_id` as its row stores it, opened: what signs.
+pub fn open_secret(
+    ring: Option<&KeyRing>,
+    endpoint_id: &str,
+    stored: &str,
+) -> Result<String, OpenError> {
+    let bytes = open_stored(ring, stored, &context(endpoint_id))?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| OpenError::Malformed)
+}
 
 impl Db {
     /// Gives one of the account's endpoints a new secret. The secrets it had stop signing
@@ -22,10 +99,12 @@ impl Db {
         id: &str,
         overlap_ms: i64,
         confirmations: Option<u32>,
+        ring: Option<&KeyRing>,
     ) -> Result<Rotated, StoreError> {
         let now = now_ms();
         let expires_at = now.saturating_add(overlap_ms.max(0));
         let secret = random_hex_32();
+        let stored = stored_secret(ring, id, &secret);
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             // Touching the endpoint row serializes rotations of one endpoint (PostgreSQL locks
@@ -81,7 +160,7 @@ impl Db {
                 "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3) RETURNING id",
             )
             .bind(id)
-            .bind(&secret)
+            .bind(&stored)
             .bind(now)
             .fetch_one(&mut *tx)
             .await?;
@@ -103,7 +182,8 @@ impl Db {
         })
     }
 
-    /// The endpoint's live secrets, newest first: what each attempt signs with.
+    /// The endpoint's live secrets, newest first, as stored: what each attempt signs with, once
+    /// opened with [`open_secret`] (a no-op without a key ring).
     pub async fn live_secrets(&self, endpoint_id: &str) -> Result<Vec<String>, StoreError> {
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_scalar::<_, String>(
@@ -117,12 +197,14 @@ impl Db {
         }))
     }
 
-    /// The endpoint's live secrets, newest first, with when receivers last verified with each.
+    /// The endpoint's live secrets, newest first (opened with `ring`), with when receivers last
+    /// verified with each.
     pub async fn live_secret_states(
         &self,
         endpoint_id: &str,
+        ring: Option<&KeyRing>,
     ) -> Result<Vec<LiveSecret>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        let rows = on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, LiveSecret>(
                 "SELECT id, secret, created_at, expires_at, last_verified_at FROM kxp_endpoint_secrets \
                  WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC",
@@ -131,7 +213,77 @@ impl Db {
             .bind(now_ms())
             .fetch_all(pool)
             .await?
-        }))
+        });
+        rows.into_iter()
+            .map(|mut row| {
+                row.secret = open_secret(ring, endpoint_id, &row.secret)?;
+                Ok(row)
+            })
+            .collect()
+    }
+
+    /// Checks that `ring` opens every stored secret (endpoints' and accounts' ops secrets),
+    /// before a server starts with it: a missing key is found at start, by its id, rather than
+    /// by the first delivery that needs it.
+    pub async fn check_sealed(&self, ring: Option<&KeyRing>) -> Result<(), StoreError> {
+        for (row, stored) in self.stored_secrets().await? {
+            open_stored(ring, &stored, &row.context())?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites every stored secret that is plaintext or sealed under an older key of `ring`,
+    /// sealed under its newest key; answers how many were rewritten. Each row is rewritten only
+    /// if it still holds what was read, so a server running meanwhile loses nothing.
+    pub async fn reseal(&self, ring: &KeyRing) -> Result<u64, StoreError> {
+        let mut rewritten = 0;
+        for (row, stored) in self.stored_secrets().await? {
+            let Some(sealed) = ring.reseal(&stored, &row.context())? else {
+                continue;
+            };
+            rewritten += on_db!(self, |pool, _begin| {
+                sqlx::query(row.rewrite())
+                    .bind(&sealed)
+                    .bind(row.owner())
+                    .bind(&stored)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            });
+        }
+        Ok(rewritten)
+    }
+
+    /// How many stored secrets are plaintext (`None`), and how many are sealed under each key
+    /// id.
+    pub async fn sealing_census(&self) -> Result<BTreeMap<Option<String>, u64>, StoreError> {
+        let mut census = BTreeMap::new();
+        for (_, stored) in self.stored_secrets().await? {
+            let key = Stored::of(&stored).key_id().map(str::to_owned);
+            *census.entry(key).or_insert(0) += 1;
+        }
+        Ok(census)
+    }
+
+    /// Every stored secret with its row: endpoints' (expired ones included, until retention
+    /// deletes them) and accounts' ops secrets.
+    async fn stored_secrets(&self) -> Result<Vec<(Row, String)>, StoreError> {
+        let (endpoints, ops) = on_db!(self, |pool, _begin| {
+            let endpoints = sqlx::query_as::<_, (String, String)>(
+                "SELECT endpoint_id, secret FROM kxp_endpoint_secrets ORDER BY id",
+            )
+            .fetch_all(pool)
+            .await?;
+            let ops = sqlx::query_as::<_, (String, String)>(
+                "SELECT id, ops_secret FROM kxp_accounts WHERE ops_secret IS NOT NULL ORDER BY id",
+            )
+            .fetch_all(pool)
+            .await?;
+            (endpoints, ops)
+        });
+        let endpoints = endpoints.into_iter().map(|(id, s)| (Row::Endpoint(id), s));
+        let ops = ops.into_iter().map(|(id, s)| (Row::Ops(id), s));
+        Ok(endpoints.chain(ops).collect())
     }
 
     /// Records what delivered attempts said about their endpoints' secrets, in the order they

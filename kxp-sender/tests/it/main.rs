@@ -30,4 +30,5 @@ mod retention;
 mod rotation;
 mod rotation_confirmed;
 mod schemas;
+mod sealed_secrets;
 mod support;
