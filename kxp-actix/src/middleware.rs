@@ -15,7 +15,6 @@ use kxp_receiver::{
     Receiver, Rejection, RequestLog, VERIFIED_KEY_HEADER, challenge_token, outcome_for_status,
     verified_key_value,
 };
-use kxp_verify::SIGNATURE_HEADER;
 
 use crate::extract::{VerifiedBody, WebhookRejection};
 
@@ -157,11 +156,9 @@ where
             return Ok(request.into_response(response).map_into_right_body());
         }
     };
-    let signature = request
-        .headers()
-        .get(SIGNATURE_HEADER)
-        .map_or(&b""[..], |v| v.as_bytes());
-    let accepted = match receiver.check(signature, body.clone()) {
+    let headers = request.headers();
+    let header = |name: &str| headers.get(name).map_or(&b""[..], |v| v.as_bytes());
+    let accepted = match receiver.check_request(header, body.clone()) {
         Ok(accepted) => accepted,
         Err(rejection) => {
             let response = reject(log, rejection);

@@ -15,7 +15,6 @@ use kxp_receiver::{
     Receiver, Rejection, RequestLog, VERIFIED_KEY_HEADER, challenge_token, outcome_for_status,
     verified_key_value,
 };
-use kxp_verify::SIGNATURE_HEADER;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -134,11 +133,8 @@ where
         Ok(body) => body,
         Err(rejection) => return Ok(reject(log, rejection)),
     };
-    let signature = parts
-        .headers
-        .get(SIGNATURE_HEADER)
-        .map_or(&b""[..], |v| v.as_bytes());
-    let accepted = match receiver.check(signature, body.clone()) {
+    let header = |name: &str| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
+    let accepted = match receiver.check_request(header, body.clone()) {
         Ok(accepted) => accepted,
         Err(rejection) => return Ok(reject(log, rejection)),
     };

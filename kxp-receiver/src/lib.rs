@@ -28,12 +28,14 @@
 
 mod challenge;
 mod confirm;
+mod format;
 mod log;
 mod receiver;
 mod rejection;
 
 pub use challenge::challenge_token;
 pub use confirm::{VERIFIED_KEY_HEADER, verified_key_value};
+pub use format::Format;
 pub use log::{RequestLog, outcome_for_status};
 pub use receiver::{Accepted, DEFAULT_BODY_LIMIT, FromEnvError, Receiver};
 pub use rejection::Rejection;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use kxp_verify::{ConfigError, KeyFingerprint, VerifiedBuf, Verifier};
 
+use crate::format::Format;
 use crate::rejection::Rejection;
 
 /// The default body limit: 1 MiB, far above any real event, low enough that a flood of large
@@ -23,6 +24,7 @@ pub struct Receiver {
 #[derive(Clone)]
 struct Inner {
     verifier: Verifier,
+    format: Format,
     body_limit: usize,
     clock: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
@@ -33,6 +35,7 @@ impl Receiver {
         Receiver {
             inner: Arc::new(Inner {
                 verifier,
+                format: Format::Kxp,
                 body_limit: DEFAULT_BODY_LIMIT,
                 clock: Arc::new(system_clock),
             }),
@@ -55,6 +58,17 @@ impl Receiver {
     #[must_use]
     pub fn body_limit(self, bytes: usize) -> Receiver {
         self.rebuild(|inner| inner.body_limit = bytes)
+    }
+
+    /// Sets the signature format the sender uses for this endpoint (default [`Format::Kxp`]).
+    #[must_use]
+    pub fn format(self, format: Format) -> Receiver {
+        self.rebuild(|inner| inner.format = format)
+    }
+
+    /// The signature format it verifies.
+    pub fn wire_format(&self) -> Format {
+        self.inner.format
     }
 
     /// Sets the timestamp tolerance (default five minutes).
@@ -101,6 +115,11 @@ impl Receiver {
             .verifier
             .verify_owned(header, body, now)
             .map_err(Rejection::Signature)?;
+        Self::accept(verified)
+    }
+
+    /// The envelope of a verified body, checked.
+    fn accept<B: AsRef<[u8]>>(verified: VerifiedBuf<B>) -> Result<Accepted<B>, Rejection> {
         // The envelope borrowed, not parsed into an `Event`: the id is all that is kept, and
         // its one copy is shared by the adapter's log line and the handler's extractor.
         let envelope = verified
@@ -109,6 +128,58 @@ impl Receiver {
             .map_err(Rejection::Envelope)?;
         let event_id = Arc::from(envelope.id());
         Ok(Accepted { verified, event_id })
+    }
+
+    /// Verifies a request in the receiver's [`Format`], reading each header it needs with
+    /// `header` (which answers an empty value for a missing one), then checks the envelope as
+    /// [`check`](Receiver::check) does.
+    ///
+    /// ```
+    /// use kxp_receiver::{Format, Receiver};
+    /// use kxp_verify::{Secret, Signer, Verifier};
+    ///
+    /// let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    /// let receiver = Receiver::new(Verifier::new(Secret::from_whsec(secret)?))
+    ///     .format(Format::StandardWebhooks)
+    ///     .clock(|| 1764464523);
+    /// let body = br#"{"id":"evt_1","type":"payment.succeeded","api_version":"2026-11-01",
+    ///                "created_at":"2026-11-30T01:02:03Z","data":{}}"#.to_vec();
+    /// let signer = Signer::new(Secret::from_whsec(secret)?);
+    /// let signature = signer.sign_standard("evt_1", 1764464523, &body)?.to_string();
+    /// let headers = [
+    ///     ("webhook-id", "evt_1"),
+    ///     ("webhook-timestamp", "1764464523"),
+    ///     ("webhook-signature", signature.as_str()),
+    /// ];
+    /// let header = |name: &str| {
+    ///     headers.iter().find(|(n, _)| *n == name).map_or(&b""[..], |(_, v)| v.as_bytes())
+    /// };
+    /// assert_eq!(receiver.check_request(header, body)?.event_id(), "evt_1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_request<'h, B: AsRef<[u8]>>(
+        &self,
+        header: impl Fn(&str) -> &'h [u8],
+        body: B,
+    ) -> Result<Accepted<B>, Rejection> {
+        match self.inner.format {
+            Format::Kxp => self.check(header(kxp_verify::SIGNATURE_HEADER), body),
+            Format::StandardWebhooks => {
+                let now = (self.inner.clock)();
+                let verified = self
+                    .inner
+                    .verifier
+                    .verify_standard_owned(
+                        header(kxp_verify::WEBHOOK_ID_HEADER),
+                        header(kxp_verify::WEBHOOK_TIMESTAMP_HEADER),
+                        header(kxp_verify::WEBHOOK_SIGNATURE_HEADER),
+                        body,
+                        now,
+                    )
+                    .map_err(Rejection::Signature)?;
+                Self::accept(verified)
+            }
+        }
     }
 
     fn rebuild(self, change: impl FnOnce(&mut Inner)) -> Receiver {
@@ -124,6 +195,7 @@ impl fmt::Debug for Receiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receiver")
             .field("verifier", &self.inner.verifier)
+            .field("format", &self.inner.format)
             .field("body_limit", &self.inner.body_limit)
             .finish_non_exhaustive()
     }

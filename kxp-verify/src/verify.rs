@@ -215,6 +215,52 @@ impl Verifier {
         self.fresh(found, body, now_unix_seconds)
     }
 
+    /// [`verify_standard`](Verifier::verify_standard), keeping the body: what a server
+    /// adapter hands on, like [`verify_owned`](Verifier::verify_owned) for the kxp format.
+    ///
+    /// ```
+    /// use kxp_verify::{Secret, Verifier};
+    ///
+    /// let verifier = Verifier::new(Secret::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?);
+    /// let body = br#"{"test": 2432232314}"#.to_vec();
+    /// let verified = verifier.verify_standard_owned(
+    ///     "msg_p5jXN8AQM9LWM0D4loKWxJek",
+    ///     "1614265330",
+    ///     "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+    ///     body,
+    ///     1614265330,
+    /// )?;
+    /// assert_eq!(verified.timestamp(), 1614265330);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn verify_standard_owned<B, I, T, S>(
+        &self,
+        id: &I,
+        timestamp: &T,
+        signature: &S,
+        body: B,
+        now_unix_seconds: u64,
+    ) -> Result<VerifiedBuf<B>, Error>
+    where
+        B: AsRef<[u8]>,
+        I: AsRef<[u8]> + ?Sized,
+        T: AsRef<[u8]> + ?Sized,
+        S: AsRef<[u8]> + ?Sized,
+    {
+        let Verified {
+            timestamp,
+            secret_index,
+            key,
+            ..
+        } = self.verify_standard(id, timestamp, signature, body.as_ref(), now_unix_seconds)?;
+        Ok(VerifiedBuf {
+            buf: body,
+            timestamp,
+            secret_index,
+            key,
+        })
+    }
+
     /// [`verify_standard`](Verifier::verify_standard) at the system clock's current time.
     #[cfg(feature = "std")]
     pub fn verify_standard_now<'b, I, T, S>(

@@ -162,3 +162,21 @@ async fn a_verified_2xx_names_the_secret_that_verified_it_and_nothing_else_does(
     assert_eq!(challenge.status(), 200);
     assert!(challenge.headers().get("x-kxp-verified-key").is_none());
 }
+
+#[tokio::test]
+async fn a_middleware_in_the_standard_webhooks_format_verifies_its_headers() {
+    use kxp_actix::{Format, Receiver};
+    use kxp_testkit::conformance::standard_webhooks;
+    use kxp_verify::{Secret, Verifier};
+
+    let secret = Secret::from_whsec(&standard_webhooks::whsec()).unwrap();
+    let receiver = Receiver::new(Verifier::new(secret)).format(Format::StandardWebhooks);
+    let verify = VerifyMiddleware::new(receiver);
+    let server =
+        serve(move |cfg: &mut web::ServiceConfig| {
+            cfg.service(web::resource("/webhooks").wrap(verify.clone()).route(
+                web::post().to(|event: VerifiedEvent| async move { event.id().to_owned() }),
+            ));
+        });
+    standard_webhooks::check_receiver(&format!("{}/webhooks", server.base)).await;
+}

@@ -102,3 +102,22 @@ async fn a_verified_2xx_names_the_secret_that_verified_it_and_nothing_else_does(
     assert_eq!(challenge.status(), 200);
     assert!(challenge.headers().get("x-kxp-verified-key").is_none());
 }
+
+#[tokio::test]
+async fn a_layer_in_the_standard_webhooks_format_verifies_its_headers() {
+    use kxp_axum::{Format, Receiver, VerifyLayer};
+    use kxp_testkit::conformance::standard_webhooks;
+    use kxp_verify::{Secret, Verifier};
+
+    let secret = Secret::from_whsec(&standard_webhooks::whsec()).unwrap();
+    let receiver = Receiver::new(Verifier::new(secret)).format(Format::StandardWebhooks);
+    let app = Router::new().route(
+        "/webhooks",
+        post(|event: VerifiedEvent| async move { event.id().to_owned() })
+            .layer(VerifyLayer::new(receiver)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/webhooks", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    standard_webhooks::check_receiver(&url).await;
+}

@@ -35,6 +35,7 @@ mod database;
 mod logs;
 pub mod payments;
 pub mod scenarios;
+pub mod standard_webhooks;
 
 pub use client::{Answer, event_body, key_id, now, sign};
 pub use database::{Outage, wait_for_open_transaction};
