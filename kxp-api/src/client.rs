@@ -11,8 +11,8 @@ use crate::{
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event,
     EventId, EventQuery, EventSummary, IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent,
-    NewPortalLink, Notification, Page, PageQuery, PortalLink, ReplayQueued, RotateSecret, Schema,
-    SchemaDeleted, SecretRotated, ServiceHealth,
+    NewPortalLink, Notification, Page, PageQuery, PortalLink, PublicKeys, ReplayQueued,
+    RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -251,6 +251,17 @@ impl Client {
         self.call(
             Method::GET,
             &["v1", "endpoints", id.as_str(), "health"],
+            |r| r,
+        )
+        .await
+    }
+
+    /// `GET /v1/endpoints/{id}/public-key`: the public keys of an endpoint that signs with
+    /// Ed25519.
+    pub async fn public_key(&self, id: &EndpointId) -> Result<PublicKeys, ClientError> {
+        self.call(
+            Method::GET,
+            &["v1", "endpoints", id.as_str(), "public-key"],
             |r| r,
         )
         .await

@@ -35,6 +35,71 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// What an endpoint's deliveries are signed with.
+    pub enum Signing {
+        /// A shared secret: one `v1` (HMAC-SHA256) per live secret (the default).
+        Hmac = "hmac",
+        /// A private key the sender keeps: one `v1a` (Ed25519) per live key. Merchants hold
+        /// only the public key (`GET /v1/endpoints/{id}/public-key`, or the JWKS at
+        /// `/jwks/{id}`), so nobody who can read their configuration can forge an event.
+        Ed25519 = "ed25519",
+        /// Both, for moving a receiver from HMAC to Ed25519. As long as the HMAC secret
+        /// exists, whoever holds it can still forge: change to `ed25519` once the receiver
+        /// verifies `v1a`.
+        Both = "both",
+    }
+}
+
+/// `hmac`: what an endpoint signs with unless told otherwise, and what a server that predates
+/// the setting means.
+impl Default for Signing {
+    fn default() -> Signing {
+        Signing::Hmac
+    }
+}
+
+impl Signing {
+    /// Whether deliveries carry `v1` items.
+    pub fn hmac(&self) -> bool {
+        matches!(self, Signing::Hmac | Signing::Both)
+    }
+
+    /// Whether deliveries carry `v1a` items.
+    pub fn ed25519(&self) -> bool {
+        matches!(self, Signing::Ed25519 | Signing::Both)
+    }
+}
+
+/// An Ed25519 public key in the forms receivers' libraries read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PublicKey {
+    /// The standard base64 of the 32 raw bytes: what `kxp_verify::PublicKey::from_base64`
+    /// reads.
+    pub public_key: String,
+    /// The key as a JWK (RFC 8037: `kty` `OKP`, `crv` `Ed25519`, `x` base64url, `kid` its
+    /// fingerprint).
+    #[schema(value_type = Object)]
+    pub jwk: serde_json::Value,
+    /// The key as a PEM `PUBLIC KEY` (SubjectPublicKeyInfo), for OpenSSL and most crypto
+    /// libraries.
+    pub pem: String,
+    /// `whpk_` and the base64 of the raw bytes: the Standard Webhooks form.
+    pub whpk: String,
+}
+
+/// `GET /v1/endpoints/{id}/public-key`: the newest key, and during a rotation's overlap the one
+/// it replaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PublicKeys {
+    /// The newest key.
+    #[serde(flatten)]
+    pub newest: PublicKey,
+    /// The previous key while it still signs; `null` otherwise.
+    #[schema(required = true)]
+    pub previous: Option<PublicKey>,
+}
+
 /// An endpoint, as every endpoint route answers it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({
@@ -47,6 +112,7 @@ string_enum! {
     "api_version": null,
     "rate_limit_per_second": null,
     "circuit_state": "closed",
+    "signing": "hmac",
     "created_at": "2026-11-30T01:02:03Z",
     "updated_at": "2026-11-30T01:02:03Z"
 }))]
@@ -72,6 +138,9 @@ pub struct Endpoint {
     pub rate_limit_per_second: Option<u32>,
     /// The circuit breaker's state.
     pub circuit_state: CircuitState,
+    /// What its deliveries are signed with.
+    #[serde(default)]
+    pub signing: Signing,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -85,8 +154,15 @@ pub struct EndpointCreated {
     /// The endpoint.
     #[serde(flatten)]
     pub endpoint: Endpoint,
-    /// The signing secret, shown only here: hand it to the receiver.
-    pub secret: Secret,
+    /// The signing secret, shown only here: hand it to the receiver. `null` for an endpoint
+    /// that signs with `ed25519` only.
+    #[schema(required = true)]
+    pub secret: Option<Secret>,
+    /// The public key of an endpoint that signs with Ed25519 (`ed25519` or `both`); `null`
+    /// otherwise. It is not secret, and stays readable at `GET /v1/endpoints/{id}/public-key`.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub public_key: Option<PublicKey>,
 }
 
 /// `POST /v1/endpoints`. Everything but `url` has a default; `null` means the default too.
@@ -118,6 +194,9 @@ pub struct NewEndpoint {
     /// 1 to 10000 deliveries per second; default the server's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_per_second: Option<u32>,
+    /// `hmac` (the default), `ed25519` or `both`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing: Option<Signing>,
     /// Registers without the challenge (`GET <url>?challenge=<token>`), for a receiver that is
     /// not up yet or does not speak kxp.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -134,6 +213,7 @@ impl NewEndpoint {
             timeout_ms: None,
             api_version: None,
             rate_limit_per_second: None,
+            signing: None,
             skip_challenge: false,
         }
     }
@@ -273,8 +353,12 @@ string_enum! {
 /// when it is made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SecretState {
-    /// The first 8 bytes of SHA-256 of `"kxp-key-id\0"` and the secret, in hex: what
-    /// receivers answer in `X-Kxp-Verified-Key` and the console shows.
+    /// `hmac` (a secret) or `ed25519` (a key pair, by its public key).
+    #[serde(default)]
+    pub kind: Signing,
+    /// The first 8 bytes of SHA-256 of `"kxp-key-id\0"` and the secret (for a key pair, its 32
+    /// public-key bytes), in hex: what receivers answer in `X-Kxp-Verified-Key` and the console
+    /// shows.
     pub fingerprint: String,
     /// When it was made.
     pub created_at: Timestamp,
@@ -336,11 +420,19 @@ pub struct EndpointDetails {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({
     "secret": "4f0c1d9e2b7a3c5d6e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9012a3b4c5d6",
+    "public_key": null,
     "previous_expires_at": "2026-12-01T10:00:00Z"
 }))]
 pub struct SecretRotated {
     /// The new signing secret; deliveries carry one `v1` per live secret, newest first.
-    pub secret: Secret,
+    /// `null` for an endpoint that signs with `ed25519` only.
+    #[schema(required = true)]
+    pub secret: Option<Secret>,
+    /// The new public key of an endpoint that signs with Ed25519 (deliveries carry one `v1a`
+    /// per live key, newest first); `null` otherwise.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub public_key: Option<PublicKey>,
     /// When the previous secrets stop being valid.
     pub previous_expires_at: Timestamp,
 }

@@ -34,7 +34,8 @@ pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointDetails, EndpointPatch, EndpointStatus, ExpireOld, MAX_CONFIRMATIONS, NewEndpoint,
-    ReceiverKey, ReplayQueued, RotateSecret, Rotation, SecretRotated, SecretState,
+    PublicKey, PublicKeys, ReceiverKey, ReplayQueued, RotateSecret, Rotation, SecretRotated,
+    SecretState, Signing,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{

@@ -10,9 +10,9 @@ use crate::{
     EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, ErrorBody,
     ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld, HealthWindow, NewAccount,
     NewEndpoint, NewEvent, NewPortalLink, Notification, NotificationChannel, NotificationId,
-    NotificationKind, NotificationStatus, Page, PageQuery, PortalLink, PortalScope, RawJson,
-    ReceiverKey, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId, Secret,
-    SecretRotated, SecretState, ServiceHealth, SourceHealth, Timestamp,
+    NotificationKind, NotificationStatus, Page, PageQuery, PortalLink, PortalScope, PublicKey,
+    PublicKeys, RawJson, ReceiverKey, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted,
+    SchemaId, Secret, SecretRotated, SecretState, ServiceHealth, Signing, SourceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -30,7 +30,8 @@ use crate::{AccountId, DeliveryId};
         Timestamp, Secret, RawJson,
         Endpoint, EndpointCreated, NewEndpoint, EndpointPatch, EndpointDeleted, EndpointStatus,
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
-        EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey,
+        EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey, Signing, PublicKey,
+        PublicKeys,
         EndpointHealth, HealthWindow, ServiceHealth, SourceHealth,
         NewEvent, Event, EventSummary, EventQuery,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,

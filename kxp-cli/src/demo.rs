@@ -198,6 +198,16 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
 }
 
 /// Runs the demo to its summary; the sender and the receiver are still up in the [`Stage`].
+/// The secret of an endpoint the demo registered (with HMAC signing, the default).
+fn hmac_secret(created: &kxp_api::EndpointCreated) -> Result<&str, String> {
+    created.secret.as_ref().map(|s| s.expose()).ok_or_else(|| {
+        format!(
+            "endpoint {} was registered without a secret",
+            created.endpoint.id
+        )
+    })
+}
+
 async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<(report::Summary, Stage), String> {
     let began = Instant::now();
     let seed = args.seed.unwrap_or_else(random_seed);
@@ -262,8 +272,8 @@ async fn run(args: &DemoArgs, progress: &mut Progress) -> Result<(report::Summar
             rejected,
         },
         receiver::Secrets {
-            payments: payments.secret.expose(),
-            refunds: refunds.secret.expose(),
+            payments: hmac_secret(&payments)?,
+            refunds: hmac_secret(&refunds)?,
             ops: ops_secret.expose(),
         },
     )

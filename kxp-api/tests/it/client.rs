@@ -91,7 +91,7 @@ fn endpoint_json(id: &str) -> Value {
     json!({
         "id": id, "url": "https://merchant.example/hook", "description": "",
         "event_types": ["*"], "timeout_ms": 5000, "status": "active", "api_version": null,
-        "rate_limit_per_second": null, "circuit_state": "closed",
+        "rate_limit_per_second": null, "circuit_state": "closed", "signing": "hmac",
         "created_at": "2026-11-30T01:02:03Z", "updated_at": "2026-11-30T01:02:03Z"
     })
 }
@@ -114,7 +114,7 @@ async fn create_endpoint_sends_the_key_and_the_body() {
     new.skip_challenge = true;
     let created = client.create_endpoint(&new).await.unwrap();
     assert_eq!(created.endpoint.id, "ep_1");
-    assert_eq!(created.secret.expose(), "ab".repeat(32));
+    assert_eq!(created.secret.as_ref().unwrap().expose(), "ab".repeat(32));
 
     let seen = script.seen.lock().unwrap()[0].clone();
     assert_eq!(seen.method, Method::POST);

@@ -26,6 +26,7 @@ fn endpoint_json() -> Value {
         "api_version": null,
         "rate_limit_per_second": null,
         "circuit_state": "closed",
+        "signing": "hmac",
         "created_at": "2026-11-30T01:02:03Z",
         "updated_at": "2026-11-30T01:02:03Z"
     })
@@ -66,12 +67,27 @@ fn endpoint() {
 fn a_created_endpoint_carries_its_secret_and_debug_hides_it() {
     let mut wire = endpoint_json();
     wire["secret"] = json!("4f0c1d9e2b7a3c5d6e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9012a3b4c5d6");
+    wire["public_key"] = json!(null);
     let created: EndpointCreated = round_trip(wire);
     assert_eq!(created.endpoint.id, "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61");
-    assert!(created.secret.expose().starts_with("4f0c"));
+    assert!(
+        created
+            .secret
+            .as_ref()
+            .unwrap()
+            .expose()
+            .starts_with("4f0c")
+    );
     assert!(!format!("{created:?}").contains("4f0c1d9e"));
-    // Every other endpoint answer has no `secret` field at all.
-    assert!(serde_json::from_value::<EndpointCreated>(endpoint_json()).is_err());
+    // An Ed25519 endpoint has a public key and no secret.
+    let mut wire = endpoint_json();
+    wire["signing"] = json!("ed25519");
+    wire["secret"] = json!(null);
+    wire["public_key"] =
+        json!({"public_key": "AA==", "jwk": {"kty": "OKP"}, "pem": "p", "whpk": "whpk_AA=="});
+    let created: EndpointCreated = round_trip(wire);
+    assert_eq!(created.endpoint.signing, Signing::Ed25519);
+    assert_eq!(created.public_key.unwrap().whpk, "whpk_AA==");
 }
 
 #[test]
@@ -81,7 +97,7 @@ fn endpoint_deleted_rotated_replayed() {
     }));
     assert_eq!(deleted.status, EndpointStatus::Deleted);
     let rotated: SecretRotated = round_trip(json!({
-        "secret": "ab".repeat(32), "previous_expires_at": "2026-12-01T10:00:00Z"
+        "secret": "ab".repeat(32), "public_key": null, "previous_expires_at": "2026-12-01T10:00:00Z"
     }));
     assert_eq!(
         rotated.previous_expires_at.unix_ms(),

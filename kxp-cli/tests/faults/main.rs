@@ -195,7 +195,7 @@ impl Run {
         let mut receiver = Receiver::new(
             receiver_port,
             receiver_database,
-            created.secret.expose().to_owned(),
+            created.secret.as_ref().unwrap().expose().to_owned(),
         );
         blocking(|| receiver.start(receiver_disk.as_ref()));
         let emitter = Some(Emitter::start(&sender.base(), KEY, 2, &mut rng));

@@ -118,11 +118,11 @@ pub(super) async fn create(
         Ok(created) => {
             let id = created.endpoint.id.to_string();
             tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint registered from the console");
-            let flash = format!(
-                "{id} {}",
-                flash_secret(&state, &id, created.secret.expose())
-            );
-            state.db.set_flash(&scope.signed.cookie, &flash).await?;
+            // The console registers HMAC endpoints: there is always a secret to show.
+            if let Some(secret) = &created.secret {
+                let flash = format!("{id} {}", flash_secret(&state, &id, secret.expose()));
+                state.db.set_flash(&scope.signed.cookie, &flash).await?;
+            }
             scope.audit(&state, "endpoint.create", Some(&id)).await;
             Ok(Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response())
         }
@@ -447,12 +447,16 @@ async fn rotate_secret(
         Err(e) => return Err(not_found(e)),
     };
     tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint secret rotated from the console");
-    let flash = format!(
-        "{id} {} {}",
-        flash_secret(state, &id, rotated.secret.expose()),
-        rotated.previous_expires_at
-    );
-    state.db.set_flash(&scope.signed.cookie, &flash).await?;
+    // An endpoint that signs with Ed25519 only has no secret to show: its page lists the new
+    // key's fingerprint, and the public key is public.
+    if let Some(secret) = &rotated.secret {
+        let flash = format!(
+            "{id} {} {}",
+            flash_secret(state, &id, secret.expose()),
+            rotated.previous_expires_at
+        );
+        state.db.set_flash(&scope.signed.cookie, &flash).await?;
+    }
     scope
         .audit(state, "endpoint.rotate_secret", Some(&id))
         .await;

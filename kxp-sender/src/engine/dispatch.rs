@@ -8,12 +8,14 @@
 
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use kxp_verify::{Secret, Signer};
 use reqwest::{Client, Url};
 
 use crate::engine::guard::{AddressGuard, BlockedName, GuardedResolver};
-use crate::model::{Failure, FailureKind};
+use crate::model::{Failure, FailureKind, Material};
 
 /// How many redirects an attempt follows; one more fails the attempt.
 pub const MAX_REDIRECTS: usize = 2;
@@ -80,7 +82,8 @@ pub struct Request<'a> {
     pub delivery_id: &'a str,
     /// 1-based, for `X-Kxp-Attempt`.
     pub attempt: i64,
-    /// The endpoint's live secrets, newest first: one `v1` each.
+    /// The endpoint's live signing material, newest first ([`Material`] entries): one `v1`
+    /// per secret, one `v1a` per Ed25519 key.
     pub secrets: &'a [String],
     /// The whole attempt, redirects included, must end within this.
     pub timeout: Duration,
@@ -296,15 +299,7 @@ fn challenge_token() -> String {
 }
 
 fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
-    let no_secret = |e: kxp_verify::ConfigError| Failure::new(FailureKind::NoSecret, e.to_string());
-    let secrets = request
-        .secrets
-        .iter()
-        .map(Secret::new)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(no_secret)?;
-    let signer = Signer::with_secrets(secrets).map_err(no_secret)?;
-    let signature = signer.sign_now(request.payload.as_bytes()).to_string();
+    let signature = signature(request.secrets, request.payload.as_bytes())?;
     let mut headers = HeaderMap::new();
     let mut put = |name: &'static str, value: &str| -> Result<(), Failure> {
         let value = HeaderValue::from_str(value)
@@ -319,6 +314,44 @@ fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
     put("x-kxp-attempt", &request.attempt.to_string())?;
     put("content-type", "application/json")?;
     Ok(headers)
+}
+
+/// `X-Kxp-Signature` for `body` now: `t`, one `v1` per HMAC secret, then one `v1a` per Ed25519
+/// key, each newest first.
+fn signature(material: &[String], body: &[u8]) -> Result<String, Failure> {
+    let no_secret = |e: String| Failure::new(FailureKind::NoSecret, e);
+    let mut secrets = Vec::new();
+    let mut keys = Vec::new();
+    for entry in material {
+        match Material::parse(entry) {
+            Some(Material::Hmac(secret)) => {
+                secrets.push(Secret::new(&secret).map_err(|e| no_secret(e.to_string()))?);
+            }
+            Some(Material::Ed25519(key)) => keys.push(key),
+            None => {
+                return Err(no_secret(
+                    "an Ed25519 key of the endpoint is unreadable".into(),
+                ));
+            }
+        }
+    }
+    if secrets.is_empty() && keys.is_empty() {
+        return Err(no_secret("the endpoint has no live secret or key".into()));
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut header = if secrets.is_empty() {
+        format!("t={t}")
+    } else {
+        let signer = Signer::with_secrets(secrets).map_err(|e| no_secret(e.to_string()))?;
+        signer.sign(t, body).to_string()
+    };
+    for key in keys {
+        header.push_str(",v1a=");
+        header.push_str(&STANDARD.encode(key.sign(t, body).signature()));
+    }
+    Ok(header)
 }
 
 fn location(base: &Url, headers: &HeaderMap) -> Option<Url> {

@@ -34,8 +34,8 @@ use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
 use crate::engine::recorder::Recorder;
 use crate::model::{
-    AccountId, AttemptError, AttemptRecord, DeliveryId, EndpointId, FailureKind, FinishAttempt,
-    Finished, Job, KeyCheck, NextState, Transition, ms, new_id, now_ms,
+    AccountId, AttemptError, AttemptRecord, DeliveryId, ED25519_PREFIX, EndpointId, FailureKind,
+    FinishAttempt, Finished, Job, KeyCheck, Material, NextState, Transition, ms, new_id, now_ms,
 };
 use crate::policy::concurrency::{self, Adaptive, Signal};
 use crate::policy::fairness::{AccountCaps, Fairness};
@@ -491,7 +491,11 @@ fn open_secrets(shared: &Shared, job: &Job) -> Vec<String> {
         .secrets
         .0
         .iter()
-        .map(|stored| open_secret(ring, job.endpoint_id.as_str(), stored))
+        .map(|entry| match entry.strip_prefix(ED25519_PREFIX) {
+            Some(stored) => open_secret(ring, job.endpoint_id.as_str(), stored)
+                .map(|seed| format!("{ED25519_PREFIX}{seed}")),
+            None => open_secret(ring, job.endpoint_id.as_str(), entry),
+        })
         .collect::<Result<Vec<_>, _>>();
     opened.unwrap_or_else(|e| {
         tracing::error!(
@@ -502,11 +506,11 @@ fn open_secrets(shared: &Shared, job: &Job) -> Vec<String> {
     })
 }
 
-/// The fingerprints of the secrets an attempt is signed with, in their order.
+/// The fingerprints of the secrets (and keys) an attempt is signed with, in their order.
 fn fingerprints(secrets: &[String]) -> Vec<String> {
-    let each = secrets
-        .iter()
-        .map(|secret| kxp_verify::key_fingerprint(secret.as_bytes()).to_string());
+    let each = secrets.iter().map(|entry| {
+        Material::parse(entry).map_or_else(|| "unreadable".to_owned(), |m| m.fingerprint())
+    });
     each.collect()
 }
 

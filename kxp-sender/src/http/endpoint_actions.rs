@@ -6,8 +6,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
-    BulkReplay, DEFAULT_CONFIRMATIONS, DeliveryStatus, Endpoint, ExpireOld, MAX_CONFIRMATIONS,
-    ReplayQueued, RotateSecret, SecretRotated,
+    BulkReplay, DEFAULT_CONFIRMATIONS, DeliveryStatus, Endpoint, ErrorCode, ExpireOld,
+    MAX_CONFIRMATIONS, PublicKeys, ReplayQueued, RotateSecret, SecretRotated,
 };
 
 use super::checks::parse_overlap;
@@ -96,6 +96,7 @@ pub(super) async fn rotate_secret(
     );
     Ok(Json(SecretRotated {
         secret: rotated.secret,
+        public_key: rotated.public_key.as_ref().map(views::public_key),
         previous_expires_at: views::time(rotated.previous_expires_at),
     }))
 }
@@ -165,4 +166,68 @@ pub(super) async fn replay_endpoint(
         state.shared.wake_workers();
     }
     Ok((StatusCode::ACCEPTED, Json(ReplayQueued { queued })).into_response())
+}
+
+/// The public keys of an endpoint that signs with Ed25519 (`ed25519` or `both`): the newest,
+/// and during a rotation's overlap the one it replaces, each as raw base64, JWK, PEM and
+/// `whpk_`. The same keys are served without authentication at `/jwks/{id}`.
+#[utoipa::path(get, path = "/v1/endpoints/{id}/public-key", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses(
+        (status = 200, description = "The endpoint's public keys", body = PublicKeys),
+        (status = 404, description = "`not_found`: no such endpoint, or it signs with HMAC only", body = kxp_api::ErrorBody),
+    ))]
+pub(super) async fn public_key(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<Json<PublicKeys>, ApiError> {
+    state.db.endpoint(account.id.as_str(), &id).await?;
+    let keys = live_public_keys(&state, &id).await?;
+    let Some(newest) = keys.first() else {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("endpoint {id} signs with HMAC only: it has no public key"),
+        ));
+    };
+    Ok(Json(PublicKeys {
+        newest: views::public_key(newest),
+        previous: keys.get(1).map(views::public_key),
+    }))
+}
+
+/// `GET /jwks/{id}`: the endpoint's live Ed25519 public keys as a JSON Web Key Set (RFC 7517),
+/// newest first, each with its fingerprint as `kid`. Unauthenticated and cacheable for five
+/// minutes: a receiver can fetch it at start and again when a `v1a` does not verify. An
+/// endpoint that does not exist, is deleted or signs with HMAC only answers 404.
+#[utoipa::path(get, path = "/jwks/{id}", tag = "endpoints", security(()),
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses(
+        (status = 200, description = "`{\"keys\": [JWK, …]}`, newest first; `Cache-Control: public, max-age=300`", body = Object),
+        (status = 404, description = "`not_found`", body = kxp_api::ErrorBody),
+    ))]
+pub(super) async fn jwks(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let keys = live_public_keys(&state, &id).await?;
+    if keys.is_empty() {
+        return Err(ApiError::new(ErrorCode::NotFound, "no such key set"));
+    }
+    let set = serde_json::json!({"keys": keys.iter().map(views::jwk).collect::<Vec<_>>()});
+    Ok((
+        [(axum::http::header::CACHE_CONTROL, "public, max-age=300")],
+        Json(set),
+    )
+        .into_response())
+}
+
+/// The endpoint's live Ed25519 public keys, newest first.
+async fn live_public_keys(
+    state: &AppState,
+    id: &str,
+) -> Result<Vec<kxp_verify::PublicKey>, ApiError> {
+    let ring = state.shared.config.secrets_key.as_ref();
+    let secrets = state.db.live_secret_states(id, ring).await?;
+    Ok(secrets.iter().filter_map(|s| s.public_key()).collect())
 }

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
     Endpoint, EndpointCreated, EndpointDeleted, EndpointDetails, EndpointPatch, EndpointStatus,
-    ErrorCode, NewEndpoint, Page, Secret,
+    ErrorCode, NewEndpoint, Page, Secret, Signing,
 };
 
 use super::checks::{
@@ -69,10 +69,15 @@ pub(crate) async fn register(
     if let Some(limit) = rate_limit {
         check_rate_limit(limit)?;
     }
+    if new.signing.as_ref().is_some_and(|s| !s.is_known()) {
+        return Err(ApiError::invalid(
+            "signing is \"hmac\", \"ed25519\" or \"both\"",
+        ));
+    }
     if !new.skip_challenge {
         challenge(&state.shared, &url, timeout).await?;
     }
-    let (endpoint, secret) = state
+    let created = state
         .db
         .create_endpoint_with(
             account,
@@ -83,13 +88,15 @@ pub(crate) async fn register(
                 timeout_ms: ms(timeout),
                 api_version: new.api_version.as_deref(),
                 rate_limit_per_second: rate_limit,
+                signing: new.signing.clone().unwrap_or(Signing::Hmac),
             },
             state.shared.config.secrets_key.as_ref(),
         )
         .await?;
     Ok(EndpointCreated {
-        endpoint: Endpoint::from(endpoint),
-        secret: Secret::from(secret),
+        endpoint: Endpoint::from(created.endpoint),
+        secret: created.secret.map(Secret::from),
+        public_key: created.public_key.as_ref().map(views::public_key),
     })
 }
 

@@ -134,6 +134,13 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/endpoints/{id}/health", get(health::endpoint_health))
         .route(
+            "/v1/endpoints/{id}/public-key",
+            get(endpoint_actions::public_key),
+        )
+        // Without authentication: merchants hold no platform API key, and public keys are
+        // public.
+        .route("/jwks/{id}", get(endpoint_actions::jwks))
+        .route(
             "/v1/events",
             post(events::create_event).get(events::list_events),
         )

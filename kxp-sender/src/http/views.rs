@@ -32,6 +32,7 @@ impl From<Endpoint> for api::Endpoint {
             api_version: e.api_version,
             rate_limit_per_second: e.rate_limit_per_second.map(unsigned),
             circuit_state: api::CircuitState::parse(e.circuit_state.as_str()),
+            signing: api::Signing::parse(&e.signing),
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
         }
@@ -130,6 +131,44 @@ fn text_time(text: Option<String>) -> Option<Timestamp> {
     text.and_then(|t| t.parse().ok())
 }
 
+/// The DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410): the algorithm identifier
+/// 1.3.101.112 and a 33-byte bit string, then the 32 key bytes.
+const ED25519_SPKI_PREFIX: [u8; 12] = [
+    0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+];
+
+/// An Ed25519 public key in the forms `GET /v1/endpoints/{id}/public-key` and the JWKS serve.
+pub(crate) fn public_key(key: &kxp_verify::PublicKey) -> api::PublicKey {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    let bytes = key.to_bytes();
+    let mut der = ED25519_SPKI_PREFIX.to_vec();
+    der.extend_from_slice(&bytes);
+    api::PublicKey {
+        public_key: STANDARD.encode(bytes),
+        jwk: jwk(key),
+        pem: format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+            STANDARD.encode(der)
+        ),
+        whpk: format!("whpk_{}", STANDARD.encode(bytes)),
+    }
+}
+
+/// The key as a JWK (RFC 8037), its fingerprint as `kid`.
+pub(crate) fn jwk(key: &kxp_verify::PublicKey) -> serde_json::Value {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    serde_json::json!({
+        "kty": "OKP",
+        "crv": "Ed25519",
+        "x": URL_SAFE_NO_PAD.encode(key.to_bytes()),
+        "kid": key.fingerprint().to_string(),
+        "alg": "EdDSA",
+        "use": "sig",
+    })
+}
+
 /// An endpoint with its live secrets (newest first) and the `when_confirmed` rotation under
 /// way, if one is: what `GET /v1/endpoints/{id}` answers and the console's endpoint page shows.
 pub(crate) fn endpoint_details(endpoint: Endpoint, secrets: &[LiveSecret]) -> api::EndpointDetails {
@@ -139,6 +178,7 @@ pub(crate) fn endpoint_details(endpoint: Endpoint, secrets: &[LiveSecret]) -> ap
         secrets: secrets
             .iter()
             .map(|s| api::SecretState {
+                kind: api::Signing::parse(&s.kind),
                 fingerprint: s.fingerprint(),
                 created_at: time(s.created_at),
                 expires_at: s.expires_at.map(time),

@@ -3,6 +3,7 @@
 use sqlx::FromRow;
 
 use super::ids::{AccountId, EndpointId};
+use super::keys::{ED25519_PREFIX, Material};
 use super::status::{CircuitState, EndpointStatus};
 
 /// An endpoint: where one account's events are delivered.
@@ -40,7 +41,10 @@ pub struct Endpoint {
     pub created_at: i64,
     /// Unix ms.
     pub updated_at: i64,
-    /// The secret a `when_confirmed` rotation made, while that rotation is under way.
+    /// `hmac`, `ed25519` or `both` ([`kxp_api::Signing`]).
+    pub signing: String,
+    /// The first secret (or key) a `when_confirmed` rotation made, while that rotation is
+    /// under way: the rotation's new material is every live row from this id on.
     pub confirm_secret_id: Option<i64>,
     /// How many consecutive deliveries verified with it end the rotation.
     pub confirm_needed: Option<i64>,
@@ -67,6 +71,8 @@ pub struct NewEndpoint<'a> {
     pub timeout_ms: i64,
     /// Pinned schema version.
     pub api_version: Option<&'a str>,
+    /// What its deliveries are signed with.
+    pub signing: kxp_api::Signing,
     /// Rate limit.
     pub rate_limit_per_second: Option<i64>,
 }
@@ -101,13 +107,15 @@ impl EndpointChanges {
     }
 }
 
-/// One of an endpoint's live secrets, with what receivers said about it (its `Debug` leaves
-/// the secret out).
+/// One of an endpoint's live secrets (or Ed25519 keys), with what receivers said about it (its
+/// `Debug` leaves the secret out).
 #[derive(Clone, FromRow)]
 pub struct LiveSecret {
     /// Its row: newer secrets have higher ids.
     pub id: i64,
-    /// The secret.
+    /// `hmac` or `ed25519`.
+    pub kind: String,
+    /// The secret, or the key's seed (base64).
     pub secret: String,
     /// Unix ms.
     pub created_at: i64,
@@ -118,9 +126,27 @@ pub struct LiveSecret {
 }
 
 impl LiveSecret {
-    /// What receivers and the console name it by.
+    /// Its material, as a job lists it.
+    pub fn material(&self) -> Option<Material> {
+        if self.kind == "ed25519" {
+            Material::parse(&format!("{ED25519_PREFIX}{}", self.secret))
+        } else {
+            Some(Material::Hmac(self.secret.clone()))
+        }
+    }
+
+    /// What receivers and the console name it by (of the public key, for a key pair).
     pub fn fingerprint(&self) -> String {
-        kxp_verify::key_fingerprint(self.secret.as_bytes()).to_string()
+        self.material()
+            .map_or_else(|| "unreadable".to_owned(), |m| m.fingerprint())
+    }
+
+    /// Its public key, for an Ed25519 key.
+    pub fn public_key(&self) -> Option<kxp_verify::PublicKey> {
+        match self.material()? {
+            Material::Ed25519(key) => Some(key.public_key()),
+            Material::Hmac(_) => None,
+        }
     }
 }
 
@@ -135,11 +161,25 @@ impl std::fmt::Debug for LiveSecret {
     }
 }
 
+/// A new endpoint, with what it signs with: shown once.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// Its HMAC secret, if it signs with HMAC.
+    pub secret: Option<String>,
+    /// Its Ed25519 public key, if it signs with Ed25519.
+    pub public_key: Option<kxp_verify::PublicKey>,
+}
+
 /// A secret rotation's result.
 #[derive(Debug, Clone)]
 pub struct Rotated {
-    /// The new secret, shown once (its `Debug` is redacted).
-    pub secret: kxp_api::Secret,
+    /// The new secret, shown once (its `Debug` is redacted), for an endpoint that signs with
+    /// HMAC.
+    pub secret: Option<kxp_api::Secret>,
+    /// The new key's public key, for an endpoint that signs with Ed25519.
+    pub public_key: Option<kxp_verify::PublicKey>,
     /// When the secrets it replaces stop signing (Unix ms; now, for an overlap of zero).
     pub previous_expires_at: i64,
 }

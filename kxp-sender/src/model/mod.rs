@@ -10,6 +10,7 @@ mod event;
 mod failure;
 mod health;
 mod ids;
+mod keys;
 mod notification;
 mod operator;
 mod schema;
@@ -23,7 +24,9 @@ pub use delivery::{
     Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, KeyCheck,
     NextState, SecretIds, Secrets,
 };
-pub use endpoint::{Endpoint, EndpointChanges, HELD, LiveSecret, NewEndpoint, Rotated, Subscriber};
+pub use endpoint::{
+    Created, Endpoint, EndpointChanges, HELD, LiveSecret, NewEndpoint, Rotated, Subscriber,
+};
 pub use event::{Event, EventFilter, EventListed, Ingest, Ingested};
 pub use failure::{AttemptError, Failure, FailureKind};
 pub use health::{EndpointHealth, Window};
@@ -31,6 +34,7 @@ pub use ids::{
     AccountId, DeliveryId, EndpointId, EventId, KeyKind, NotificationId, OperatorId, SchemaId,
     new_id, random_hex_32, sha256_hex,
 };
+pub use keys::{ED25519_PREFIX, Material, new_seed, signing_key};
 pub use notification::{NoticeFacts, NoticeNext, Notification};
 pub use operator::Operator;
 pub use schema::Schema;

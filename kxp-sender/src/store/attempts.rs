@@ -646,7 +646,7 @@ fn job_select(from: &str, now: &str) -> String {
     format!(
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
-           COALESCE((SELECT string_agg(s.secret, ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
+           COALESCE((SELECT string_agg(CASE WHEN s.kind = 'ed25519' THEN 'ed25519:' || s.secret ELSE s.secret END, ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
              WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secrets, \
            COALESCE((SELECT string_agg(CAST(s.id AS TEXT), ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
              WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secret_ids, \

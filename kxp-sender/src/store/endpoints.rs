@@ -3,8 +3,8 @@
 //! in the same transaction.
 
 use crate::model::{
-    Account, CircuitState, Endpoint, EndpointChanges, EndpointStatus, NewEndpoint, new_id, now_ms,
-    random_hex_32,
+    Account, CircuitState, Created, Endpoint, EndpointChanges, EndpointStatus, NewEndpoint, new_id,
+    new_seed, now_ms, random_hex_32, signing_key,
 };
 use crate::policy::circuit::{Protection, spacing_ms};
 use crate::store::circuit::{hold_pending, spread_held};
@@ -47,20 +47,26 @@ impl Db {
                 timeout_ms,
                 api_version: None,
                 rate_limit_per_second: None,
+                signing: kxp_api::Signing::Hmac,
             },
             None,
         )
         .await
+        .map(|created| {
+            let secret = created.secret.unwrap_or_default();
+            (created.endpoint, secret)
+        })
     }
 
-    /// Creates an endpoint with every setting, and a fresh secret; returns both. The secret is
-    /// stored sealed under `ring`, when there is one ([`KeyRing`](crate::KeyRing)).
+    /// Creates an endpoint with every setting, and a fresh secret and/or Ed25519 key as its
+    /// `signing` asks; returns the endpoint, the secret and the public key. Both are stored
+    /// sealed under `ring`, when there is one ([`KeyRing`](crate::KeyRing)).
     pub async fn create_endpoint_with(
         &self,
         account: &Account,
         new: &NewEndpoint<'_>,
         ring: Option<&KeyRing>,
-    ) -> Result<(Endpoint, String), StoreError> {
+    ) -> Result<Created, StoreError> {
         let now = now_ms();
         let endpoint = Endpoint {
             id: new_id("ep").into(),
@@ -77,18 +83,26 @@ impl Db {
             circuit_probe_at: None,
             created_at: now,
             updated_at: now,
+            signing: new.signing.as_str().to_owned(),
             confirm_secret_id: None,
             confirm_needed: None,
             confirmations: 0,
         };
-        let secret = random_hex_32();
-        let stored = stored_secret(ring, endpoint.id.as_str(), &secret);
+        let secret = new.signing.hmac().then(random_hex_32);
+        let seed = new.signing.ed25519().then(new_seed);
+        let rows: Vec<(&str, String)> = [("hmac", &secret), ("ed25519", &seed)]
+            .into_iter()
+            .filter_map(|(kind, plain)| {
+                let plain = plain.as_deref()?;
+                Some((kind, stored_secret(ring, endpoint.id.as_str(), plain)))
+            })
+            .collect();
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
-                 api_version, rate_limit_per_second, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                 api_version, rate_limit_per_second, created_at, updated_at, signing) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -101,17 +115,29 @@ impl Db {
             .bind(endpoint.rate_limit_per_second)
             .bind(now)
             .bind(now)
+            .bind(&endpoint.signing)
             .execute(&mut *tx)
             .await?;
-            sqlx::query("INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3)")
-                .bind(&endpoint.id)
-                .bind(stored.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
+            for (kind, stored) in &rows {
+                sqlx::query("INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) VALUES ($1, $2, $3, $4)")
+                    .bind(&endpoint.id)
+                    .bind(stored.as_str())
+                    .bind(now)
+                    .bind(kind)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             tx.commit().await?;
         });
-        Ok((endpoint, secret))
+        let public_key = seed
+            .as_deref()
+            .and_then(signing_key)
+            .map(|key| key.public_key());
+        Ok(Created {
+            endpoint,
+            secret,
+            public_key,
+        })
     }
 
     /// How many endpoints the account has (deleted ones left out).

@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{EndpointId, KeyCheck, LiveSecret, Rotated, now_ms, random_hex_32, rfc3339};
+use crate::model::{
+    EndpointId, KeyCheck, LiveSecret, Rotated, new_seed, now_ms, random_hex_32, rfc3339,
+    signing_key,
+};
 use crate::store::seal::{KeyRing, OpenError, Stored, open_stored, to_stored};
 use crate::store::{Db, StoreError, on_db};
 
@@ -84,14 +87,16 @@ pub fn open_secret(
 }
 
 impl Db {
-    /// Gives one of the account's endpoints a new secret. The secrets it had stop signing
+    /// Gives one of the account's endpoints a new secret, and a new Ed25519 key if it signs
+    /// with Ed25519 (one of each for `both`). The secrets and keys it had stop signing
     /// `overlap_ms` from now (never later than they were already due to), and meanwhile every
-    /// delivery carries one `v1` per live secret, newest first. Refused with
-    /// [`StoreError::Conflict`] `too_many_secrets` when the endpoint would have more than
-    /// [`kxp_verify::MAX_SECRETS`] live secrets: one more could not be signed with.
+    /// delivery carries one `v1` per live secret and one `v1a` per live key, newest first.
+    /// Refused with [`StoreError::Conflict`] `too_many_secrets` when the endpoint would have more
+    /// than [`kxp_verify::MAX_SECRETS`] live secrets (or keys): one more could not be signed
+    /// with.
     ///
-    /// With `confirmations`, the older secrets stop signing sooner: once that many consecutive
-    /// deliveries were verified with the new one ([`Db::record_key_checks`]). A rotation
+    /// With `confirmations`, the older ones stop signing sooner: once that many consecutive
+    /// deliveries were verified with a new one ([`Db::record_key_checks`]). A rotation
     /// replaces any such rotation under way.
     pub async fn rotate_secret(
         &self,
@@ -103,24 +108,20 @@ impl Db {
     ) -> Result<Rotated, StoreError> {
         let now = now_ms();
         let expires_at = now.saturating_add(overlap_ms.max(0));
-        let secret = random_hex_32();
-        let stored = stored_secret(ring, id, &secret);
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             // Touching the endpoint row serializes rotations of one endpoint (PostgreSQL locks
             // the row; SQLite's write lock is already held).
-            let found = sqlx::query(
-                "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted'",
+            let signing = sqlx::query_scalar::<_, String>(
+                "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING signing",
             )
             .bind(now)
             .bind(account_id)
             .bind(id)
-            .execute(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await?
-            .rows_affected();
-            if found == 0 {
-                return Err(StoreError::NotFound);
-            }
+            .ok_or(StoreError::NotFound)?;
+            let signing = kxp_api::Signing::parse(&signing);
             sqlx::query(
                 "DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1 AND expires_at IS NOT NULL AND expires_at <= $2",
             )
@@ -128,25 +129,44 @@ impl Db {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            let live = sqlx::query_scalar::<_, Option<i64>>(
-                "SELECT expires_at FROM kxp_endpoint_secrets WHERE endpoint_id = $1",
+            let live = sqlx::query_as::<_, (String, Option<i64>)>(
+                "SELECT kind, expires_at FROM kxp_endpoint_secrets WHERE endpoint_id = $1",
             )
             .bind(id)
             .fetch_all(&mut *tx)
             .await?;
+            let secret = signing.hmac().then(random_hex_32);
+            let seed = signing.ed25519().then(new_seed);
+            let fresh: Vec<(&str, &str)> = [("hmac", &secret), ("ed25519", &seed)]
+                .into_iter()
+                .filter_map(|(kind, plain)| Some((kind, plain.as_deref()?)))
+                .collect();
             let kept = if expires_at > now { live.len() } else { 0 };
-            if kept + 1 > kxp_verify::MAX_SECRETS {
-                let soonest = live.iter().flatten().min().copied().unwrap_or(now);
-                return Err(StoreError::Conflict {
-                    code: kxp_api::ErrorCode::TooManySecrets,
-                    message: format!(
-                        "endpoint {id} already has {} live secrets, the most a signature carries; \
-                         the oldest stops signing at {}: rotate after that, or with \
-                         \"overlap\": \"0s\" to retire every previous secret now",
-                        live.len(),
-                        rfc3339(soonest),
-                    ),
-                });
+            for (kind, _) in &fresh {
+                let of_kind: Vec<i64> = live
+                    .iter()
+                    .filter(|(k, _)| k == kind)
+                    .map(|(_, at)| at.unwrap_or(i64::MAX))
+                    .collect();
+                let kept_of_kind = if expires_at > now { of_kind.len() } else { 0 };
+                if kept_of_kind + 1 > kxp_verify::MAX_SECRETS {
+                    let soonest = of_kind.iter().min().copied().unwrap_or(now);
+                    return Err(StoreError::Conflict {
+                        code: kxp_api::ErrorCode::TooManySecrets,
+                        message: format!(
+                            "endpoint {id} already has {} live {}, the most a signature carries; \
+                             the oldest stops signing at {}: rotate after that, or with \
+                             \"overlap\": \"0s\" to retire every previous one now",
+                            of_kind.len(),
+                            if *kind == "hmac" {
+                                "secrets"
+                            } else {
+                                "Ed25519 keys"
+                            },
+                            rfc3339(soonest),
+                        ),
+                    });
+                }
             }
             sqlx::query(
                 "UPDATE kxp_endpoint_secrets SET expires_at = $1 \
@@ -156,27 +176,36 @@ impl Db {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-            let secret_id = sqlx::query_scalar::<_, i64>(
-                "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at) VALUES ($1, $2, $3) RETURNING id",
-            )
-            .bind(id)
-            .bind(&stored)
-            .bind(now)
-            .fetch_one(&mut *tx)
-            .await?;
+            let mut first_new = None;
+            for (kind, plain) in &fresh {
+                let row = sqlx::query_scalar::<_, i64>(
+                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) VALUES ($1, $2, $3, $4) RETURNING id",
+                )
+                .bind(id)
+                .bind(stored_secret(ring, id, plain))
+                .bind(now)
+                .bind(kind)
+                .fetch_one(&mut *tx)
+                .await?;
+                first_new.get_or_insert(row);
+            }
             // Only a rotation that keeps older secrets has anything to wait for.
             let confirm = confirmations.filter(|_| kept > 0).map(i64::from);
             sqlx::query(
                 "UPDATE kxp_endpoints SET confirm_secret_id = $1, confirm_needed = $2, confirmations = 0 WHERE id = $3",
             )
-            .bind(confirm.map(|_| secret_id))
+            .bind(confirm.and(first_new))
             .bind(confirm)
             .bind(id)
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
             Ok(Rotated {
-                secret: secret.into(),
+                secret: secret.map(Into::into),
+                public_key: seed
+                    .as_deref()
+                    .and_then(signing_key)
+                    .map(|k| k.public_key()),
                 previous_expires_at: expires_at,
             })
         })
@@ -206,7 +235,7 @@ impl Db {
     ) -> Result<Vec<LiveSecret>, StoreError> {
         let rows = on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, LiveSecret>(
-                "SELECT id, secret, created_at, expires_at, last_verified_at FROM kxp_endpoint_secrets \
+                "SELECT id, kind, secret, created_at, expires_at, last_verified_at FROM kxp_endpoint_secrets \
                  WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC",
             )
             .bind(endpoint_id)
@@ -339,7 +368,8 @@ impl Db {
                     continue;
                 };
                 for verified in seen {
-                    count = if verified == Some(secret) {
+                    // The rotation's new material: every row from its first on.
+                    count = if verified.is_some_and(|v| v >= secret) {
                         count.saturating_add(1)
                     } else {
                         0

@@ -201,7 +201,7 @@ async fn outside_dev_mode_only_https_non_loopback_urls_are_accepted() {
         ))
         .await
         .unwrap();
-    assert_eq!(created.secret.expose().len(), 64);
+    assert_eq!(created.secret.as_ref().unwrap().expose().len(), 64);
     s.server.shutdown().await;
 }
 

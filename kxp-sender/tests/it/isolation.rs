@@ -143,6 +143,8 @@ const ROUTES: &[Route] = &[
     row("POST /v1/endpoints/{id}/rotate-secret", Endpoint, NotFound, 200),
     row("POST /v1/endpoints/{id}/rotate-secret", Endpoint, NotFound, 200).body(r#"{"overlap":"0s"}"#),
     row("GET /v1/endpoints/{id}/health", Endpoint, NotFound, 200),
+    // A's endpoint signs with HMAC: its owner is told so (404 too, another message).
+    row("GET /v1/endpoints/{id}/public-key", Endpoint, NotFound, 404),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202).body(r#"{"status":"delivered"}"#),
     // The same Idempotency-Key and body as A's event: B gets an event of its own, never A's.
@@ -175,7 +177,8 @@ const ROUTES: &[Route] = &[
 const OPERATOR: &[&str] = &["GET /v1/accounts", "POST /v1/accounts"];
 
 /// Routes of `api::app` that take no key and show no account's data.
-const PUBLIC: &[&str] = &["GET /healthz", "GET /metrics", OPENAPI];
+// `/jwks/{id}`: public keys, public by design (ed25519.rs tests it).
+const PUBLIC: &[&str] = &["GET /healthz", "GET /metrics", OPENAPI, "GET /jwks/{id}"];
 
 /// The API's description: the same document for everyone, so the one `/v1` route without a
 /// key.

@@ -10,6 +10,7 @@ mod connections;
 mod console;
 mod console_pages;
 mod durability;
+mod ed25519;
 mod events_list;
 mod fairness;
 mod guard;

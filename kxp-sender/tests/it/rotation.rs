@@ -185,7 +185,7 @@ async fn rotation_scenario(s: &Sender) {
         .await
         .unwrap();
     let rotated_at = Instant::now();
-    let new = rotated.secret.expose().to_owned();
+    let new = rotated.secret.as_ref().unwrap().expose().to_owned();
     assert_eq!(new.len(), 64);
     assert_ne!(new, old);
     receiver.lock().next = Some(new.clone());

@@ -141,7 +141,7 @@ async fn confirmed_rotation(s: &Sender) {
         .rotate_secret(&endpoint, &rotation)
         .await
         .unwrap();
-    let new = rotated.secret.expose().to_owned();
+    let new = rotated.secret.as_ref().unwrap().expose().to_owned();
     let new_key = key_fingerprint(new.as_bytes()).to_string();
     let d = details(&s.api, &endpoint).await;
     let keys: Vec<&str> = d.secrets.iter().map(|s| s.fingerprint.as_str()).collect();

@@ -103,7 +103,7 @@ async fn secrets_are_stored_sealed_and_deliveries_still_verify() {
         .rotate_secret(&endpoint, &RotateSecret::overlap("1h"))
         .await
         .unwrap();
-    let third = api_rotated.secret.expose().to_owned();
+    let third = api_rotated.secret.as_ref().unwrap().expose().to_owned();
     // The account's ops secret, which signs its operational webhooks, is sealed too.
     let (status, account) = s
         .api

@@ -129,7 +129,7 @@ impl Api {
             .unwrap_or_else(|e| panic!("POST /v1/endpoints: {e}"));
         (
             created.endpoint.id.into_string(),
-            created.secret.expose().to_owned(),
+            created.secret.as_ref().unwrap().expose().to_owned(),
         )
     }
 
