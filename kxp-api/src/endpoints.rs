@@ -266,6 +266,16 @@ pub struct EndpointPatch {
     #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
     #[schema(value_type = Option<u32>, required = false)]
     pub rate_limit_per_second: Patch<u32>,
+    /// What deliveries are signed with from now on: `hmac` → `both` or `ed25519` makes the
+    /// endpoint's first Ed25519 key; dropping a kind ends its secrets or keys at once. An
+    /// `ed25519` endpoint cannot take up HMAC again (422).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(value_type = Signing, required = false)]
+    pub signing: Option<Signing>,
     /// Changes the URL without the challenge.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub skip_challenge: bool,

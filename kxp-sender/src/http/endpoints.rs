@@ -211,6 +211,11 @@ pub(crate) async fn change(
     if let Some(Some(limit)) = rate_limit {
         check_rate_limit(limit)?;
     }
+    if patch.signing.as_ref().is_some_and(|s| !s.is_known()) {
+        return Err(ApiError::invalid(
+            "signing is \"hmac\", \"ed25519\" or \"both\"",
+        ));
+    }
     let current = state.db.endpoint(account.id.as_str(), id).await?;
     if let Some(url) = &url
         && url.as_str() != current.url
@@ -220,6 +225,13 @@ pub(crate) async fn change(
             Duration::from_millis(u64::try_from(current.timeout_ms).unwrap_or(5000))
         });
         challenge(&state.shared, url, timeout).await?;
+    }
+    if let Some(signing) = &patch.signing {
+        let ring = state.shared.config.secrets_key.as_ref();
+        state
+            .db
+            .change_signing(account.id.as_str(), id, signing, ring)
+            .await?;
     }
     let changes = EndpointChanges {
         url: url.map(String::from),

@@ -211,6 +211,79 @@ impl Db {
         })
     }
 
+    /// Changes what one of the account's endpoints signs with, in one transaction: moving to
+    /// Ed25519 (`hmac` → `both` or `ed25519`) makes its first key; dropping a kind (`both` →
+    /// `ed25519` or `hmac`) ends that kind's secrets or keys now, so whoever still holds a
+    /// dropped HMAC secret can no longer forge. Taking up HMAC again would need a new secret,
+    /// shown once, which a change cannot answer: refused with [`StoreError::Conflict`]
+    /// `invalid_request` (register a new endpoint instead).
+    pub async fn change_signing(
+        &self,
+        account_id: &str,
+        id: &str,
+        to: &kxp_api::Signing,
+        ring: Option<&KeyRing>,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        let seed = new_seed();
+        let stored_seed = stored_secret(ring, id, &seed);
+        on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            let from = sqlx::query_scalar::<_, String>(
+                "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING signing",
+            )
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+            let from = kxp_api::Signing::parse(&from);
+            if to.hmac() && !from.hmac() {
+                return Err(StoreError::Conflict {
+                    code: kxp_api::ErrorCode::InvalidRequest,
+                    message: format!(
+                        "endpoint {id} signs with ed25519 only and cannot take up a shared secret \
+                         again (it would have to be shown once): register a new endpoint"
+                    ),
+                });
+            }
+            if to.ed25519() && !from.ed25519() {
+                sqlx::query(
+                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) VALUES ($1, $2, $3, 'ed25519')",
+                )
+                .bind(id)
+                .bind(&stored_seed)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            for (kind, dropped) in [
+                ("hmac", from.hmac() && !to.hmac()),
+                ("ed25519", from.ed25519() && !to.ed25519()),
+            ] {
+                if dropped {
+                    sqlx::query(
+                        "UPDATE kxp_endpoint_secrets SET expires_at = $1 WHERE endpoint_id = $2 AND kind = $3 \
+                         AND (expires_at IS NULL OR expires_at > $1)",
+                    )
+                    .bind(now)
+                    .bind(id)
+                    .bind(kind)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+            sqlx::query("UPDATE kxp_endpoints SET signing = $1 WHERE id = $2")
+                .bind(to.as_str())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
     /// The endpoint's live secrets, newest first, as stored: what each attempt signs with, once
     /// opened with [`open_secret`] (a no-op without a key ring).
     pub async fn live_secrets(&self, endpoint_id: &str) -> Result<Vec<String>, StoreError> {

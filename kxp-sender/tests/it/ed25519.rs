@@ -3,7 +3,7 @@
 //! `GET /v1/endpoints/{id}/public-key`, and unauthenticated as a JWKS at `/jwks/{id}`), and
 //! deliveries carry `v1a` items that a kxp-axum receiver holding only the public key verifies,
 //! and that OpenSSL verifies with the PEM. Keys rotate like secrets, both signing during the
-//! overlap.
+//! overlap; an HMAC endpoint moves to Ed25519 through `both` by `PATCH`.
 
 use std::time::Duration;
 
@@ -314,6 +314,83 @@ async fn with_a_key_ring_the_private_key_is_stored_sealed_and_still_signs() {
         census,
         [(Some("k1".to_owned()), 2)],
         "the secret and the key, sealed"
+    );
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hmac_endpoint_moves_to_ed25519_through_both() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![]).await;
+    let created = register(&s.api, &receiver.url, "hmac").await;
+    let id = created.endpoint.id;
+    let patch = |signing: &str| {
+        let (api, path) = (s.api.clone(), format!("/v1/endpoints/{id}"));
+        let body = json!({"signing": signing});
+        async move { api.call("PATCH", &path, Some(body)).await }
+    };
+    let deliver = |n: u64| {
+        let api = s.api.clone();
+        async move {
+            let event = api.emit("payment.succeeded", json!({"n": n})).await;
+            api.wait_for(&event, "delivered", SECS_10).await;
+        }
+    };
+    let last_header = || {
+        let seen = receiver.seen();
+        let last = seen.last().unwrap();
+        last.headers["x-kxp-signature"].to_str().unwrap().to_owned()
+    };
+
+    // hmac → both: a key is made, and both sign.
+    let (status, body) = patch("both").await;
+    assert_eq!(
+        (status, body["signing"].as_str()),
+        (200, Some("both")),
+        "{body}"
+    );
+    let key = s.api.client.public_key(&id).await.unwrap().newest;
+    let key = PublicKey::from_base64(&key.public_key).unwrap();
+    deliver(1).await;
+    let header = last_header();
+    assert!(
+        header.contains(",v1=") && header.contains(",v1a="),
+        "{header}"
+    );
+
+    // both → ed25519: the shared secret stops signing at once.
+    let (status, body) = patch("ed25519").await;
+    assert_eq!(status, 200, "{body}");
+    deliver(2).await;
+    let header = last_header();
+    assert!(
+        !header.contains(",v1=") && header.contains(",v1a="),
+        "{header}"
+    );
+    let seen = receiver.seen();
+    Verifier::with_public_keys([key])
+        .unwrap()
+        .verify_now(header.as_bytes(), &seen.last().unwrap().body)
+        .expect("the same key signs on");
+    let details = s.api.client.endpoint(&id).await.unwrap();
+    let kinds: Vec<Signing> = details.secrets.iter().map(|s| s.kind.clone()).collect();
+    assert_eq!(kinds, [Signing::Ed25519]);
+
+    // Back to a shared secret would need one shown once: refused.
+    let (status, body) = patch("hmac").await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("register a new endpoint"),
+        "{body}"
+    );
+    let (status, body) = patch("rsa").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        s.api.client.endpoint(&id).await.unwrap().endpoint.signing,
+        Signing::Ed25519
     );
     s.server.shutdown().await;
 }
