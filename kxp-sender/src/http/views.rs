@@ -197,13 +197,20 @@ fn rotation(endpoint: &Endpoint, secrets: &[LiveSecret]) -> Option<api::Rotation
     let new = secrets.iter().find(|s| s.id == id)?;
     let older: Vec<&LiveSecret> = secrets.iter().filter(|s| s.id < id).collect();
     let ends_by = older.iter().filter_map(|s| s.expires_at).max()?;
+    // The rotation's new material is every row from its first on (a secret and a key, for
+    // `both`): a receiver may verify with either.
+    let new_verified = secrets
+        .iter()
+        .filter(|s| s.id >= id)
+        .filter_map(|s| s.last_verified_at)
+        .max();
     // A verification with an older secret from before the rotation says nothing about now.
     let old_verified = older
         .iter()
         .filter_map(|s| s.last_verified_at)
         .filter(|&at| at >= new.created_at)
         .max();
-    let receiver = match (new.last_verified_at, old_verified) {
+    let receiver = match (new_verified, old_verified) {
         (Some(new), Some(old)) if old > new => api::ReceiverKey::Old,
         (Some(_), _) => api::ReceiverKey::New,
         (None, Some(_)) => api::ReceiverKey::Old,

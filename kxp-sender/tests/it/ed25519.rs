@@ -394,3 +394,52 @@ async fn an_hmac_endpoint_moves_to_ed25519_through_both() {
     );
     s.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_on_the_new_public_key_confirms_a_rotation_of_both() {
+    let s = sender("0s").await;
+    let created = register(&s.api, "http://127.0.0.1:9/hook", "both").await;
+    let id = created.endpoint.id;
+    let rotation = RotateSecret::overlap("1h")
+        .when_confirmed()
+        .confirmations(2);
+    let rotated = s.api.client.rotate_secret(&id, &rotation).await.unwrap();
+    let new = PublicKey::from_base64(&rotated.public_key.unwrap().public_key).unwrap();
+    // The merchant's receiver verifies v1a with the new key only.
+    let url = public_key_receiver(&[new]).await;
+    let (status, body) = s
+        .api
+        .call(
+            "PATCH",
+            &format!("/v1/endpoints/{id}"),
+            Some(json!({"url": url, "skip_challenge": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let event = s.api.emit("payment.succeeded", json!({"n": 1})).await;
+    s.api.wait_for(&event, "delivered", SECS_10).await;
+    let deadline = std::time::Instant::now() + SECS_10;
+    loop {
+        let rotation = s.api.client.endpoint(&id).await.unwrap().rotation.unwrap();
+        if rotation.confirmations == 1 {
+            assert_eq!(rotation.receiver, kxp_api::ReceiverKey::New, "{rotation:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{rotation:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let event = s.api.emit("payment.succeeded", json!({"n": 2})).await;
+    s.api.wait_for(&event, "delivered", SECS_10).await;
+    let deadline = std::time::Instant::now() + SECS_10;
+    loop {
+        let details = s.api.client.endpoint(&id).await.unwrap();
+        if details.rotation.is_none() {
+            // The new secret and the new key: the old pair stopped signing.
+            assert_eq!(details.secrets.len(), 2, "{details:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{details:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.server.shutdown().await;
+}
