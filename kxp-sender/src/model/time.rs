@@ -34,6 +34,12 @@ pub(crate) fn offset_from(before: i64, database: i64, after: i64) -> Option<i64>
 }
 
 /// Makes [`now_ms`] follow the database's clock by `offset` ms.
+/// How far [`now_ms`] is ahead of this machine's clock: what turns a stored time into the clock
+/// ids are made by ([`new_id`](crate::new_id)'s UUIDv7).
+pub(crate) fn database_offset() -> i64 {
+    DATABASE_OFFSET_MS.load(Ordering::Relaxed)
+}
+
 pub(crate) fn set_database_offset(offset: i64) {
     DATABASE_OFFSET_MS.store(offset, Ordering::Relaxed);
 }

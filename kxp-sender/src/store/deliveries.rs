@@ -1,7 +1,8 @@
 //! The API's side of `kxp_deliveries` and `kxp_attempts`: listing, reading and replaying.
 
 use crate::model::{
-    Attempt, Delivery, DeliveryFilter, DeliveryStatus, Endpoint, EndpointStatus, new_id, now_ms,
+    Attempt, Delivery, DeliveryFilter, DeliveryStatus, Endpoint, EndpointStatus, database_offset,
+    new_id, now_ms,
 };
 use crate::store::{Db, StoreError, on_db};
 
@@ -170,8 +171,10 @@ impl Db {
              ORDER BY o.replayed_by DESC LIMIT $4"
         );
         // Delivery ids are `dlv_` and a UUIDv7, whose first 12 hex digits are its creation's
-        // Unix ms: the smallest id of `since` bounds the replays' ids from below, on the
-        // `replayed_by` index.
+        // Unix ms by this machine's clock: the smallest id of `since` (a stored time, on the
+        // database's clock, turned back to the machine's) bounds the replays' ids from below,
+        // on the `replayed_by` index.
+        let since = since.saturating_sub(database_offset());
         let first_id = format!("dlv_{:012x}{}", since.max(0), "0".repeat(20));
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Delivery>(&sql)
