@@ -53,15 +53,27 @@ impl Row {
     }
 
     /// Replaces `stored` with `sealed`, only if the row still holds `stored`.
-    fn rewrite(&self) -> &'static str {
-        match self {
+    /// The UPDATE that replaces `stored` with `sealed`, only if the row still holds `stored`.
+    fn rewrite<'q, DB: sqlx::Database>(
+        &'q self,
+        stored: &'q str,
+        sealed: &'q str,
+    ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+    where
+        &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        let sql = match self {
             Row::Endpoint(_) => {
                 "UPDATE kxp_endpoint_secrets SET secret = $1 WHERE endpoint_id = $2 AND secret = $3"
             }
             Row::Ops(_) => {
                 "UPDATE kxp_accounts SET ops_secret = $1 WHERE id = $2 AND ops_secret = $3"
             }
-        }
+        };
+        sqlx::query(sql)
+            .bind(sealed)
+            .bind(self.owner())
+            .bind(stored)
     }
 
     fn owner(&self) -> &str {
@@ -337,21 +349,54 @@ impl Db {
     /// Rewrites every stored secret that is plaintext or sealed under an older key of `ring`,
     /// sealed under its newest key; answers how many were rewritten. Each row is rewritten only
     /// if it still holds what was read, so a server running meanwhile loses nothing.
+    ///
+    /// On SQLite an UPDATE leaves the old value's bytes in the page's free space, and the WAL
+    /// keeps old copies of the page: a plaintext secret would stay in the file a backup copies.
+    /// So the rewrite runs with `secure_delete` on, which zeroes what it frees, and ends with a
+    /// truncating checkpoint. (PostgreSQL keeps old row versions until vacuum reuses their
+    /// space; see docs/security.md.)
     pub async fn reseal(&self, ring: &KeyRing) -> Result<u64, StoreError> {
-        let mut rewritten = 0;
+        let mut rewrites = Vec::new();
         for (row, stored) in self.stored_secrets().await? {
-            let Some(sealed) = ring.reseal(&stored, &row.context())? else {
-                continue;
-            };
-            rewritten += on_db!(self, |pool, _begin| {
-                sqlx::query(row.rewrite())
-                    .bind(&sealed)
-                    .bind(row.owner())
-                    .bind(&stored)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            });
+            if let Some(sealed) = ring.reseal(&stored, &row.context())? {
+                rewrites.push((row, stored, sealed));
+            }
+        }
+        let mut rewritten = 0;
+        match self {
+            Db::Sqlite(pool) => {
+                let mut conn = pool.acquire().await?;
+                sqlx::query("PRAGMA secure_delete = ON")
+                    .execute(&mut *conn)
+                    .await?;
+                let mut outcome = Ok(());
+                for (row, stored, sealed) in &rewrites {
+                    match row.rewrite(stored, sealed).execute(&mut *conn).await {
+                        Ok(done) => rewritten += done.rows_affected(),
+                        Err(e) => {
+                            outcome = Err(e);
+                            break;
+                        }
+                    }
+                }
+                // Back to the default before the connection serves the pool again.
+                sqlx::query("PRAGMA secure_delete = OFF")
+                    .execute(&mut *conn)
+                    .await?;
+                outcome?;
+                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Db::Postgres(pool) => {
+                for (row, stored, sealed) in &rewrites {
+                    rewritten += row
+                        .rewrite(stored, sealed)
+                        .execute(pool)
+                        .await?
+                        .rows_affected();
+                }
+            }
         }
         Ok(rewritten)
     }
