@@ -9,9 +9,9 @@ use serde::de::DeserializeOwned;
 use crate::{
     ACCOUNT_HEADER, Account, AccountCreated, AccountId, AccountPatch, AccountUpdated, Attempt,
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, ErrorBody, ErrorCode, Event,
-    EventId, EventQuery, EventSummary, IDEMPOTENCY_KEY, NewAccount, NewEndpoint, NewEvent,
-    NewPortalLink, Notification, Page, PageQuery, PortalLink, PublicKeys, ReplayQueued,
+    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointUpdated, ErrorBody,
+    ErrorCode, Event, EventId, EventQuery, EventSummary, IDEMPOTENCY_KEY, NewAccount, NewEndpoint,
+    NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink, PublicKeys, ReplayQueued,
     RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
 };
 
@@ -198,7 +198,7 @@ impl Client {
         &self,
         id: &EndpointId,
         patch: &EndpointPatch,
-    ) -> Result<Endpoint, ClientError> {
+    ) -> Result<EndpointUpdated, ClientError> {
         self.call(Method::PATCH, &["v1", "endpoints", id.as_str()], |r| {
             r.json(patch)
         })

@@ -71,6 +71,27 @@ impl Signing {
     }
 }
 
+string_enum! {
+    /// The headers and signed content of an endpoint's deliveries.
+    pub enum Format {
+        /// `X-Kxp-Signature: t=<t>,v1=<hex>,v1a=<base64>` over `<t>.<body>` (the default).
+        Kxp = "kxp",
+        /// Standard Webhooks 1.0: `webhook-id` (the event id), `webhook-timestamp` and
+        /// `webhook-signature` (`v1,<base64>` and `v1a,<base64>` items) over
+        /// `<id>.<timestamp>.<body>`, secrets shown as `whsec_<base64 of 32 bytes>`: what the
+        /// `standardwebhooks` packages and Svix's SDKs verify.
+        StandardWebhooks = "standard-webhooks",
+    }
+}
+
+/// `kxp`: what an endpoint is sent unless told otherwise, and what a server that predates the
+/// setting means.
+impl Default for Format {
+    fn default() -> Format {
+        Format::Kxp
+    }
+}
+
 /// An Ed25519 public key in the forms receivers' libraries read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PublicKey {
@@ -113,6 +134,7 @@ pub struct PublicKeys {
     "rate_limit_per_second": null,
     "circuit_state": "closed",
     "signing": "hmac",
+    "format": "kxp",
     "created_at": "2026-11-30T01:02:03Z",
     "updated_at": "2026-11-30T01:02:03Z"
 }))]
@@ -141,6 +163,9 @@ pub struct Endpoint {
     /// What its deliveries are signed with.
     #[serde(default)]
     pub signing: Signing,
+    /// The headers and signed content of its deliveries.
+    #[serde(default)]
+    pub format: Format,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -197,6 +222,9 @@ pub struct NewEndpoint {
     /// `hmac` (the default), `ed25519` or `both`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing: Option<Signing>,
+    /// `kxp` (the default) or `standard-webhooks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
     /// Registers without the challenge (`GET <url>?challenge=<token>`), for a receiver that is
     /// not up yet or does not speak kxp.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -214,6 +242,7 @@ impl NewEndpoint {
             api_version: None,
             rate_limit_per_second: None,
             signing: None,
+            format: None,
             skip_challenge: false,
         }
     }
@@ -276,9 +305,33 @@ pub struct EndpointPatch {
     )]
     #[schema(value_type = Signing, required = false)]
     pub signing: Option<Signing>,
+    /// A new format is a rotation into it: new secrets (and keys) in the new format's form,
+    /// answered once in `rotated`; until the default overlap (24 hours) ends, deliveries carry
+    /// both formats' headers, each signed with its own secrets, so a receiver moves over
+    /// without a gap. The same format again changes nothing.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(value_type = Format, required = false)]
+    pub format: Option<Format>,
     /// Changes the URL without the challenge.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub skip_challenge: bool,
+}
+
+/// The answer of `PATCH /v1/endpoints/{id}`: the endpoint as changed, and the new secret
+/// when the change was a rotation (a new `format`), shown only here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EndpointUpdated {
+    /// The endpoint as it now is.
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// The rotation a new `format` made; `null` for any other change.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub rotated: Option<SecretRotated>,
 }
 
 /// The answer of `DELETE /v1/endpoints/{id}`.
@@ -366,6 +419,10 @@ pub struct SecretState {
     /// `hmac` (a secret) or `ed25519` (a key pair, by its public key).
     #[serde(default)]
     pub kind: Signing,
+    /// The headers it signs: during a change of format, the older secrets sign the old
+    /// format's.
+    #[serde(default)]
+    pub format: Format,
     /// The first 8 bytes of SHA-256 of `"kxp-key-id\0"` and the secret (for a key pair, its 32
     /// public-key bytes), in hex: what receivers answer in `X-Kxp-Verified-Key` and the console
     /// shows.

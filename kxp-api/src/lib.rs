@@ -33,9 +33,9 @@ pub use client::{Client, ClientError};
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointDetails, EndpointPatch, EndpointStatus, ExpireOld, MAX_CONFIRMATIONS, NewEndpoint,
-    PublicKey, PublicKeys, ReceiverKey, ReplayQueued, RotateSecret, Rotation, SecretRotated,
-    SecretState, Signing,
+    EndpointDetails, EndpointPatch, EndpointStatus, EndpointUpdated, ExpireOld, Format,
+    MAX_CONFIRMATIONS, NewEndpoint, PublicKey, PublicKeys, ReceiverKey, ReplayQueued, RotateSecret,
+    Rotation, SecretRotated, SecretState, Signing,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{

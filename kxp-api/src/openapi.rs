@@ -7,12 +7,13 @@ use utoipa::{Modify, OpenApi};
 use crate::{
     Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState,
     Cursor, Delivery, DeliveryQuery, DeliveryStatus, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, ErrorBody,
-    ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld, HealthWindow, NewAccount,
-    NewEndpoint, NewEvent, NewPortalLink, Notification, NotificationChannel, NotificationId,
-    NotificationKind, NotificationStatus, Page, PageQuery, PortalLink, PortalScope, PublicKey,
-    PublicKeys, RawJson, ReceiverKey, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted,
-    SchemaId, Secret, SecretRotated, SecretState, ServiceHealth, Signing, SourceHealth, Timestamp,
+    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointUpdated,
+    ErrorBody, ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld, Format,
+    HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification,
+    NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page, PageQuery,
+    PortalLink, PortalScope, PublicKey, PublicKeys, RawJson, ReceiverKey, ReplayQueued,
+    RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, SecretState,
+    ServiceHealth, Signing, SourceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -28,7 +29,8 @@ use crate::{AccountId, DeliveryId};
         ErrorBody, ErrorCode,
         AccountId, EndpointId, EventId, DeliveryId, NotificationId, SchemaId, Cursor,
         Timestamp, Secret, RawJson,
-        Endpoint, EndpointCreated, NewEndpoint, EndpointPatch, EndpointDeleted, EndpointStatus,
+        Endpoint, EndpointCreated, NewEndpoint, EndpointPatch, EndpointUpdated, EndpointDeleted,
+        EndpointStatus, Format,
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
         EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey, Signing, PublicKey,
         PublicKeys,

@@ -27,6 +27,7 @@ fn endpoint_json() -> Value {
         "rate_limit_per_second": null,
         "circuit_state": "closed",
         "signing": "hmac",
+        "format": "kxp",
         "created_at": "2026-11-30T01:02:03Z",
         "updated_at": "2026-11-30T01:02:03Z"
     })
@@ -88,6 +89,35 @@ fn a_created_endpoint_carries_its_secret_and_debug_hides_it() {
     let created: EndpointCreated = round_trip(wire);
     assert_eq!(created.endpoint.signing, Signing::Ed25519);
     assert_eq!(created.public_key.unwrap().whpk, "whpk_AA==");
+}
+
+#[test]
+fn an_update_carries_the_rotation_a_change_of_format_made() {
+    let mut wire = endpoint_json();
+    wire["rotated"] = json!(null);
+    let updated: EndpointUpdated = round_trip(wire.clone());
+    assert_eq!(updated.rotated, None);
+    wire["format"] = json!("standard-webhooks");
+    wire["rotated"] = json!({
+        "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "public_key": null,
+        "previous_expires_at": "2026-12-01T10:00:00Z"
+    });
+    let updated: EndpointUpdated = round_trip(wire);
+    assert_eq!(updated.endpoint.format, Format::StandardWebhooks);
+    let rotated = updated.rotated.unwrap();
+    assert_eq!(
+        rotated.secret.unwrap().expose(),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    );
+    // From a server that predates formats: `kxp`, and a format it does not know reads too.
+    let mut old = endpoint_json();
+    old.as_object_mut().unwrap().remove("format");
+    let endpoint: Endpoint = serde_json::from_value(old).unwrap();
+    assert_eq!(endpoint.format, Format::Kxp);
+    let mut newer = endpoint_json();
+    newer["format"] = json!("cloudevents");
+    let endpoint: Endpoint = round_trip(newer);
+    assert!(!endpoint.format.is_known());
 }
 
 #[test]

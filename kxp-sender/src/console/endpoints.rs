@@ -437,6 +437,7 @@ async fn rotate_secret(
             ms(DEFAULT_OVERLAP),
             confirmations,
             state.shared.config.secrets_key.as_ref(),
+            None,
         )
         .await
     {

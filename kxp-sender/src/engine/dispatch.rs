@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use kxp_verify::{Secret, Signer};
+use kxp_api::Format;
+use kxp_verify::{Secret, Signer, SigningKey};
 use reqwest::{Client, Url};
 
 use crate::engine::guard::{AddressGuard, BlockedName, GuardedResolver};
-use crate::model::{Failure, FailureKind, Material};
+use crate::model::{Failure, FailureKind, Key, Material};
 
 /// How many redirects an attempt follows; one more fails the attempt.
 pub const MAX_REDIRECTS: usize = 2;
@@ -82,9 +83,9 @@ pub struct Request<'a> {
     pub delivery_id: &'a str,
     /// 1-based, for `X-Kxp-Attempt`.
     pub attempt: i64,
-    /// The endpoint's live signing material, newest first ([`Material`] entries): one `v1`
-    /// per secret, one `v1a` per Ed25519 key.
-    pub secrets: &'a [String],
+    /// The endpoint's live signing material, newest first: one `v1` per secret, one `v1a`
+    /// per Ed25519 key, each in its own format's header.
+    pub secrets: &'a [Material],
     /// The whole attempt, redirects included, must end within this.
     pub timeout: Duration,
     /// Whether `https` → `http` redirects are allowed (development only).
@@ -299,7 +300,6 @@ fn challenge_token() -> String {
 }
 
 fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
-    let signature = signature(request.secrets, request.payload.as_bytes())?;
     let mut headers = HeaderMap::new();
     let mut put = |name: &'static str, value: &str| -> Result<(), Failure> {
         let value = HeaderValue::from_str(value)
@@ -307,7 +307,9 @@ fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
         headers.insert(name, value);
         Ok(())
     };
-    put("x-kxp-signature", &signature)?;
+    for (name, value) in signatures(request)? {
+        put(name, &value)?;
+    }
     put("x-kxp-event-id", request.event_id)?;
     put("x-kxp-event-type", request.event_type)?;
     put("x-kxp-delivery-id", request.delivery_id)?;
@@ -316,42 +318,92 @@ fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
     Ok(headers)
 }
 
-/// `X-Kxp-Signature` for `body` now: `t`, one `v1` per HMAC secret, then one `v1a` per Ed25519
-/// key, each newest first.
-fn signature(material: &[String], body: &[u8]) -> Result<String, Failure> {
-    let no_secret = |e: String| Failure::new(FailureKind::NoSecret, e);
-    let mut secrets = Vec::new();
-    let mut keys = Vec::new();
-    for entry in material {
-        match Material::parse(entry) {
-            Some(Material::Hmac(secret)) => {
-                secrets.push(Secret::new(&secret).map_err(|e| no_secret(e.to_string()))?);
-            }
-            Some(Material::Ed25519(key)) => keys.push(key),
-            None => {
-                return Err(no_secret(
-                    "an Ed25519 key of the endpoint is unreadable".into(),
-                ));
-            }
+/// One format's share of the material: its secrets and keys, newest first.
+#[derive(Default)]
+struct Signers<'m> {
+    secrets: Vec<Secret>,
+    keys: Vec<&'m SigningKey>,
+}
+
+impl Signers<'_> {
+    fn is_empty(&self) -> bool {
+        self.secrets.is_empty() && self.keys.is_empty()
+    }
+
+    fn signer(&self) -> Result<Option<Signer>, Failure> {
+        if self.secrets.is_empty() {
+            return Ok(None);
+        }
+        Signer::with_secrets(self.secrets.iter().cloned())
+            .map(Some)
+            .map_err(|e| Failure::new(FailureKind::NoSecret, e.to_string()))
+    }
+}
+
+/// The signature headers for the request now, one timestamp for all: `X-Kxp-Signature`
+/// (`t`, one `v1` per HMAC secret, then one `v1a` per Ed25519 key, each newest first) for the
+/// `kxp` material, and `webhook-id`, `webhook-timestamp`, `webhook-signature` (the `v1,` items,
+/// then the `v1a,` items, space-separated) for the Standard Webhooks material. An endpoint
+/// changing format has both until the older material expires.
+fn signatures(request: &Request<'_>) -> Result<Vec<(&'static str, String)>, Failure> {
+    let mut kxp = Signers::default();
+    let mut standard = Signers::default();
+    for material in request.secrets {
+        let signers = match material.format {
+            Format::StandardWebhooks => &mut standard,
+            _ => &mut kxp,
+        };
+        match &material.key {
+            Key::Hmac(secret) => signers.secrets.push(secret.clone()),
+            Key::Ed25519(key) => signers.keys.push(key),
         }
     }
-    if secrets.is_empty() && keys.is_empty() {
-        return Err(no_secret("the endpoint has no live secret or key".into()));
+    if kxp.is_empty() && standard.is_empty() {
+        return Err(Failure::new(
+            FailureKind::NoSecret,
+            "the endpoint has no live secret or key that can sign (see the server's log)",
+        ));
     }
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let mut header = if secrets.is_empty() {
-        format!("t={t}")
-    } else {
-        let signer = Signer::with_secrets(secrets).map_err(|e| no_secret(e.to_string()))?;
-        signer.sign(t, body).to_string()
-    };
-    for key in keys {
-        header.push_str(",v1a=");
-        header.push_str(&STANDARD.encode(key.sign(t, body).signature()));
+    let body = request.payload.as_bytes();
+    let mut headers = Vec::with_capacity(4);
+    if !kxp.is_empty() {
+        let mut header = match kxp.signer()? {
+            Some(signer) => signer.sign(t, body).to_string(),
+            None => format!("t={t}"),
+        };
+        for key in &kxp.keys {
+            header.push_str(",v1a=");
+            header.push_str(&STANDARD.encode(key.sign(t, body).signature()));
+        }
+        headers.push(("x-kxp-signature", header));
     }
-    Ok(header)
+    if !standard.is_empty() {
+        let id = request.event_id;
+        let invalid_id = |_| Failure::new(FailureKind::InvalidHeader, "webhook-id");
+        let mut items = Vec::with_capacity(standard.secrets.len() + standard.keys.len());
+        if let Some(signer) = standard.signer()? {
+            items.push(
+                signer
+                    .sign_standard(id, t, body)
+                    .map_err(invalid_id)?
+                    .to_string(),
+            );
+        }
+        for key in &standard.keys {
+            items.push(
+                key.sign_standard(id, t, body)
+                    .map_err(invalid_id)?
+                    .to_string(),
+            );
+        }
+        headers.push(("webhook-id", id.to_owned()));
+        headers.push(("webhook-timestamp", t.to_string()));
+        headers.push(("webhook-signature", items.join(" ")));
+    }
+    Ok(headers)
 }
 
 fn location(base: &Url, headers: &HeaderMap) -> Option<Url> {

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
-use crate::model::{NoticeNext, Notification, ms, new_id, now_ms};
+use crate::model::{Material, NoticeNext, Notification, ms, new_id, now_ms};
 use crate::policy::notice::email_text;
 use crate::policy::schedule::AfterFailure;
 use crate::store::Db;
@@ -150,7 +150,7 @@ async fn webhook(
         }
         Err(e) => return Err(Failure::retry(e.to_string())),
     };
-    let secrets = [secret];
+    let secrets: Vec<Material> = Material::parse(&secret).into_iter().collect();
     let request = dispatch::Request {
         url: &n.target,
         payload: &n.payload,

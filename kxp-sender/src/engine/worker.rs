@@ -481,37 +481,39 @@ pub(crate) async fn run(
     }
 }
 
-/// The job's secrets, opened with the server's key ring. If one does not open (the start-up
-/// check makes that a ring changed under a running fleet), the error is logged by its key id
-/// and none is used: the attempt fails as `no_secret` and is retried, never sent unsigned or
-/// signed with part of its secrets.
-fn open_secrets(shared: &Shared, job: &Job) -> Vec<String> {
+/// The job's secrets, opened with the server's key ring and read. If one does not open (the
+/// start-up check makes that a ring changed under a running fleet) or does not read (a row
+/// altered by hand), the error is logged and none is used: the attempt fails as `no_secret`
+/// and is retried, never sent unsigned or signed with part of its secrets.
+fn open_secrets(shared: &Shared, job: &Job) -> Vec<Material> {
     let ring = shared.config.secrets_key.as_ref();
     let opened = job
         .secrets
         .0
         .iter()
-        .map(|entry| match entry.strip_prefix(ED25519_PREFIX) {
-            Some(stored) => open_secret(ring, job.endpoint_id.as_str(), stored)
-                .map(|seed| format!("{ED25519_PREFIX}{seed}")),
-            None => open_secret(ring, job.endpoint_id.as_str(), entry),
+        .map(|entry| {
+            let entry = match entry.strip_prefix(ED25519_PREFIX) {
+                Some(stored) => open_secret(ring, job.endpoint_id.as_str(), stored)
+                    .map(|seed| format!("{ED25519_PREFIX}{seed}")),
+                None => open_secret(ring, job.endpoint_id.as_str(), entry),
+            }
+            .map_err(|e| e.to_string())?;
+            Material::parse(&entry)
+                .ok_or_else(|| "it is not a secret or key (altered by hand?)".to_owned())
         })
         .collect::<Result<Vec<_>, _>>();
     opened.unwrap_or_else(|e| {
         tracing::error!(
             target: "kxp_sender", endpoint_id = %job.endpoint_id, error = %e,
-            "a secret of the endpoint does not open"
+            "a secret of the endpoint does not open or does not read"
         );
         Vec::new()
     })
 }
 
 /// The fingerprints of the secrets (and keys) an attempt is signed with, in their order.
-fn fingerprints(secrets: &[String]) -> Vec<String> {
-    let each = secrets.iter().map(|entry| {
-        Material::parse(entry).map_or_else(|| "unreadable".to_owned(), |m| m.fingerprint())
-    });
-    each.collect()
+fn fingerprints(secrets: &[Material]) -> Vec<String> {
+    secrets.iter().map(Material::fingerprint).collect()
 }
 
 /// What a delivered attempt's confirmation (`verified_key`) says about the job's secrets:

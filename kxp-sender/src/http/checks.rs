@@ -45,6 +45,25 @@ pub(super) fn check_timeout(ms: u64) -> Result<Duration, ApiError> {
     }
 }
 
+/// `signing` and `format` name values this server knows (they parse to `Unknown` otherwise,
+/// so that answers from a newer server still read).
+pub(super) fn check_choices(
+    signing: Option<&kxp_api::Signing>,
+    format: Option<&kxp_api::Format>,
+) -> Result<(), ApiError> {
+    if signing.is_some_and(|s| !s.is_known()) {
+        return Err(ApiError::invalid(
+            "signing is \"hmac\", \"ed25519\" or \"both\"",
+        ));
+    }
+    if format.is_some_and(|f| !f.is_known()) {
+        return Err(ApiError::invalid(
+            "format is \"kxp\" or \"standard-webhooks\"",
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn check_rate_limit(limit: i64) -> Result<(), ApiError> {
     if (1..=MAX_RATE_LIMIT).contains(&limit) {
         Ok(())

@@ -88,17 +88,14 @@ pub(super) async fn rotate_secret(
             ms(overlap),
             confirmations,
             state.shared.config.secrets_key.as_ref(),
+            None,
         )
         .await?;
     tracing::info!(
         target: "kxp_sender", endpoint_id = %id, overlap_ms = ms(overlap),
         confirmations, "endpoint secret rotated"
     );
-    Ok(Json(SecretRotated {
-        secret: rotated.secret,
-        public_key: rotated.public_key.as_ref().map(views::public_key),
-        previous_expires_at: views::time(rotated.previous_expires_at),
-    }))
+    Ok(Json(SecretRotated::from(rotated)))
 }
 
 /// How many confirmations end the rotation early: `None` for one that ends with its overlap.

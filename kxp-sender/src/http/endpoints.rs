@@ -8,17 +8,20 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
     Endpoint, EndpointCreated, EndpointDeleted, EndpointDetails, EndpointPatch, EndpointStatus,
-    ErrorCode, NewEndpoint, Page, Secret, Signing,
+    EndpointUpdated, ErrorCode, NewEndpoint, Page, Secret,
 };
 
 use super::checks::{
-    check_description, check_event_types, check_name, check_rate_limit, check_timeout, check_url,
+    check_choices, check_description, check_event_types, check_name, check_rate_limit,
+    check_timeout, check_url,
 };
 use super::pagination::{PageParams, page};
-use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, MAX_ENDPOINTS, parse, views};
+use super::{
+    ApiBody, ApiError, ApiQuery, AppState, Authed, DEFAULT_OVERLAP, MAX_ENDPOINTS, parse, views,
+};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
-use crate::model::{Account, EndpointChanges, NewEndpoint as StoredEndpoint, ms};
+use crate::model::{Account, EndpointChanges, NewEndpoint as StoredEndpoint, Rotated, ms};
 
 /// Registers an endpoint. Unless `skip_challenge` is set, the endpoint must first answer the
 /// challenge (`GET <url>?challenge=<token>` echoing the token): a URL is registered only when
@@ -69,11 +72,7 @@ pub(crate) async fn register(
     if let Some(limit) = rate_limit {
         check_rate_limit(limit)?;
     }
-    if new.signing.as_ref().is_some_and(|s| !s.is_known()) {
-        return Err(ApiError::invalid(
-            "signing is \"hmac\", \"ed25519\" or \"both\"",
-        ));
-    }
+    check_choices(new.signing.as_ref(), new.format.as_ref())?;
     if !new.skip_challenge {
         challenge(&state.shared, &url, timeout).await?;
     }
@@ -88,7 +87,8 @@ pub(crate) async fn register(
                 timeout_ms: ms(timeout),
                 api_version: new.api_version.as_deref(),
                 rate_limit_per_second: rate_limit,
-                signing: new.signing.clone().unwrap_or(Signing::Hmac),
+                signing: new.signing.clone().unwrap_or_default(),
+                format: new.format.clone().unwrap_or_default(),
             },
             state.shared.config.secrets_key.as_ref(),
         )
@@ -165,7 +165,7 @@ pub(super) async fn get_endpoint(
     params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
     request_body = EndpointPatch,
     responses(
-        (status = 200, description = "The endpoint as changed", body = Endpoint),
+        (status = 200, description = "The endpoint as changed, and the new secret of a change of format", body = EndpointUpdated),
         (status = 422, description = "`invalid_request`, `blocked_address` or `challenge_failed`", body = kxp_api::ErrorBody),
     ))]
 pub(super) async fn patch_endpoint(
@@ -173,21 +173,25 @@ pub(super) async fn patch_endpoint(
     Authed(account): Authed,
     Path(id): Path<String>,
     ApiBody(body): ApiBody,
-) -> Result<Json<Endpoint>, ApiError> {
+) -> Result<Json<EndpointUpdated>, ApiError> {
     let patch: EndpointPatch = parse(&body)?;
-    let endpoint = change(&state, &account, &id, patch).await?;
-    Ok(Json(Endpoint::from(endpoint)))
+    let (endpoint, rotated) = change(&state, &account, &id, patch).await?;
+    Ok(Json(EndpointUpdated {
+        endpoint: Endpoint::from(endpoint),
+        rotated: rotated.map(Into::into),
+    }))
 }
 
 /// Changes one of `account`'s endpoints with every check of `PATCH /v1/endpoints/{id}` (a new
 /// URL is challenged, last, unless `skip_challenge`): the API and the console's edit form both
-/// come through here.
+/// come through here. A new `format` is a rotation into it, with the default overlap; its
+/// result comes back beside the endpoint.
 pub(crate) async fn change(
     state: &AppState,
     account: &Account,
     id: &str,
     patch: EndpointPatch,
-) -> Result<crate::model::Endpoint, ApiError> {
+) -> Result<(crate::model::Endpoint, Option<Rotated>), ApiError> {
     let rate_limit = patch
         .rate_limit_per_second
         .into_option()
@@ -211,11 +215,7 @@ pub(crate) async fn change(
     if let Some(Some(limit)) = rate_limit {
         check_rate_limit(limit)?;
     }
-    if patch.signing.as_ref().is_some_and(|s| !s.is_known()) {
-        return Err(ApiError::invalid(
-            "signing is \"hmac\", \"ed25519\" or \"both\"",
-        ));
-    }
+    check_choices(patch.signing.as_ref(), patch.format.as_ref())?;
     let current = state.db.endpoint(account.id.as_str(), id).await?;
     if let Some(url) = &url
         && url.as_str() != current.url
@@ -226,13 +226,32 @@ pub(crate) async fn change(
         });
         challenge(&state.shared, url, timeout).await?;
     }
+    let ring = state.shared.config.secrets_key.as_ref();
     if let Some(signing) = &patch.signing {
-        let ring = state.shared.config.secrets_key.as_ref();
         state
             .db
             .change_signing(account.id.as_str(), id, signing, ring)
             .await?;
     }
+    let new_format = patch
+        .format
+        .as_ref()
+        .filter(|format| format.as_str() != current.format);
+    let rotated = match new_format {
+        Some(format) => {
+            let overlap = ms(DEFAULT_OVERLAP);
+            let rotated = state
+                .db
+                .rotate_secret(account.id.as_str(), id, overlap, None, ring, Some(format))
+                .await?;
+            tracing::info!(
+                target: "kxp_sender", endpoint_id = %id, format = %format, overlap_ms = overlap,
+                "endpoint format changed: both formats sign until the overlap ends"
+            );
+            Some(rotated)
+        }
+        None => None,
+    };
     let changes = EndpointChanges {
         url: url.map(String::from),
         event_types: patch.event_types,
@@ -241,10 +260,11 @@ pub(crate) async fn change(
         api_version,
         rate_limit_per_second: rate_limit,
     };
-    Ok(state
+    let endpoint = state
         .db
         .update_endpoint(account.id.as_str(), id, &changes)
-        .await?)
+        .await?;
+    Ok((endpoint, rotated))
 }
 
 /// Deletes an endpoint. Its unfinished deliveries become dead with `endpoint_deleted` (they

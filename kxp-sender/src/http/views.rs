@@ -7,7 +7,7 @@ use kxp_api::Timestamp;
 
 use crate::model::{
     Account, Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHealth, HELD, LiveSecret,
-    Notification, Schema, Window,
+    Notification, Rotated, Schema, Window,
 };
 
 /// A time in the store (Unix milliseconds) as the API writes it.
@@ -33,8 +33,19 @@ impl From<Endpoint> for api::Endpoint {
             rate_limit_per_second: e.rate_limit_per_second.map(unsigned),
             circuit_state: api::CircuitState::parse(e.circuit_state.as_str()),
             signing: api::Signing::parse(&e.signing),
+            format: api::Format::parse(&e.format),
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
+        }
+    }
+}
+
+impl From<Rotated> for api::SecretRotated {
+    fn from(rotated: Rotated) -> api::SecretRotated {
+        api::SecretRotated {
+            secret: rotated.secret,
+            public_key: rotated.public_key.as_ref().map(public_key),
+            previous_expires_at: time(rotated.previous_expires_at),
         }
     }
 }
@@ -179,6 +190,7 @@ pub(crate) fn endpoint_details(endpoint: Endpoint, secrets: &[LiveSecret]) -> ap
             .iter()
             .map(|s| api::SecretState {
                 kind: api::Signing::parse(&s.kind),
+                format: s.material().map(|m| m.format).unwrap_or_default(),
                 fingerprint: s.fingerprint(),
                 created_at: time(s.created_at),
                 expires_at: s.expires_at.map(time),

@@ -3,7 +3,7 @@
 use sqlx::FromRow;
 
 use super::ids::{AccountId, EndpointId};
-use super::keys::{ED25519_PREFIX, Material};
+use super::keys::Material;
 use super::status::{CircuitState, EndpointStatus};
 
 /// An endpoint: where one account's events are delivered.
@@ -43,6 +43,8 @@ pub struct Endpoint {
     pub updated_at: i64,
     /// `hmac`, `ed25519` or `both` ([`kxp_api::Signing`]).
     pub signing: String,
+    /// `kxp` or `standard-webhooks` ([`kxp_api::Format`]): the form new secrets and keys take.
+    pub format: String,
     /// The first secret (or key) a `when_confirmed` rotation made, while that rotation is
     /// under way: the rotation's new material is every live row from this id on.
     pub confirm_secret_id: Option<i64>,
@@ -73,6 +75,8 @@ pub struct NewEndpoint<'a> {
     pub api_version: Option<&'a str>,
     /// What its deliveries are signed with.
     pub signing: kxp_api::Signing,
+    /// Their headers and signed content.
+    pub format: kxp_api::Format,
     /// Rate limit.
     pub rate_limit_per_second: Option<i64>,
 }
@@ -115,7 +119,7 @@ pub struct LiveSecret {
     pub id: i64,
     /// `hmac` or `ed25519`.
     pub kind: String,
-    /// The secret, or the key's seed (base64).
+    /// The secret, or the key's seed (base64), as [`Material::of_row`] reads it.
     pub secret: String,
     /// Unix ms.
     pub created_at: i64,
@@ -128,11 +132,7 @@ pub struct LiveSecret {
 impl LiveSecret {
     /// Its material, as a job lists it.
     pub fn material(&self) -> Option<Material> {
-        if self.kind == "ed25519" {
-            Material::parse(&format!("{ED25519_PREFIX}{}", self.secret))
-        } else {
-            Some(Material::Hmac(self.secret.clone()))
-        }
+        Material::of_row(&self.kind, &self.secret)
     }
 
     /// What receivers and the console name it by (of the public key, for a key pair).
@@ -143,10 +143,7 @@ impl LiveSecret {
 
     /// Its public key, for an Ed25519 key.
     pub fn public_key(&self) -> Option<kxp_verify::PublicKey> {
-        match self.material()? {
-            Material::Ed25519(key) => Some(key.public_key()),
-            Material::Hmac(_) => None,
-        }
+        self.material()?.public_key()
     }
 }
 

@@ -34,7 +34,7 @@ pub use ids::{
     AccountId, DeliveryId, EndpointId, EventId, KeyKind, NotificationId, OperatorId, SchemaId,
     new_id, random_hex_32, sha256_hex,
 };
-pub use keys::{ED25519_PREFIX, Material, new_seed, signing_key};
+pub use keys::{ED25519_PREFIX, Key, Material, new_key, new_secret, public_key_of};
 pub use notification::{NoticeFacts, NoticeNext, Notification};
 pub use operator::Operator;
 pub use schema::Schema;

@@ -4,7 +4,7 @@
 
 use crate::model::{
     Account, CircuitState, Created, Endpoint, EndpointChanges, EndpointStatus, NewEndpoint, new_id,
-    new_seed, now_ms, random_hex_32, signing_key,
+    new_key, new_secret, now_ms, public_key_of,
 };
 use crate::policy::circuit::{Protection, spacing_ms};
 use crate::store::circuit::{hold_pending, spread_held};
@@ -48,6 +48,7 @@ impl Db {
                 api_version: None,
                 rate_limit_per_second: None,
                 signing: kxp_api::Signing::Hmac,
+                format: kxp_api::Format::Kxp,
             },
             None,
         )
@@ -59,7 +60,7 @@ impl Db {
     }
 
     /// Creates an endpoint with every setting, and a fresh secret and/or Ed25519 key as its
-    /// `signing` asks; returns the endpoint, the secret and the public key. Both are stored
+    /// `signing` asks, in its `format`'s form; returns the endpoint, the secret and the public key. Both are stored
     /// sealed under `ring`, when there is one ([`KeyRing`](crate::KeyRing)).
     pub async fn create_endpoint_with(
         &self,
@@ -84,12 +85,13 @@ impl Db {
             created_at: now,
             updated_at: now,
             signing: new.signing.as_str().to_owned(),
+            format: new.format.as_str().to_owned(),
             confirm_secret_id: None,
             confirm_needed: None,
             confirmations: 0,
         };
-        let secret = new.signing.hmac().then(random_hex_32);
-        let seed = new.signing.ed25519().then(new_seed);
+        let secret = new.signing.hmac().then(|| new_secret(&new.format));
+        let seed = new.signing.ed25519().then(|| new_key(&new.format));
         let rows: Vec<(&str, String)> = [("hmac", &secret), ("ed25519", &seed)]
             .into_iter()
             .filter_map(|(kind, plain)| {
@@ -101,8 +103,8 @@ impl Db {
             let mut tx = pool.begin_with(begin).await?;
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
-                 api_version, rate_limit_per_second, created_at, updated_at, signing) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                 api_version, rate_limit_per_second, created_at, updated_at, signing, format) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -116,6 +118,7 @@ impl Db {
             .bind(now)
             .bind(now)
             .bind(&endpoint.signing)
+            .bind(&endpoint.format)
             .execute(&mut *tx)
             .await?;
             for (kind, stored) in &rows {
@@ -129,10 +132,7 @@ impl Db {
             }
             tx.commit().await?;
         });
-        let public_key = seed
-            .as_deref()
-            .and_then(signing_key)
-            .map(|key| key.public_key());
+        let public_key = seed.as_deref().and_then(public_key_of);
         Ok(Created {
             endpoint,
             secret,

@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    EndpointId, KeyCheck, LiveSecret, Rotated, new_seed, now_ms, random_hex_32, rfc3339,
-    signing_key,
+    EndpointId, KeyCheck, LiveSecret, Rotated, new_key, new_secret, now_ms, public_key_of, rfc3339,
 };
 use crate::store::seal::{KeyRing, OpenError, Stored, open_stored, to_stored};
 use crate::store::{Db, StoreError, on_db};
@@ -110,6 +109,9 @@ impl Db {
     /// With `confirmations`, the older ones stop signing sooner: once that many consecutive
     /// deliveries were verified with a new one ([`Db::record_key_checks`]). A rotation
     /// replaces any such rotation under way.
+    ///
+    /// With `into`, the endpoint changes format: the new secrets and keys take that format's
+    /// form, and each older one keeps signing its own format's headers until it expires.
     pub async fn rotate_secret(
         &self,
         account_id: &str,
@@ -117,6 +119,7 @@ impl Db {
         overlap_ms: i64,
         confirmations: Option<u32>,
         ring: Option<&KeyRing>,
+        into: Option<&kxp_api::Format>,
     ) -> Result<Rotated, StoreError> {
         let now = now_ms();
         let expires_at = now.saturating_add(overlap_ms.max(0));
@@ -124,16 +127,19 @@ impl Db {
             let mut tx = pool.begin_with(begin).await?;
             // Touching the endpoint row serializes rotations of one endpoint (PostgreSQL locks
             // the row; SQLite's write lock is already held).
-            let signing = sqlx::query_scalar::<_, String>(
-                "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING signing",
+            let (signing, format) = sqlx::query_as::<_, (String, String)>(
+                "UPDATE kxp_endpoints SET updated_at = $1, format = COALESCE($4, format) \
+                 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING signing, format",
             )
             .bind(now)
             .bind(account_id)
             .bind(id)
+            .bind(into.map(kxp_api::Format::as_str))
             .fetch_optional(&mut *tx)
             .await?
             .ok_or(StoreError::NotFound)?;
             let signing = kxp_api::Signing::parse(&signing);
+            let format = kxp_api::Format::parse(&format);
             sqlx::query(
                 "DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1 AND expires_at IS NOT NULL AND expires_at <= $2",
             )
@@ -147,8 +153,8 @@ impl Db {
             .bind(id)
             .fetch_all(&mut *tx)
             .await?;
-            let secret = signing.hmac().then(random_hex_32);
-            let seed = signing.ed25519().then(new_seed);
+            let secret = signing.hmac().then(|| new_secret(&format));
+            let seed = signing.ed25519().then(|| new_key(&format));
             let fresh: Vec<(&str, &str)> = [("hmac", &secret), ("ed25519", &seed)]
                 .into_iter()
                 .filter_map(|(kind, plain)| Some((kind, plain.as_deref()?)))
@@ -214,10 +220,7 @@ impl Db {
             tx.commit().await?;
             Ok(Rotated {
                 secret: secret.map(Into::into),
-                public_key: seed
-                    .as_deref()
-                    .and_then(signing_key)
-                    .map(|k| k.public_key()),
+                public_key: seed.as_deref().and_then(public_key_of),
                 previous_expires_at: expires_at,
             })
         })
@@ -237,12 +240,10 @@ impl Db {
         ring: Option<&KeyRing>,
     ) -> Result<(), StoreError> {
         let now = now_ms();
-        let seed = new_seed();
-        let stored_seed = stored_secret(ring, id, &seed);
         on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
-            let from = sqlx::query_scalar::<_, String>(
-                "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING signing",
+            let (from, format) = sqlx::query_as::<_, (String, String)>(
+                "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING signing, format",
             )
             .bind(now)
             .bind(account_id)
@@ -261,11 +262,12 @@ impl Db {
                 });
             }
             if to.ed25519() && !from.ed25519() {
+                let key = new_key(&kxp_api::Format::parse(&format));
                 sqlx::query(
                     "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) VALUES ($1, $2, $3, 'ed25519')",
                 )
                 .bind(id)
-                .bind(&stored_seed)
+                .bind(stored_secret(ring, id, &key))
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;

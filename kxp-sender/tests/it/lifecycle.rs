@@ -171,7 +171,8 @@ async fn patched(s: &Sender, id: &str, body: Value) -> Value {
         .update_endpoint(&id.into(), &typed(body))
         .await
         .unwrap_or_else(|e| panic!("PATCH /v1/endpoints/{id}: {e}"));
-    value(&endpoint)
+    assert_eq!(endpoint.rotated, None, "no change of format, no rotation");
+    value(&endpoint.endpoint)
 }
 
 /// Raw: for the unknown ids.

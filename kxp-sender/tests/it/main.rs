@@ -32,4 +32,5 @@ mod rotation;
 mod rotation_confirmed;
 mod schemas;
 mod sealed_secrets;
+mod standard_webhooks;
 mod support;

@@ -328,3 +328,80 @@ pub fn verifies(seen: &Seen, secret: &str) -> bool {
         .verify_now(&seen.header("x-kxp-signature"), &seen.body)
         .is_ok()
 }
+
+/// Verifies a request as a Standard Webhooks receiver would, with `verifier`: whether its
+/// `webhook-*` headers pass.
+pub fn verifies_standard(seen: &Seen, verifier: &kxp_verify::Verifier) -> bool {
+    verifier
+        .verify_standard_now(
+            &seen.header("webhook-id"),
+            &seen.header("webhook-timestamp"),
+            &seen.header("webhook-signature"),
+            &seen.body,
+        )
+        .is_ok()
+}
+
+/// The independent libraries `.ci/interop-install` puts in `KXP_INTEROP_DIR` (a Python venv and
+/// Node.js packages), and the scripts of `tests/interop` that drive them.
+pub struct Interop {
+    dir: std::path::PathBuf,
+}
+
+impl Interop {
+    /// The libraries, or `None` after saying loudly that the test of `what` is skipped; with
+    /// `KXP_REQUIRE_INTEROP=1` (as `.ci/run` sets) a missing install fails instead.
+    pub fn find(what: &str) -> Option<Interop> {
+        let dir = std::env::var_os("KXP_INTEROP_DIR").map(std::path::PathBuf::from);
+        let installed = dir
+            .filter(|d| d.join("venv/bin/python").exists() && d.join("node/node_modules").exists());
+        if installed.is_none() {
+            let why = "KXP_INTEROP_DIR does not name an install of .ci/interop-install";
+            assert!(
+                std::env::var_os("KXP_REQUIRE_INTEROP").is_none(),
+                "{what}: {why}"
+            );
+            eprintln!(
+                "SKIPPED (loudly): {what}: {why} (run `.ci/interop-install DIR`, then set KXP_INTEROP_DIR=DIR)"
+            );
+        }
+        installed.map(|dir| Interop { dir })
+    }
+
+    fn script(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/interop")
+            .join(name)
+    }
+
+    /// Runs the Python script `name` of `tests/interop` with `args`; its standard output.
+    pub fn python(&self, name: &str, args: &[&std::ffi::OsStr]) -> String {
+        let mut command = std::process::Command::new(self.dir.join("venv/bin/python"));
+        command.arg(Interop::script(name)).args(args);
+        run(command, name)
+    }
+
+    /// Runs the Node.js module `name` of `tests/interop` with `args`; its standard output. The
+    /// module is read from standard input in the packages' directory, so that its imports
+    /// resolve there.
+    pub fn node(&self, name: &str, args: &[&std::ffi::OsStr]) -> String {
+        let mut command = std::process::Command::new("node");
+        command
+            .args(["--input-type=module", "-"])
+            .args(args)
+            .current_dir(self.dir.join("node"))
+            .stdin(std::fs::File::open(Interop::script(name)).unwrap());
+        run(command, name)
+    }
+}
+
+fn run(mut command: std::process::Command, name: &str) -> String {
+    let output = command.output().unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        output.status.success(),
+        "{name}: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}

@@ -236,17 +236,20 @@ pub(in crate::console) fn endpoint(
             dt { "State" } dd { (state(endpoint)) }
             dt { "Timeout" } dd { (endpoint.timeout_ms) " ms" }
             dt { "Rate limit" } dd { @match endpoint.rate_limit_per_second { Some(n) => { (n) " per second" } None => { "none" } } }
+            dt { "Signed with" } dd { (signing_name(&details.endpoint.signing)) }
+            dt { "Format" } dd { (format_name(&details.endpoint.format)) }
         }
         h2 { "Signing secrets" }
         @if let Some(rotation) = &details.rotation {
             p.rotation { (rotation_state(rotation)) }
         }
         table {
-            thead { tr { th scope="col" { "Fingerprint" } th scope="col" { "Made" } th scope="col" { "Stops signing" } th scope="col" { "Last verified by the receiver" } } }
+            thead { tr { th scope="col" { "Fingerprint" } th scope="col" { "Kind" } th scope="col" { "Made" } th scope="col" { "Stops signing" } th scope="col" { "Last verified by the receiver" } } }
             tbody {
                 @for s in &details.secrets {
                     tr {
                         td { code { (s.fingerprint) } }
+                        td { (signing_name(&s.kind)) ", " (format_name(&s.format)) }
                         td { (s.created_at) }
                         td { @match &s.expires_at { Some(at) => { (at) } None => { "at the next rotation" } } }
                         td { @match &s.last_verified_at { Some(at) => { (at) } None => { "never said" } } }
@@ -326,4 +329,23 @@ pub(in crate::console) fn delete_confirm(frame: &Frame<'_>, confirm: &DeleteConf
         a href=(here) { "Keep it" }
     };
     account_page(frame, "Delete the endpoint", main)
+}
+
+/// What signs, in words.
+fn signing_name(signing: &kxp_api::Signing) -> &str {
+    match signing {
+        kxp_api::Signing::Hmac => "HMAC secret",
+        kxp_api::Signing::Ed25519 => "Ed25519 key",
+        kxp_api::Signing::Both => "HMAC secret and Ed25519 key",
+        other => other.as_str(),
+    }
+}
+
+/// Which headers, in words.
+fn format_name(format: &kxp_api::Format) -> &str {
+    match format {
+        kxp_api::Format::Kxp => "kxp (X-Kxp-Signature)",
+        kxp_api::Format::StandardWebhooks => "Standard Webhooks (webhook-signature)",
+        other => other.as_str(),
+    }
 }
