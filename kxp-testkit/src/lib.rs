@@ -12,7 +12,8 @@
 //! the e-mails it receives. With the feature `brokers`, the module `brokers` gives each test a
 //! RabbitMQ queue (with a dead-letter queue) or a NATS JetStream stream of its own, and runs
 //! private `nats-server`s to stop and start. The module `confine` runs processes on a small
-//! tmpfs of their own, for full-disk tests. With the feature `conformance`, the module `conformance` is the
+//! tmpfs of their own, for full-disk tests. The module `interop` runs the independent libraries
+//! (PyPI, npm) that `.ci/interop-install` pins, for interop tests. With the feature `conformance`, the module `conformance` is the
 //! black-box suite every receiver (kxp-axum, kxp-actix, the example binaries) runs over HTTP. The
 //! crate depends on none of the project's own but `kxp-check` (the graders' checks, with the
 //! feature `conformance`), which depends on none either, so every crate can use it in its tests.
@@ -26,6 +27,7 @@ pub mod confine;
 pub mod conformance;
 #[cfg(feature = "db")]
 pub mod db;
+pub mod interop;
 #[cfg(feature = "smtp")]
 pub mod smtp;
 

@@ -226,6 +226,17 @@ pub(crate) async fn change(
         });
         challenge(&state.shared, url, timeout).await?;
     }
+    let new_format = patch
+        .format
+        .as_ref()
+        .filter(|format| format.as_str() != current.format);
+    if new_format.is_some() && patch.signing.is_some() {
+        // Each is its own transaction: together, a refused rotation would leave the signing
+        // change made.
+        return Err(ApiError::invalid(
+            "change signing and format in two requests: a change of format is a rotation",
+        ));
+    }
     let ring = state.shared.config.secrets_key.as_ref();
     if let Some(signing) = &patch.signing {
         state
@@ -233,10 +244,6 @@ pub(crate) async fn change(
             .change_signing(account.id.as_str(), id, signing, ring)
             .await?;
     }
-    let new_format = patch
-        .format
-        .as_ref()
-        .filter(|format| format.as_str() != current.format);
     let rotated = match new_format {
         Some(format) => {
             let overlap = ms(DEFAULT_OVERLAP);

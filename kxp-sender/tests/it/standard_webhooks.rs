@@ -16,11 +16,12 @@ use base64::engine::general_purpose::STANDARD;
 use kxp_api::{EndpointCreated, EndpointPatch, Format, NewEndpoint, RotateSecret, Signing};
 use kxp_axum::{Format as ReceiverFormat, Receiver as KxpReceiver, VerifiedEvent, VerifyLayer};
 use kxp_testkit::db::PgDatabase;
+use kxp_testkit::interop::Interop;
 use kxp_verify::{PublicKey, Secret, SigningKey, Verifier};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Api, Interop, Receiver, Seen, Sender, sender_with, typed, verifies, verifies_standard,
+    Api, Receiver, Seen, Sender, sender_with, typed, verifies, verifies_standard,
 };
 
 const SECS_10: Duration = Duration::from_secs(10);
@@ -200,6 +201,15 @@ async fn change_of_format(s: &Sender) {
         body["message"].as_str().unwrap().contains("format"),
         "{body}"
     );
+    let both = json!({"format": "kxp", "signing": "both"});
+    let (status, body) = s.api.call("PATCH", &path, Some(both)).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("two requests"),
+        "{body}"
+    );
+    let details = s.api.client.endpoint(&id).await.unwrap();
+    assert_eq!(details.endpoint.signing, Signing::Hmac, "nothing applied");
 
     // A rotation in the new format: two `v1` items, each verifying alone.
     let rotated = s

@@ -1,6 +1,6 @@
 """Standard Webhooks interop, Python side: the official `standardwebhooks` package and Svix's
 `svix` SDK, at the versions .ci/interop-install pins. Driven by
-kxp-sender/tests/it/standard_webhooks.rs, which writes the cases and reads the answers.
+kxp-sender/tests/it/standard_webhooks.rs (through kxp_testkit::interop), which writes the cases and reads the answers.
 
     python standard_webhooks.py verify CASES   # one "name<TAB>library<TAB>ok|error" per case
     python standard_webhooks.py sign CASES     # JSON: {library: {name: webhook-signature}}

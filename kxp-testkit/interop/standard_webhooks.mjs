@@ -1,6 +1,6 @@
 // Standard Webhooks interop, Node.js side: the official `standardwebhooks` package and Svix's
 // `svix` SDK, at the versions .ci/interop-install pins, plus node:crypto for `v1a` (Ed25519),
-// which neither library verifies. Driven by kxp-sender/tests/it/standard_webhooks.rs; the
+// which neither library verifies. Driven by kxp-sender/tests/it/standard_webhooks.rs (through kxp_testkit::interop); the
 // modes and files are those of standard_webhooks.py beside it, and a verify case may carry
 // `whpk` (a public key) instead of `secret`, answered as library `node:crypto`.
 
