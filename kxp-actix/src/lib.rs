@@ -8,5 +8,7 @@ pub mod dedup;
 
 // The public interface.
 pub use extract::{VerifiedBody, VerifiedEvent, WebhookRejection};
-pub use kxp_receiver::{DEFAULT_BODY_LIMIT, Format, FromEnvError, Receiver, Rejection};
+pub use kxp_receiver::{
+    DEFAULT_BODY_LIMIT, DecryptionKey, Format, FromEnvError, Receiver, Rejection,
+};
 pub use middleware::{VerifyMiddleware, VerifyService};

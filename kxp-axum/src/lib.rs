@@ -8,6 +8,8 @@ mod serve;
 pub mod dedup;
 
 pub use extract::{VerifiedBody, VerifiedEvent, WebhookRejection};
-pub use kxp_receiver::{DEFAULT_BODY_LIMIT, Format, FromEnvError, Receiver, Rejection};
+pub use kxp_receiver::{
+    DEFAULT_BODY_LIMIT, DecryptionKey, Format, FromEnvError, Receiver, Rejection,
+};
 pub use layer::{Verify, VerifyLayer};
 pub use serve::{ServeLimits, serve};

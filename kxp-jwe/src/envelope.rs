@@ -17,6 +17,10 @@ pub enum EnvelopeError {
     /// `created_at` and a `data` (to seal) or a string `data_jwe` (to open).
     #[error("the body is not a kxp event envelope with {0}")]
     NotAnEnvelope(&'static str),
+    /// `not_encrypted`: an envelope with `data` in the clear where `data_jwe` was expected: a
+    /// receiver that decrypts takes no event as if it had been encrypted.
+    #[error("the event is not encrypted (it has no data_jwe)")]
+    NotEncrypted,
     /// The JWE did not decrypt ([`JweError`]).
     #[error(transparent)]
     Jwe(#[from] JweError),
@@ -27,6 +31,7 @@ impl EnvelopeError {
     pub fn code(&self) -> &'static str {
         match self {
             EnvelopeError::NotAnEnvelope(_) => "not_an_envelope",
+            EnvelopeError::NotEncrypted => "not_encrypted",
             EnvelopeError::Jwe(e) => e.code(),
         }
     }
@@ -46,7 +51,7 @@ struct Plain<'a> {
     data: &'a RawValue,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Sealed<'a> {
     #[serde(borrow)]
     id: &'a RawValue,
@@ -57,6 +62,21 @@ struct Sealed<'a> {
     #[serde(borrow)]
     created_at: &'a RawValue,
     data_jwe: std::borrow::Cow<'a, str>,
+}
+
+/// What a receiver reads: [`Sealed`], with `data_jwe` possibly missing.
+#[derive(Deserialize)]
+struct Received<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(rename = "type", borrow)]
+    event_type: &'a RawValue,
+    #[serde(borrow)]
+    api_version: &'a RawValue,
+    #[serde(borrow)]
+    created_at: &'a RawValue,
+    #[serde(borrow)]
+    data_jwe: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Serialize)]
@@ -92,10 +112,15 @@ pub fn open_envelope(
     key: &DecryptionKey,
     body: &[u8],
 ) -> Result<Zeroizing<Vec<u8>>, EnvelopeError> {
-    let sealed: Sealed<'_> = serde_json::from_slice(body).map_err(|_| {
+    let sealed: Received<'_> = serde_json::from_slice(body).map_err(|_| {
         EnvelopeError::NotAnEnvelope("id, type, api_version, created_at and data_jwe")
     })?;
-    let data = key.decrypt(&sealed.data_jwe)?;
+    let data = key.decrypt(
+        sealed
+            .data_jwe
+            .as_deref()
+            .ok_or(EnvelopeError::NotEncrypted)?,
+    )?;
     let data = std::str::from_utf8(&data)
         .map_err(|_| EnvelopeError::NotAnEnvelope("data_jwe holding JSON"))?;
     let data: &RawValue = serde_json::from_str(data)

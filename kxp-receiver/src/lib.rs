@@ -36,6 +36,8 @@ mod rejection;
 pub use challenge::challenge_token;
 pub use confirm::{VERIFIED_KEY_HEADER, verified_key_value};
 pub use format::Format;
+/// The key of [`Receiver::decrypt_with`], from kxp-jwe.
+pub use kxp_jwe::DecryptionKey;
 pub use log::{RequestLog, outcome_for_status};
 pub use receiver::{Accepted, DEFAULT_BODY_LIMIT, FromEnvError, Receiver};
 pub use rejection::Rejection;

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kxp_jwe::DecryptionKey;
 use kxp_verify::{ConfigError, KeyFingerprint, VerifiedBuf, Verifier};
 
 use crate::format::Format;
@@ -24,6 +25,7 @@ pub struct Receiver {
 #[derive(Clone)]
 struct Inner {
     verifier: Verifier,
+    decryption: Vec<DecryptionKey>,
     format: Format,
     body_limit: usize,
     clock: Arc<dyn Fn() -> u64 + Send + Sync>,
@@ -35,6 +37,7 @@ impl Receiver {
         Receiver {
             inner: Arc::new(Inner {
                 verifier,
+                decryption: Vec::new(),
                 format: Format::Kxp,
                 body_limit: DEFAULT_BODY_LIMIT,
                 clock: Arc::new(system_clock),
@@ -64,6 +67,20 @@ impl Receiver {
     #[must_use]
     pub fn format(self, format: Format) -> Receiver {
         self.rebuild(|inner| inner.format = format)
+    }
+
+    /// Decrypts every event with `key` once its signature verified, so the handler gets `data`
+    /// as the producer sent it: for an endpoint registered with the public half as its
+    /// `encryption_jwk`. An event without `data_jwe` is then refused (400 `not_encrypted`),
+    /// and one that does not decrypt too (400 `decryption_failed`): the sender retries it, so
+    /// a key fixed in time loses nothing.
+    ///
+    /// Called again, it adds a key: while the endpoint's key changes, give the new one and the
+    /// old one, and each event is decrypted with whichever it was made to (tried in the order
+    /// given).
+    #[must_use]
+    pub fn decrypt_with(self, key: DecryptionKey) -> Receiver {
+        self.rebuild(|inner| inner.decryption.push(key))
     }
 
     /// The signature format it verifies.
@@ -108,18 +125,29 @@ impl Receiver {
 
     /// Verifies `header` (empty when absent) over `body`, then checks the envelope so the
     /// handler is only reached with a usable event id.
-    pub fn check<B: AsRef<[u8]>>(&self, header: &[u8], body: B) -> Result<Accepted<B>, Rejection> {
+    pub fn check<B: AsRef<[u8]> + From<Vec<u8>>>(
+        &self,
+        header: &[u8],
+        body: B,
+    ) -> Result<Accepted<B>, Rejection> {
         let now = (self.inner.clock)();
         let verified = self
             .inner
             .verifier
             .verify_owned(header, body, now)
             .map_err(Rejection::Signature)?;
-        Self::accept(verified)
+        self.accept(verified)
     }
 
-    /// The envelope of a verified body, checked.
-    fn accept<B: AsRef<[u8]>>(verified: VerifiedBuf<B>) -> Result<Accepted<B>, Rejection> {
+    /// The envelope of a verified body (decrypted first, with a decryption key), checked.
+    fn accept<B: AsRef<[u8]> + From<Vec<u8>>>(
+        &self,
+        verified: VerifiedBuf<B>,
+    ) -> Result<Accepted<B>, Rejection> {
+        let verified = match self.inner.decryption.as_slice() {
+            [] => verified,
+            keys => decrypt(&verified, keys).map_err(Rejection::Decryption)?,
+        };
         // The envelope borrowed, not parsed into an `Event`: the id is all that is kept, and
         // its one copy is shared by the adapter's log line and the handler's extractor.
         let envelope = verified
@@ -157,7 +185,7 @@ impl Receiver {
     /// assert_eq!(receiver.check_request(header, body)?.event_id(), "evt_1");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn check_request<'h, B: AsRef<[u8]>>(
+    pub fn check_request<'h, B: AsRef<[u8]> + From<Vec<u8>>>(
         &self,
         header: impl Fn(&str) -> &'h [u8],
         body: B,
@@ -177,7 +205,7 @@ impl Receiver {
                         now,
                     )
                     .map_err(Rejection::Signature)?;
-                Self::accept(verified)
+                self.accept(verified)
             }
         }
     }
@@ -196,9 +224,32 @@ impl fmt::Debug for Receiver {
         f.debug_struct("Receiver")
             .field("verifier", &self.inner.verifier)
             .field("format", &self.inner.format)
+            .field("decryption_keys", &self.inner.decryption.len())
             .field("body_limit", &self.inner.body_limit)
             .finish_non_exhaustive()
     }
+}
+
+/// `verified` decrypted with the first of `keys` that opens it. Only a JWE made to another key
+/// moves on to the next one; anything else about it is refused at once, by the first key. When
+/// none opens it, a key of its curve says why (`decryption_failed`) rather than one of the
+/// other curve (`invalid_ephemeral_key`).
+fn decrypt<B: AsRef<[u8]>, C: From<Vec<u8>>>(
+    verified: &VerifiedBuf<B>,
+    keys: &[DecryptionKey],
+) -> Result<VerifiedBuf<C>, kxp_jwe::EnvelopeError> {
+    use kxp_jwe::{EnvelopeError, JweError};
+    let mut refused = None;
+    for key in keys {
+        match verified.decrypt(key) {
+            Err(e @ EnvelopeError::Jwe(JweError::DecryptionFailed)) => refused = Some(e),
+            Err(e @ EnvelopeError::Jwe(JweError::InvalidEphemeralKey)) => {
+                refused.get_or_insert(e);
+            }
+            other => return other,
+        }
+    }
+    Err(refused.unwrap_or(EnvelopeError::Jwe(JweError::DecryptionFailed)))
 }
 
 fn system_clock() -> u64 {

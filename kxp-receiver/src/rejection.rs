@@ -25,6 +25,10 @@ pub enum Rejection {
     LengthRequired,
     /// 400 `invalid_json` / `invalid_envelope`: authentic, but not an event.
     Envelope(EnvelopeError),
+    /// 400, with the kxp-jwe code (`not_encrypted`, `decryption_failed`, `forbidden_header`,
+    /// …): authentic, but its `data_jwe` does not decrypt with the receiver's key, or it has
+    /// none (see [`Receiver::decrypt_with`](crate::Receiver::decrypt_with)).
+    Decryption(kxp_jwe::EnvelopeError),
     /// 400 `invalid_challenge`: a challenge token that is not 1 to 256 URL-safe characters.
     InvalidChallenge,
     /// 500 `not_verified`: a handler asked for a verified event on a route without the
@@ -41,6 +45,7 @@ impl Rejection {
             Rejection::BodyUnreadable
             | Rejection::LengthRequired
             | Rejection::Envelope(_)
+            | Rejection::Decryption(_)
             | Rejection::InvalidChallenge => 400,
             Rejection::NotVerified => 500,
         }
@@ -54,6 +59,7 @@ impl Rejection {
             Rejection::BodyUnreadable => "body_unreadable",
             Rejection::LengthRequired => "length_required",
             Rejection::Envelope(error) => error.kind().as_str(),
+            Rejection::Decryption(error) => error.code(),
             Rejection::InvalidChallenge => "invalid_challenge",
             Rejection::NotVerified => "not_verified",
         }
@@ -69,7 +75,7 @@ impl Rejection {
     pub fn verification(&self) -> &'static str {
         match self {
             Rejection::Signature(error) => error.kind().as_str(),
-            Rejection::Envelope(_) | Rejection::NotVerified => "ok",
+            Rejection::Envelope(_) | Rejection::Decryption(_) | Rejection::NotVerified => "ok",
             Rejection::PayloadTooLarge { .. }
             | Rejection::BodyUnreadable
             | Rejection::LengthRequired
@@ -88,6 +94,7 @@ impl fmt::Display for Rejection {
                 f.write_str("length_required: an HTTP/1.0 POST must declare its Content-Length")
             }
             Rejection::Envelope(error) => error.fmt(f),
+            Rejection::Decryption(error) => write!(f, "{}: {error}", error.code()),
             Rejection::InvalidChallenge => {
                 f.write_str("invalid_challenge: the token must be 1 to 256 of A-Z a-z 0-9 - _")
             }

@@ -547,6 +547,25 @@ impl<B: AsRef<[u8]>> VerifiedBuf<B> {
     pub fn into_inner(self) -> B {
         self.buf
     }
+
+    /// The verified envelope with its `data_jwe` decrypted with `key` back into `data`
+    /// ([`kxp_jwe::open_envelope`]), under the same proof: the signature covered the JWE, and
+    /// the JWE authenticates what it decrypts to. Signature first, then decryption, so nothing
+    /// unauthenticated is ever decrypted. An envelope without `data_jwe` is refused
+    /// ([`kxp_jwe::EnvelopeError::NotEncrypted`]).
+    #[cfg(feature = "jwe")]
+    pub fn decrypt<C: From<std::vec::Vec<u8>>>(
+        &self,
+        key: &kxp_jwe::DecryptionKey,
+    ) -> Result<VerifiedBuf<C>, kxp_jwe::EnvelopeError> {
+        let mut opened = kxp_jwe::open_envelope(key, self.buf.as_ref())?;
+        Ok(VerifiedBuf {
+            buf: C::from(core::mem::take(&mut *opened)),
+            timestamp: self.timestamp,
+            secret_index: self.secret_index,
+            key: self.key,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -6,4 +6,5 @@
 
 mod api;
 mod conformance;
+mod encryption;
 mod receiver;
