@@ -135,6 +135,7 @@ pub struct PublicKeys {
     "circuit_state": "closed",
     "signing": "hmac",
     "format": "kxp",
+    "encryption_jwk": null,
     "created_at": "2026-11-30T01:02:03Z",
     "updated_at": "2026-11-30T01:02:03Z"
 }))]
@@ -166,6 +167,12 @@ pub struct Endpoint {
     /// The headers and signed content of its deliveries.
     #[serde(default)]
     pub format: Format,
+    /// The merchant's public key (a JWK, P-256 or X25519) that each delivery's `data` is
+    /// encrypted to, as `data_jwe` (JWE, `ECDH-ES+A256KW` and `A256GCM`); `null`: deliveries
+    /// carry `data` in the clear.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>, required = true)]
+    pub encryption_jwk: Option<serde_json::Value>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -225,6 +232,11 @@ pub struct NewEndpoint {
     /// `kxp` (the default) or `standard-webhooks`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<Format>,
+    /// A public JWK (P-256 with `kty` `EC`, or X25519 with `kty` `OKP`) to encrypt each
+    /// delivery's `data` to; a JWK holding its private part (`d`) is refused. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub encryption_jwk: Option<serde_json::Value>,
     /// Registers without the challenge (`GET <url>?challenge=<token>`), for a receiver that is
     /// not up yet or does not speak kxp.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -243,6 +255,7 @@ impl NewEndpoint {
             rate_limit_per_second: None,
             signing: None,
             format: None,
+            encryption_jwk: None,
             skip_challenge: false,
         }
     }
@@ -316,6 +329,11 @@ pub struct EndpointPatch {
     )]
     #[schema(value_type = Format, required = false)]
     pub format: Option<Format>,
+    /// A new encryption key, used from the next attempt on (pending deliveries and retries
+    /// included); `null` stops encrypting.
+    #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
+    #[schema(value_type = Option<Object>, required = false)]
+    pub encryption_jwk: Patch<serde_json::Value>,
     /// Changes the URL without the challenge.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub skip_challenge: bool,

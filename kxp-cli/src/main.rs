@@ -7,6 +7,7 @@ mod check;
 mod config;
 mod debug;
 mod demo;
+mod encryption_key;
 mod keyholders;
 mod operators;
 mod secrets_key;
@@ -72,6 +73,9 @@ enum Command {
     /// Seal endpoint secrets at rest under a key ring (KXP_SECRETS_KEY): generate a key,
     /// seal what was stored before or under an older key, and count what is sealed how.
     SecretsKey(secrets_key::SecretsKeyArgs),
+    /// A merchant's key pair for payload encryption: generate the private JWK the receiver
+    /// keeps, and print the public JWK to register as the endpoint's `encryption_jwk`.
+    EncryptionKey(encryption_key::EncryptionKeyArgs),
 }
 
 fn main() -> ExitCode {
@@ -92,5 +96,6 @@ fn main() -> ExitCode {
         Command::Accounts(args) => accounts::accounts(args),
         Command::Operators(args) => operators::operators(args),
         Command::SecretsKey(args) => secrets_key::secrets_key(args),
+        Command::EncryptionKey(args) => encryption_key::encryption_key(args),
     }
 }

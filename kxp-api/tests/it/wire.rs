@@ -28,6 +28,7 @@ fn endpoint_json() -> Value {
         "circuit_state": "closed",
         "signing": "hmac",
         "format": "kxp",
+        "encryption_jwk": null,
         "created_at": "2026-11-30T01:02:03Z",
         "updated_at": "2026-11-30T01:02:03Z"
     })

@@ -11,6 +11,7 @@ mod crash;
 mod debug_commands;
 mod demo;
 mod disk_full;
+mod encryption_key;
 mod ingest;
 mod operators;
 mod secrets_key;

@@ -34,8 +34,9 @@ use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
 use crate::engine::recorder::Recorder;
 use crate::model::{
-    AccountId, AttemptError, AttemptRecord, DeliveryId, ED25519_PREFIX, EndpointId, FailureKind,
-    FinishAttempt, Finished, Job, KeyCheck, Material, NextState, Transition, ms, new_id, now_ms,
+    AccountId, AttemptError, AttemptRecord, DeliveryId, ED25519_PREFIX, EndpointId, Failure,
+    FailureKind, FinishAttempt, Finished, Job, KeyCheck, Material, NextState, Transition, ms,
+    new_id, now_ms,
 };
 use crate::policy::concurrency::{self, Adaptive, Signal};
 use crate::policy::fairness::{AccountCaps, Fairness};
@@ -511,6 +512,21 @@ fn open_secrets(shared: &Shared, job: &Job) -> Vec<Material> {
     })
 }
 
+/// What the attempt sends: the envelope as stored, or, for an endpoint with an encryption key,
+/// the envelope with `data` sealed to that key as `data_jwe` (made anew for each attempt, with
+/// the key the endpoint has now). A key or envelope that does not seal fails the attempt:
+/// `data` is never sent in the clear to an endpoint that asked for it encrypted.
+fn sealed(job: &Job) -> Result<std::borrow::Cow<'_, str>, Failure> {
+    let Some(jwk) = &job.encryption_jwk else {
+        return Ok(job.payload.as_str().into());
+    };
+    let failed = |why: String| Failure::new(FailureKind::EncryptionFailed, why);
+    let key = kxp_jwe::EncryptionKey::from_jwk(jwk).map_err(|e| failed(e.to_string()))?;
+    kxp_jwe::seal_envelope(&key, &job.payload)
+        .map(Into::into)
+        .map_err(|e| failed(e.to_string()))
+}
+
 /// The fingerprints of the secrets (and keys) an attempt is signed with, in their order.
 fn fingerprints(secrets: &[Material]) -> Vec<String> {
     secrets.iter().map(Material::fingerprint).collect()
@@ -535,18 +551,23 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
     let number = job.attempts + 1;
     let started_at = now_ms();
     let secrets = open_secrets(shared, job);
-    let request = dispatch::Request {
-        url: &job.url,
-        payload: &job.payload,
-        event_id: job.event_id.as_str(),
-        event_type: &job.event_type,
-        delivery_id: job.id.as_str(),
-        attempt: number,
-        secrets: &secrets,
-        timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
-        allow_http: config.dev,
+    let (outcome, took) = match sealed(job) {
+        Ok(payload) => {
+            let request = dispatch::Request {
+                url: &job.url,
+                payload: &payload,
+                event_id: job.event_id.as_str(),
+                event_type: &job.event_type,
+                delivery_id: job.id.as_str(),
+                attempt: number,
+                secrets: &secrets,
+                timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
+                allow_http: config.dev,
+            };
+            dispatch::send(&shared.client, &request).await
+        }
+        Err(failure) => (Outcome::Failed(failure), Duration::ZERO),
     };
-    let (outcome, took) = dispatch::send(&shared.client, &request).await;
     shared.metrics.attempt(&outcome, took);
 
     let next = match &outcome {

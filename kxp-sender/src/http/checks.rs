@@ -45,6 +45,14 @@ pub(super) fn check_timeout(ms: u64) -> Result<Duration, ApiError> {
     }
 }
 
+/// A merchant's `encryption_jwk`, checked by kxp-jwe (a public P-256 or X25519 key for
+/// `ECDH-ES+A256KW`), as the endpoint stores it: normalized.
+pub(super) fn check_encryption_jwk(jwk: &serde_json::Value) -> Result<String, ApiError> {
+    kxp_jwe::EncryptionKey::from_jwk(&jwk.to_string())
+        .map(|key| key.to_jwk().to_string())
+        .map_err(|e| ApiError::invalid(format!("encryption_jwk ({}): {e}", e.code())))
+}
+
 /// `signing` and `format` name values this server knows (they parse to `Unknown` otherwise,
 /// so that answers from a newer server still read).
 pub(super) fn check_choices(

@@ -12,8 +12,8 @@ use kxp_api::{
 };
 
 use super::checks::{
-    check_choices, check_description, check_event_types, check_name, check_rate_limit,
-    check_timeout, check_url,
+    check_choices, check_description, check_encryption_jwk, check_event_types, check_name,
+    check_rate_limit, check_timeout, check_url,
 };
 use super::pagination::{PageParams, page};
 use super::{
@@ -73,6 +73,11 @@ pub(crate) async fn register(
         check_rate_limit(limit)?;
     }
     check_choices(new.signing.as_ref(), new.format.as_ref())?;
+    let encryption_jwk = new
+        .encryption_jwk
+        .as_ref()
+        .map(check_encryption_jwk)
+        .transpose()?;
     if !new.skip_challenge {
         challenge(&state.shared, &url, timeout).await?;
     }
@@ -89,6 +94,7 @@ pub(crate) async fn register(
                 rate_limit_per_second: rate_limit,
                 signing: new.signing.clone().unwrap_or_default(),
                 format: new.format.clone().unwrap_or_default(),
+                encryption_jwk,
             },
             state.shared.config.secrets_key.as_ref(),
         )
@@ -216,6 +222,12 @@ pub(crate) async fn change(
         check_rate_limit(limit)?;
     }
     check_choices(patch.signing.as_ref(), patch.format.as_ref())?;
+    let encryption_jwk = patch
+        .encryption_jwk
+        .clone()
+        .into_option()
+        .map(|jwk| jwk.as_ref().map(check_encryption_jwk).transpose())
+        .transpose()?;
     let current = state.db.endpoint(account.id.as_str(), id).await?;
     if let Some(url) = &url
         && url.as_str() != current.url
@@ -266,6 +278,7 @@ pub(crate) async fn change(
         timeout_ms: timeout.map(ms),
         api_version,
         rate_limit_per_second: rate_limit,
+        encryption_jwk,
     };
     let endpoint = state
         .db

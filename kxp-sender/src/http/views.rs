@@ -34,6 +34,10 @@ impl From<Endpoint> for api::Endpoint {
             circuit_state: api::CircuitState::parse(e.circuit_state.as_str()),
             signing: api::Signing::parse(&e.signing),
             format: api::Format::parse(&e.format),
+            encryption_jwk: e
+                .encryption_jwk
+                .as_deref()
+                .and_then(|jwk| serde_json::from_str(jwk).ok()),
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
         }

@@ -96,6 +96,9 @@ pub struct Job {
     /// Whether a `when_confirmed` rotation was under way at the claim: then every 2xx counts,
     /// with or without a confirmation.
     pub confirming: bool,
+    /// The endpoint's encryption key at the claim (a normalized public JWK): the attempt sends
+    /// `data_jwe` made with it.
+    pub encryption_jwk: Option<String>,
 }
 
 /// The row ids of a [`Job`]'s secrets, as the claim reads them (comma-separated).

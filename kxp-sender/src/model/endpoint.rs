@@ -45,6 +45,9 @@ pub struct Endpoint {
     pub signing: String,
     /// `kxp` or `standard-webhooks` ([`kxp_api::Format`]): the form new secrets and keys take.
     pub format: String,
+    /// The public JWK each attempt encrypts `data` to ([`kxp_jwe::EncryptionKey::to_jwk`]);
+    /// `None`: in the clear.
+    pub encryption_jwk: Option<String>,
     /// The first secret (or key) a `when_confirmed` rotation made, while that rotation is
     /// under way: the rotation's new material is every live row from this id on.
     pub confirm_secret_id: Option<i64>,
@@ -77,6 +80,8 @@ pub struct NewEndpoint<'a> {
     pub signing: kxp_api::Signing,
     /// Their headers and signed content.
     pub format: kxp_api::Format,
+    /// The normalized public JWK to encrypt `data` to.
+    pub encryption_jwk: Option<String>,
     /// Rate limit.
     pub rate_limit_per_second: Option<i64>,
 }
@@ -97,6 +102,8 @@ pub struct EndpointChanges {
     pub api_version: Option<Option<String>>,
     /// Set (`Some(Some)`) or lift (`Some(None)`) the rate limit.
     pub rate_limit_per_second: Option<Option<i64>>,
+    /// Encrypt to a new key (`Some(Some)`, normalized) or stop encrypting (`Some(None)`).
+    pub encryption_jwk: Option<Option<String>>,
 }
 
 impl EndpointChanges {
@@ -108,6 +115,7 @@ impl EndpointChanges {
             && self.timeout_ms.is_none()
             && self.api_version.is_none()
             && self.rate_limit_per_second.is_none()
+            && self.encryption_jwk.is_none()
     }
 }
 
@@ -119,7 +127,7 @@ pub struct LiveSecret {
     pub id: i64,
     /// `hmac` or `ed25519`.
     pub kind: String,
-    /// The secret, or the key's seed (base64), as [`Material::of_row`] reads it.
+    /// The secret, or the key's seed (base64), with its format in its text (`whsec_…`, `sw:…`).
     pub secret: String,
     /// Unix ms.
     pub created_at: i64,

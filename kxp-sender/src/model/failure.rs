@@ -28,6 +28,8 @@ pub enum FailureKind {
     NoSecret,
     /// A header value could not be built.
     InvalidHeader,
+    /// `data` could not be encrypted to the endpoint's key: nothing is sent in the clear.
+    EncryptionFailed,
 }
 
 impl FailureKind {
@@ -44,6 +46,7 @@ impl FailureKind {
             FailureKind::InvalidUrl => "invalid_url",
             FailureKind::NoSecret => "no_secret",
             FailureKind::InvalidHeader => "invalid_header",
+            FailureKind::EncryptionFailed => "encryption_failed",
         }
     }
 }

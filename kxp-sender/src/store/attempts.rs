@@ -650,7 +650,7 @@ fn job_select(from: &str, now: &str) -> String {
              WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secrets, \
            COALESCE((SELECT string_agg(CAST(s.id AS TEXT), ',' ORDER BY s.id DESC) FROM kxp_endpoint_secrets s \
              WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secret_ids, \
-           (p.confirm_secret_id IS NOT NULL) AS confirming \
+           (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk \
          FROM {from} JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id"
     )
 }

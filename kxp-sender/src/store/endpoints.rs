@@ -49,6 +49,7 @@ impl Db {
                 rate_limit_per_second: None,
                 signing: kxp_api::Signing::Hmac,
                 format: kxp_api::Format::Kxp,
+                encryption_jwk: None,
             },
             None,
         )
@@ -86,6 +87,7 @@ impl Db {
             updated_at: now,
             signing: new.signing.as_str().to_owned(),
             format: new.format.as_str().to_owned(),
+            encryption_jwk: new.encryption_jwk.clone(),
             confirm_secret_id: None,
             confirm_needed: None,
             confirmations: 0,
@@ -103,8 +105,8 @@ impl Db {
             let mut tx = pool.begin_with(begin).await?;
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
-                 api_version, rate_limit_per_second, created_at, updated_at, signing, format) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                 api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -119,6 +121,7 @@ impl Db {
             .bind(now)
             .bind(&endpoint.signing)
             .bind(&endpoint.format)
+            .bind(&endpoint.encryption_jwk)
             .execute(&mut *tx)
             .await?;
             for (kind, stored) in &rows {
@@ -222,6 +225,9 @@ impl Db {
         }
         if let Some(limit) = changes.rate_limit_per_second {
             values.push(("rate_limit_per_second", Value::Int(limit)));
+        }
+        if let Some(jwk) = &changes.encryption_jwk {
+            values.push(("encryption_jwk", Value::Text(jwk.as_deref())));
         }
         values.push(("updated_at", Value::Int(Some(now_ms()))));
         let sets: Vec<String> = values

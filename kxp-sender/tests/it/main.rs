@@ -11,6 +11,7 @@ mod console;
 mod console_pages;
 mod durability;
 mod ed25519;
+mod encryption;
 mod events_list;
 mod fairness;
 mod guard;

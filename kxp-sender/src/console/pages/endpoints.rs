@@ -238,6 +238,9 @@ pub(in crate::console) fn endpoint(
             dt { "Rate limit" } dd { @match endpoint.rate_limit_per_second { Some(n) => { (n) " per second" } None => { "none" } } }
             dt { "Signed with" } dd { (signing_name(&details.endpoint.signing)) }
             dt { "Format" } dd { (format_name(&details.endpoint.format)) }
+            dt { "Payload encryption" } dd { @match &endpoint.encryption_jwk {
+                Some(jwk) => { code { "data" } " sent encrypted as " code { "data_jwe" } " to " (super::events::key_name(jwk)) }
+                None => { "none: " code { "data" } " is sent in the clear" } } }
         }
         h2 { "Signing secrets" }
         @if let Some(rotation) = &details.rotation {

@@ -61,6 +61,11 @@ pub(in crate::console) fn event(
     let pretty = serde_json::from_str::<serde_json::Value>(&event.payload)
         .and_then(|value| serde_json::to_string_pretty(&value))
         .unwrap_or_else(|_| event.payload.clone());
+    let encrypted = deliveries.iter().any(|view| {
+        view.endpoint
+            .as_ref()
+            .is_some_and(|e| e.encryption_jwk.is_some())
+    });
     let main = html! {
         dl {
             dt { "Id" } dd { code { (event.id) } }
@@ -81,6 +86,10 @@ pub(in crate::console) fn event(
                         None => { "a deleted endpoint" }
                     }
                     " · " (status(d))
+                }
+                @if let Some(jwk) = view.endpoint.as_ref().and_then(|e| e.encryption_jwk.as_deref()) {
+                    p.encrypted { "Encrypted: each attempt sends " code { "data_jwe" } " in place of " code { "data" }
+                        ", made to the endpoint's key at that moment (" (key_name(jwk)) "). Only the merchant can read what was sent." }
                 }
                 p { small { "Delivery " code { (d.id) } ", " (d.attempts) " attempt" @if d.attempts != 1 { "s" } }
                     @if d.status == DeliveryStatus::Pending {
@@ -121,7 +130,13 @@ pub(in crate::console) fn event(
             }
         }
         h2 { "Envelope" }
-        p { "As receivers get it, byte for byte:" }
+        @if encrypted {
+            p { "As the producer sent it, and as endpoints without an encryption key get it, byte for byte. "
+                "The server keeps this plaintext until retention deletes the event (it must, to retry and replay); "
+                "encrypted endpoints received " code { "data_jwe" } " instead:" }
+        } @else {
+            p { "As receivers get it, byte for byte:" }
+        }
         pre.raw { code { (event.payload) } }
         details {
             summary { "Formatted" }
@@ -244,4 +259,14 @@ pub(in crate::console) fn search(
         @if let Some(next) = next { p { a href=(next) { "More →" } } }
     };
     account_page_with(frame, "Find an event", main, None)
+}
+
+/// An encryption key in words: its curve and `kid`.
+pub(in crate::console) fn key_name(jwk: &str) -> String {
+    let jwk: serde_json::Value = serde_json::from_str(jwk).unwrap_or_default();
+    let curve = jwk["crv"].as_str().unwrap_or("unknown curve");
+    match jwk["kid"].as_str() {
+        Some(kid) => format!("{curve}, kid {kid}"),
+        None => curve.to_owned(),
+    }
 }
