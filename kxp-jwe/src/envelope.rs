@@ -37,7 +37,10 @@ impl EnvelopeError {
     }
 }
 
+/// What a sender seals: exactly the five fields, so that no field it does not know of could be
+/// dropped from encrypted deliveries only.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Plain<'a> {
     #[serde(borrow)]
     id: &'a RawValue,
@@ -99,7 +102,7 @@ pub fn seal_envelope(key: &EncryptionKey, payload: &str) -> Result<String, Envel
         event_type: plain.event_type,
         api_version: plain.api_version,
         created_at: plain.created_at,
-        data_jwe: key.encrypt(plain.data.get().as_bytes()).into(),
+        data_jwe: key.encrypt(plain.data.get().as_bytes())?.into(),
     };
     Ok(serde_json::to_string(&sealed).expect("raw values and a string serialize"))
 }
@@ -132,7 +135,9 @@ pub fn open_envelope(
         created_at: sealed.created_at,
         data,
     };
-    Ok(Zeroizing::new(
-        serde_json::to_vec(&opened).expect("raw values serialize"),
-    ))
+    // Room for it all at once: a growing buffer would leave copies of the plaintext behind in
+    // the memory it gives back.
+    let mut out = Zeroizing::new(Vec::with_capacity(body.len() + data.get().len()));
+    serde_json::to_writer(&mut *out, &opened).expect("raw values serialize");
+    Ok(out)
 }

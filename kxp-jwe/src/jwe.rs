@@ -24,7 +24,11 @@ const FORBIDDEN: [&str; 5] = ["zip", "jku", "jwk", "x5u", "crit"];
 impl EncryptionKey {
     /// Encrypts `plaintext` to this key: a JWE in compact serialization, its protected header
     /// `{"alg": "ECDH-ES+A256KW", "enc": "A256GCM", "epk": {…}}` and the key's `kid`.
-    pub fn encrypt(&self, plaintext: &[u8]) -> String {
+    ///
+    /// Keys are checked when read ([`EncryptionKey::from_jwk`] refuses small-order X25519
+    /// keys), so this does not fail with a key this crate read; it still answers an error
+    /// rather than panicking should the agreement ever give no secret.
+    pub fn encrypt(&self, plaintext: &[u8]) -> Result<String, JweError> {
         let ephemeral = Scalar::random(self.curve());
         let mut header = Map::new();
         header.insert("alg".into(), ALG.into());
@@ -36,11 +40,12 @@ impl EncryptionKey {
         let header = b64(Value::Object(header).to_string().as_bytes());
         let z = ephemeral
             .agree(&self.point)
-            .expect("a fresh scalar on the key's own curve, checked when the key was read");
+            .ok_or(JweError::InvalidEphemeralKey)?;
         let kek = concat_kdf(&z, b"", b"");
         let cek = Zeroizing::new(random::<32>());
         let mut wrapped = [0u8; 40];
-        KekAes256::from(*kek)
+        KekAes256::try_from(kek.as_slice())
+            .expect("a 32-byte key")
             .wrap(cek.as_ref(), &mut wrapped)
             .expect("40 bytes hold a wrapped 32-byte key");
         let iv = random::<12>();
@@ -48,7 +53,7 @@ impl EncryptionKey {
         let tag = Aes256Gcm::new(cek.as_ref().into())
             .encrypt_in_place_detached(Nonce::from_slice(&iv), header.as_bytes(), &mut ciphertext)
             .expect("A256GCM takes any plaintext shorter than 64 GiB");
-        [header, b64(&wrapped), b64(&iv), b64(&ciphertext), b64(&tag)].join(".")
+        Ok([header, b64(&wrapped), b64(&iv), b64(&ciphertext), b64(&tag)].join("."))
     }
 }
 
@@ -113,7 +118,8 @@ impl DecryptionKey {
             .map_err(|_| JweError::Malformed("the tag is not 16 bytes"))?;
         let mut plaintext = Zeroizing::new(decode(ciphertext, "the ciphertext")?);
         let mut cek = Zeroizing::new([0u8; 32]);
-        KekAes256::from(*kek)
+        KekAes256::try_from(kek.as_slice())
+            .map_err(|_| JweError::DecryptionFailed)?
             .unwrap(&wrapped, cek.as_mut())
             .map_err(|_| JweError::DecryptionFailed)?;
         Aes256Gcm::new(cek.as_ref().into())

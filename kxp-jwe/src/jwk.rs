@@ -70,10 +70,29 @@ impl Point {
                     .map(Point::P256)
                     .map_err(|_| JwkError::InvalidKey("x"))
             }
-            (Some("OKP"), Some("X25519")) => Ok(Point::X25519(coordinate(jwk, "x")?)),
+            (Some("OKP"), Some("X25519")) => {
+                let u: [u8; 32] = coordinate(jwk, "x")?;
+                usable_x25519(&u)
+                    .then_some(Point::X25519(u))
+                    .ok_or(JwkError::InvalidKey("x"))
+            }
             _ => Err(JwkError::UnsupportedKey),
         }
     }
+}
+
+/// Whether `u` is a canonical X25519 public key of large order: below 2^255 − 19 (the top bit
+/// clear, and not one of the 19 values past the prime) and not of small order. A small-order
+/// key would make every shared secret zero: a sender could not encrypt to it at all, and a
+/// receiver would derive a key anybody knows.
+fn usable_x25519(u: &[u8; 32]) -> bool {
+    let past_prime = u[31] == 0x7f && u[1..31].iter().all(|&b| b == 0xff) && u[0] >= 0xed;
+    if u[31] & 0x80 != 0 || past_prime {
+        return false;
+    }
+    // A clamped scalar is a multiple of the cofactor 8: it sends every small-order point, and
+    // only those, to zero.
+    MontgomeryPoint(*u).mul_clamped([1; 32]).to_bytes() != [0; 32]
 }
 
 pub(crate) fn b64(bytes: &[u8]) -> String {
@@ -249,13 +268,16 @@ impl DecryptionKey {
 
     /// Reads a private JWK: a public one's members and `d`.
     pub fn from_jwk(jwk: &str) -> Result<DecryptionKey, JwkError> {
-        let jwk = object(jwk)?;
+        let mut jwk = object(jwk)?;
         check_use(&jwk)?;
         if !jwk.contains_key("d") {
             return Err(JwkError::NotPrivate);
         }
         let point = Point::from_members(&jwk)?;
         let d: Zeroizing<[u8; 32]> = Zeroizing::new(coordinate(&jwk, "d")?);
+        if let Some(Value::String(mut text)) = jwk.remove("d") {
+            text.zeroize();
+        }
         let scalar = match point.curve() {
             Curve::P256 => Scalar::P256(
                 p256::SecretKey::from_slice(d.as_ref()).map_err(|_| JwkError::InvalidKey("d"))?,
@@ -295,7 +317,10 @@ impl DecryptionKey {
 
     /// Its curve.
     pub fn curve(&self) -> Curve {
-        self.scalar.public().curve()
+        match self.scalar {
+            Scalar::P256(_) => Curve::P256,
+            Scalar::X25519(_) => Curve::X25519,
+        }
     }
 }
 

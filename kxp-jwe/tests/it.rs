@@ -34,7 +34,7 @@ fn with_header(jwe: &str, edit: impl FnOnce(&mut serde_json::Map<String, Value>)
 fn each_curve_round_trips_and_the_header_is_pinned() {
     for curve in CURVES {
         let (private, public) = pair(curve);
-        let jwe = public.encrypt(b"{\"card\":\"4242\"}");
+        let jwe = public.encrypt(b"{\"card\":\"4242\"}").unwrap();
         assert_eq!(jwe.split('.').count(), 5);
         let header: Value = serde_json::from_slice(
             &URL_SAFE_NO_PAD
@@ -49,7 +49,7 @@ fn each_curve_round_trips_and_the_header_is_pinned() {
         assert_eq!(&private.decrypt(&jwe).unwrap()[..], b"{\"card\":\"4242\"}");
         assert_ne!(
             jwe,
-            public.encrypt(b"{\"card\":\"4242\"}"),
+            public.encrypt(b"{\"card\":\"4242\"}").unwrap(),
             "a fresh ephemeral key and iv each time"
         );
         let again = DecryptionKey::from_jwk(&private.to_jwk()).unwrap();
@@ -60,7 +60,7 @@ fn each_curve_round_trips_and_the_header_is_pinned() {
 #[test]
 fn refusals_come_in_their_order_with_their_names() {
     let (private, public) = pair(Curve::P256);
-    let jwe = public.encrypt(b"{}");
+    let jwe = public.encrypt(b"{}").unwrap();
     for forbidden in ["zip", "jku", "jwk", "x5u", "crit"] {
         let edited = with_header(&jwe, |h| {
             h.insert(forbidden.into(), json!("x"));
@@ -137,7 +137,7 @@ fn refusals_come_in_their_order_with_their_names() {
 #[test]
 fn a_small_order_x25519_ephemeral_key_is_refused() {
     let (private, public) = pair(Curve::X25519);
-    let jwe = public.encrypt(b"{}");
+    let jwe = public.encrypt(b"{}").unwrap();
     for u in [[0u8; 32], {
         let mut one = [0u8; 32];
         one[0] = 1;
@@ -201,6 +201,22 @@ fn jwks_are_checked() {
         Err(JwkError::InvalidKey("x"))
     );
     assert_eq!(EncryptionKey::from_jwk("[1]"), Err(JwkError::InvalidJson));
+    // X25519 keys of small order (every shared secret zero) and non-canonical ones.
+    let mut one = [0u8; 32];
+    one[0] = 1;
+    let mut top_bit = [0u8; 32];
+    top_bit[31] = 0x80;
+    let mut past_prime = [0xff; 32];
+    past_prime[0] = 0xee;
+    past_prime[31] = 0x7f;
+    for u in [[0u8; 32], one, top_bit, past_prime] {
+        let jwk = json!({"kty": "OKP", "crv": "X25519", "x": URL_SAFE_NO_PAD.encode(u)});
+        assert_eq!(
+            EncryptionKey::from_jwk(&jwk.to_string()),
+            Err(JwkError::InvalidKey("x")),
+            "{u:?}"
+        );
+    }
     // `d` that is not the public key's.
     let mut mismatched: Value = serde_json::from_str(&private.to_jwk()).unwrap();
     mismatched["d"] =
@@ -249,7 +265,7 @@ fn jwcrypto_and_jose_decrypt_what_kxp_encrypts_and_kxp_what_they_encrypt() {
         let private_jwk: Value = serde_json::from_str(&private.to_jwk()).unwrap();
         let (stranger, _) = pair(curve);
         let stranger_jwk: Value = serde_json::from_str(&stranger.to_jwk()).unwrap();
-        let jwe = public.encrypt(plaintext);
+        let jwe = public.encrypt(plaintext).unwrap();
         cases.push(json!({"name": format!("{curve:?}"), "jwk": private_jwk, "jwe": jwe}));
         cases.push(json!({"name": format!("{curve:?}-stranger"), "jwk": stranger_jwk, "jwe": jwe}));
         keys.push((curve, private, public));

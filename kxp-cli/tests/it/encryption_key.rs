@@ -44,7 +44,7 @@ fn a_generated_key_and_its_public_half() {
         let public = EncryptionKey::from_jwk(public.trim()).unwrap();
         assert_eq!(public, key.public());
         assert_eq!(public.kid(), Some("2026-12"));
-        let sealed = public.encrypt(b"{}");
+        let sealed = public.encrypt(b"{}").unwrap();
         assert_eq!(&key.decrypt(&sealed).unwrap()[..], b"{}");
         let (_, again, _) = kxp(&["generate", "--curve", flag], "");
         assert_ne!(again, private, "every key is new");

@@ -255,7 +255,14 @@ pub(crate) async fn run(
                 _ = shutdown.changed() => continue,
             }
         }
-        while tasks.try_join_next().is_some() {}
+        while let Some(ended) = tasks.try_join_next() {
+            if ended.is_err_and(|e| e.is_panic()) {
+                tracing::error!(
+                    target: "kxp_sender",
+                    "an attempt panicked; its delivery is taken again when its lease ends"
+                );
+            }
+        }
         if last_reclaim.elapsed() >= housekeeping {
             reclaim(&db).await;
             probe(&db).await;
@@ -439,31 +446,18 @@ pub(crate) async fn run(
                 recorder.clone(),
             );
             tasks.spawn(async move {
-                let (signal, closed) = attempt(&recorder, &owner, &shared, &job).await;
-                let mut state = lock(&in_flight);
-                state.deliveries.remove(&job.id);
-                state.observe(&job.endpoint_id, signal);
-                if closed {
-                    // The endpoint is back after an outage: what it could take before says
-                    // nothing about now, and its held backlog is about to be released. It
-                    // starts again from the initial limit, so the drain is gentle.
-                    state.limits.remove(&job.endpoint_id);
-                }
-                // It may have more waiting: the loop claims for it next, from its own queue.
-                state.ready.insert(job.endpoint_id.clone());
-                if let Some(count) = state.per_endpoint.get_mut(&job.endpoint_id) {
-                    *count = count.saturating_sub(1);
-                    if *count == 0 {
-                        state.per_endpoint.remove(&job.endpoint_id);
-                    }
-                }
-                if let Some(count) = state.per_account.get_mut(&account_id) {
-                    *count = count.saturating_sub(1);
-                    if *count == 0 {
-                        state.per_account.remove(&account_id);
-                    }
-                }
-                drop(permit);
+                // Dropped when the task ends, however it ends: a panic in the attempt still
+                // gives back the endpoint's and the account's slots (the delivery's lease then
+                // runs out, and another claim takes it).
+                let mut done = Done {
+                    in_flight,
+                    job_id: job.id.clone(),
+                    endpoint_id: job.endpoint_id.clone(),
+                    account_id,
+                    outcome: None,
+                    _permit: permit,
+                };
+                done.outcome = Some(attempt(&recorder, &owner, &shared, &job).await);
             });
         }
     }
@@ -479,6 +473,51 @@ pub(crate) async fn run(
     let left: Vec<DeliveryId> = lock(&in_flight).deliveries.iter().cloned().collect();
     for id in left {
         release(&db, id.as_str(), &owner).await;
+    }
+}
+
+/// What an attempt's task hands back to the claim loop when it ends: its endpoint and account
+/// each get a slot back, and, if it got an outcome, its delivery leaves the in-flight set and
+/// the outcome feeds the endpoint's concurrency limit.
+struct Done {
+    in_flight: Arc<Mutex<InFlight>>,
+    job_id: DeliveryId,
+    endpoint_id: EndpointId,
+    account_id: AccountId,
+    /// The attempt's load signal and whether recording it closed the circuit.
+    outcome: Option<(Signal, bool)>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let mut state = lock(&self.in_flight);
+        if let Some((signal, closed)) = self.outcome {
+            // Done with it. One that did not finish (aborted at shutdown, or panicked) stays
+            // listed, so the shutdown puts it back for another process at once.
+            state.deliveries.remove(&self.job_id);
+            state.observe(&self.endpoint_id, signal);
+            if closed {
+                // The endpoint is back after an outage: what it could take before says
+                // nothing about now, and its held backlog is about to be released. It starts
+                // again from the initial limit, so the drain is gentle.
+                state.limits.remove(&self.endpoint_id);
+            }
+        }
+        // It may have more waiting: the loop claims for it next, from its own queue.
+        state.ready.insert(self.endpoint_id.clone());
+        if let Some(count) = state.per_endpoint.get_mut(&self.endpoint_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                state.per_endpoint.remove(&self.endpoint_id);
+            }
+        }
+        if let Some(count) = state.per_account.get_mut(&self.account_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                state.per_account.remove(&self.account_id);
+            }
+        }
     }
 }
 

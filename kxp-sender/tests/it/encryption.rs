@@ -214,6 +214,11 @@ async fn keys_that_cannot_encrypt_are_refused_by_name() {
             "invalid_key",
         ),
         (
+            // 32 zero bytes: a small-order key, to which nothing can be encrypted.
+            json!({"kty": "OKP", "crv": "X25519", "x": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}),
+            "invalid_key",
+        ),
+        (
             json!({"kty": "EC", "crv": "P-256", "alg": "ECDH-ES", "x": public_jwk(&private)["x"], "y": public_jwk(&private)["y"]}),
             "unsupported_algorithm",
         ),
