@@ -81,18 +81,70 @@ impl Point {
     }
 }
 
+/// The canonical u-coordinates of X25519's points of small order, on the curve and on its
+/// twist (X25519 takes both): 0, 1, p − 1 and the two of order 8, as libsodium lists them.
+/// Non-canonical encodings (p and past it) are refused separately. The test below checks that
+/// each sends every clamped scalar to zero.
+const SMALL_ORDER: [[u8; 32]; 5] = [
+    [0; 32],
+    {
+        let mut one = [0; 32];
+        one[0] = 1;
+        one
+    },
+    [
+        0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae, 0x16, 0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4,
+        0x6a, 0xda, 0x09, 0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd, 0x86, 0x62, 0x05, 0x16, 0x5f, 0x49,
+        0xb8, 0x00,
+    ],
+    [
+        0x5f, 0x9c, 0x95, 0xbc, 0xa3, 0x50, 0x8c, 0x24, 0xb1, 0xd0, 0xb1, 0x55, 0x9c, 0x83, 0xef,
+        0x5b, 0x04, 0x44, 0x5c, 0xc4, 0x58, 0x1c, 0x8e, 0x86, 0xd8, 0x22, 0x4e, 0xdd, 0xd0, 0x9f,
+        0x11, 0x57,
+    ],
+    {
+        let mut minus_one = [0xff; 32];
+        minus_one[0] = 0xec;
+        minus_one[31] = 0x7f;
+        minus_one
+    },
+];
+
 /// Whether `u` is a canonical X25519 public key of large order: below 2^255 − 19 (the top bit
 /// clear, and not one of the 19 values past the prime) and not of small order. A small-order
 /// key would make every shared secret zero: a sender could not encrypt to it at all, and a
-/// receiver would derive a key anybody knows.
+/// receiver would derive a key anybody knows. A table, not a scalar multiplication: every
+/// attempt to an encrypting endpoint reads its key (a multiplication cost as much as the
+/// encryption's own agreement).
 fn usable_x25519(u: &[u8; 32]) -> bool {
     let past_prime = u[31] == 0x7f && u[1..31].iter().all(|&b| b == 0xff) && u[0] >= 0xed;
-    if u[31] & 0x80 != 0 || past_prime {
-        return false;
+    u[31] & 0x80 == 0 && !past_prime && !SMALL_ORDER.contains(u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_small_order_table_holds_small_order_points_only() {
+        for u in SMALL_ORDER {
+            for scalar in [[1u8; 32], [0x5a; 32], [0xff; 32]] {
+                assert_eq!(
+                    MontgomeryPoint(u).mul_clamped(scalar).to_bytes(),
+                    [0; 32],
+                    "{u:?}"
+                );
+            }
+        }
+        // And the keys the crate makes are all of large order.
+        for _ in 0..64 {
+            let Point::X25519(u) = Scalar::random(Curve::X25519).public() else {
+                unreachable!("an X25519 scalar")
+            };
+            assert!(usable_x25519(&u));
+            assert_ne!(MontgomeryPoint(u).mul_clamped([1; 32]).to_bytes(), [0; 32]);
+        }
     }
-    // A clamped scalar is a multiple of the cofactor 8: it sends every small-order point, and
-    // only those, to zero.
-    MontgomeryPoint(*u).mul_clamped([1; 32]).to_bytes() != [0; 32]
 }
 
 pub(crate) fn b64(bytes: &[u8]) -> String {
