@@ -531,7 +531,7 @@ fn open_secrets(shared: &Shared, job: &Job) -> Vec<Material> {
         .secrets
         .0
         .iter()
-        .map(|entry| {
+        .map(|(_, entry)| {
             let entry = match entry.strip_prefix(ED25519_PREFIX) {
                 Some(stored) => open_secret(ring, job.endpoint_id.as_str(), stored)
                     .map(|seed| format!("{ED25519_PREFIX}{seed}")),
@@ -576,7 +576,7 @@ fn fingerprints(secrets: &[Material]) -> Vec<String> {
 fn key_check(job: &Job, signed_with: &[String], verified_key: Option<&str>) -> Option<KeyCheck> {
     let verified = verified_key
         .and_then(|key| signed_with.iter().position(|f| f == key))
-        .and_then(|i| job.secret_ids.0.get(i).copied());
+        .and_then(|i| job.secrets.0.get(i).map(|(id, _)| *id));
     (verified.is_some() || job.confirming).then_some(KeyCheck {
         verified,
         confirming: job.confirming,

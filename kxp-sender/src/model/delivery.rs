@@ -87,12 +87,10 @@ pub struct Job {
     pub circuit_state: CircuitState,
     /// The half-open circuit's probe, if there is one.
     pub circuit_probe_id: Option<DeliveryId>,
-    /// The endpoint's live secrets at the claim, newest first: what the attempt signs with.
+    /// The endpoint's live secrets at the claim, newest first: what the attempt signs with,
+    /// each with its row id (what a receiver's confirmation names).
     #[sqlx(try_from = "String")]
     pub secrets: Secrets,
-    /// The row ids of `secrets`, in the same order: what a receiver's confirmation names.
-    #[sqlx(try_from = "String")]
-    pub secret_ids: SecretIds,
     /// Whether a `when_confirmed` rotation was under way at the claim: then every 2xx counts,
     /// with or without a confirmation.
     pub confirming: bool,
@@ -101,28 +99,21 @@ pub struct Job {
     pub encryption_jwk: Option<String>,
 }
 
-/// The row ids of a [`Job`]'s secrets, as the claim reads them (comma-separated).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SecretIds(pub Vec<i64>);
-
-impl From<String> for SecretIds {
-    fn from(joined: String) -> SecretIds {
-        SecretIds(joined.split(',').filter_map(|s| s.parse().ok()).collect())
-    }
-}
-
-/// An endpoint's live signing secrets, newest first, as the claim reads them (one text of
-/// comma-separated secrets: a secret is 64 hex digits, so it never holds a comma).
+/// An endpoint's live signing secrets, newest first, each as its row id and its stored text,
+/// as the claim reads them: one text of comma-separated `<id>:<stored>` (a stored secret or key
+/// is hex, base64 or a sealed form, so it never holds a comma).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secrets(pub Vec<String>);
+pub struct Secrets(pub Vec<(i64, String)>);
 
 impl From<String> for Secrets {
     fn from(joined: String) -> Secrets {
         Secrets(
             joined
                 .split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
+                .filter_map(|item| {
+                    let (id, stored) = item.split_once(':')?;
+                    Some((id.parse().ok()?, stored.to_owned()))
+                })
                 .collect(),
         )
     }

@@ -22,7 +22,7 @@ pub use account::{Account, AccountChanges, AccountOverview, DEFAULT_API_VERSION}
 pub use audit::{Actor, AuditEntry, NewAudit};
 pub use delivery::{
     Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, KeyCheck,
-    NextState, SecretIds, Secrets,
+    NextState, Secrets,
 };
 pub use endpoint::{
     Created, Endpoint, EndpointChanges, HELD, LiveSecret, NewEndpoint, Rotated, Subscriber,
