@@ -103,11 +103,21 @@ impl utoipa::ToSchema for RawJson {}
 /// `Idempotency-Key` header (1 to 255 printable ASCII characters) a retried request returns
 /// the original event, and the same key with another body is refused with 422
 /// `idempotency_key_reused`.
+///
+/// The producer may choose the event's `id` itself (a UUID), to store it beside its own record
+/// before the event is sent (what an outbox does): the request is then idempotent on the id as
+/// on a key, for as long as the event is retained.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 #[schema(example = json!({"type": "payment.succeeded", "data": {"payment_id": "pay_123", "amount": 4200, "currency": "EUR"}, "tags": ["order:1234", "customer:cus_9"]}))]
 pub struct NewEvent {
+    /// The event's id, chosen by the producer: a UUID in its canonical form (lowercase,
+    /// hyphenated) other than the nil UUID; default a new UUIDv4. Sending the same id again
+    /// with the same body answers the first request's event; with another body, or an id
+    /// another event holds, 422 `idempotency_key_reused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<EventId>,
     /// The event type (letters, digits, `.` `_` `-`, at most 128), matched against endpoints'
     /// `event_types`.
     #[serde(rename = "type")]
@@ -139,10 +149,19 @@ impl NewEvent {
     /// An event of `event_type` whose `data` is already JSON.
     pub fn raw(event_type: impl Into<String>, data: RawJson) -> NewEvent {
         NewEvent {
+            id: None,
             event_type: event_type.into(),
             data,
             api_version: None,
             tags: Vec::new(),
+        }
+    }
+
+    /// The same event, with the id `id` (a UUID the producer chose, see [`NewEvent::id`]).
+    pub fn id(self, id: impl Into<EventId>) -> NewEvent {
+        NewEvent {
+            id: Some(id.into()),
+            ..self
         }
     }
 

@@ -89,8 +89,8 @@ pub use model::{
     DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointHealth, EndpointId,
     EndpointStatus, Event, EventId, Failure, FailureKind, FinishAttempt, Finished, Job, KeyCheck,
     KeyKind, LiveSecret, NewEndpoint, NextState, NoticeNext, Notification, NotificationId,
-    Operator, OperatorId, Rotated, Schema, SchemaId, Secrets, new_id, now_ms,
-    parse_rfc3339, random_hex_32, rfc3339, sha256_hex,
+    Operator, OperatorId, Rotated, Schema, SchemaId, Secrets, new_id, now_ms, parse_rfc3339,
+    random_hex_32, rfc3339, sha256_hex,
 };
 pub use policy::circuit::Protection;
 pub use policy::health::{LATENCY_BOUNDS_MS, bucket_of};

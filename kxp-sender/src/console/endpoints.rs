@@ -494,6 +494,8 @@ pub(super) async fn test(
             ConsoleError::Store(StoreError::Database(sqlx::Error::Encode(Box::new(e))))
         })?,
         idempotency: None,
+        id: None,
+        request_hash: String::new(),
         tags: Vec::new(),
         only: Some(endpoint.id.clone()),
     };

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kxp_api::{ErrorCode, Event, EventSummary, MAX_TAGS, NewEvent, Page, is_tag};
+use kxp_api::{ErrorCode, Event, EventId, EventSummary, MAX_TAGS, NewEvent, Page, is_tag};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::IntoParams;
@@ -119,30 +119,24 @@ pub(crate) async fn accept(
     {
         return Err(violation);
     }
-    let hash = sha256_hex(body);
-    let idempotency = key.map(|k| (k, hash.as_str()));
+    let item = Ingest {
+        account: account.clone(),
+        event_type: new.event_type.clone(),
+        api_version: api_version.clone(),
+        data: new.data.as_raw().to_owned(),
+        idempotency: key.map(str::to_owned),
+        id: new.id.as_ref().map(check_event_id).transpose()?,
+        request_hash: sha256_hex(body),
+        tags,
+        only: None,
+    };
     let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {
-        Admission::Admit => {
-            let item = Ingest {
-                account: account.clone(),
-                event_type: new.event_type.clone(),
-                api_version: api_version.clone(),
-                data: new.data.as_raw().to_owned(),
-                idempotency: idempotency.map(|(key, hash)| (key.to_owned(), hash.to_owned())),
-                tags,
-                only: None,
-            };
-            state.shared.ingester.ingest(item).await?
-        }
+        Admission::Admit => state.shared.ingester.ingest(item).await?,
         Admission::Full(due) => {
-            let before = match idempotency {
-                Some((key, hash)) => {
-                    state
-                        .db
-                        .ingested_before(account.id.as_str(), key, hash)
-                        .await?
-                }
-                None => None,
+            let before = if item.idempotency.is_some() || item.id.is_some() {
+                state.db.ingested_before(&item).await?
+            } else {
+                None
             };
             before.ok_or_else(|| {
                 state.shared.metrics.ingest_refused();
@@ -174,7 +168,21 @@ pub(crate) async fn accept(
         }),
         Ingested::KeyReused => Err(ApiError::new(
             ErrorCode::IdempotencyKeyReused,
-            "this Idempotency-Key was used with a different request",
+            "this Idempotency-Key or event id was used with a different request",
+        )),
+    }
+}
+
+/// The id a producer chose for its event, checked: a UUID other than the nil one, in the
+/// canonical form only, so one UUID is never two events by its spelling.
+fn check_event_id(id: &EventId) -> Result<EventId, ApiError> {
+    match uuid::Uuid::try_parse(id.as_str()) {
+        Ok(uuid) if !uuid.is_nil() && uuid.hyphenated().to_string() == id.as_str() => {
+            Ok(id.clone())
+        }
+        _ => Err(ApiError::invalid(
+            "id must be a UUID in lowercase hyphenated form (such as \
+             6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62), not the nil UUID",
         )),
     }
 }

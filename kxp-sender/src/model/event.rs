@@ -32,9 +32,11 @@ pub enum Ingested {
     /// deliveries of resting endpoints are queued too, and not listed): whom the workers may
     /// claim for at once.
     Created(Event, Vec<EndpointId>),
-    /// The `Idempotency-Key` was seen before with the same request: the original event.
+    /// The `Idempotency-Key`, or the id the producer chose, was seen before with the same
+    /// request: the original event.
     Replayed(Event),
-    /// The `Idempotency-Key` was seen before with a different request.
+    /// The `Idempotency-Key` was seen before with a different request, or the id the producer
+    /// chose is another event's.
     KeyReused,
 }
 
@@ -50,8 +52,13 @@ pub struct Ingest {
     pub api_version: String,
     /// `data`, byte for byte as the caller sent it.
     pub data: Box<RawValue>,
-    /// The `Idempotency-Key` and the hash of the request that carried it.
-    pub idempotency: Option<(String, String)>,
+    /// The `Idempotency-Key`, if the request had one.
+    pub idempotency: Option<String>,
+    /// The id the producer chose (checked: a canonical UUID), if it chose one.
+    pub id: Option<EventId>,
+    /// The SHA-256 (hex) of the request: a repeat under the same key or id answers the first
+    /// event only if it is the same request.
+    pub request_hash: String,
     /// Its tags, checked, each once (stored beside the event, never in the envelope).
     pub tags: Vec<String>,
     /// Deliver it to this endpoint only, whatever the endpoint subscribes to (the console's

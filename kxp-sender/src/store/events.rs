@@ -32,7 +32,7 @@ macro_rules! ingest_on {
         async {
             let item: &Ingest = $item;
             let now: i64 = $now;
-            if let Some((key, hash)) = &item.idempotency {
+            if let Some(key) = &item.idempotency {
                 let existing = sqlx::query_as::<_, Event>(select_event!(
                     "WHERE account_id = $1 AND idempotency_key = $2"
                 ))
@@ -41,11 +41,18 @@ macro_rules! ingest_on {
                 .fetch_optional(&mut *$tx)
                 .await?;
                 if let Some(existing) = existing {
-                    return Ok(if existing.request_hash.as_ref() == Some(hash) {
-                        Ingested::Replayed(existing)
-                    } else {
-                        Ingested::KeyReused
-                    });
+                    return Ok(existing.answers(item));
+                }
+            }
+            if let Some(id) = &item.id {
+                // Any account's: an id is one event's, and the answer is the same whoever
+                // holds it, so it tells nothing about other accounts.
+                let existing = sqlx::query_as::<_, Event>(select_event!("WHERE id = $1"))
+                    .bind(id)
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+                if let Some(existing) = existing {
+                    return Ok(existing.answers(item));
                 }
             }
             let event = new_event(item, now)?;
@@ -59,7 +66,7 @@ macro_rules! ingest_on {
             .bind(&event.api_version)
             .bind(&event.payload)
             .bind(event.created_at)
-            .bind(item.idempotency.as_ref().map(|(key, _)| key))
+            .bind(&item.idempotency)
             .bind(&event.request_hash)
             .execute(&mut *$tx)
             .await?;
@@ -112,8 +119,8 @@ impl Db {
     /// With an idempotency key, a repeat of the same request (same `request_hash`) returns the
     /// original event, and the same key with another request is refused.
     pub(crate) async fn ingest(&self, item: &Ingest) -> Result<Ingested, StoreError> {
-        // Two requests with one new key can race past the lookup; the unique index stops the
-        // second insert, and the retry then finds the first one's event.
+        // Two requests with one new key (or id) can race past the lookup; the unique index
+        // stops the second insert, and the retry then finds the first one's event.
         for _ in 0..2 {
             match self.try_ingest(item).await {
                 Err(StoreError::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {
@@ -333,31 +340,24 @@ impl Db {
         Ok(u64::try_from(due).unwrap_or(0))
     }
 
-    /// What an ingestion with this idempotency key would answer without storing anything:
-    /// [`Ingested::Replayed`] or [`Ingested::KeyReused`] when the key was used before, `None`
-    /// when it is new. Lets a full backlog still answer the retry of an accepted request.
+    /// What ingesting `item` would answer without storing anything, if its idempotency key or
+    /// chosen id was seen before: [`Ingested::Replayed`] or [`Ingested::KeyReused`]; `None`
+    /// when both are new. Lets a full backlog still answer the retry of an accepted request.
     pub(crate) async fn ingested_before(
         &self,
-        account_id: &str,
-        key: &str,
-        hash: &str,
+        item: &Ingest,
     ) -> Result<Option<Ingested>, StoreError> {
         let existing = on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Event>(select_event!(
-                "WHERE account_id = $1 AND idempotency_key = $2"
+                "WHERE (account_id = $1 AND idempotency_key = $2) OR id = $3 LIMIT 1"
             ))
-            .bind(account_id)
-            .bind(key)
+            .bind(&item.account.id)
+            .bind(&item.idempotency)
+            .bind(&item.id)
             .fetch_optional(pool)
             .await?
         });
-        Ok(existing.map(|e| {
-            if e.request_hash.as_deref() == Some(hash) {
-                Ingested::Replayed(e)
-            } else {
-                Ingested::KeyReused
-            }
-        }))
+        Ok(existing.map(|e| e.answers(item)))
     }
 
     /// One event of the account.
@@ -373,10 +373,27 @@ impl Db {
     }
 }
 
-/// The event `item` becomes, created at `now`: a fresh UUIDv4 and the envelope serialized
-/// once, with `data` byte for byte as the caller sent it.
+impl Event {
+    /// What a request for `item`, whose idempotency key or chosen id this event holds,
+    /// answers: this event if it is the same request of the same account, else a refusal.
+    fn answers(self, item: &Ingest) -> Ingested {
+        if self.account_id == item.account.id
+            && self.request_hash.as_ref() == Some(&item.request_hash)
+        {
+            Ingested::Replayed(self)
+        } else {
+            Ingested::KeyReused
+        }
+    }
+}
+
+/// The event `item` becomes, created at `now`: its chosen id or a fresh UUIDv4, and the
+/// envelope serialized once, with `data` byte for byte as the caller sent it.
 fn new_event(item: &Ingest, now: i64) -> Result<Event, StoreError> {
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = match &item.id {
+        Some(id) => id.as_str().to_owned(),
+        None => uuid::Uuid::new_v4().to_string(),
+    };
     let created_at = rfc3339(now);
     let payload = serde_json::to_string(&Envelope {
         id: &id,
@@ -393,7 +410,8 @@ fn new_event(item: &Ingest, now: i64) -> Result<Event, StoreError> {
         api_version: item.api_version.clone(),
         payload,
         created_at: now,
-        request_hash: item.idempotency.as_ref().map(|(_, hash)| hash.clone()),
+        request_hash: (item.idempotency.is_some() || item.id.is_some())
+            .then(|| item.request_hash.clone()),
     })
 }
 

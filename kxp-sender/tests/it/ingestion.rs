@@ -260,3 +260,117 @@ async fn the_api_needs_a_key_and_lists_page_by_page() {
     assert_eq!(health.database, "sqlite");
     s.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_chosen_event_id_is_the_events_id_and_makes_the_request_idempotent() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![]).await;
+    s.api.endpoint(&receiver.url, json!({})).await;
+    let id = "0190f1e2-7c3a-7def-8abc-0123456789ab";
+    let body = json!({"id": id, "type": "payment.succeeded", "data": {"amount": 5}});
+
+    let (status, first) = s.api.call("POST", "/v1/events", Some(body.clone())).await;
+    assert_eq!((status, first["id"].as_str()), (202, Some(id)));
+    let (status, again) = s.api.call("POST", "/v1/events", Some(body.clone())).await;
+    assert_eq!(
+        (status, &again),
+        (202, &first),
+        "a repeat answers the first event"
+    );
+    s.api
+        .wait_for(id, "delivered", std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(s.api.deliveries_of(id).await.len(), 1);
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 1, "never a second event or delivery");
+    assert_eq!(seen[0].event_id(), id, "the envelope carries the chosen id");
+    assert_eq!(seen[0].header("x-kxp-event-id"), id);
+
+    let other_body = json!({"id": id, "type": "payment.succeeded", "data": {"amount": 6}});
+    let (status, error) = s.api.call("POST", "/v1/events", Some(other_body)).await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (422, Some("idempotency_key_reused"))
+    );
+
+    // Another account sending the very same request is refused alike, and never answered
+    // the first account's event.
+    let (_, b_key) = s.server.db().create_account("b", None).await.unwrap();
+    let (status, error) = s
+        .api
+        .with_key(&b_key)
+        .call("POST", "/v1/events", Some(body))
+        .await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (422, Some("idempotency_key_reused")),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("amount"), "{error}");
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_chosen_event_id_must_be_a_canonical_uuid() {
+    let s = sender("0s").await;
+    for id in [
+        json!("0190F1E2-7C3A-7DEF-8ABC-0123456789AB"),
+        json!("0190f1e27c3a7def8abc0123456789ab"),
+        json!("{0190f1e2-7c3a-7def-8abc-0123456789ab}"),
+        json!("00000000-0000-0000-0000-000000000000"),
+        json!("order-42"),
+        json!(""),
+    ] {
+        let body = json!({"id": id, "type": "payment.succeeded", "data": {}});
+        let (status, error) = s.api.call("POST", "/v1/events", Some(body)).await;
+        assert_eq!(
+            (status, error["error"].as_str()),
+            (422, Some("invalid_request")),
+            "{id}"
+        );
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("id must be a UUID"),
+            "{error}"
+        );
+    }
+    let (status, error) = s
+        .api
+        .call(
+            "POST",
+            "/v1/events",
+            Some(json!({"id": 7, "type": "t", "data": {}})),
+        )
+        .await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (422, Some("invalid_request")),
+        "{error}"
+    );
+    let (_, page) = s.api.call("GET", "/v1/events", None).await;
+    assert_eq!(page["data"], json!([]), "nothing was stored");
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_chosen_id_make_one_event() {
+    let s = sender("0s").await;
+    let body = json!({"id": "7d3c8f7e-52a1-4b8e-9a4f-1f2e3d4c5b6a", "type": "t", "data": {}});
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let api = s.api.clone();
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move {
+            api.call("POST", "/v1/events", Some(body)).await
+        }));
+    }
+    for task in tasks {
+        let (status, event) = task.await.unwrap();
+        assert_eq!((status, event["id"].as_str()), (202, body["id"].as_str()));
+    }
+    let (_, page) = s.api.call("GET", "/v1/events", None).await;
+    assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    s.server.shutdown().await;
+}
