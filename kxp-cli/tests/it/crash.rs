@@ -19,13 +19,13 @@ use serde_json::json;
 pub(crate) const KEY: &str = "kxp_crash_test_key";
 
 /// A `kxp serve` process, killed when dropped.
-struct Serve {
+pub(crate) struct Serve {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Serve {
-    fn start(database_url: &str) -> Serve {
+    pub(crate) fn start(database_url: &str) -> Serve {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -62,7 +62,7 @@ impl Serve {
         }
     }
 
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }

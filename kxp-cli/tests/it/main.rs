@@ -14,6 +14,7 @@ mod disk_full;
 mod encryption_key;
 mod ingest;
 mod operators;
+mod outbox_crash;
 mod secrets_key;
 mod send;
 // The in-process sender and scripted receivers of kxp-sender's own tests: the commands tested
