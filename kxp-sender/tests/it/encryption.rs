@@ -295,3 +295,43 @@ async fn jwcrypto_and_jose_decrypt_what_kxp_serve_sends() {
     }
     s.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_no_longer_seals_fails_the_attempt_and_nothing_is_sent_in_the_clear() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![]).await;
+    let private = DecryptionKey::generate(Curve::P256, None);
+    let (id, _) = s
+        .api
+        .endpoint(
+            &receiver.url,
+            json!({"encryption_jwk": public_jwk(&private)}),
+        )
+        .await;
+    // A row altered by hand (the API refuses such a key): a point that is not on the curve.
+    let pool = sqlx::SqlitePool::connect(&s.database_url).await.unwrap();
+    let mut broken = public_jwk(&private);
+    broken["y"] = json!("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
+    sqlx::query("UPDATE kxp_endpoints SET encryption_jwk = $1 WHERE id = $2")
+        .bind(broken.to_string())
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    let event = s
+        .api
+        .emit("payment.succeeded", json!({"card": "secret"}))
+        .await;
+    let delivery = s.api.wait_for(&event, "dead", SECS_10).await;
+    let attempts = s.api.attempts(delivery["id"].as_str().unwrap()).await;
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    let error = attempts[0]["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("encryption_failed"), "{error}");
+    assert_eq!(attempts[0]["status_code"], Value::Null, "nothing was sent");
+    assert!(
+        receiver.seen().is_empty(),
+        "data never goes out in the clear"
+    );
+    s.server.shutdown().await;
+}
