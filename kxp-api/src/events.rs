@@ -21,6 +21,19 @@ pub fn is_tag(tag: &str) -> bool {
     (1..=MAX_TAG_LEN).contains(&tag.len()) && tag.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// Whether `id` can be an event id a producer chooses ([`NewEvent::id`]): a UUID in its
+/// canonical form (36 characters, lowercase hex, hyphens after the 8th, 12th, 16th and 20th
+/// digit) other than the nil UUID, so one UUID is never two events by its spelling.
+pub fn is_event_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(b),
+        })
+        && bytes.iter().any(|b| !matches!(b, b'0' | b'-'))
+}
+
 /// JSON kept byte for byte: an event's `data` goes to receivers exactly as the platform sent
 /// it (key order, number spelling, whitespace), and the API shows it the same way. Two values
 /// are equal when their texts are.
@@ -299,6 +312,29 @@ impl EventQuery {
         EventQuery {
             cursor,
             ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_event_id;
+
+    #[test]
+    fn only_canonical_non_nil_uuids_are_event_ids() {
+        assert!(is_event_id("0190f1e2-7c3a-7def-8abc-0123456789ab"));
+        for id in [
+            "0190F1E2-7C3A-7DEF-8ABC-0123456789AB",
+            "0190f1e27c3a7def8abc0123456789ab",
+            "{0190f1e2-7c3a-7def-8abc-0123456789ab}",
+            "urn:uuid:0190f1e2-7c3a-7def-8abc-0123456789ab",
+            "0190f1e2-7c3a-7def-8abc-0123456789a",
+            "0190f1e2-7c3a-7def-8abc-0123456789ag",
+            "0190f1e2+7c3a-7def-8abc-0123456789ab",
+            "00000000-0000-0000-0000-000000000000",
+            "",
+        ] {
+            assert!(!is_event_id(id), "{id}");
         }
     }
 }

@@ -39,7 +39,7 @@ pub use endpoints::{
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{
-    Event, EventQuery, EventSummary, MAX_TAG_LEN, MAX_TAGS, NewEvent, RawJson, is_tag,
+    Event, EventQuery, EventSummary, MAX_TAG_LEN, MAX_TAGS, NewEvent, RawJson, is_event_id, is_tag,
 };
 pub use health::{EndpointHealth, HealthWindow, ServiceHealth, SourceHealth};
 pub use ids::{

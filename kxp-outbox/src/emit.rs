@@ -34,7 +34,7 @@ pub async fn emit<DB: Backend>(
     mut event: NewEvent,
 ) -> Result<EventId, EmitError> {
     let id = match event.id.take() {
-        Some(id) if is_canonical_uuid(id.as_str()) => id,
+        Some(id) if kxp_api::is_event_id(id.as_str()) => id,
         Some(_) => return Err(EmitError::InvalidId),
         None => EventId::from(uuid::Uuid::new_v4().to_string()),
     };
@@ -43,28 +43,4 @@ pub async fn emit<DB: Backend>(
     let row = format!("ob_{}", uuid::Uuid::now_v7().simple());
     DB::insert(tx, &row, id.as_str(), &request, crate::relay::now_ms()).await?;
     Ok(id)
-}
-
-/// Whether `id` is a UUID as the sender takes one: canonical and not nil.
-fn is_canonical_uuid(id: &str) -> bool {
-    uuid::Uuid::try_parse(id).is_ok_and(|u| !u.is_nil() && u.hyphenated().to_string() == id)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_canonical_uuid;
-
-    #[test]
-    fn only_canonical_non_nil_uuids_are_ids() {
-        assert!(is_canonical_uuid("0190f1e2-7c3a-7def-8abc-0123456789ab"));
-        for id in [
-            "0190F1E2-7C3A-7DEF-8ABC-0123456789AB",
-            "0190f1e27c3a7def8abc0123456789ab",
-            "urn:uuid:0190f1e2-7c3a-7def-8abc-0123456789ab",
-            "00000000-0000-0000-0000-000000000000",
-            "",
-        ] {
-            assert!(!is_canonical_uuid(id), "{id}");
-        }
-    }
 }

@@ -5,7 +5,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kxp_api::{ErrorCode, Event, EventId, EventSummary, MAX_TAGS, NewEvent, Page, is_tag};
+use kxp_api::{
+    ErrorCode, Event, EventId, EventSummary, MAX_TAGS, NewEvent, Page, is_event_id, is_tag,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::IntoParams;
@@ -173,17 +175,15 @@ pub(crate) async fn accept(
     }
 }
 
-/// The id a producer chose for its event, checked: a UUID other than the nil one, in the
-/// canonical form only, so one UUID is never two events by its spelling.
+/// The id a producer chose for its event, checked ([`is_event_id`]).
 fn check_event_id(id: &EventId) -> Result<EventId, ApiError> {
-    match uuid::Uuid::try_parse(id.as_str()) {
-        Ok(uuid) if !uuid.is_nil() && uuid.hyphenated().to_string() == id.as_str() => {
-            Ok(id.clone())
-        }
-        _ => Err(ApiError::invalid(
+    if is_event_id(id.as_str()) {
+        Ok(id.clone())
+    } else {
+        Err(ApiError::invalid(
             "id must be a UUID in lowercase hyphenated form (such as \
              6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62), not the nil UUID",
-        )),
+        ))
     }
 }
 
