@@ -60,8 +60,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A database the outbox runs on: [`sqlx::Sqlite`] (feature `sqlite`, the default) and
-/// [`sqlx::Postgres`] (feature `postgres`). Sealed: its methods are this crate's statements.
+/// A database the outbox runs on: `sqlx::Sqlite` (feature `sqlite`, the default) and
+/// `sqlx::Postgres` (feature `postgres`). Sealed: its methods are this crate's statements.
 pub trait Backend: Database + sealed::Sealed {
     #[doc(hidden)]
     fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
