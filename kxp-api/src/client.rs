@@ -10,9 +10,9 @@ use crate::{
     ACCOUNT_HEADER, Account, AccountCreated, AccountId, AccountPatch, AccountUpdated, Attempt,
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointUpdated, ErrorBody,
-    ErrorCode, Event, EventId, EventQuery, EventSummary, IDEMPOTENCY_KEY, NewAccount, NewEndpoint,
-    NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink, PublicKeys, ReplayQueued,
-    RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
+    ErrorCode, Event, EventId, EventQuery, EventSummary, FeedToken, IDEMPOTENCY_KEY, NewAccount,
+    NewEndpoint, NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink, PublicKeys,
+    ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -251,6 +251,18 @@ impl Client {
         self.call(
             Method::GET,
             &["v1", "endpoints", id.as_str(), "health"],
+            |r| r,
+        )
+        .await
+    }
+
+    /// `POST /v1/endpoints/{id}/feed-token`: a new token for the endpoint's catch-up feed, in
+    /// place of any before. Shown once: hand it to the merchant for their receiver (it reads the
+    /// feed, and nothing else, with it).
+    pub async fn create_feed_token(&self, id: &EndpointId) -> Result<FeedToken, ClientError> {
+        self.call(
+            Method::POST,
+            &["v1", "endpoints", id.as_str(), "feed-token"],
             |r| r,
         )
         .await
@@ -571,6 +583,7 @@ fn error(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> Clie
             error,
             message,
             path,
+            ..
         }) => ClientError::Api {
             status: status.as_u16(),
             code: error,

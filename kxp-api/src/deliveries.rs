@@ -34,7 +34,8 @@ string_enum! {
     "last_error": "http_503",
     "replayed_by": null,
     "created_at": "2026-11-30T01:02:03Z",
-    "updated_at": "2026-11-30T09:12:44Z"
+    "updated_at": "2026-11-30T09:12:44Z",
+    "sequence": 42
 }))]
 pub struct Delivery {
     /// The delivery's id.
@@ -63,6 +64,12 @@ pub struct Delivery {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
+    /// Its number in the endpoint's sequence (1, 2, 3, … per endpoint, in commit order; a replay
+    /// keeps its original's), sent as `X-Kxp-Sequence`; `null` for the moment between its
+    /// ingestion and the sequencer's next pass. Absent from servers before sequences.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub sequence: Option<u64>,
 }
 
 /// One HTTP attempt of a delivery. Attempts have no id of their own: `attempt` numbers them

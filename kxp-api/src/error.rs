@@ -57,6 +57,9 @@ string_enum! {
         BacklogFull = "backlog_full",
         /// 400: a portal link's `ttl_seconds` is outside 1 to 86,400 (24 h).
         InvalidTtl = "invalid_ttl",
+        /// 410: the feed no longer holds the numbers asked for: retention purged them. The
+        /// body's `earliest` is the first number after them that it still holds.
+        SequencePurged = "sequence_purged",
     }
 }
 
@@ -83,6 +86,7 @@ impl ErrorCode {
             | ErrorCode::ChallengeFailed
             | ErrorCode::BlockedAddress
             | ErrorCode::InvalidSchema => 422,
+            ErrorCode::SequencePurged => 410,
             ErrorCode::RateLimited => 429,
             ErrorCode::StoreUnavailable | ErrorCode::BacklogFull => 503,
             ErrorCode::Unknown(_) => 500,
@@ -103,6 +107,11 @@ pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub path: Option<String>,
+    /// With `sequence_purged` only: the first number after the purged ones that the feed still
+    /// holds (the next page is `after = earliest - 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub earliest: Option<u64>,
 }
 
 impl ErrorBody {
@@ -112,6 +121,7 @@ impl ErrorBody {
             error,
             message: message.into(),
             path: None,
+            earliest: None,
         }
     }
 }
@@ -122,7 +132,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 21);
+        assert_eq!(ErrorCode::KNOWN.len(), 22);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -15,6 +15,7 @@ mod deliveries;
 mod endpoints;
 mod error;
 mod events;
+mod feed;
 mod health;
 mod ids;
 mod notifications;
@@ -41,6 +42,7 @@ pub use error::{ErrorBody, ErrorCode};
 pub use events::{
     Event, EventQuery, EventSummary, MAX_TAG_LEN, MAX_TAGS, NewEvent, RawJson, is_event_id, is_tag,
 };
+pub use feed::{DEFAULT_FEED_LIMIT, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT};
 pub use health::{EndpointHealth, HealthWindow, ServiceHealth, SourceHealth};
 pub use ids::{
     AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,

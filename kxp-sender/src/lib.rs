@@ -77,6 +77,7 @@ pub use engine::config::Config;
 pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
 pub use engine::mail::MailError;
 pub use engine::sources::{DEFAULT_PREFETCH, IngestSource, IngestUrlError, MAX_PREFETCH};
+pub use http::FEED_RATE_LIMIT;
 pub use http::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
 pub use http::{
     DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,

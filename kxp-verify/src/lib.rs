@@ -35,15 +35,30 @@ pub use error::{ConfigError, Error, ErrorKind, Malformed};
 pub use event::{Envelope, EnvelopeError, EnvelopeErrorKind, Event};
 pub use fingerprint::{KeyFingerprint, key_fingerprint};
 pub use header::SignatureHeader;
-pub use secret::Secret;
+pub use secret::{FEED_KEY_LABEL, Secret};
 #[cfg(feature = "alloc")]
-pub use secret::to_whsec;
+pub use secret::{feed_message, to_whsec};
 pub use sign::{SignedHeader, Signer};
 pub use standard::{StandardEd25519SignedHeader, StandardSignedHeader};
 pub use verify::{Verified, VerifiedBuf, Verifier};
 
 /// The header that carries the signature, in the lowercase form `http::HeaderName` wants.
 pub const SIGNATURE_HEADER: &str = "x-kxp-signature";
+
+/// The header a catch-up feed request is signed in: `t=<unix seconds>,v1=<hex>` as in
+/// [`SIGNATURE_HEADER`], over [`feed_message`] with the [`Secret::feed_key`]. Lowercase, as
+/// `http::HeaderName` wants.
+pub const FEED_SIGNATURE_HEADER: &str = "x-kxp-feed-signature";
+
+/// The hint header that names the endpoint a delivery was sent to, beside
+/// [`SEQUENCE_HEADER`]. Not signed: it only tells a receiver where to look (the feed), never
+/// what to believe.
+pub const ENDPOINT_ID_HEADER: &str = "x-kxp-endpoint-id";
+
+/// The hint header with a delivery's number in its endpoint's sequence (1, 2, 3, … with no
+/// holes, kept by retries and replays). Not signed: a receiver uses it to notice a gap early,
+/// and finds what is missing in the feed, which is authenticated.
+pub const SEQUENCE_HEADER: &str = "x-kxp-sequence";
 
 /// The header a receiver answers a verified request's 2xx with: the [`key_fingerprint`] of the
 /// key that verified it ([`Verified::key_fingerprint`]), 16 lowercase hex digits. The sender

@@ -92,6 +92,39 @@ impl Secret {
         self.fingerprint
     }
 
+    /// The key this secret signs catch-up feed requests with: a [`Secret`] keyed with
+    /// HMAC-SHA256(secret, [`FEED_KEY_LABEL`]). A key of its own, so that a feed request's
+    /// signature never passes as a webhook's, or a webhook's as a feed request's, though the
+    /// receiver holds one secret for both; and a sender that reads the feed key learns nothing
+    /// that signs webhooks.
+    ///
+    /// ```
+    /// use kxp_verify::{Secret, Signer, Verifier, feed_message};
+    ///
+    /// let secret = Secret::new("whsec_test")?;
+    /// let message = feed_message("GET", "/v1/endpoints/ep_1/feed?after=7");
+    /// let header = Signer::new(secret.feed_key()).sign(1_700_000_000, &message).to_string();
+    /// // The sender checks it with the feed key of the endpoint's secret…
+    /// let feed = Verifier::new(secret.feed_key());
+    /// assert!(feed.verify(&header, &message, 1_700_000_000).is_ok());
+    /// // …and it is no webhook signature.
+    /// assert!(Verifier::new(secret).verify(&header, &message, 1_700_000_000).is_err());
+    /// # Ok::<(), kxp_verify::ConfigError>(())
+    /// ```
+    pub fn feed_key(&self) -> Secret {
+        let key = zeroize::Zeroizing::new(self.mac_of([FEED_KEY_LABEL.as_bytes()]));
+        // HMAC pads a key shorter than its 64-byte block with zeros: keying with the padded
+        // block is keying with the 32 bytes, with no fallible length check on the way.
+        let mut block = zeroize::Zeroizing::new([0u8; 64]);
+        for (b, k) in block.iter_mut().zip(key.iter()) {
+            *b = *k;
+        }
+        Secret {
+            keyed: Hmac::<Sha256>::new(&(*block).into()),
+            fingerprint: key_fingerprint(&*key),
+        }
+    }
+
     /// HMAC-SHA256 over `<t digits>.<body>`.
     pub(crate) fn mac(&self, timestamp_digits: &[u8], body: &[u8]) -> [u8; 32] {
         self.mac_of([timestamp_digits, b".", body])
@@ -105,6 +138,28 @@ impl Secret {
         }
         mac.finalize().into_bytes().into()
     }
+}
+
+/// What [`Secret::feed_key`] is derived with: versioned, so that another derivation can come
+/// beside it.
+pub const FEED_KEY_LABEL: &str = "kxp-feed-v1";
+
+/// What a catch-up feed request's signature covers: `<METHOD> <path and query>`, the method in
+/// capitals and the request target exactly as sent (`/v1/endpoints/ep_1/feed?after=7&limit=100`),
+/// signed like a webhook body (`t.` + these bytes) with the [`Secret::feed_key`], in the
+/// [`FEED_SIGNATURE_HEADER`](crate::FEED_SIGNATURE_HEADER).
+#[cfg(feature = "alloc")]
+pub fn feed_message(method: &str, path_and_query: &str) -> alloc::vec::Vec<u8> {
+    let mut message = alloc::vec::Vec::with_capacity(
+        method
+            .len()
+            .saturating_add(1)
+            .saturating_add(path_and_query.len()),
+    );
+    message.extend_from_slice(method.as_bytes());
+    message.push(b' ');
+    message.extend_from_slice(path_and_query.as_bytes());
+    message
 }
 
 /// What marks a Standard Webhooks secret.
@@ -226,6 +281,33 @@ impl fmt::Debug for Keyring<PublicKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_feed_key_is_the_hmac_of_the_label_keyed_with_the_secret() {
+        let derived: [u8; 32] = Hmac::<Sha256>::new_from_slice(b"whsec_test")
+            .unwrap()
+            .chain_update(FEED_KEY_LABEL)
+            .finalize()
+            .into_bytes()
+            .into();
+        let expected: [u8; 32] = Hmac::<Sha256>::new_from_slice(&derived)
+            .unwrap()
+            .chain_update(b"1700000000.GET /v1/endpoints/ep_1/feed?after=7")
+            .finalize()
+            .into_bytes()
+            .into();
+        let key = Secret::new("whsec_test").unwrap().feed_key();
+        assert_eq!(
+            key.mac(b"1700000000", b"GET /v1/endpoints/ep_1/feed?after=7"),
+            expected
+        );
+        assert_eq!(key.fingerprint(), key_fingerprint(&derived));
+        // A fixed vector, for other languages' implementations (docs/signature-format.md).
+        assert_eq!(
+            crate::hex::encode_32(&expected),
+            *b"f7070cca1221d9420b0f94da9139c4ecfb3f7b9d9990bc5a9a8dc09757e5e405"
+        );
+    }
 
     #[test]
     fn lists_are_trimmed_and_bounded() {

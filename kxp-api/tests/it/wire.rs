@@ -46,7 +46,8 @@ fn delivery_json() -> Value {
         "last_error": null,
         "replayed_by": null,
         "created_at": "2026-11-30T01:02:03Z",
-        "updated_at": "2026-11-30T01:02:03Z"
+        "updated_at": "2026-11-30T01:02:03Z",
+        "sequence": 7
     })
 }
 
@@ -263,6 +264,13 @@ fn deliveries_and_attempts() {
     let mut due = delivery_json();
     due["next_attempt_at"] = json!("2026-11-30T01:02:33Z");
     round_trip::<Delivery>(due);
+    // Not numbered yet; and from a server before sequences, without the field at all.
+    let mut unnumbered = delivery_json();
+    unnumbered["sequence"] = Value::Null;
+    assert_eq!(round_trip::<Delivery>(unnumbered.clone()).sequence, None);
+    unnumbered.as_object_mut().unwrap().remove("sequence");
+    let old: Delivery = serde_json::from_value(unnumbered).unwrap();
+    assert_eq!(old.sequence, None);
 
     round_trip::<Attempt>(json!({
         "attempt": 1, "started_at": "2026-11-30T01:02:03Z", "duration_ms": 41,
@@ -272,6 +280,25 @@ fn deliveries_and_attempts() {
         "attempt": 2, "started_at": "2026-11-30T01:02:04Z", "duration_ms": 5000,
         "status_code": null, "error": "timeout", "response_snippet": null
     }));
+}
+
+#[test]
+fn feed_pages_and_the_purged_error() {
+    let page: FeedPage = round_trip(json!({
+        "endpoint_id": "ep_1", "latest": 9,
+        "items": [{"sequence": 8, "event_id": "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62",
+            "event_type": "t", "body": "{}", "headers": {"x-kxp-signature": "t=1,v1=ab"}}]
+    }));
+    assert_eq!(page.items[0].sequence, 8);
+    let purged: ErrorBody = round_trip(json!({
+        "error": "sequence_purged", "message": "numbers 1 to 3 were purged", "earliest": 4
+    }));
+    assert_eq!((purged.error.status(), purged.earliest), (410, Some(4)));
+    round_trip::<FeedToken>(json!({"token": "kxpft_1"}));
+    assert_eq!(
+        serde_json::to_value(FeedQuery::after(3, 100)).unwrap(),
+        json!({"after": 3, "limit": 100})
+    );
 }
 
 #[test]

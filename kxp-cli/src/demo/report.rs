@@ -498,6 +498,7 @@ mod tests {
             replayed_by: by.map(DeliveryId::from),
             created_at: at.clone(),
             updated_at: at,
+            sequence: None,
         }
     }
 

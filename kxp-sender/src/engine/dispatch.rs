@@ -83,6 +83,10 @@ pub struct Request<'a> {
     pub delivery_id: &'a str,
     /// 1-based, for `X-Kxp-Attempt`.
     pub attempt: i64,
+    /// The endpoint, for `X-Kxp-Endpoint-Id` (`None` for an account's ops notifications).
+    pub endpoint_id: Option<&'a str>,
+    /// The delivery's number in the endpoint's sequence, for `X-Kxp-Sequence`, once it has one.
+    pub sequence: Option<i64>,
     /// The endpoint's live signing material, newest first: one `v1` per secret, one `v1a`
     /// per Ed25519 key, each in its own format's header.
     pub secrets: &'a [Material],
@@ -314,6 +318,14 @@ fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
     put("x-kxp-event-type", request.event_type)?;
     put("x-kxp-delivery-id", request.delivery_id)?;
     put("x-kxp-attempt", &request.attempt.to_string())?;
+    // Hints, outside the signature like the three above: a receiver uses them only to notice a
+    // gap early, and finds what is missing in the signed feed.
+    if let Some(endpoint_id) = request.endpoint_id {
+        put("x-kxp-endpoint-id", endpoint_id)?;
+    }
+    if let Some(sequence) = request.sequence {
+        put("x-kxp-sequence", &sequence.to_string())?;
+    }
     put("content-type", "application/json")?;
     Ok(headers)
 }
@@ -346,9 +358,19 @@ impl Signers<'_> {
 /// then the `v1a,` items, space-separated) for the Standard Webhooks material. An endpoint
 /// changing format has both until the older material expires.
 fn signatures(request: &Request<'_>) -> Result<Vec<(&'static str, String)>, Failure> {
+    signature_headers(request.event_id, request.payload, request.secrets)
+}
+
+/// [`signatures`] of `payload` for the event `id` with `secrets`, for any request that carries
+/// an event as a delivery does (an attempt, an item of the catch-up feed).
+pub(crate) fn signature_headers(
+    id: &str,
+    payload: &str,
+    secrets: &[Material],
+) -> Result<Vec<(&'static str, String)>, Failure> {
     let mut kxp = Signers::default();
     let mut standard = Signers::default();
-    for material in request.secrets {
+    for material in secrets {
         let signers = match material.format {
             Format::StandardWebhooks => &mut standard,
             _ => &mut kxp,
@@ -367,7 +389,7 @@ fn signatures(request: &Request<'_>) -> Result<Vec<(&'static str, String)>, Fail
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let body = request.payload.as_bytes();
+    let body = payload.as_bytes();
     let mut headers = Vec::with_capacity(4);
     if !kxp.is_empty() {
         let mut header = match kxp.signer()? {
@@ -381,7 +403,6 @@ fn signatures(request: &Request<'_>) -> Result<Vec<(&'static str, String)>, Fail
         headers.push(("x-kxp-signature", header));
     }
     if !standard.is_empty() {
-        let id = request.event_id;
         let invalid_id = |_| Failure::new(FailureKind::InvalidHeader, "webhook-id");
         let mut items = Vec::with_capacity(standard.secrets.len() + standard.keys.len());
         if let Some(signer) = standard.signer()? {

@@ -158,6 +158,8 @@ async fn webhook(
         event_type: &n.kind,
         delivery_id: n.id.as_str(),
         attempt,
+        endpoint_id: None,
+        sequence: None,
         secrets: &secrets,
         timeout: notifier.config.delivery_timeout,
         allow_http: notifier.config.dev,

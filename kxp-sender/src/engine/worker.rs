@@ -35,8 +35,8 @@ use crate::engine::dispatch::{self, Outcome};
 use crate::engine::recorder::Recorder;
 use crate::model::{
     AccountId, AttemptError, AttemptRecord, DeliveryId, ED25519_PREFIX, EndpointId, Failure,
-    FailureKind, FinishAttempt, Finished, Job, KeyCheck, Material, NextState, Transition, ms,
-    new_id, now_ms,
+    FailureKind, FinishAttempt, Finished, Job, KeyCheck, Material, NextState, Secrets, Transition,
+    ms, new_id, now_ms,
 };
 use crate::policy::concurrency::{self, Adaptive, Signal};
 use crate::policy::fairness::{AccountCaps, Fairness};
@@ -306,6 +306,9 @@ pub(crate) async fn run(
                     .is_none_or(|at: tokio::time::Instant| at.elapsed() >= config.poll_interval);
             if scan {
                 last_scan = Some(tokio::time::Instant::now());
+                // Every endpoint's new deliveries are numbered, held ones (paused endpoints)
+                // and other processes' too: the feed lists them by number.
+                number(&db, &shared, None).await;
                 let scan_caps: Vec<(String, usize)> =
                     caps.iter().map(|(id, cap)| (id.clone(), *cap)).collect();
                 let limit = i64::try_from(free.min(100)).unwrap_or(100);
@@ -366,6 +369,12 @@ pub(crate) async fn run(
                 }
             }
             if !targets.is_empty() {
+                if !scan {
+                    // Their new deliveries numbered just before they are claimed, so that
+                    // nearly every attempt carries its number; the claim never waits for one.
+                    let ids: Vec<EndpointId> = targets.iter().map(|(id, _)| id.clone()).collect();
+                    number(&db, &shared, Some(&ids)).await;
+                }
                 let turn = shared.gate.enter().await;
                 let taken = db
                     .claim_for_fair(&owner, ms(config.lease_extra), &targets, &accounts)
@@ -525,17 +534,16 @@ impl Drop for Done {
 /// start-up check makes that a ring changed under a running fleet) or does not read (a row
 /// altered by hand), the error is logged and none is used: the attempt fails as `no_secret`
 /// and is retried, never sent unsigned or signed with part of its secrets.
-fn open_secrets(shared: &Shared, job: &Job) -> Vec<Material> {
+pub(crate) fn open_secrets(shared: &Shared, endpoint_id: &str, secrets: &Secrets) -> Vec<Material> {
     let ring = shared.config.secrets_key.as_ref();
-    let opened = job
-        .secrets
+    let opened = secrets
         .0
         .iter()
         .map(|(_, entry)| {
             let entry = match entry.strip_prefix(ED25519_PREFIX) {
-                Some(stored) => open_secret(ring, job.endpoint_id.as_str(), stored)
+                Some(stored) => open_secret(ring, endpoint_id, stored)
                     .map(|seed| format!("{ED25519_PREFIX}{seed}")),
-                None => open_secret(ring, job.endpoint_id.as_str(), entry),
+                None => open_secret(ring, endpoint_id, entry),
             }
             .map_err(|e| e.to_string())?;
             Material::parse(&entry)
@@ -544,7 +552,7 @@ fn open_secrets(shared: &Shared, job: &Job) -> Vec<Material> {
         .collect::<Result<Vec<_>, _>>();
     opened.unwrap_or_else(|e| {
         tracing::error!(
-            target: "kxp_sender", endpoint_id = %job.endpoint_id, error = %e,
+            target: "kxp_sender", endpoint_id = %endpoint_id, error = %e,
             "a secret of the endpoint does not open or does not read"
         );
         Vec::new()
@@ -555,13 +563,16 @@ fn open_secrets(shared: &Shared, job: &Job) -> Vec<Material> {
 /// the envelope with `data` sealed to that key as `data_jwe` (made anew for each attempt, with
 /// the key the endpoint has now). A key or envelope that does not seal fails the attempt:
 /// `data` is never sent in the clear to an endpoint that asked for it encrypted.
-fn sealed(job: &Job) -> Result<std::borrow::Cow<'_, str>, Failure> {
-    let Some(jwk) = &job.encryption_jwk else {
-        return Ok(job.payload.as_str().into());
+pub(crate) fn sealed<'p>(
+    jwk: Option<&str>,
+    payload: &'p str,
+) -> Result<std::borrow::Cow<'p, str>, Failure> {
+    let Some(jwk) = jwk else {
+        return Ok(payload.into());
     };
     let failed = |why: String| Failure::new(FailureKind::EncryptionFailed, why);
     let key = kxp_jwe::EncryptionKey::from_jwk(jwk).map_err(|e| failed(e.to_string()))?;
-    kxp_jwe::seal_envelope(&key, &job.payload)
+    kxp_jwe::seal_envelope(&key, payload)
         .map(Into::into)
         .map_err(|e| failed(e.to_string()))
 }
@@ -589,8 +600,8 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
     let config = &shared.config;
     let number = job.attempts + 1;
     let started_at = now_ms();
-    let secrets = open_secrets(shared, job);
-    let (outcome, took) = match sealed(job) {
+    let secrets = open_secrets(shared, job.endpoint_id.as_str(), &job.secrets);
+    let (outcome, took) = match sealed(job.encryption_jwk.as_deref(), &job.payload) {
         Ok(payload) => {
             let request = dispatch::Request {
                 url: &job.url,
@@ -599,6 +610,8 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
                 event_type: &job.event_type,
                 delivery_id: job.id.as_str(),
                 attempt: number,
+                endpoint_id: Some(job.endpoint_id.as_str()),
+                sequence: job.sequence,
                 secrets: &secrets,
                 timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
                 allow_http: config.dev,
@@ -746,6 +759,17 @@ async fn reclaim(db: &Db) {
         Err(e) => {
             tracing::error!(target: "kxp_sender", error = %e, "reclaiming expired leases failed")
         }
+    }
+}
+
+/// A sequencer pass over `endpoints` (all when `None`), in its turn at SQLite's write lock. A
+/// failed pass is logged and left to the next: delivery goes on, without numbers meanwhile.
+async fn number(db: &Db, shared: &Shared, endpoints: Option<&[EndpointId]>) {
+    let turn = shared.gate.enter().await;
+    let numbered = db.assign_sequences(endpoints).await;
+    drop(turn);
+    if let Err(e) = numbered {
+        tracing::error!(target: "kxp_sender", error = %e, "numbering deliveries failed");
     }
 }
 

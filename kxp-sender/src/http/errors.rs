@@ -53,6 +53,12 @@ impl ApiError {
         &self.body.message
     }
 
+    /// With `sequence_purged`: the next number the feed holds.
+    pub(crate) fn earliest(mut self, sequence: u64) -> ApiError {
+        self.body.earliest = Some(sequence);
+        self
+    }
+
     /// Points at the part of the request at fault (a JSON pointer into `data`).
     pub(crate) fn at(mut self, path: String) -> ApiError {
         self.body.path = Some(path);

@@ -27,6 +27,7 @@ mod endpoint_actions;
 mod endpoints;
 mod errors;
 mod events;
+mod feed;
 mod health;
 mod notifications;
 mod openapi;
@@ -40,6 +41,7 @@ pub(crate) use endpoints::{change, register};
 pub use errors::ApiError;
 use errors::{ApiBody, ApiQuery, parse};
 pub(crate) use events::{accept, is_idempotency_key};
+pub use feed::FEED_RATE_LIMIT;
 pub use openapi::document as openapi;
 pub use portal_links::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
 pub(crate) use views::endpoint_details;
@@ -133,6 +135,13 @@ pub fn app(state: AppState) -> Router {
             post(endpoint_actions::replay_endpoint),
         )
         .route("/v1/endpoints/{id}/health", get(health::endpoint_health))
+        // Authenticated with the endpoint's own credential, not an API key: the merchant's
+        // receiver reads it.
+        .route("/v1/endpoints/{id}/feed", get(feed::feed))
+        .route(
+            "/v1/endpoints/{id}/feed-token",
+            post(feed::create_feed_token),
+        )
         .route(
             "/v1/endpoints/{id}/public-key",
             get(endpoint_actions::public_key),

@@ -11,8 +11,8 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::{Ref, RefOr, Response as ApiResponse, ResponseBuilder};
 
 use super::{
-    account, accounts, deliveries, endpoint_actions, endpoints, events, health, notifications,
-    portal_links, schemas,
+    account, accounts, deliveries, endpoint_actions, endpoints, events, feed, health,
+    notifications, portal_links, schemas,
 };
 
 #[derive(OpenApi)]
@@ -23,7 +23,7 @@ use super::{
         endpoint_actions::pause_endpoint, endpoint_actions::resume_endpoint,
         endpoint_actions::rotate_secret, endpoint_actions::replay_endpoint,
         endpoint_actions::public_key, endpoint_actions::jwks,
-        health::endpoint_health,
+        health::endpoint_health, feed::feed, feed::create_feed_token,
         events::create_event, events::list_events, events::get_event,
         deliveries::event_deliveries, deliveries::list_deliveries,
         deliveries::delivery_attempts, deliveries::replay_delivery,
@@ -74,6 +74,14 @@ pub fn document() -> utoipa::openapi::OpenApi {
 /// on the routes of one account, the `X-Kxp-Account` header and what it can answer.
 fn add_common_errors(path: &str, operation: &mut Operation) {
     if !path.starts_with("/v1/") || path == "/v1/openapi.json" {
+        return;
+    }
+    if path == FEED_ROUTE {
+        // Not an API route: the receiver's own credential, no account, and an unknown
+        // endpoint answers 401 like a wrong signature. Its handler lists its answers.
+        operation.responses.responses.entry("503".to_owned()).or_insert_with(|| {
+            error("`store_unavailable`: the database is unreachable, or the endpoint's items cannot be signed now; retry")
+        });
         return;
     }
     let responses = &mut operation.responses.responses;
@@ -142,6 +150,9 @@ fn error(description: &str) -> RefOr<ApiResponse> {
 
 /// The path of the operator routes, which act for no one account.
 const OPERATOR_ROUTES: &str = "/v1/accounts";
+
+/// The catch-up feed, which the merchant's receiver reads with the endpoint's credential.
+const FEED_ROUTE: &str = "/v1/endpoints/{id}/feed";
 
 /// `X-Kxp-Account` on a route of one account: optional for an account key (its own id only),
 /// required for an operator key (400 `account_required` without it, 404 for an id of no

@@ -70,6 +70,7 @@ impl From<Delivery> for api::Delivery {
             replayed_by: d.replayed_by,
             created_at: time(d.created_at),
             updated_at: time(d.updated_at),
+            sequence: d.sequence.map(|n| u64::try_from(n).unwrap_or(0)),
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct Delivery {
     pub created_at: i64,
     /// Unix ms.
     pub updated_at: i64,
+    /// Its number in the endpoint's sequence; `None` until the sequencer numbers it.
+    pub sequence: Option<i64>,
 }
 
 /// One HTTP try.
@@ -97,6 +99,9 @@ pub struct Job {
     /// The endpoint's encryption key at the claim (a normalized public JWK): the attempt sends
     /// `data_jwe` made with it.
     pub encryption_jwk: Option<String>,
+    /// The delivery's number in the endpoint's sequence, for `X-Kxp-Sequence`; `None` if the
+    /// sequencer has not numbered it yet (the attempt is never held back for a number).
+    pub sequence: Option<i64>,
 }
 
 /// An endpoint's live signing secrets, newest first, each as its row id and its stored text,

@@ -613,7 +613,7 @@ fn claim_sql(sqlite: bool) -> String {
     let returning = if sqlite {
         "id"
     } else {
-        "id, event_id, endpoint_id, attempts"
+        "id, event_id, endpoint_id, attempts, sequence"
     };
     // The window: due deliveries in due order, of endpoints and accounts that may take more.
     // Then at most each endpoint's cap (`rn`), then at most each account's (`an`), taken
@@ -625,7 +625,7 @@ fn claim_sql(sqlite: bool) -> String {
              FROM (SELECT w.id, w.endpoint_id, w.account_id, w.next_attempt_at, \
                  ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
                FROM (SELECT d.id, d.endpoint_id, d.account_id, d.next_attempt_at FROM kxp_deliveries d \
-                 WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {cap_d} > 0 AND {account_d} > 0 \
+                 WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND {cap_d} > 0 AND {account_d} > 0 \
                  AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active' \
                    AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
                  ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
@@ -641,18 +641,32 @@ fn claim_sql(sqlite: bool) -> String {
 }
 
 /// The columns of a [`Job`], from the claimed deliveries `from` (aliased `d`), their events
-/// and endpoints, with the endpoint's secrets live at `now` (newest first, comma-separated, each
-/// after its row id and a colon: one aggregate, as the claim is the hot path).
+/// and endpoints, with the endpoint's [`live_secrets`] at `now`.
 fn job_select(from: &str, now: &str) -> String {
     format!(
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
-           COALESCE((SELECT string_agg(CAST(s.id AS TEXT) || ':' || CASE WHEN s.kind = 'ed25519' THEN 'ed25519:' || s.secret ELSE s.secret END, ',' ORDER BY s.id DESC) \
-             FROM kxp_endpoint_secrets s WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '') AS secrets, \
-           (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk \
-         FROM {from} JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id"
+           {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence \
+         FROM {from} JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id",
+        live_secrets(now)
     )
 }
+
+/// The live secrets of the endpoint `p` at `now`, as [`Secrets`](crate::model::Secrets) reads
+/// them: newest first, comma-separated, each after its row id and a colon (an Ed25519 key's
+/// stored seed after `ed25519:`). One aggregate, as the claim is the hot path.
+pub(super) fn live_secrets(now: &str) -> String {
+    format!(
+        "COALESCE((SELECT string_agg(CAST(s.id AS TEXT) || ':' || CASE WHEN s.kind = 'ed25519' THEN 'ed25519:' || s.secret ELSE s.secret END, ',' ORDER BY s.id DESC) \
+         FROM kxp_endpoint_secrets s WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '')"
+    )
+}
+
+/// Which due deliveries a claim may take: numbered ones, and any older than two seconds. A
+/// delivery that committed after the worker's sequencer pass (store/sequence.rs) waits for the
+/// next pass, a few ms later, so that nearly every attempt carries its `X-Kxp-Sequence`; a
+/// sequencer that stalls delays delivery by two seconds, never more.
+const NUMBERED: &str = "(d.sequence IS NOT NULL OR d.created_at <= $3 - 2000)";
 
 /// What a claim sets on each delivery it takes: `$1` the lease's extra ms, `$2` the owner, `$3`
 /// now.
@@ -663,7 +677,7 @@ const TAKE: &str = "UPDATE kxp_deliveries SET status = 'delivering', lease_owner
 static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{TAKE} WHERE id IN (SELECT d.id FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
-           WHERE d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $3 AND p.status = 'active' \
+           WHERE d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND p.status = 'active' \
            AND (p.circuit_state = 'closed' OR (p.circuit_state = 'half_open' AND p.circuit_probe_id = d.id)) \
            ORDER BY d.next_attempt_at LIMIT $5) \
          RETURNING id"
@@ -679,7 +693,7 @@ static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
         "WITH t AS (SELECT key AS endpoint_id, value::bigint AS cap FROM jsonb_each_text($4::jsonb)), \
          picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
            CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM kxp_deliveries d \
-             WHERE d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 \
+             WHERE d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} \
              AND (p.circuit_state = 'closed' OR d.id = p.circuit_probe_id) \
              ORDER BY d.next_attempt_at LIMIT t.cap FOR UPDATE SKIP LOCKED) x \
            WHERE p.status = 'active' AND p.circuit_state <> 'open' \
@@ -688,7 +702,7 @@ static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
            ROW_NUMBER() OVER (PARTITION BY account_id ORDER BY next_attempt_at) AS an FROM picked), \
          d AS ({TAKE} WHERE id IN (SELECT id FROM ranked \
            WHERE an <= COALESCE(($5::jsonb ->> account_id)::bigint, $6)) \
-           RETURNING id, event_id, endpoint_id, attempts) \
+           RETURNING id, event_id, endpoint_id, attempts, sequence) \
          {}",
         job_select("d", "$3")
     )

@@ -7,12 +7,14 @@ use crate::model::{
 use crate::store::{Db, StoreError, on_db};
 
 /// Inserts a pending delivery created at `$now` and due at `$due` ([`HELD`] for a paused
-/// endpoint). A macro: the statement must compile for each backend's transaction type.
+/// endpoint), with the `$sequence` number of the delivery it replays (`None` for a new one: the
+/// sequencer numbers it once it commits). A macro: the statement must compile for each
+/// backend's transaction type.
 macro_rules! insert_delivery {
-    ($tx:expr, $id:expr, $account_id:expr, $event_id:expr, $endpoint_id:expr, $now:expr, $due:expr) => {
+    ($tx:expr, $id:expr, $account_id:expr, $event_id:expr, $endpoint_id:expr, $now:expr, $due:expr, $sequence:expr) => {
         sqlx::query(
-            "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5)",
+            "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at, sequence) \
+             VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5, $7)",
         )
         .bind($id)
         .bind($account_id)
@@ -20,6 +22,7 @@ macro_rules! insert_delivery {
         .bind($endpoint_id)
         .bind($now)
         .bind($due)
+        .bind($sequence)
         .execute(&mut *$tx)
         .await
     };
@@ -38,7 +41,7 @@ macro_rules! mark_replayed {
 pub(crate) use insert_delivery;
 
 const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
-     last_status, last_error, replayed_by, created_at, updated_at";
+     last_status, last_error, replayed_by, created_at, updated_at, sequence";
 
 /// A bound value of a statement built from the filters that are set.
 enum Arg {
@@ -263,7 +266,8 @@ impl Db {
                 &old.event_id,
                 &old.endpoint_id,
                 now,
-                due
+                due,
+                old.sequence
             )?;
             mark_replayed!(tx, &old.id, &new_id)?;
             tx.commit().await?;
@@ -347,7 +351,8 @@ impl Db {
                         &old.event_id,
                         &old.endpoint_id,
                         now,
-                        due
+                        due,
+                        old.sequence
                     )?;
                     queued += 1;
                 }

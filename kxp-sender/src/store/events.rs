@@ -101,7 +101,8 @@ macro_rules! ingest_on {
                     &event.id,
                     &endpoint.id,
                     now,
-                    due
+                    due,
+                    None::<i64>
                 )?;
                 if due <= now {
                     due_to.push(endpoint.id.clone());

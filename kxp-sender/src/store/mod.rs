@@ -5,7 +5,8 @@
 //!
 //! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's sign-ins), [`endpoints`], [`secrets`] (sealed at rest by [`seal`]), [`events`],
 //! [`deliveries`] (the API's side), [`attempts`] (the worker's side: claim, record, release),
-//! [`circuit`], [`health`], [`notifications`], [`schemas`], [`retention`], [`metrics`]. What to
+//! [`circuit`], [`health`], [`notifications`], [`schemas`], [`retention`], [`metrics`],
+//! [`sequence`] (each endpoint's numbering), [`feed`] (the catch-up feed's reads). What to
 //! write is decided by the model's rules and the pure [`policy`](crate::policy) functions,
 //! which the store calls inside its transactions; no other module holds SQL.
 
@@ -16,6 +17,7 @@ pub(crate) mod circuit;
 pub(crate) mod deliveries;
 mod endpoints;
 mod events;
+mod feed;
 pub(crate) mod health;
 mod metrics;
 pub(crate) mod notifications;
@@ -24,8 +26,10 @@ mod retention;
 mod schemas;
 pub mod seal;
 mod secrets;
+mod sequence;
 mod sessions;
 
+pub(crate) use feed::{FeedRow, FeedSource};
 pub use metrics::Gauges;
 pub use retention::Purged;
 pub use secrets::open_secret;

@@ -144,6 +144,7 @@ const ROUTES: &[Route] = &[
     row("POST /v1/endpoints/{id}/rotate-secret", Endpoint, NotFound, 200).body(r#"{"overlap":"0s"}"#),
     row("GET /v1/endpoints/{id}/health", Endpoint, NotFound, 200),
     row("GET /v1/endpoints/{id}/public-key", Endpoint, NotFound, 200),
+    row("POST /v1/endpoints/{id}/feed-token", Endpoint, NotFound, 201),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202).body(r#"{"status":"delivered"}"#),
     // The same Idempotency-Key and body as A's event: B gets an event of its own, never A's.
@@ -178,6 +179,10 @@ const OPERATOR: &[&str] = &["GET /v1/accounts", "POST /v1/accounts"];
 /// Routes of `api::app` that take no key and show no account's data.
 // `/jwks/{id}`: public keys, public by design (ed25519.rs tests it).
 const PUBLIC: &[&str] = &["GET /healthz", "GET /metrics", OPENAPI, "GET /jwks/{id}"];
+
+/// Routes read with an endpoint's own credential, never an API key (any account's key is 401
+/// there): the catch-up feed, which feed.rs tests.
+const ENDPOINT_CREDENTIAL: &[&str] = &["GET /v1/endpoints/{id}/feed"];
 
 /// The API's description: the same document for everyone, so the one `/v1` route without a
 /// key.
@@ -219,6 +224,7 @@ fn the_table_lists_every_route_of_the_api_and_nothing_else() {
         .iter()
         .map(|r| r.route)
         .chain(PUBLIC.iter().copied())
+        .chain(ENDPOINT_CREDENTIAL.iter().copied())
         .chain(OPERATOR.iter().copied())
         .map(|route| {
             let (method, path) = route.split_once(' ').unwrap();

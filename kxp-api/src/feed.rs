@@ -1,0 +1,93 @@
+//! `/v1/endpoints/{id}/feed`: the catch-up feed, a second, pull-based path to an endpoint's
+//! events, by their number in the endpoint's sequence.
+//!
+//! The merchant's receiver calls it, not the platform: it is authenticated with the endpoint's
+//! own credential (a request signed with the feed key of its HMAC secret, in
+//! `X-Kxp-Feed-Signature`, or `Authorization: Bearer <feed token>`), never with an API key.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::ids::{EndpointId, EventId};
+
+/// The most items a feed page holds ([`FeedQuery::limit`]).
+pub const MAX_FEED_LIMIT: u32 = 500;
+
+/// The items of a page that names no `limit`.
+pub const DEFAULT_FEED_LIMIT: u32 = 100;
+
+/// `GET /v1/endpoints/{id}/feed?…`: where to start, and how many.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[non_exhaustive]
+pub struct FeedQuery {
+    /// The items after this number (0, or absent, from the start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
+    /// Items per page, 1 to 500 (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+}
+
+impl FeedQuery {
+    /// The page after `sequence`, of at most `limit` items.
+    pub fn after(sequence: u64, limit: u32) -> FeedQuery {
+        FeedQuery {
+            after: Some(sequence),
+            limit: Some(limit),
+        }
+    }
+}
+
+/// One page of the feed: contiguous numbers from `after + 1`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "endpoint_id": "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61",
+    "latest": 8,
+    "items": [{
+        "sequence": 8,
+        "event_id": "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62",
+        "event_type": "payment.succeeded",
+        "body": "{\"id\":\"6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62\",\"type\":\"payment.succeeded\",\"api_version\":\"2026-11-01\",\"created_at\":\"2026-11-30T01:02:03Z\",\"data\":{}}",
+        "headers": {"x-kxp-signature": "t=1764464523,v1=5f0c…"}
+    }]
+}))]
+pub struct FeedPage {
+    /// The endpoint.
+    pub endpoint_id: EndpointId,
+    /// The highest number the endpoint has given so far: the page is the last one when its
+    /// last item has it (or it holds none).
+    pub latest: u64,
+    /// The items, by number.
+    pub items: Vec<FeedItem>,
+}
+
+/// One event of the feed, as a delivery would bring it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FeedItem {
+    /// Its number in the endpoint's sequence.
+    pub sequence: u64,
+    /// The event.
+    pub event_id: EventId,
+    /// Its type.
+    pub event_type: String,
+    /// The request body byte for byte as a delivery sends it (for an endpoint with an
+    /// encryption key, with `data_jwe` sealed anew).
+    pub body: String,
+    /// The signature headers a delivery made now would carry (`x-kxp-signature`, or the
+    /// `webhook-*` three), signed when the page was served: verify `body` with them exactly as
+    /// a delivery, with the usual tolerance.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// `POST /v1/endpoints/{id}/feed-token`: a new feed token for the endpoint, shown once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"token": "kxpft_5b1e0c…"}))]
+pub struct FeedToken {
+    /// `kxpft_…`: `Authorization: Bearer <token>` on the feed. The server keeps only its hash;
+    /// a new one replaces it.
+    pub token: String,
+}

@@ -1,0 +1,236 @@
+//! The catch-up feed (`GET /v1/endpoints/{id}/feed`), which the merchant's receiver reads with
+//! the endpoint's own credential, and its token (`POST /v1/endpoints/{id}/feed-token`), which
+//! the platform makes with its API key for endpoints whose receiver holds no HMAC secret.
+//!
+//! The feed is a second path to the events the deliveries carry: it answers whatever the
+//! deliveries' state (pending, delivered, dead, held by a pause), so a receiver can find what a
+//! dead delivery or its own lost backup took from it without asking the platform to replay.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use kxp_api::{
+    DEFAULT_FEED_LIMIT, ErrorCode, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT,
+};
+use kxp_verify::{DEFAULT_TOLERANCE, FEED_SIGNATURE_HEADER, Verifier, feed_message};
+
+use super::errors::ApiQuery;
+use super::{ApiError, AppState, Authed};
+use crate::engine::dispatch::signature_headers;
+use crate::engine::worker::{open_secrets, sealed};
+use crate::model::{Key, Material, random_hex_32, sha256_hex};
+use crate::store::{FeedRow, FeedSource};
+
+/// Feed requests an endpoint may make per second, per process: a receiver catching up pages
+/// through at 100–500 events a request, far above what it needs, and no one can make the
+/// feed read the database faster than this with a stolen credential.
+pub const FEED_RATE_LIMIT: u32 = 20;
+
+/// What feed tokens start with, so people and secret scanners can tell one.
+const FEED_TOKEN_PREFIX: &str = "kxpft_";
+
+/// The endpoint's events after `after`, each with its number, its body byte for byte as a
+/// delivery sends it and the signature headers a delivery made now would carry. Authenticated
+/// with the endpoint's credential: `X-Kxp-Feed-Signature: t=…,v1=…` over `GET <path?query>`
+/// with the feed key of a live HMAC secret (within 5 minutes), or `Authorization: Bearer
+/// <feed token>`; never with an API key. Answers 410 `sequence_purged` when retention purged
+/// numbers after `after`, with `earliest`, the next one it holds.
+#[utoipa::path(get, path = "/v1/endpoints/{id}/feed", tag = "endpoints", security(()),
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint"), FeedQuery),
+    responses(
+        (status = 200, description = "The next items, by number", body = FeedPage),
+        (status = 401, description = "Not signed with the endpoint's credential", body = kxp_api::ErrorBody),
+        (status = 410, description = "Purged by retention; `earliest` says where the feed resumes", body = kxp_api::ErrorBody),
+        (status = 429, description = "More than 20 requests in the last second", body = kxp_api::ErrorBody)))]
+pub(super) async fn feed(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<FeedQuery>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Json<FeedPage>, ApiError> {
+    let source = state.db.feed_source(&id).await?;
+    let secrets = source
+        .as_ref()
+        .map(|s| open_secrets(&state.shared, s.id.as_str(), &s.secrets))
+        .unwrap_or_default();
+    let Some(source) = source.filter(|s| authenticated(s, &secrets, &method, &uri, &headers))
+    else {
+        return Err(ApiError::new(
+            ErrorCode::Unauthorized,
+            "the request must be signed with a live secret of this endpoint (X-Kxp-Feed-Signature) \
+             or carry its feed token",
+        ));
+    };
+    let granted = state
+        .shared
+        .api_requests
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .try_take(
+            &format!("feed:{}", source.id),
+            Some(FEED_RATE_LIMIT),
+            tokio::time::Instant::now(),
+        );
+    if !granted {
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "this endpoint's feed took more than {FEED_RATE_LIMIT} requests in the last second"
+            ),
+        )
+        .retry_after(1));
+    }
+    let after = i64::try_from(query.after.unwrap_or(0)).map_err(|_| too_far())?;
+    let limit = match query.limit.unwrap_or(DEFAULT_FEED_LIMIT) {
+        limit @ 1..=MAX_FEED_LIMIT => i64::from(limit),
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidQuery,
+                format!("limit: 1 to {MAX_FEED_LIMIT}"),
+            ));
+        }
+    };
+    let rows = state.db.feed_rows(source.id.as_str(), after, limit).await?;
+    let rows = contiguous(&source, after, rows)?;
+    let items = rows
+        .into_iter()
+        .map(|row| item(&source, &secrets, row))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(FeedPage {
+        endpoint_id: source.id.clone(),
+        latest: u64::try_from(source.latest).unwrap_or(0),
+        items,
+    }))
+}
+
+/// Gives the endpoint a new feed token (shown once; the server keeps its hash), in place of any
+/// before: for receivers that hold no HMAC secret to sign feed requests with (Ed25519
+/// endpoints), or that should read the feed with a credential of its own.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/feed-token", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses((status = 201, description = "The token, shown once", body = FeedToken)))]
+pub(super) async fn create_feed_token(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<FeedToken>), ApiError> {
+    let token = format!("{FEED_TOKEN_PREFIX}{}", random_hex_32());
+    state
+        .db
+        .set_feed_token(account.id.as_str(), &id, &sha256_hex(token.as_bytes()))
+        .await?;
+    tracing::info!(target: "kxp_sender", endpoint_id = %id, "feed token made");
+    Ok((StatusCode::CREATED, Json(FeedToken { token })))
+}
+
+/// Whether the request carries the endpoint's feed token, or is signed with the feed key of one
+/// of its live HMAC secrets over its method and target, within the tolerance.
+fn authenticated(
+    source: &FeedSource,
+    secrets: &[Material],
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> bool {
+    if let (Some(token), Some(hash)) = (bearer(headers), &source.feed_token_hash) {
+        // Hashes of a secret compared: nothing about the token leaks from how long it takes.
+        return sha256_hex(token.as_bytes()) == *hash;
+    }
+    let Some(header) = headers.get(FEED_SIGNATURE_HEADER) else {
+        return false;
+    };
+    let keys = secrets.iter().filter_map(|m| match &m.key {
+        Key::Hmac(secret) => Some(secret.feed_key()),
+        Key::Ed25519(_) => None,
+    });
+    let Ok(verifier) = Verifier::with_secrets(keys) else {
+        return false;
+    };
+    let target = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let message = feed_message(method.as_str(), target);
+    verifier
+        .with_tolerance(DEFAULT_TOLERANCE)
+        .verify_now(header.as_bytes(), &message)
+        .is_ok()
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .filter(|token| token.starts_with(FEED_TOKEN_PREFIX))
+}
+
+/// The rows up to the first hole: numbers after `after` that are gone were purged by
+/// retention (the sequencer gives every number to a delivery). A hole right after `after` is
+/// 410 `sequence_purged`, naming the next number held.
+fn contiguous(
+    source: &FeedSource,
+    after: i64,
+    rows: Vec<FeedRow>,
+) -> Result<Vec<FeedRow>, ApiError> {
+    let first = rows.first().map(|row| row.sequence);
+    let next = after.saturating_add(1);
+    if next <= source.latest && first != Some(next) {
+        let earliest = first.unwrap_or(source.latest.saturating_add(1));
+        return Err(ApiError::new(
+            ErrorCode::SequencePurged,
+            format!(
+                "numbers {next} to {} were purged by retention; the feed resumes at {earliest}",
+                earliest.saturating_sub(1)
+            ),
+        )
+        .earliest(u64::try_from(earliest).unwrap_or(0)));
+    }
+    let held = rows
+        .iter()
+        .zip(next..)
+        .take_while(|(row, expected)| row.sequence == *expected)
+        .count();
+    let mut rows = rows;
+    rows.truncate(held);
+    Ok(rows)
+}
+
+/// One row as a delivery would send it now: sealed to the endpoint's encryption key when it has
+/// one, and signed with all its live material.
+fn item(source: &FeedSource, secrets: &[Material], row: FeedRow) -> Result<FeedItem, ApiError> {
+    let unsendable = |why: String| {
+        tracing::error!(
+            target: "kxp_sender", endpoint_id = %source.id, error = %why,
+            "a feed item could not be sealed or signed"
+        );
+        ApiError::new(
+            ErrorCode::StoreUnavailable,
+            format!("the endpoint's items cannot be signed or sealed now: {why}"),
+        )
+        .retry_after(Duration::from_secs(60).as_secs())
+    };
+    let body = sealed(source.encryption_jwk.as_deref(), &row.payload)
+        .map_err(|e| unsendable(e.to_string()))?
+        .into_owned();
+    let headers: BTreeMap<String, String> =
+        signature_headers(row.event_id.as_str(), &body, secrets)
+            .map_err(|e| unsendable(e.to_string()))?
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+    Ok(FeedItem {
+        sequence: u64::try_from(row.sequence).unwrap_or(0),
+        event_id: row.event_id,
+        event_type: row.event_type,
+        body,
+        headers,
+    })
+}
+
+fn too_far() -> ApiError {
+    ApiError::new(ErrorCode::InvalidQuery, "after: too large")
+}

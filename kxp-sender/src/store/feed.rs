@@ -1,0 +1,116 @@
+//! The catch-up feed's reads: an endpoint's credentials and its events by number, and its feed
+//! token.
+
+use std::sync::LazyLock;
+
+use sqlx::FromRow;
+
+use crate::model::{EndpointId, EventId, Secrets, now_ms};
+use crate::store::attempts::live_secrets;
+use crate::store::{Db, StoreError, on_db};
+
+/// What the feed needs of an endpoint: what authenticates a request, and how items are signed
+/// and sealed.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct FeedSource {
+    /// The endpoint.
+    pub id: EndpointId,
+    /// The highest number it has given (`next_sequence - 1`).
+    pub latest: i64,
+    /// Its encryption key, if it has one: items are sealed to it, as deliveries are.
+    pub encryption_jwk: Option<String>,
+    /// The SHA-256 hex of its feed token, if it has one.
+    pub feed_token_hash: Option<String>,
+    /// Its live secrets and keys, newest first: feed requests are checked against the feed
+    /// keys of the HMAC ones, and items signed with all.
+    #[sqlx(try_from = "String")]
+    pub secrets: Secrets,
+}
+
+/// One event of the feed, as stored.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct FeedRow {
+    /// Its number.
+    pub sequence: i64,
+    /// The event.
+    pub event_id: EventId,
+    /// Its type.
+    pub event_type: String,
+    /// The envelope bytes.
+    pub payload: String,
+}
+
+/// An endpoint not deleted, with its live secrets (as the claim reads them): `$1` the
+/// endpoint, `$2` now.
+static SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT p.id, p.next_sequence - 1 AS latest, p.encryption_jwk, p.feed_token_hash, {} AS secrets \
+         FROM kxp_endpoints p WHERE p.id = $1 AND p.status <> 'deleted'",
+        live_secrets("$2")
+    )
+});
+
+/// The endpoint's events after a number, by number: each (endpoint, event) once, from the
+/// delivery no replay has replaced (a replay carries its original's number).
+const ROWS: &str = "SELECT d.sequence, d.event_id, e.event_type, e.payload FROM kxp_deliveries d \
+       JOIN kxp_events e ON e.id = d.event_id \
+     WHERE d.endpoint_id = $1 AND d.sequence > $2 AND d.replayed_by IS NULL ORDER BY d.sequence LIMIT $3";
+
+impl Db {
+    /// The endpoint `id` (of whichever account: the feed authenticates with the endpoint's
+    /// own credential), unless it does not exist or was deleted.
+    pub(crate) async fn feed_source(&self, id: &str) -> Result<Option<FeedSource>, StoreError> {
+        let now = now_ms();
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, FeedSource>(SOURCE.as_str())
+                .bind(id)
+                .bind(now)
+                .fetch_optional(pool)
+                .await?
+        }))
+    }
+
+    /// At most `limit` of the endpoint's events numbered after `after`, by number.
+    pub(crate) async fn feed_rows(
+        &self,
+        endpoint_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<FeedRow>, StoreError> {
+        Ok(on_db!(self, |pool, _begin| {
+            sqlx::query_as::<_, FeedRow>(ROWS)
+                .bind(endpoint_id)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
+    /// Gives the account's endpoint `id` a feed token by its hash, in place of any before.
+    pub(crate) async fn set_feed_token(
+        &self,
+        account_id: &str,
+        id: &str,
+        hash: &str,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        let changed = on_db!(self, |pool, _begin| {
+            sqlx::query(
+                "UPDATE kxp_endpoints SET feed_token_hash = $1, updated_at = $2 \
+                 WHERE account_id = $3 AND id = $4 AND status <> 'deleted'",
+            )
+            .bind(hash)
+            .bind(now)
+            .bind(account_id)
+            .bind(id)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        if changed == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+}

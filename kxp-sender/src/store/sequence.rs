@@ -1,0 +1,112 @@
+//! The sequencer: each endpoint's deliveries numbered 1, 2, 3, … with no holes, in the order
+//! their ingestion committed.
+//!
+//! A replayed delivery is never numbered: its replay carries the number of the (endpoint, event)
+//! pair (store/deliveries.rs copies it), so every number stands for one event.
+//!
+//! A database sequence cannot do this: its numbers leave holes (a rolled-back ingestion) and
+//! commit out of order (a reader can see 6 before 5 commits). So deliveries are stored without a
+//! number and numbered **after** they commit, by one sequencer per endpoint at a time: a pass
+//! numbers every committed, unnumbered delivery of the endpoints it holds, oldest first, from
+//! the endpoint's `next_sequence`. A delivery committed after a pass read is numbered by a later
+//! pass, after every number that pass gave: commit order.
+//!
+//! On PostgreSQL, several processes run passes at once. A pass first locks the endpoints it will
+//! number (`FOR NO KEY UPDATE SKIP LOCKED`: it never waits for another sequencer, and never
+//! conflicts with ingestion's `KEY SHARE` read of the endpoint, so ingestion never waits for it),
+//! then numbers in a **second statement**: in READ COMMITTED that statement's snapshot is taken
+//! after the locks were granted, so it sees the numbers the previous holder committed. Numbering
+//! in the locking statement itself would read deliveries from a snapshot older than the lock and
+//! number some twice. On SQLite the pass is one `BEGIN IMMEDIATE` transaction: one writer.
+
+use crate::model::EndpointId;
+use crate::store::{Db, StoreError};
+
+/// The most deliveries a pass numbers per endpoint: the rest wait for the next pass, which comes
+/// with the next claim.
+pub(crate) const PER_ENDPOINT: i64 = 1000;
+
+/// The endpoints with unnumbered deliveries, among `$1` (a JSON array of ids) or all when it is
+/// NULL, locked for this pass; those another sequencer holds are skipped.
+const LOCK_POSTGRES: &str = "SELECT id FROM kxp_endpoints WHERE id IN (SELECT DISTINCT endpoint_id FROM kxp_deliveries \
+       WHERE sequence IS NULL AND replayed_by IS NULL AND ($1::jsonb IS NULL OR endpoint_id IN (SELECT jsonb_array_elements_text($1::jsonb)))) \
+     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED";
+
+/// Numbers the oldest `$2` unnumbered deliveries of each endpoint in `$1` (a text array, locked
+/// by [`LOCK_POSTGRES`]) and moves their `next_sequence` past them; answers how many it numbered.
+const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.endpoint_id, \
+       ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
+       FROM kxp_deliveries d WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND d.endpoint_id = ANY($1::text[])), \
+     numbered AS (UPDATE kxp_deliveries d SET sequence = p.next_sequence + t.n - 1 \
+       FROM todo t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
+       WHERE d.id = t.id AND t.n <= $2 RETURNING d.endpoint_id, d.sequence), \
+     moved AS (UPDATE kxp_endpoints p SET next_sequence = m.top + 1 \
+       FROM (SELECT endpoint_id, MAX(sequence) AS top FROM numbered GROUP BY endpoint_id) m \
+       WHERE p.id = m.endpoint_id RETURNING p.id) \
+     SELECT COUNT(*) FROM numbered";
+
+/// [`NUMBER_POSTGRES`] on SQLite: `$1` a JSON array of endpoint ids or NULL for all; returns
+/// the endpoints it numbered deliveries of, one row per delivery.
+const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELECT d.id, \
+       p.next_sequence + ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) - 1 AS s, \
+       ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
+       FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
+       WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND ($1 IS NULL OR d.endpoint_id IN (SELECT value FROM json_each($1)))) t \
+     WHERE kxp_deliveries.id = t.id AND t.n <= $2 RETURNING endpoint_id";
+
+/// Moves `next_sequence` of the endpoints in `$1` (a JSON array) past their highest number.
+const MOVE_SQLITE: &str = "UPDATE kxp_endpoints SET next_sequence = \
+       (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d WHERE d.endpoint_id = kxp_endpoints.id) \
+     WHERE id IN (SELECT value FROM json_each($1))";
+
+impl Db {
+    /// One sequencer pass over `endpoints` (every endpoint when `None`): numbers their committed,
+    /// unnumbered deliveries, at most [`PER_ENDPOINT`] each; returns how many it numbered.
+    pub(crate) async fn assign_sequences(
+        &self,
+        endpoints: Option<&[EndpointId]>,
+    ) -> Result<u64, StoreError> {
+        let only =
+            endpoints.map(|ids| serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned()));
+        match self {
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                let locked: Vec<String> = sqlx::query_scalar(LOCK_POSTGRES)
+                    .bind(&only)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if locked.is_empty() {
+                    return Ok(0);
+                }
+                let numbered: i64 = sqlx::query_scalar(NUMBER_POSTGRES)
+                    .bind(&locked)
+                    .bind(PER_ENDPOINT)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(u64::try_from(numbered).unwrap_or(0))
+            }
+            Db::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let touched: Vec<String> = sqlx::query_scalar(NUMBER_SQLITE)
+                    .bind(&only)
+                    .bind(PER_ENDPOINT)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if touched.is_empty() {
+                    return Ok(0);
+                }
+                let mut endpoints = touched.clone();
+                endpoints.sort_unstable();
+                endpoints.dedup();
+                let endpoints = serde_json::to_string(&endpoints).unwrap_or_else(|_| "[]".into());
+                sqlx::query(MOVE_SQLITE)
+                    .bind(endpoints)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(touched.len() as u64)
+            }
+        }
+    }
+}
