@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(feature = "catch-up")]
+pub mod catch_up;
 mod extract;
 mod middleware;
 

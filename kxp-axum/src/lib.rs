@@ -4,6 +4,8 @@ mod extract;
 mod layer;
 mod serve;
 
+#[cfg(feature = "catch-up")]
+pub mod catch_up;
 #[cfg(feature = "dedup")]
 pub mod dedup;
 

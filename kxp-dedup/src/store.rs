@@ -728,6 +728,90 @@ impl Store {
         .transpose()
     }
 
+    /// The catch-up checkpoint of the sender's endpoint `endpoint_id`: every event it numbered
+    /// up to this is processed. 0 when there is none yet.
+    pub async fn checkpoint(&self, endpoint_id: &str) -> Result<u64, StoreError> {
+        let sequence: Option<i64> = match &self.pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                sqlx::query_scalar("SELECT sequence FROM kxp_checkpoints WHERE endpoint_id = ?1")
+                    .bind(endpoint_id)
+                    .fetch_optional(pool)
+                    .await?
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                sqlx::query_scalar("SELECT sequence FROM kxp_checkpoints WHERE endpoint_id = $1")
+                    .bind(endpoint_id)
+                    .fetch_optional(pool)
+                    .await?
+            }
+        };
+        Ok(sequence.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+    }
+
+    /// The endpoints that have a checkpoint, to catch up at start with no delivery seen yet.
+    pub async fn checkpoints(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> = match &self.pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                sqlx::query_as(
+                    "SELECT endpoint_id, sequence FROM kxp_checkpoints ORDER BY endpoint_id",
+                )
+                .fetch_all(pool)
+                .await?
+            }
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                sqlx::query_as(
+                    "SELECT endpoint_id, sequence FROM kxp_checkpoints ORDER BY endpoint_id",
+                )
+                .fetch_all(pool)
+                .await?
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(id, n)| (id, u64::try_from(n).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Moves the checkpoint of `endpoint_id` to `sequence`, never back (two catch-ups racing
+    /// keep the higher); returns the checkpoint now.
+    pub async fn advance_checkpoint(
+        &self,
+        endpoint_id: &str,
+        sequence: u64,
+    ) -> Result<u64, StoreError> {
+        let sequence = i64::try_from(sequence).unwrap_or(i64::MAX);
+        let now: i64 = match &self.pool {
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => sqlx::query_scalar(
+                "INSERT INTO kxp_checkpoints (endpoint_id, sequence, updated_at)
+                 VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+                 ON CONFLICT (endpoint_id) DO UPDATE
+                 SET sequence = MAX(sequence, excluded.sequence), updated_at = excluded.updated_at
+                 RETURNING sequence",
+            )
+            .bind(endpoint_id)
+            .bind(sequence)
+            .fetch_one(pool)
+            .await?,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => sqlx::query_scalar(
+                "INSERT INTO kxp_checkpoints (endpoint_id, sequence) VALUES ($1, $2)
+                 ON CONFLICT (endpoint_id) DO UPDATE
+                 SET sequence = GREATEST(kxp_checkpoints.sequence, excluded.sequence), updated_at = now()
+                 RETURNING sequence",
+            )
+            .bind(endpoint_id)
+            .bind(sequence)
+            .fetch_one(pool)
+            .await?,
+        };
+        Ok(u64::try_from(now).unwrap_or(0))
+    }
+
     /// Begins a transaction for in-transaction mode: call [`Tx::mark_processed`], run the side
     /// effect on [`Tx::sqlite`] / `Tx::postgres`, then [`Tx::commit`].
     ///

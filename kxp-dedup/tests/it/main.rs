@@ -27,6 +27,7 @@ macro_rules! both_backends {
     };
 }
 
+mod checkpoint;
 mod claim;
 mod in_transaction;
 mod inbox;

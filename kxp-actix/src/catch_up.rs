@@ -1,0 +1,138 @@
+//! Catch-up on the webhook resource: one middleware that watches the deliveries' sequence hints
+//! and has the events the receiver missed, pulled from the sender's signed feed, posted to the
+//! receiver's own URL — through the same verifier, handler and dedup (see [`kxp_catchup`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use actix_web::{App, HttpServer, web};
+//! use kxp_actix::catch_up::{CatchUp, CatchUpConfig, CatchUpMiddleware, Credential};
+//! use kxp_actix::dedup::{self, Handled, Store};
+//! use kxp_actix::{VerifiedEvent, VerifyMiddleware};
+//!
+//! async fn webhook(store: web::Data<Store>, event: VerifiedEvent) -> Handled {
+//!     dedup::process(&store, &event, Duration::from_secs(60), || async {
+//!         Ok::<(), std::io::Error>(())
+//!     })
+//!     .await
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let secret = std::env::var("KXP_WEBHOOK_SECRET")?;
+//! let store = Store::connect("sqlite://webhooks.db").await?;
+//! let credential = Credential::Secret(kxp_verify::Secret::new(&secret)?);
+//! let config = CatchUpConfig::new("https://webhooks.platform.example", credential);
+//! let catch_up = CatchUp::new(config, store.clone())?;
+//! let verify = VerifyMiddleware::from_env("KXP_WEBHOOK_SECRET")?;
+//! HttpServer::new(move || {
+//!     App::new().app_data(web::Data::new(store.clone())).service(
+//!         web::resource("/webhooks")
+//!             .route(web::post().to(webhook))
+//!             .wrap(verify.clone())
+//!             // The one line: outermost, and the URL recovered events are posted to.
+//!             .wrap(CatchUpMiddleware::new(&catch_up, "http://127.0.0.1:8080/webhooks")),
+//!     )
+//! })
+//! .bind(("127.0.0.1", 8080))?
+//! .run()
+//! .await?;
+//! # Ok(()) }
+//! ```
+
+use std::rc::Rc;
+
+use actix_web::Error;
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
+use futures_util::future::LocalBoxFuture;
+use kxp_catchup::{CATCH_UP_HEADER, Loopback};
+pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
+use kxp_verify::{ENDPOINT_ID_HEADER, SEQUENCE_HEADER};
+
+/// Feeds a [`CatchUp`] the resource's hints, starts its task with the first request, and has
+/// it deliver recovered events by posting them to the receiver's own URL ([`Loopback`]).
+#[derive(Debug, Clone)]
+pub struct CatchUpMiddleware {
+    catch_up: CatchUp,
+}
+
+impl CatchUpMiddleware {
+    /// The middleware for `catch_up`, which delivers recovered events to `own_url` (this
+    /// resource's URL as the receiver reaches itself, e.g. over loopback).
+    pub fn new(catch_up: &CatchUp, own_url: &str) -> CatchUpMiddleware {
+        catch_up.deliver_with(Loopback::new(own_url));
+        CatchUpMiddleware {
+            catch_up: catch_up.clone(),
+        }
+    }
+}
+
+impl<S, B> Transform<S, ServiceRequest> for CatchUpMiddleware
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: 'static,
+{
+    type Response = ServiceResponse<B>;
+    type Error = Error;
+    type Transform = CatchUpService<S>;
+    type InitError = ();
+    type Future = std::future::Ready<Result<CatchUpService<S>, ()>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        std::future::ready(Ok(CatchUpService {
+            service: Rc::new(service),
+            catch_up: self.catch_up.clone(),
+        }))
+    }
+}
+
+/// The service [`CatchUpMiddleware`] wraps around `S`.
+pub struct CatchUpService<S> {
+    service: Rc<S>,
+    catch_up: CatchUp,
+}
+
+impl<S> std::fmt::Debug for CatchUpService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatchUpService")
+            .field("catch_up", &self.catch_up)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B> Service<ServiceRequest> for CatchUpService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: 'static,
+{
+    type Response = ServiceResponse<B>;
+    type Error = Error;
+    type Future = LocalBoxFuture<'static, Result<Self::Response, Error>>;
+
+    forward_ready!(service);
+
+    fn call(&self, request: ServiceRequest) -> Self::Future {
+        // On the worker's Tokio runtime, once for all workers.
+        self.catch_up.start();
+        // Hints of the sender's deliveries only: the catch-up's own requests carry them too.
+        let headers = request.headers();
+        let hint = (!headers.contains_key(CATCH_UP_HEADER))
+            .then(|| {
+                let header = |name| headers.get(name)?.to_str().ok();
+                let endpoint_id = header(ENDPOINT_ID_HEADER)?.to_owned();
+                let sequence: u64 = header(SEQUENCE_HEADER)?.parse().ok()?;
+                Some((endpoint_id, sequence))
+            })
+            .flatten();
+        let service = Rc::clone(&self.service);
+        let catch_up = self.catch_up.clone();
+        Box::pin(async move {
+            let response = service.call(request).await?;
+            if let Some((endpoint_id, sequence)) = hint
+                && response.status().is_success()
+            {
+                catch_up.observe(&endpoint_id, sequence);
+            }
+            Ok(response)
+        })
+    }
+}

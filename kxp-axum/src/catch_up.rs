@@ -1,0 +1,224 @@
+//! Catch-up on the webhook route: one layer that watches the deliveries' sequence hints and
+//! hands the events the receiver missed, pulled from the sender's signed feed, to this same
+//! route — through the same verifier, handler and dedup (see [`kxp_catchup`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use axum::{Router, extract::State, routing::post};
+//! use kxp_axum::catch_up::{CatchUp, CatchUpConfig, CatchUpExt, Credential};
+//! use kxp_verify::Verifier;
+//! use kxp_axum::dedup::{self, Handled, Store};
+//! use kxp_axum::{Receiver, VerifiedEvent, VerifyLayer};
+//!
+//! async fn webhook(State(store): State<Store>, event: VerifiedEvent) -> Handled {
+//!     dedup::process(&store, &event, Duration::from_secs(60), || async {
+//!         Ok::<(), std::io::Error>(())
+//!     })
+//!     .await
+//! }
+//!
+//! # async fn app() -> Result<Router, Box<dyn std::error::Error>> {
+//! let secret = std::env::var("KXP_WEBHOOK_SECRET")?;
+//! let store = Store::connect("sqlite://webhooks.db").await?;
+//! let credential = Credential::Secret(kxp_verify::Secret::new(&secret)?);
+//! let config = CatchUpConfig::new("https://webhooks.platform.example", credential);
+//! let catch_up = CatchUp::new(config, store.clone())?;
+//! let app = Router::new()
+//!     .route(
+//!         "/webhooks",
+//!         // The one line: outside the verifier, so what it hands back is verified too.
+//!         post(webhook)
+//!             .layer(VerifyLayer::new(Receiver::new(Verifier::from_secret_list(&secret)?)))
+//!             .layer(catch_up.layer()),
+//!     )
+//!     .with_state(store);
+//! # Ok(app) }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use kxp_catchup::{BoxFuture, CATCH_UP_HEADER, Deliver};
+pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
+use kxp_verify::{ENDPOINT_ID_HEADER, SEQUENCE_HEADER};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// [`CatchUpExt::layer`]'s layer: put it on the webhook route, outside [`VerifyLayer`].
+///
+/// [`VerifyLayer`]: crate::VerifyLayer
+#[derive(Clone)]
+pub struct CatchUpLayer {
+    catch_up: CatchUp,
+    routes: Routes,
+}
+
+impl std::fmt::Debug for CatchUpLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatchUpLayer")
+            .field("catch_up", &self.catch_up)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The extension that gives a [`CatchUp`] its layer.
+pub trait CatchUpExt {
+    /// The layer that feeds this catch-up the route's hints and delivers recovered events to
+    /// the route. Building the router inside a Tokio runtime starts the catch-up's task; else
+    /// the first request does.
+    fn layer(&self) -> CatchUpLayer;
+}
+
+impl CatchUpExt for CatchUp {
+    fn layer(&self) -> CatchUpLayer {
+        let routes = Routes::default();
+        self.deliver_with(routes.clone());
+        CatchUpLayer {
+            catch_up: self.clone(),
+            routes,
+        }
+    }
+}
+
+/// The route's service, wrapped: what [`CatchUpLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct CatchUpService<S> {
+    inner: S,
+    catch_up: CatchUp,
+}
+
+impl<S> Layer<S> for CatchUpLayer
+where
+    S: Service<Request, Response = Response> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Display,
+{
+    type Service = CatchUpService<S>;
+
+    fn layer(&self, inner: S) -> CatchUpService<S> {
+        self.routes.add(inner.clone());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.catch_up.start();
+        }
+        CatchUpService {
+            inner,
+            catch_up: self.catch_up.clone(),
+        }
+    }
+}
+
+impl<S> Service<Request> for CatchUpService<S>
+where
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        if !self.catch_up.is_started() {
+            self.catch_up.start();
+        }
+        // Hints of the sender's deliveries only: the catch-up's own requests carry them too.
+        let hint = (!request.headers().contains_key(CATCH_UP_HEADER))
+            .then(|| {
+                let header = |name| request.headers().get(name)?.to_str().ok();
+                let endpoint_id = header(ENDPOINT_ID_HEADER)?.to_owned();
+                let sequence: u64 = header(SEQUENCE_HEADER)?.parse().ok()?;
+                Some((endpoint_id, sequence))
+            })
+            .flatten();
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let catch_up = self.catch_up.clone();
+        Box::pin(async move {
+            let response = inner.call(request).await?;
+            if let Some((endpoint_id, sequence)) = hint
+                && response.status().is_success()
+            {
+                catch_up.observe(&endpoint_id, sequence);
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// One wrapped service, called with a request: its status.
+type Call = Arc<dyn Fn(Request) -> BoxFuture<'static, Result<u16, String>> + Send + Sync>;
+
+/// Delivers recovered events by calling the route's own services in process. A layer on a
+/// `MethodRouter` wraps each method's handler and the method fallback (which answers 405), so
+/// a request goes to each in turn until one is not the fallback's 405.
+#[derive(Clone, Default)]
+struct Routes(Arc<Mutex<Vec<Call>>>);
+
+impl Routes {
+    fn add<S>(&self, service: S)
+    where
+        S: Service<Request, Response = Response> + Clone + Send + Sync + 'static,
+        S::Future: Send + 'static,
+        S::Error: std::fmt::Display,
+    {
+        let call: Call = Arc::new(move |request: Request| {
+            let mut service = service.clone();
+            Box::pin(async move {
+                std::future::poll_fn(|cx| service.poll_ready(cx))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let response = service.call(request).await.map_err(|e| e.to_string())?;
+                Ok(response.status().as_u16())
+            })
+        });
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(call);
+    }
+}
+
+impl Deliver for Routes {
+    fn deliver(&self, item: kxp_catchup::Request) -> BoxFuture<'_, Result<u16, String>> {
+        let calls = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        Box::pin(async move {
+            let mut status = Err("the catch-up layer wraps no route".to_owned());
+            for call in calls {
+                status = call(request(&item)?).await;
+                if status != Ok(405) {
+                    break;
+                }
+            }
+            status
+        })
+    }
+}
+
+/// The item as an axum request to the route.
+fn request(item: &kxp_catchup::Request) -> Result<Request, String> {
+    let mut request = http::Request::post("/")
+        .body(Body::from(item.body.clone()))
+        .map_err(|e| e.to_string())?;
+    for (name, value) in &item.headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(value),
+        ) {
+            request.headers_mut().append(name, value);
+        }
+    }
+    Ok(request)
+}
