@@ -44,9 +44,8 @@ use std::rc::Rc;
 use actix_web::Error;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use futures_util::future::LocalBoxFuture;
-use kxp_catchup::{CATCH_UP_HEADER, Loopback};
+use kxp_catchup::Loopback;
 pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
-use kxp_verify::{ENDPOINT_ID_HEADER, SEQUENCE_HEADER};
 
 /// Feeds a [`CatchUp`] the resource's hints, starts its task with the first request, and has
 /// it deliver recovered events by posting them to the receiver's own URL ([`Loopback`]).
@@ -113,16 +112,8 @@ where
     fn call(&self, request: ServiceRequest) -> Self::Future {
         // On the worker's Tokio runtime, once for all workers.
         self.catch_up.start();
-        // Hints of the sender's deliveries only: the catch-up's own requests carry them too.
         let headers = request.headers();
-        let hint = (!headers.contains_key(CATCH_UP_HEADER))
-            .then(|| {
-                let header = |name| headers.get(name)?.to_str().ok();
-                let endpoint_id = header(ENDPOINT_ID_HEADER)?.to_owned();
-                let sequence: u64 = header(SEQUENCE_HEADER)?.parse().ok()?;
-                Some((endpoint_id, sequence))
-            })
-            .flatten();
+        let hint = kxp_catchup::hint(|name| headers.get(name)?.to_str().ok());
         let service = Rc::clone(&self.service);
         let catch_up = self.catch_up.clone();
         Box::pin(async move {

@@ -44,9 +44,8 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use kxp_catchup::{BoxFuture, CATCH_UP_HEADER, Deliver};
+use kxp_catchup::{BoxFuture, Deliver};
 pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
-use kxp_verify::{ENDPOINT_ID_HEADER, SEQUENCE_HEADER};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -130,15 +129,8 @@ where
         if !self.catch_up.is_started() {
             self.catch_up.start();
         }
-        // Hints of the sender's deliveries only: the catch-up's own requests carry them too.
-        let hint = (!request.headers().contains_key(CATCH_UP_HEADER))
-            .then(|| {
-                let header = |name| request.headers().get(name)?.to_str().ok();
-                let endpoint_id = header(ENDPOINT_ID_HEADER)?.to_owned();
-                let sequence: u64 = header(SEQUENCE_HEADER)?.parse().ok()?;
-                Some((endpoint_id, sequence))
-            })
-            .flatten();
+        let headers = request.headers();
+        let hint = kxp_catchup::hint(|name| headers.get(name)?.to_str().ok());
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let catch_up = self.catch_up.clone();

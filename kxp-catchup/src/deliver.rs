@@ -56,6 +56,19 @@ impl Request {
     }
 }
 
+/// A delivery's hints, `(endpoint id, sequence)`, read with `header` (a header's value by
+/// lowercase name); `None` for a request without both, or one the catch-up made itself
+/// ([`CATCH_UP_HEADER`]): what a framework's middleware hands to
+/// [`CatchUp::observe`](crate::CatchUp::observe) once the request is answered 2xx.
+pub fn hint<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<(String, u64)> {
+    if header(CATCH_UP_HEADER).is_some() {
+        return None;
+    }
+    let endpoint_id = header(kxp_verify::ENDPOINT_ID_HEADER)?.to_owned();
+    let sequence = header(kxp_verify::SEQUENCE_HEADER)?.parse().ok()?;
+    Some((endpoint_id, sequence))
+}
+
 /// Marks a request the catch-up made (not the sender): handlers may log it; the hints it
 /// carries are not observed again.
 pub const CATCH_UP_HEADER: &str = "x-kxp-catch-up";

@@ -9,5 +9,5 @@ pub use catch_up::{
     CatchUp, CatchUpConfig, CatchUpError, DEFAULT_DELAY, DEFAULT_INTERVAL, DEFAULT_PAGE_SIZE,
     MAX_LEARNED_ENDPOINTS, Report,
 };
-pub use deliver::{BoxFuture, CATCH_UP_HEADER, Deliver, Loopback, Request};
+pub use deliver::{BoxFuture, CATCH_UP_HEADER, Deliver, Loopback, Request, hint};
 pub use feed::{Answer, Credential, FeedClient, FeedError};
