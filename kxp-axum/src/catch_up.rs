@@ -36,6 +36,7 @@
 //! # Ok(app) }
 //! ```
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -92,11 +93,12 @@ pub struct CatchUpService<S> {
     catch_up: CatchUp,
 }
 
+/// The wrapped service is infallible, as every axum route is: requiring it lets the compiler
+/// infer the error type of the layers between this one and the handler.
 impl<S> Layer<S> for CatchUpLayer
 where
-    S: Service<Request, Response = Response> + Clone + Send + Sync + 'static,
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
-    S::Error: std::fmt::Display,
 {
     type Service = CatchUpService<S>;
 
@@ -114,14 +116,14 @@ where
 
 impl<S> Service<Request> for CatchUpService<S>
 where
-    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
@@ -158,17 +160,18 @@ struct Routes(Arc<Mutex<Vec<Call>>>);
 impl Routes {
     fn add<S>(&self, service: S)
     where
-        S: Service<Request, Response = Response> + Clone + Send + Sync + 'static,
+        S: Service<Request, Response = Response, Error = Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         S::Future: Send + 'static,
-        S::Error: std::fmt::Display,
     {
         let call: Call = Arc::new(move |request: Request| {
             let mut service = service.clone();
             Box::pin(async move {
-                std::future::poll_fn(|cx| service.poll_ready(cx))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let response = service.call(request).await.map_err(|e| e.to_string())?;
+                let Ok(()) = std::future::poll_fn(|cx| service.poll_ready(cx)).await;
+                let Ok(response) = service.call(request).await;
                 Ok(response.status().as_u16())
             })
         });

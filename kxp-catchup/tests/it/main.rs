@@ -104,7 +104,7 @@ async fn start_app(db: &Path, secret: &str, catch_up: CatchUpConfig) -> App {
         .layer(VerifyLayer::new(Receiver::new(
             kxp_verify::Verifier::from_secret_list(secret).unwrap(),
         )))
-        .layer::<_, std::convert::Infallible>(from_fn(switch))
+        .layer(from_fn(switch))
         .layer(catch_up.layer());
     let app: Router = Router::new()
         .route("/hook", route)
