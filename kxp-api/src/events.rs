@@ -21,6 +21,16 @@ pub fn is_tag(tag: &str) -> bool {
     (1..=MAX_TAG_LEN).contains(&tag.len()) && tag.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// The longest ordering key, in characters (printable ASCII, so bytes too).
+pub const MAX_ORDERING_KEY_LEN: usize = 128;
+
+/// Whether `key` can be an event's [ordering key](NewEvent::ordering_key): 1 to
+/// [`MAX_ORDERING_KEY_LEN`] printable ASCII characters without spaces (`!` to `~`), such as a
+/// payment id.
+pub fn is_ordering_key(key: &str) -> bool {
+    (1..=MAX_ORDERING_KEY_LEN).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Whether `id` can be an event id a producer chooses ([`NewEvent::id`]): a UUID in its
 /// canonical form (36 characters, lowercase hex, hyphens after the 8th, 12th, 16th and 20th
 /// digit) other than the nil UUID, so one UUID is never two events by its spelling.
@@ -148,6 +158,14 @@ pub struct NewEvent {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(max_items = 10)]
     pub tags: Vec<String>,
+    /// What the event must stay in order with, such as the payment id: a receiver in ordered
+    /// mode (kxp-catchup) hands the events of one key to its handler in the endpoint's sequence
+    /// order, so `payment.created` comes before `payment.succeeded`. 1 to 128 printable ASCII
+    /// characters without spaces ([`is_ordering_key`]). Stored beside the event and served in
+    /// the catch-up feed (`FeedItem::ordering_key`), never in the envelope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 128, min_length = 1)]
+    pub ordering_key: Option<String>,
 }
 
 impl NewEvent {
@@ -167,6 +185,7 @@ impl NewEvent {
             data,
             api_version: None,
             tags: Vec::new(),
+            ordering_key: None,
         }
     }
 
@@ -182,6 +201,14 @@ impl NewEvent {
     pub fn api_version(self, api_version: impl Into<String>) -> NewEvent {
         NewEvent {
             api_version: Some(api_version.into()),
+            ..self
+        }
+    }
+
+    /// The same event, kept in order with the others of `key` (see [`NewEvent::ordering_key`]).
+    pub fn ordering_key(self, key: impl Into<String>) -> NewEvent {
+        NewEvent {
+            ordering_key: Some(key.into()),
             ..self
         }
     }

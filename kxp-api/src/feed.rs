@@ -74,6 +74,11 @@ pub struct FeedItem {
     pub event_id: EventId,
     /// Its type.
     pub event_type: String,
+    /// The [ordering key](crate::NewEvent::ordering_key) it was ingested with, if any: what an
+    /// ordered receiver keeps it in order with. Read here, from the authenticated feed, and
+    /// never from a header a delivery carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
     /// The request body byte for byte as a delivery sends it (for an endpoint with an
     /// encryption key, with `data_jwe` sealed anew).
     pub body: String,

@@ -40,7 +40,8 @@ pub use endpoints::{
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{
-    Event, EventQuery, EventSummary, MAX_TAG_LEN, MAX_TAGS, NewEvent, RawJson, is_event_id, is_tag,
+    Event, EventQuery, EventSummary, MAX_ORDERING_KEY_LEN, MAX_TAG_LEN, MAX_TAGS, NewEvent,
+    RawJson, is_event_id, is_ordering_key, is_tag,
 };
 pub use feed::{DEFAULT_FEED_LIMIT, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT};
 pub use health::{EndpointHealth, HealthWindow, ServiceHealth, SourceHealth};

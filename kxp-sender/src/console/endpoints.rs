@@ -497,6 +497,7 @@ pub(super) async fn test(
         id: None,
         request_hash: String::new(),
         tags: Vec::new(),
+        ordering_key: None,
         only: Some(endpoint.id.clone()),
     };
     let event = match state.shared.ingester.ingest(item).await? {

@@ -6,7 +6,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
-    ErrorCode, Event, EventId, EventSummary, MAX_TAGS, NewEvent, Page, is_event_id, is_tag,
+    ErrorCode, Event, EventId, EventSummary, MAX_TAGS, NewEvent, Page, is_event_id,
+    is_ordering_key, is_tag,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -110,6 +111,14 @@ pub(crate) async fn accept(
         .unwrap_or_else(|| account.default_api_version.clone());
     check_name("api_version", &api_version, 64)?;
     let tags = check_tags(&new.tags)?;
+    if let Some(key) = &new.ordering_key
+        && !is_ordering_key(key)
+    {
+        return Err(ApiError::invalid(
+            "ordering_key must be 1 to 128 printable ASCII characters without spaces (`!` to \
+             `~`), such as pay_123",
+        ));
+    }
     if let Some(violation) = check_schema(
         state,
         account,
@@ -130,6 +139,7 @@ pub(crate) async fn accept(
         id: new.id.as_ref().map(check_event_id).transpose()?,
         request_hash: sha256_hex(body),
         tags,
+        ordering_key: new.ordering_key.clone(),
         only: None,
     };
     let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {

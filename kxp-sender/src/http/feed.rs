@@ -226,6 +226,7 @@ fn item(source: &FeedSource, secrets: &[Material], row: FeedRow) -> Result<FeedI
         sequence: u64::try_from(row.sequence).unwrap_or(0),
         event_id: row.event_id,
         event_type: row.event_type,
+        ordering_key: row.ordering_key,
         body,
         headers,
     })

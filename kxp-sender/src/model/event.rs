@@ -61,6 +61,8 @@ pub struct Ingest {
     pub request_hash: String,
     /// Its tags, checked, each once (stored beside the event, never in the envelope).
     pub tags: Vec<String>,
+    /// Its ordering key, checked (stored beside the event, served in the feed).
+    pub ordering_key: Option<String>,
     /// Deliver it to this endpoint only, whatever the endpoint subscribes to (the console's
     /// "send a test event"); `None`: to every endpoint subscribed to its type.
     pub only: Option<EndpointId>,

@@ -57,8 +57,8 @@ macro_rules! ingest_on {
             }
             let event = new_event(item, now)?;
             sqlx::query(
-                "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(&event.id)
             .bind(&event.account_id)
@@ -68,6 +68,7 @@ macro_rules! ingest_on {
             .bind(event.created_at)
             .bind(&item.idempotency)
             .bind(&event.request_hash)
+            .bind(&item.ordering_key)
             .execute(&mut *$tx)
             .await?;
             if !item.tags.is_empty() {

@@ -120,6 +120,41 @@ async fn the_feed_lists_dead_and_held_events_by_number_signed_anew() {
 }
 
 #[tokio::test]
+async fn the_feed_says_each_events_ordering_key() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![]).await;
+    let (id, secret) = s.api.endpoint(&receiver.url, json!({})).await;
+    let event = |data: Value, key: Option<&str>| json!({"type": "payment.updated", "data": data, "ordering_key": key});
+    for (n, key) in [(1, Some("pay_1")), (2, None), (3, Some("pay_1"))] {
+        let (status, body) = s
+            .api
+            .call("POST", "/v1/events", Some(event(json!({"n": n}), key)))
+            .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    for bad in ["", "pay 1", &"k".repeat(129)] {
+        let (status, body) = s
+            .api
+            .call("POST", "/v1/events", Some(event(json!({}), Some(bad))))
+            .await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (422, Some("invalid_request")),
+            "{bad:?}: {body}"
+        );
+        assert!(body["message"].as_str().unwrap().contains("ordering_key"));
+    }
+    let page = page_of(&s.api, &id, &secret, 3).await;
+    let keys: Vec<Option<&str>> = page
+        .items
+        .iter()
+        .map(|item| item.ordering_key.as_deref())
+        .collect();
+    assert_eq!(keys, [Some("pay_1"), None, Some("pay_1")]);
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
 async fn only_the_endpoints_own_feed_signature_opens_the_feed() {
     let s = sender("0s").await;
     let receiver = Receiver::start(vec![]).await;
