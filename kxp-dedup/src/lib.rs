@@ -6,6 +6,7 @@ compile_error!(
 );
 
 mod error;
+mod held;
 mod inbox;
 mod process;
 mod record;

@@ -29,6 +29,7 @@ macro_rules! both_backends {
 
 mod checkpoint;
 mod claim;
+mod held;
 mod in_transaction;
 mod inbox;
 mod purge;
