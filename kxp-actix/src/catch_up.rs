@@ -1,6 +1,8 @@
 //! Catch-up on the webhook resource: one middleware that watches the deliveries' sequence hints
 //! and has the events the receiver missed, pulled from the sender's signed feed, posted to the
 //! receiver's own URL — through the same verifier, handler and dedup (see [`kxp_catchup`]).
+//! With [`CatchUpConfig::ordered`] the middleware holds each verified delivery, answers 200,
+//! and the resource gets each key's events in sequence order from the feed.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -41,11 +43,17 @@
 
 use std::rc::Rc;
 
-use actix_web::Error;
-use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
+use actix_web::http::{Method, Version, header};
+use actix_web::{Error, HttpResponse, Responder};
 use futures_util::future::LocalBoxFuture;
-use kxp_catchup::Loopback;
 pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
+use kxp_catchup::{Loopback, Received};
+use kxp_receiver::{Receiver, RequestLog, VERIFIED_KEY_HEADER, verified_key_value};
+
+use crate::dedup::{Handled, Outcome};
+use crate::middleware::{read_body, reject};
 
 /// Feeds a [`CatchUp`] the resource's hints, starts its task with the first request, and has
 /// it deliver recovered events by posting them to the receiver's own URL ([`Loopback`]).
@@ -68,9 +76,9 @@ impl CatchUpMiddleware {
 impl<S, B> Transform<S, ServiceRequest> for CatchUpMiddleware
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
-    B: 'static,
+    B: MessageBody + 'static,
 {
-    type Response = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
     type Error = Error;
     type Transform = CatchUpService<S>;
     type InitError = ();
@@ -101,9 +109,9 @@ impl<S> std::fmt::Debug for CatchUpService<S> {
 impl<S, B> Service<ServiceRequest> for CatchUpService<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
-    B: 'static,
+    B: MessageBody + 'static,
 {
-    type Response = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
     type Error = Error;
     type Future = LocalBoxFuture<'static, Result<Self::Response, Error>>;
 
@@ -112,10 +120,15 @@ where
     fn call(&self, request: ServiceRequest) -> Self::Future {
         // On the worker's Tokio runtime, once for all workers.
         self.catch_up.start();
-        let headers = request.headers();
-        let hint = kxp_catchup::hint(|name| headers.get(name)?.to_str().ok());
         let service = Rc::clone(&self.service);
         let catch_up = self.catch_up.clone();
+        if let Some(receiver) = catch_up.ordered_receiver().cloned()
+            && request.method() == Method::POST
+        {
+            return Box::pin(ordered(service, catch_up, receiver, request));
+        }
+        let headers = request.headers();
+        let hint = kxp_catchup::hint(|name| headers.get(name)?.to_str().ok());
         Box::pin(async move {
             let response = service.call(request).await?;
             if let Some((endpoint_id, sequence)) = hint
@@ -123,7 +136,71 @@ where
             {
                 catch_up.observe(&endpoint_id, sequence);
             }
-            Ok(response)
+            Ok(response.map_into_left_body())
         })
     }
+}
+
+/// Ordered mode's side of a `POST`: the body read as the verifier reads it, then held and
+/// answered here, or handed to the resource (the catch-up's own requests).
+async fn ordered<S, B>(
+    service: Rc<S>,
+    catch_up: CatchUp,
+    receiver: Receiver,
+    mut request: ServiceRequest,
+) -> Result<ServiceResponse<EitherBody<B>>, Error>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
+{
+    let log = RequestLog::start();
+    if let Some(rejection) = receiver.unframed(
+        request.version() == Version::HTTP_10,
+        true,
+        request.headers().contains_key(header::CONTENT_LENGTH),
+    ) {
+        let response = reject(log, rejection);
+        return Ok(request.into_response(response).map_into_right_body());
+    }
+    let body = match read_body(&receiver, &mut request).await {
+        Ok(body) => body,
+        Err(rejection) => {
+            let response = reject(log, rejection);
+            return Ok(request.into_response(response).map_into_right_body());
+        }
+    };
+    let headers = request.headers();
+    let header = |name: &str| headers.get(name).map_or(&b""[..], |v| v.as_bytes());
+    let response = match catch_up.receive(header, body.clone()).await {
+        Received::Held {
+            event_id,
+            key,
+            duplicate,
+        } => {
+            log.finish(
+                &event_id,
+                "ok",
+                if duplicate { "duplicate" } else { "held" },
+                200,
+            );
+            let mut response = HttpResponse::Ok();
+            response.content_type("application/json");
+            if let Some(value) = verified_key_value(200, key) {
+                response.insert_header((VERIFIED_KEY_HEADER, value));
+            }
+            response.body(Received::json_body(duplicate))
+        }
+        Received::Rejected(rejection) => reject(log, rejection),
+        Received::Unavailable => {
+            let outcome = Outcome::StoreUnavailable {
+                retry_after: kxp_dedup::STORE_UNAVAILABLE_RETRY_AFTER,
+            };
+            log.finish("", "ok", outcome.as_str(), outcome.status());
+            Handled(outcome).respond_to(request.request())
+        }
+        Received::PassThrough => {
+            request.set_payload(Payload::from(body));
+            return Ok(service.call(request).await?.map_into_left_body());
+        }
+    };
+    Ok(request.into_response(response).map_into_right_body())
 }

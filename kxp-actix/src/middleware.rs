@@ -211,7 +211,10 @@ where
 pub(crate) struct HandlerOutcome(pub(crate) &'static str);
 
 /// Takes the payload and buffers it, refusing a declared or actual length over the limit.
-async fn read_body(receiver: &Receiver, request: &mut ServiceRequest) -> Result<Bytes, Rejection> {
+pub(crate) async fn read_body(
+    receiver: &Receiver,
+    request: &mut ServiceRequest,
+) -> Result<Bytes, Rejection> {
     let limit = receiver.limit();
     let declared = request
         .headers()
@@ -237,7 +240,7 @@ async fn read_body(receiver: &Receiver, request: &mut ServiceRequest) -> Result<
     Ok(buffer.freeze())
 }
 
-fn reject(log: RequestLog, rejection: Rejection) -> HttpResponse {
+pub(crate) fn reject(log: RequestLog, rejection: Rejection) -> HttpResponse {
     log.finish("", rejection.verification(), "rejected", rejection.status());
     WebhookRejection(rejection).error_response()
 }

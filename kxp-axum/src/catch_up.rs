@@ -1,6 +1,8 @@
 //! Catch-up on the webhook route: one layer that watches the deliveries' sequence hints and
 //! hands the events the receiver missed, pulled from the sender's signed feed, to this same
-//! route — through the same verifier, handler and dedup (see [`kxp_catchup`]).
+//! route — through the same verifier, handler and dedup (see [`kxp_catchup`]). With
+//! [`CatchUpConfig::ordered`] the layer holds each verified delivery, answers 200, and the
+//! route gets each key's events in sequence order from the feed.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -44,9 +46,14 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::response::Response;
-use kxp_catchup::{BoxFuture, Deliver};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderName, HeaderValue, Method, StatusCode, Version, header};
+use kxp_catchup::{BoxFuture, Deliver, Received};
 pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
+use kxp_receiver::{RequestLog, VERIFIED_KEY_HEADER, verified_key_value};
+
+use crate::dedup::{Handled, Outcome};
+use crate::layer::{read_body, reject};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -131,11 +138,16 @@ where
         if !self.catch_up.is_started() {
             self.catch_up.start();
         }
-        let headers = request.headers();
-        let hint = kxp_catchup::hint(|name| headers.get(name)?.to_str().ok());
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let catch_up = self.catch_up.clone();
+        if let Some(receiver) = catch_up.ordered_receiver().cloned()
+            && request.method() == Method::POST
+        {
+            return Box::pin(ordered(inner, catch_up, receiver, request));
+        }
+        let headers = request.headers();
+        let hint = kxp_catchup::hint(|name| headers.get(name)?.to_str().ok());
         Box::pin(async move {
             let response = inner.call(request).await?;
             if let Some((endpoint_id, sequence)) = hint
@@ -146,6 +158,71 @@ where
             Ok(response)
         })
     }
+}
+
+/// Ordered mode's side of a `POST`: the body read as the verifier reads it, then held and
+/// answered here, or handed to the route (the catch-up's own requests).
+async fn ordered<S>(
+    mut inner: S,
+    catch_up: CatchUp,
+    receiver: kxp_receiver::Receiver,
+    request: Request,
+) -> Result<Response, Infallible>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    let log = RequestLog::start();
+    if let Some(rejection) = receiver.unframed(
+        request.version() == Version::HTTP_10,
+        true,
+        request.headers().contains_key(header::CONTENT_LENGTH),
+    ) {
+        return Ok(reject(log, rejection));
+    }
+    let (parts, body) = request.into_parts();
+    let body = match read_body(&receiver, &parts.headers, body).await {
+        Ok(body) => body,
+        Err(rejection) => return Ok(reject(log, rejection)),
+    };
+    let header = |name: &str| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
+    Ok(match catch_up.receive(header, body.clone()).await {
+        Received::Held {
+            event_id,
+            key,
+            duplicate,
+        } => {
+            let outcome = if duplicate { "duplicate" } else { "held" };
+            log.finish(&event_id, "ok", outcome, 200);
+            let mut response = (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                Received::json_body(duplicate),
+            )
+                .into_response();
+            if let Some(value) =
+                verified_key_value(200, key).and_then(|v| HeaderValue::from_str(&v).ok())
+            {
+                response
+                    .headers_mut()
+                    .insert(HeaderName::from_static(VERIFIED_KEY_HEADER), value);
+            }
+            response
+        }
+        Received::Rejected(rejection) => reject(log, rejection),
+        Received::Unavailable => {
+            let outcome = Outcome::StoreUnavailable {
+                retry_after: kxp_dedup::STORE_UNAVAILABLE_RETRY_AFTER,
+            };
+            log.finish("", "ok", outcome.as_str(), outcome.status());
+            Handled(outcome).into_response()
+        }
+        Received::PassThrough => {
+            let Ok(response) = inner
+                .call(Request::from_parts(parts, Body::from(body)))
+                .await;
+            response
+        }
+    })
 }
 
 /// One wrapped service, called with a request: its status.

@@ -171,7 +171,7 @@ where
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HandlerOutcome(pub(crate) &'static str);
 
-async fn read_body(
+pub(crate) async fn read_body(
     receiver: &Receiver,
     headers: &http::HeaderMap,
     body: Body,
@@ -192,7 +192,7 @@ async fn read_body(
     }
 }
 
-fn reject(log: RequestLog, rejection: Rejection) -> Response {
+pub(crate) fn reject(log: RequestLog, rejection: Rejection) -> Response {
     log.finish("", rejection.verification(), "rejected", rejection.status());
     WebhookRejection(rejection).into_response()
 }

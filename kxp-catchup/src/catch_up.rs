@@ -1,11 +1,12 @@
 //! The catch-up itself: when to pull the feed, and how a page is reconciled.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kxp_dedup::{EventStatus, Store, StoreError};
+use kxp_receiver::Receiver;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -22,6 +23,16 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 /// Items per feed request.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
+
+/// In ordered mode, how far past an event its key still waits on (one the handler did not take)
+/// a catch-up reads on for the other keys: a stuck key holds the others back by at most this
+/// many events.
+pub const ORDERED_LOOKAHEAD: u64 = 1000;
+
+/// In ordered mode, the first wait before an endpoint with events still held is read again
+/// (doubling up to [`delay`](CatchUpConfig::delay)): an event held a moment before the sender
+/// numbered it is in the feed a moment later.
+const FIRST_RETRY: Duration = Duration::from_millis(250);
 
 /// The most endpoints learned from hints (beyond those configured or checkpointed): an unsigned
 /// header can name any, so there is a bound.
@@ -44,6 +55,9 @@ pub struct CatchUpConfig {
     /// Endpoints to catch up on the timer from the start, before any delivery names them (the
     /// rest are learned from deliveries' `X-Kxp-Endpoint-Id` and the stored checkpoints).
     pub endpoints: Vec<String>,
+    /// Ordered mode, with the route's own receiver: see [`CatchUpConfig::ordered`]. `None`:
+    /// deliveries go to the handler as they come.
+    pub ordered: Option<Receiver>,
 }
 
 impl CatchUpConfig {
@@ -56,6 +70,7 @@ impl CatchUpConfig {
             interval: DEFAULT_INTERVAL,
             page_size: DEFAULT_PAGE_SIZE,
             endpoints: Vec::new(),
+            ordered: None,
         }
     }
 
@@ -81,6 +96,59 @@ impl CatchUpConfig {
     pub fn endpoint(mut self, endpoint_id: &str) -> CatchUpConfig {
         self.endpoints.push(endpoint_id.to_owned());
         self
+    }
+
+    /// Ordered mode: the handler gets each endpoint's events **in sequence order per ordering
+    /// key** (the producer's `ordering_key`, such as the payment id), so `payment.created`
+    /// comes before `payment.succeeded` even when their deliveries cross.
+    ///
+    /// A delivery is verified with `receiver` (the one the route's verifier uses), held in the
+    /// dedup database and answered 200 at once, without calling the handler; the catch-up then
+    /// reads the feed, which says with authority which event has which number and key, and
+    /// hands the events to the route in that order, from the feed. An event that did not
+    /// arrive yet is not waited for: the feed has it as soon as it has a number. An event the
+    /// handler does not take holds back the later events of its key (up to
+    /// [`ORDERED_LOOKAHEAD`] events), not the others'. Events without a key are in no order.
+    pub fn ordered(mut self, receiver: Receiver) -> CatchUpConfig {
+        self.ordered = Some(receiver);
+        self
+    }
+}
+
+/// What ordered mode made of a delivery ([`CatchUp::receive`]): what the framework's
+/// middleware answers.
+#[derive(Debug)]
+pub enum Received {
+    /// Hand the request to the route as it came: ordered mode is off, the request is the
+    /// catch-up's own, or it names no endpoint (`X-Kxp-Endpoint-Id`) and more than one is
+    /// configured (logged: it is handled at once, in no order).
+    PassThrough,
+    /// Verified and durably held, or processed before: answer 200 (`{"outcome":"held"}`, or
+    /// `duplicate`) with `X-Kxp-Verified-Key` naming `key`.
+    Held {
+        /// The event id of the verified body.
+        event_id: String,
+        /// The key that verified it.
+        key: kxp_verify::KeyFingerprint,
+        /// Processed before: nothing was held.
+        duplicate: bool,
+    },
+    /// The verifier refused it: answer this rejection.
+    Rejected(kxp_receiver::Rejection),
+    /// The dedup store could not hold it: answer 503 with `Retry-After`, so the sender
+    /// delivers it again ([`kxp_dedup::Outcome::StoreUnavailable`]).
+    Unavailable,
+}
+
+impl Received {
+    /// The response body of a [`Held`](Received::Held): `{"outcome":"held"}` or
+    /// `{"outcome":"duplicate"}`.
+    pub fn json_body(duplicate: bool) -> &'static str {
+        if duplicate {
+            r#"{"outcome":"duplicate"}"#
+        } else {
+            r#"{"outcome":"held"}"#
+        }
     }
 }
 
@@ -124,8 +192,12 @@ pub struct Report {
     /// an error; the checkpoint moves past them).
     pub purged: u64,
     /// Why it stopped before the feed's end, when it did: an item the handler did not take
-    /// (retried at the next catch-up, from it).
+    /// (retried at the next catch-up, from it). In ordered mode the first such item; the
+    /// catch-up went on with the other keys.
     pub stopped: Option<String>,
+    /// Ordered mode: items not handed over because an earlier event of their key was not
+    /// taken (handed over at a later catch-up, in order).
+    pub waiting: u64,
 }
 
 /// A receiver's catch-up: cheap to clone (one task and state behind it).
@@ -151,8 +223,11 @@ struct Inner {
     feed: FeedClient,
     store: Store,
     deliver: OnceLock<Arc<dyn Deliver>>,
-    hints: mpsc::Sender<(String, u64)>,
-    receiver: Mutex<Option<mpsc::Receiver<(String, u64)>>>,
+    signals: mpsc::Sender<Signal>,
+    receiver: Mutex<Option<mpsc::Receiver<Signal>>>,
+    /// The value of [`CATCH_UP_HEADER`](crate::CATCH_UP_HEADER) on this catch-up's own
+    /// requests: random, so ordered mode can tell them from a delivery that claims to be one.
+    mark: String,
     stop: watch::Sender<bool>,
     started: AtomicBool,
     /// One catch-up of an endpoint at a time (the task's, and a direct call's).
@@ -164,15 +239,16 @@ impl CatchUp {
     /// `store` (the store the handler's dedup uses: reconciling is by its records).
     pub fn new(config: CatchUpConfig, store: Store) -> Result<CatchUp, FeedError> {
         let feed = FeedClient::new(&config.sender_url, config.credential.clone())?;
-        let (hints, receiver) = mpsc::channel(1024);
+        let (signals, receiver) = mpsc::channel(1024);
         Ok(CatchUp {
             inner: Arc::new(Inner {
                 config,
                 feed,
                 store,
                 deliver: OnceLock::new(),
-                hints,
+                signals,
                 receiver: Mutex::new(Some(receiver)),
+                mark: uuid::Uuid::new_v4().simple().to_string(),
                 stop: watch::channel(false).0,
                 started: AtomicBool::new(false),
                 running: tokio::sync::Mutex::new(()),
@@ -193,8 +269,77 @@ impl CatchUp {
     pub fn observe(&self, endpoint_id: &str, sequence: u64) {
         let _ = self
             .inner
-            .hints
-            .try_send((endpoint_id.to_owned(), sequence));
+            .signals
+            .try_send(Signal::Hint(endpoint_id.to_owned(), sequence));
+    }
+
+    /// Whether ordered mode is on ([`CatchUpConfig::ordered`]).
+    pub fn is_ordered(&self) -> bool {
+        self.inner.config.ordered.is_some()
+    }
+
+    /// The receiver ordered mode verifies deliveries with, if it is on: the middleware reads
+    /// the body within its limit.
+    pub fn ordered_receiver(&self) -> Option<&Receiver> {
+        self.inner.config.ordered.as_ref()
+    }
+
+    /// Whether `mark`, a request's [`CATCH_UP_HEADER`](crate::CATCH_UP_HEADER), is this
+    /// catch-up's own: compared in constant time, since a forged one would let a replayed
+    /// delivery past ordered mode's order.
+    pub fn is_own(&self, mark: &[u8]) -> bool {
+        let own = self.inner.mark.as_bytes();
+        own.len() == mark.len() && own.iter().zip(mark).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+    }
+
+    /// Ordered mode's side of a request (a `POST` to the webhook route): reads each header
+    /// with `header` (an empty value for a missing one) and holds a verified delivery (see
+    /// [`Received`]). With ordered mode off, [`Received::PassThrough`].
+    pub async fn receive<'h>(
+        &self,
+        header: impl Fn(&str) -> &'h [u8],
+        body: bytes::Bytes,
+    ) -> Received {
+        let Some(receiver) = &self.inner.config.ordered else {
+            return Received::PassThrough;
+        };
+        if self.is_own(header(crate::CATCH_UP_HEADER)) {
+            return Received::PassThrough;
+        }
+        let accepted = match receiver.check_request(&header, body.clone()) {
+            Ok(accepted) => accepted,
+            Err(rejection) => return Received::Rejected(rejection),
+        };
+        let event_id = accepted.event_id().to_owned();
+        let key = accepted.key_fingerprint();
+        let named = std::str::from_utf8(header(kxp_verify::ENDPOINT_ID_HEADER)).unwrap_or("");
+        let endpoint_id = match (named, self.inner.config.endpoints.as_slice()) {
+            ("", [only]) => only.clone(),
+            ("", _) => {
+                tracing::warn!(
+                    target: "kxp_catchup", event_id,
+                    "ordered mode: a delivery without X-Kxp-Endpoint-Id goes to the handler at once, in no order"
+                );
+                return Received::PassThrough;
+            }
+            (named, _) => named.to_owned(),
+        };
+        let store = &self.inner.store;
+        let duplicate = match store.record(&event_id).await {
+            Ok(record) => record.is_some_and(|r| r.status == EventStatus::Done),
+            Err(e) => return unavailable(&event_id, &e),
+        };
+        if !duplicate {
+            if let Err(e) = store.hold(&endpoint_id, &event_id, &body).await {
+                return unavailable(&event_id, &e);
+            }
+            let _ = self.inner.signals.try_send(Signal::Held(endpoint_id));
+        }
+        Received::Held {
+            event_id,
+            key,
+            duplicate,
+        }
     }
 
     /// Starts the task (once; later calls do nothing) on the current Tokio runtime: it catches
@@ -229,7 +374,8 @@ impl CatchUp {
     /// every item dedup has not recorded as processed to the handler; and moves the checkpoint
     /// over the contiguous prefix that is processed. An item the handler does not take (not
     /// 2xx) stops it there: the checkpoint stays before it, and the next catch-up starts with
-    /// it.
+    /// it. In ordered mode it holds back only the later items of its ordering key, and the
+    /// catch-up goes on with the others, up to [`ORDERED_LOOKAHEAD`] items past the checkpoint.
     pub async fn catch_up(&self, endpoint_id: &str) -> Result<Report, CatchUpError> {
         let _one = self.inner.running.lock().await;
         let deliver = self
@@ -238,76 +384,112 @@ impl CatchUp {
             .get()
             .cloned()
             .ok_or(CatchUpError::NoDeliverer)?;
+        let ordered = self.is_ordered();
         let store = &self.inner.store;
         let mut report = Report {
             checkpoint: store.checkpoint(endpoint_id).await?,
             ..Report::default()
         };
-        loop {
+        let start = report.checkpoint;
+        // The last item read, and whether every item up to it is processed (then the
+        // checkpoint follows it).
+        let mut cursor = start;
+        let mut contiguous = true;
+        let mut blocked: HashSet<String> = HashSet::new();
+        'pages: loop {
             let page = match self
                 .inner
                 .feed
-                .page(endpoint_id, report.checkpoint, self.inner.config.page_size)
+                .page(endpoint_id, cursor, self.inner.config.page_size)
                 .await?
             {
                 Answer::Purged { earliest } => {
-                    let lost = earliest.saturating_sub(report.checkpoint.saturating_add(1));
+                    let lost = earliest.saturating_sub(cursor.saturating_add(1));
                     tracing::error!(
-                        target: "kxp_catchup", endpoint_id, after = report.checkpoint, earliest, lost,
+                        target: "kxp_catchup", endpoint_id, after = cursor, earliest, lost,
                         "the sender's retention purged events this receiver never processed: they cannot be recovered"
                     );
                     report.purged += lost;
-                    report.checkpoint = store
-                        .advance_checkpoint(endpoint_id, earliest.saturating_sub(1))
-                        .await?;
+                    cursor = earliest.saturating_sub(1);
+                    if contiguous {
+                        report.checkpoint = store.advance_checkpoint(endpoint_id, cursor).await?;
+                    }
                     continue;
                 }
                 Answer::Page(page) => page,
             };
-            let mut last = report.checkpoint;
             for item in &page.items {
-                if item.sequence != last.saturating_add(1) {
+                if item.sequence != cursor.saturating_add(1) {
                     // The feed answers contiguous numbers; anything else is read again later.
-                    report.stopped =
-                        Some(format!("the feed skipped from {last} to {}", item.sequence));
-                    break;
+                    report.stopped = Some(format!(
+                        "the feed skipped from {cursor} to {}",
+                        item.sequence
+                    ));
+                    break 'pages;
                 }
-                let done = store
+                let key = item.ordering_key.as_deref().filter(|_| ordered);
+                let processed = if store
                     .record(item.event_id.as_str())
                     .await?
-                    .is_some_and(|r| r.status == EventStatus::Done);
-                if done {
+                    .is_some_and(|r| r.status == EventStatus::Done)
+                {
                     report.already += 1;
+                    true
+                } else if key.is_some_and(|k| blocked.contains(k)) {
+                    report.waiting += 1;
+                    false
                 } else {
-                    match deliver.deliver(Request::of(endpoint_id, item)).await {
-                        Ok(status) if (200..300).contains(&status) => report.recovered += 1,
-                        Ok(status) => {
-                            report.stopped = Some(format!(
-                                "the handler answered {status} to event {} (number {})",
-                                item.event_id, item.sequence
-                            ));
-                            break;
+                    let request = Request::of(endpoint_id, item, &self.inner.mark);
+                    let refused = match deliver.deliver(request).await {
+                        Ok(status) if (200..300).contains(&status) => None,
+                        Ok(status) => Some(format!(
+                            "the handler answered {status} to event {} (number {})",
+                            item.event_id, item.sequence
+                        )),
+                        Err(e) => Some(format!("delivering event {}: {e}", item.event_id)),
+                    };
+                    match refused {
+                        None => {
+                            report.recovered += 1;
+                            true
                         }
-                        Err(e) => {
-                            report.stopped =
-                                Some(format!("delivering event {}: {e}", item.event_id));
-                            break;
+                        Some(why) => {
+                            report.stopped.get_or_insert(why);
+                            if !ordered {
+                                break 'pages;
+                            }
+                            if let Some(key) = key {
+                                blocked.insert(key.to_owned());
+                            }
+                            false
                         }
                     }
+                };
+                cursor = item.sequence;
+                contiguous &= processed;
+                if contiguous {
+                    report.checkpoint = cursor;
                 }
-                last = item.sequence;
             }
-            if last > report.checkpoint {
-                report.checkpoint = store.advance_checkpoint(endpoint_id, last).await?;
-            }
-            if report.stopped.is_some() || page.items.is_empty() || last >= page.latest {
+            if page.items.is_empty()
+                || cursor >= page.latest
+                || cursor.saturating_sub(report.checkpoint) >= ORDERED_LOOKAHEAD
+            {
                 break;
             }
+        }
+        if report.checkpoint > start {
+            report.checkpoint = store
+                .advance_checkpoint(endpoint_id, report.checkpoint)
+                .await?;
+        }
+        if ordered {
+            store.release_processed().await?;
         }
         if report.recovered > 0 || report.stopped.is_some() {
             tracing::info!(
                 target: "kxp_catchup", endpoint_id, checkpoint = report.checkpoint,
-                recovered = report.recovered, already = report.already,
+                recovered = report.recovered, already = report.already, waiting = report.waiting,
                 stopped = report.stopped.as_deref().unwrap_or(""),
                 "caught up"
             );
@@ -316,15 +498,43 @@ impl CatchUp {
     }
 }
 
-/// What the hints say of one endpoint: the numbers seen beyond `floor` (everything up to it is
-/// seen or checkpointed), and when its open gap is to be closed from the feed.
+/// What the catch-up's task is told.
+enum Signal {
+    /// A delivery of the endpoint with this number was answered 2xx.
+    Hint(String, u64),
+    /// Ordered mode held a delivery of the endpoint: its turn may have come.
+    Held(String),
+}
+
+/// Logs a store failure of ordered mode's hold: the delivery is answered 503.
+fn unavailable(event_id: &str, error: &StoreError) -> Received {
+    tracing::warn!(
+        target: "kxp_catchup", event_id, error = %error, kind = error.kind(),
+        "ordered mode cannot hold a delivery; answered 503"
+    );
+    Received::Unavailable
+}
+
+/// What the task knows of one endpoint: the numbers the hints showed beyond `floor`
+/// (everything up to it is seen or checkpointed), when it is to be read from the feed, and in
+/// ordered mode how long to wait before reading again while events stay held.
 struct Hints {
     floor: u64,
     seen: BTreeSet<u64>,
     due: Option<Instant>,
+    retry: Duration,
 }
 
 impl Hints {
+    fn new(floor: u64) -> Hints {
+        Hints {
+            floor,
+            seen: BTreeSet::new(),
+            due: None,
+            retry: FIRST_RETRY,
+        }
+    }
+
     /// Moves the floor over the contiguous numbers seen; a number still above it is a gap, due
     /// `delay` after it was first noticed.
     fn settle(&mut self, delay: Duration) {
@@ -341,44 +551,62 @@ impl Hints {
     }
 }
 
-async fn run(catch_up: CatchUp, mut hints: mpsc::Receiver<(String, u64)>) {
+async fn run(catch_up: CatchUp, mut signals: mpsc::Receiver<Signal>) {
     let inner = &catch_up.inner;
     let config = &inner.config;
+    let store = &inner.store;
     let mut stop = inner.stop.subscribe();
     let mut known: BTreeSet<String> = config.endpoints.iter().cloned().collect();
-    match inner.store.checkpoints().await {
+    match store.checkpoints().await {
         Ok(rows) => known.extend(rows.into_iter().map(|(id, _)| id)),
         Err(e) => {
             tracing::warn!(target: "kxp_catchup", error = %e, "reading the checkpoints failed")
         }
     }
+    if catch_up.is_ordered() {
+        // What a stopped process held is taken up at once, with the first sweep.
+        match store.held_endpoints().await {
+            Ok(ids) => known.extend(ids),
+            Err(e) => {
+                tracing::warn!(target: "kxp_catchup", error = %e, "reading the held events failed")
+            }
+        }
+    }
     let learned_cap = known.len() + MAX_LEARNED_ENDPOINTS;
-    let mut gaps: HashMap<String, Hints> = HashMap::new();
+    let mut endpoints: HashMap<String, Hints> = HashMap::new();
     let mut sweep = Instant::now();
     while !*stop.borrow() {
-        let next = gaps
+        let next = endpoints
             .values()
             .filter_map(|h| h.due)
             .fold(sweep, Instant::min);
         tokio::select! {
             _ = stop.changed() => break,
-            hint = hints.recv() => {
-                let Some((endpoint_id, sequence)) = hint else { break };
+            signal = signals.recv() => {
+                let Some(signal) = signal else { break };
+                let endpoint_id = match &signal {
+                    Signal::Hint(id, _) | Signal::Held(id) => id.clone(),
+                };
                 if !known.contains(&endpoint_id) {
                     if known.len() >= learned_cap {
                         continue;
                     }
                     known.insert(endpoint_id.clone());
                 }
-                let hints = match gaps.get_mut(&endpoint_id) {
+                let hints = match endpoints.get_mut(&endpoint_id) {
                     Some(hints) => hints,
                     None => {
-                        let floor = inner.store.checkpoint(&endpoint_id).await.unwrap_or(0);
-                        gaps.entry(endpoint_id).or_insert(Hints { floor, seen: BTreeSet::new(), due: None })
+                        let floor = store.checkpoint(&endpoint_id).await.unwrap_or(0);
+                        endpoints.entry(endpoint_id).or_insert(Hints::new(floor))
                     }
                 };
-                hints.seen.insert(sequence);
-                hints.settle(config.delay);
+                match signal {
+                    Signal::Hint(_, sequence) => {
+                        hints.seen.insert(sequence);
+                        hints.settle(config.delay);
+                    }
+                    Signal::Held(_) => hints.due = Some(Instant::now()),
+                }
             }
             () = tokio::time::sleep_until(next) => {
                 let now = Instant::now();
@@ -386,22 +614,34 @@ async fn run(catch_up: CatchUp, mut hints: mpsc::Receiver<(String, u64)>) {
                     sweep = now + config.interval;
                     known.iter().cloned().collect()
                 } else {
-                    gaps.iter().filter(|(_, h)| h.due.is_some_and(|d| d <= now)).map(|(id, _)| id.clone()).collect()
+                    endpoints.iter().filter(|(_, h)| h.due.is_some_and(|d| d <= now)).map(|(id, _)| id.clone()).collect()
                 };
                 for endpoint_id in due {
                     let checkpoint = match catch_up.catch_up(&endpoint_id).await {
-                        Ok(report) => Some(report.checkpoint),
+                        Ok(report) => report.checkpoint,
                         Err(e) => {
                             tracing::warn!(target: "kxp_catchup", endpoint_id, error = %e, code = e.code(), "catching up failed; tried again later");
-                            None
+                            0
                         }
                     };
-                    if let Some(hints) = gaps.get_mut(&endpoint_id) {
-                        hints.floor = hints.floor.max(checkpoint.unwrap_or(0));
-                        // Still open after a catch-up (the feed did not have it yet, or the
-                        // handler refused): look again after another delay.
-                        hints.due = None;
-                        hints.settle(config.delay);
+                    let held = if catch_up.is_ordered() {
+                        store.held_count(&endpoint_id).await.unwrap_or(1)
+                    } else {
+                        0
+                    };
+                    let hints = endpoints.entry(endpoint_id).or_insert(Hints::new(checkpoint));
+                    hints.floor = hints.floor.max(checkpoint);
+                    // A gap still open after a catch-up (the feed did not have it yet, or the
+                    // handler refused): look again after another delay.
+                    hints.due = None;
+                    hints.settle(config.delay);
+                    if held == 0 {
+                        hints.retry = FIRST_RETRY;
+                    } else {
+                        // Held events not processed yet: soon again, then less and less often.
+                        let again = Instant::now() + hints.retry;
+                        hints.due = Some(hints.due.map_or(again, |d| d.min(again)));
+                        hints.retry = (hints.retry * 2).min(config.delay.max(FIRST_RETRY));
                     }
                 }
             }

@@ -28,8 +28,9 @@ pub struct Request {
 }
 
 impl Request {
-    /// The request for `item` of `endpoint_id`'s feed.
-    pub fn of(endpoint_id: &str, item: &FeedItem) -> Request {
+    /// The request for `item` of `endpoint_id`'s feed, marked with `mark` (the catch-up's own
+    /// [`CATCH_UP_HEADER`] value).
+    pub fn of(endpoint_id: &str, item: &FeedItem, mark: &str) -> Request {
         let mut headers: Vec<(String, String)> = item
             .headers
             .iter()
@@ -47,7 +48,7 @@ impl Request {
                 kxp_verify::SEQUENCE_HEADER.to_owned(),
                 item.sequence.to_string(),
             ),
-            (CATCH_UP_HEADER.to_owned(), "1".to_owned()),
+            (CATCH_UP_HEADER.to_owned(), mark.to_owned()),
         ]);
         Request {
             headers,
@@ -70,7 +71,8 @@ pub fn hint<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<(String, u64
 }
 
 /// Marks a request the catch-up made (not the sender): handlers may log it; the hints it
-/// carries are not observed again.
+/// carries are not observed again. Its value is random, one per [`CatchUp`](crate::CatchUp):
+/// ordered mode lets only its own through to the handler.
 pub const CATCH_UP_HEADER: &str = "x-kxp-catch-up";
 
 /// Delivers by `POST`ing to the receiver's own webhook URL (`http://127.0.0.1:8080/webhooks`):

@@ -7,7 +7,7 @@ mod feed;
 // The public interface.
 pub use catch_up::{
     CatchUp, CatchUpConfig, CatchUpError, DEFAULT_DELAY, DEFAULT_INTERVAL, DEFAULT_PAGE_SIZE,
-    MAX_LEARNED_ENDPOINTS, Report,
+    MAX_LEARNED_ENDPOINTS, ORDERED_LOOKAHEAD, Received, Report,
 };
 pub use deliver::{BoxFuture, CATCH_UP_HEADER, Deliver, Loopback, Request, hint};
 pub use feed::{Answer, Credential, FeedClient, FeedError};

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod actix;
+mod ordered;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::middleware::{Next, from_fn};
-use axum::response::IntoResponse;
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kxp_axum::catch_up::{CatchUp, CatchUpConfig, CatchUpExt, Credential};
 use kxp_axum::dedup::{self, Handled, Store};
@@ -77,6 +78,22 @@ async fn webhook(State(store): State<Store>, event: VerifiedEvent) -> Handled {
     .await
 }
 
+/// Answers 503 while `down` is set: a receiver that is down.
+async fn switch(State(down): State<Arc<AtomicBool>>, request: Request, next: Next) -> Response {
+    if down.load(Ordering::SeqCst) {
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    next.run(request).await
+}
+
+/// Serves `app` on a loopback port: the URL of its `/hook`, and the server's task.
+async fn serve(app: Router) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, server)
+}
+
 async fn start_app(db: &Path, secret: &str, catch_up: CatchUpConfig) -> App {
     let store = Store::connect(&format!("sqlite://{}", db.display()))
         .await
@@ -88,30 +105,18 @@ async fn start_app(db: &Path, secret: &str, catch_up: CatchUpConfig) -> App {
     let config = catch_up.with_page_size(3);
     let catch_up = CatchUp::new(config, store.clone()).unwrap();
     let down = Arc::new(AtomicBool::new(false));
-    let switch = {
-        let down = down.clone();
-        move |request: Request, next: Next| {
-            let down = down.clone();
-            async move {
-                if down.load(Ordering::SeqCst) {
-                    return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
-                }
-                next.run(request).await
-            }
-        }
-    };
     let route: axum::routing::MethodRouter<Store> = post(webhook)
         .layer(VerifyLayer::new(Receiver::new(
             kxp_verify::Verifier::from_secret_list(secret).unwrap(),
         )))
-        .layer(from_fn(switch))
+        .layer(from_fn_with_state(down.clone(), switch))
         .layer(catch_up.layer());
-    let app: Router = Router::new()
-        .route("/hook", route)
-        .with_state(store.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (url, server) = serve(
+        Router::new()
+            .route("/hook", route)
+            .with_state(store.clone()),
+    )
+    .await;
     App {
         url,
         store,
