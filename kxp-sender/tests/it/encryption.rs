@@ -301,7 +301,7 @@ async fn a_key_that_no_longer_seals_fails_the_attempt_and_nothing_is_sent_in_the
     let s = sender("0s").await;
     let receiver = Receiver::start(vec![]).await;
     let private = DecryptionKey::generate(Curve::P256, None);
-    let (id, _) = s
+    let (id, secret) = s
         .api
         .endpoint(
             &receiver.url,
@@ -333,5 +333,13 @@ async fn a_key_that_no_longer_seals_fails_the_attempt_and_nothing_is_sent_in_the
         receiver.seen().is_empty(),
         "data never goes out in the clear"
     );
+    // Nor through the feed: the page cannot be sealed, and says so.
+    let (status, body) = crate::feed::signed(&s.api, &id, "", &secret).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("store_unavailable")),
+        "{body}"
+    );
+    assert!(!body.to_string().contains("secret\""), "{body}");
     s.server.shutdown().await;
 }

@@ -24,7 +24,7 @@ async fn signed_at(api: &Api, id: &str, query: &str, key: Secret, t: u64) -> (u1
     get(api, &target, &[("x-kxp-feed-signature", &header)]).await
 }
 
-async fn signed(api: &Api, id: &str, query: &str, secret: &str) -> (u16, Value) {
+pub(crate) async fn signed(api: &Api, id: &str, query: &str, secret: &str) -> (u16, Value) {
     let key = Secret::new(secret).unwrap().feed_key();
     signed_at(api, id, query, key, now()).await
 }
@@ -110,12 +110,19 @@ async fn the_feed_lists_dead_and_held_events_by_number_signed_anew() {
         (status, body["items"].as_array().map(Vec::len)),
         (200, Some(0))
     );
-    let (status, body) = signed(&s.api, &id, "?limit=501", &secret).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (400, Some("invalid_query")),
-        "{body}"
-    );
+    for query in [
+        "?limit=501",
+        "?limit=0",
+        "?after=9223372036854775808",
+        "?after=-1",
+    ] {
+        let (status, body) = signed(&s.api, &id, query, &secret).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("invalid_query")),
+            "{query}: {body}"
+        );
+    }
     s.server.shutdown().await;
 }
 
