@@ -15,7 +15,7 @@ use crate::store::{Db, StoreError, on_db};
 pub(crate) struct FeedSource {
     /// The endpoint.
     pub id: EndpointId,
-    /// The highest number it has given (`next_sequence - 1`).
+    /// The highest number it has given (its `kxp_sequences.next_sequence - 1`).
     pub latest: i64,
     /// Its encryption key, if it has one: items are sealed to it, as deliveries are.
     pub encryption_jwk: Option<String>,
@@ -46,7 +46,8 @@ pub(crate) struct FeedRow {
 /// endpoint, `$2` now.
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT p.id, p.next_sequence - 1 AS latest, p.encryption_jwk, p.feed_token_hash, {} AS secrets \
+        "SELECT p.id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s WHERE s.endpoint_id = p.id), 1) - 1 AS latest, \
+         p.encryption_jwk, p.feed_token_hash, {} AS secrets \
          FROM kxp_endpoints p WHERE p.id = $1 AND p.status <> 'deleted'",
         live_secrets("$2")
     )

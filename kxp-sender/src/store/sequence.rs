@@ -11,10 +11,14 @@
 //! the endpoint's `next_sequence`. A delivery committed after a pass read is numbered by a later
 //! pass, after every number that pass gave: commit order.
 //!
-//! On PostgreSQL, several processes run passes at once. A pass first locks the endpoints it will
-//! number (`FOR NO KEY UPDATE SKIP LOCKED`: it never waits for another sequencer, and never
-//! conflicts with ingestion's `KEY SHARE` read of the endpoint, so ingestion never waits for it),
-//! then numbers in a **second statement**: in READ COMMITTED that statement's snapshot is taken
+//! The next number of each endpoint is in its own table, `kxp_sequences`, never in
+//! `kxp_endpoints`: ingestion reads the endpoint rows `FOR SHARE` while it queues deliveries, and
+//! a sequencer locking those rows would make it wait (and skip them while it reads).
+//!
+//! On PostgreSQL, several processes run passes at once. A pass makes the rows of endpoints
+//! numbered for the first time, then locks the rows of the endpoints it will number (`FOR
+//! UPDATE SKIP LOCKED`: it never waits for another sequencer, and nothing else touches these
+//! rows), then numbers in a **third statement**: in READ COMMITTED that statement's snapshot is taken
 //! after the locks were granted, so it sees the numbers the previous holder committed. Numbering
 //! in the locking statement itself would read deliveries from a snapshot older than the lock and
 //! number some twice. On SQLite the pass is one `BEGIN IMMEDIATE` transaction: one writer.
@@ -27,10 +31,19 @@ use crate::store::{Db, StoreError};
 pub(crate) const PER_ENDPOINT: i64 = 1000;
 
 /// The endpoints with unnumbered deliveries, among `$1` (a JSON array of ids) or all when it is
-/// NULL, locked for this pass; those another sequencer holds are skipped.
-const LOCK_POSTGRES: &str = "SELECT id FROM kxp_endpoints WHERE id IN (SELECT DISTINCT endpoint_id FROM kxp_deliveries \
-       WHERE sequence IS NULL AND replayed_by IS NULL AND ($1::jsonb IS NULL OR endpoint_id IN (SELECT jsonb_array_elements_text($1::jsonb)))) \
-     ORDER BY id FOR NO KEY UPDATE SKIP LOCKED";
+/// NULL.
+const UNNUMBERED_POSTGRES: &str = "SELECT DISTINCT endpoint_id FROM kxp_deliveries \
+       WHERE sequence IS NULL AND replayed_by IS NULL AND ($1::jsonb IS NULL OR endpoint_id IN (SELECT jsonb_array_elements_text($1::jsonb)))";
+
+/// Makes the sequencer rows of the endpoints in `$1` (a text array) that have none.
+const START_POSTGRES: &str = "INSERT INTO kxp_sequences (endpoint_id, next_sequence) \
+       SELECT id, 1 FROM unnest($1::text[]) AS id \
+       WHERE NOT EXISTS (SELECT 1 FROM kxp_sequences s WHERE s.endpoint_id = id) ON CONFLICT DO NOTHING";
+
+/// The sequencer rows of the endpoints in `$1` (a text array), locked for this pass; those
+/// another sequencer holds are skipped.
+const LOCK_POSTGRES: &str = "SELECT endpoint_id FROM kxp_sequences WHERE endpoint_id = ANY($1::text[]) \
+     ORDER BY endpoint_id FOR UPDATE SKIP LOCKED";
 
 /// Numbers the oldest `$2` unnumbered deliveries of each endpoint in `$1` (a text array, locked
 /// by [`LOCK_POSTGRES`]) and moves their `next_sequence` past them; answers how many it numbered.
@@ -38,26 +51,28 @@ const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.endpoint_id, \
        ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
        FROM kxp_deliveries d WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND d.endpoint_id = ANY($1::text[])), \
      numbered AS (UPDATE kxp_deliveries d SET sequence = p.next_sequence + t.n - 1 \
-       FROM todo t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
+       FROM todo t JOIN kxp_sequences p ON p.endpoint_id = t.endpoint_id \
        WHERE d.id = t.id AND t.n <= $2 RETURNING d.endpoint_id, d.sequence), \
-     moved AS (UPDATE kxp_endpoints p SET next_sequence = m.top + 1 \
+     moved AS (UPDATE kxp_sequences p SET next_sequence = m.top + 1 \
        FROM (SELECT endpoint_id, MAX(sequence) AS top FROM numbered GROUP BY endpoint_id) m \
-       WHERE p.id = m.endpoint_id RETURNING p.id) \
+       WHERE p.endpoint_id = m.endpoint_id RETURNING p.endpoint_id) \
      SELECT COUNT(*) FROM numbered";
 
 /// [`NUMBER_POSTGRES`] on SQLite: `$1` a JSON array of endpoint ids or NULL for all; returns
 /// the endpoints it numbered deliveries of, one row per delivery.
 const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELECT d.id, \
-       p.next_sequence + ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) - 1 AS s, \
+       COALESCE(p.next_sequence, 1) + ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) - 1 AS s, \
        ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
-       FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
+       FROM kxp_deliveries d LEFT JOIN kxp_sequences p ON p.endpoint_id = d.endpoint_id \
        WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND ($1 IS NULL OR d.endpoint_id IN (SELECT value FROM json_each($1)))) t \
      WHERE kxp_deliveries.id = t.id AND t.n <= $2 RETURNING endpoint_id";
 
-/// Moves `next_sequence` of the endpoints in `$1` (a JSON array) past their highest number.
-const MOVE_SQLITE: &str = "UPDATE kxp_endpoints SET next_sequence = \
-       (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d WHERE d.endpoint_id = kxp_endpoints.id) \
-     WHERE id IN (SELECT value FROM json_each($1))";
+/// Moves `next_sequence` of the endpoints in `$1` (a JSON array) past their highest number,
+/// making their rows the first time.
+const MOVE_SQLITE: &str = "INSERT INTO kxp_sequences (endpoint_id, next_sequence) \
+       SELECT j.value, (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d WHERE d.endpoint_id = j.value) \
+       FROM json_each($1) AS j WHERE true \
+     ON CONFLICT (endpoint_id) DO UPDATE SET next_sequence = excluded.next_sequence";
 
 impl Db {
     /// One sequencer pass over `endpoints` (every endpoint when `None`): numbers their committed,
@@ -71,8 +86,19 @@ impl Db {
         match self {
             Db::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
-                let locked: Vec<String> = sqlx::query_scalar(LOCK_POSTGRES)
+                let unnumbered: Vec<String> = sqlx::query_scalar(UNNUMBERED_POSTGRES)
                     .bind(&only)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if unnumbered.is_empty() {
+                    return Ok(0);
+                }
+                sqlx::query(START_POSTGRES)
+                    .bind(&unnumbered)
+                    .execute(&mut *tx)
+                    .await?;
+                let locked: Vec<String> = sqlx::query_scalar(LOCK_POSTGRES)
+                    .bind(&unnumbered)
                     .fetch_all(&mut *tx)
                     .await?;
                 if locked.is_empty() {
