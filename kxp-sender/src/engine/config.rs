@@ -172,8 +172,18 @@ pub(crate) struct Shared {
     /// Poked after ingestion, replays and resumes, so idle workers start at once: through
     /// [`Shared::wake_for`] and [`Shared::wake_workers`] only.
     pub wake: Notify,
-    /// Endpoints with new due work since the delivery loop last looked ([`Shared::wake_for`]).
+    /// Endpoints with new due work since the delivery loop last looked ([`Shared::wake_for`]),
+    /// numbered: the sequencer puts them here after its pass.
     pub ready: Mutex<HashSet<EndpointId>>,
+    /// Whether the sequencer is a task of its own, beside the delivery loop (PostgreSQL): the
+    /// loop then never waits for a pass. On SQLite a pass takes the one write lock, so the loop
+    /// runs it just before the claim it serves, and passes are as few as claims.
+    pub sequencer: bool,
+    /// Endpoints with new deliveries for the sequencer task to number before the loop claims
+    /// them ([`Shared::wake_for`]); it is woken by `number`.
+    pub unnumbered: Mutex<HashSet<EndpointId>>,
+    /// Wakes the sequencer task.
+    pub number: Notify,
     /// Set when there is new due work the loop cannot tell by endpoint (a replay, a resume):
     /// the loop then scans for due work at once instead of at its next poll.
     pub rescan: AtomicBool,
@@ -210,8 +220,8 @@ impl Shared {
     }
 
     /// Tells the delivery loop that these endpoints have new due deliveries (committed before
-    /// this is called): it claims for them at once, from each endpoint's own queue, if they have
-    /// room. The wake-up is never lost, as with [`Shared::wake_workers`]; an endpoint already
+    /// this is called): once they are numbered, the loop claims for them at once, from each
+    /// endpoint's own queue, if they have room. The wake-up is never lost, as with [`Shared::wake_workers`]; an endpoint already
     /// at its limit is claimed for when one of its attempts finishes (or by the next scan). A
     /// process without workers announces the endpoints to the processes that have them
     /// instead ([`announce`](crate::engine::announce)).
@@ -222,6 +232,14 @@ impl Shared {
         }
         if self.announce {
             self.announcements.add(endpoints);
+            return;
+        }
+        if self.sequencer {
+            self.unnumbered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(endpoints);
+            self.number.notify_one();
             return;
         }
         self.ready

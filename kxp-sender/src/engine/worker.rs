@@ -240,6 +240,9 @@ pub(crate) async fn run(
     // schedules poll faster, and housekeeping keeps pace with them.
     let housekeeping = (config.poll_interval * 4).min(Duration::from_secs(1));
     reclaim(&db).await;
+    let sequencer = shared
+        .sequencer
+        .then(|| AbortOnDrop(tokio::spawn(sequencer(db.clone(), shared.clone()))));
 
     let mut last_claim: Option<tokio::time::Instant> = None;
     while !*shutdown.borrow() {
@@ -369,7 +372,7 @@ pub(crate) async fn run(
                 }
             }
             if !targets.is_empty() {
-                if !scan {
+                if !scan && !shared.sequencer {
                     // Their new deliveries numbered just before they are claimed, so that
                     // nearly every attempt carries its number; the claim never waits for one.
                     let ids: Vec<EndpointId> = targets.iter().map(|(id, _)| id.clone()).collect();
@@ -471,6 +474,7 @@ pub(crate) async fn run(
         }
     }
 
+    drop(sequencer);
     // Shutdown: no new claims. Attempts end by their timeouts; whatever outlives the grace
     // period is aborted and put back, so another process can take it at once.
     let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
@@ -762,6 +766,40 @@ async fn reclaim(db: &Db) {
     }
 }
 
+/// Numbers the deliveries [`Shared::wake_for`] announces, then hands their endpoints to the
+/// delivery loop (PostgreSQL, [`Shared::sequencer`]). A task of its own, beside the loop: the
+/// loop never waits for a pass before a claim (it claims numbered deliveries, and ones a pass
+/// missed once they are 2 s old). Passes start at least [`PASS_GAP`] apart, so that under load
+/// one transaction numbers what many ingestions committed meanwhile.
+async fn sequencer(db: Db, shared: Arc<Shared>) {
+    loop {
+        shared.number.notified().await;
+        tokio::time::sleep(PASS_GAP).await;
+        let endpoints: Vec<EndpointId> = std::mem::take(&mut *lock(&shared.unnumbered))
+            .into_iter()
+            .collect();
+        if endpoints.is_empty() {
+            continue;
+        }
+        number(&db, &shared, Some(&endpoints)).await;
+        lock(&shared.ready).extend(endpoints);
+        shared.wake.notify_one();
+    }
+}
+
+/// How long the sequencer task lets announcements gather before a pass: a small part of a
+/// delivery's latency, and under load many events numbered per commit.
+const PASS_GAP: Duration = Duration::from_millis(2);
+
+/// Aborts its task when dropped: the sequencer ends with the loop that started it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A sequencer pass over `endpoints` (all when `None`), in its turn at SQLite's write lock. A
 /// failed pass is logged and left to the next: delivery goes on, without numbers meanwhile.
 async fn number(db: &Db, shared: &Shared, endpoints: Option<&[EndpointId]>) {
@@ -786,8 +824,9 @@ async fn release(db: &Db, id: &str, owner: &str) {
     }
 }
 
-fn lock(state: &Mutex<InFlight>) -> std::sync::MutexGuard<'_, InFlight> {
-    // A panic while holding this lock leaves only counters behind; keep going with them.
+fn lock<T>(state: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves only counters or sets of endpoints
+    // behind; keep going with them.
     state
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

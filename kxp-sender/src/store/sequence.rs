@@ -15,10 +15,10 @@
 //! `kxp_endpoints`: ingestion reads the endpoint rows `FOR SHARE` while it queues deliveries, and
 //! a sequencer locking those rows would make it wait (and skip them while it reads).
 //!
-//! On PostgreSQL, several processes run passes at once. A pass makes the rows of endpoints
-//! numbered for the first time, then locks the rows of the endpoints it will number (`FOR
-//! UPDATE SKIP LOCKED`: it never waits for another sequencer, and nothing else touches these
-//! rows), then numbers in a **third statement**: in READ COMMITTED that statement's snapshot is taken
+//! On PostgreSQL, several processes run passes at once. A pass locks the rows of the endpoints
+//! it will number, making those of endpoints numbered for the first time (`FOR UPDATE SKIP
+//! LOCKED`: it never waits for another sequencer, and nothing else touches these rows), then
+//! numbers in a **second statement**: in READ COMMITTED that statement's snapshot is taken
 //! after the locks were granted, so it sees the numbers the previous holder committed. Numbering
 //! in the locking statement itself would read deliveries from a snapshot older than the lock and
 //! number some twice. On SQLite the pass is one `BEGIN IMMEDIATE` transaction: one writer.
@@ -35,15 +35,17 @@ pub(crate) const PER_ENDPOINT: i64 = 1000;
 const UNNUMBERED_POSTGRES: &str = "SELECT DISTINCT endpoint_id FROM kxp_deliveries \
        WHERE sequence IS NULL AND replayed_by IS NULL AND ($1::jsonb IS NULL OR endpoint_id IN (SELECT jsonb_array_elements_text($1::jsonb)))";
 
-/// Makes the sequencer rows of the endpoints in `$1` (a text array) that have none.
-const START_POSTGRES: &str = "INSERT INTO kxp_sequences (endpoint_id, next_sequence) \
+/// The sequencer rows of the endpoints in `$1` (a text array), locked for this pass: those it
+/// makes (endpoints numbered for the first time; this transaction holds a row it inserts) and
+/// those no other sequencer holds (the rest are skipped). The insert's rows are not in the
+/// locking read's snapshot, so none is listed twice.
+const LOCK_POSTGRES: &str = "WITH made AS (INSERT INTO kxp_sequences (endpoint_id, next_sequence) \
        SELECT id, 1 FROM unnest($1::text[]) AS id \
-       WHERE NOT EXISTS (SELECT 1 FROM kxp_sequences s WHERE s.endpoint_id = id) ON CONFLICT DO NOTHING";
-
-/// The sequencer rows of the endpoints in `$1` (a text array), locked for this pass; those
-/// another sequencer holds are skipped.
-const LOCK_POSTGRES: &str = "SELECT endpoint_id FROM kxp_sequences WHERE endpoint_id = ANY($1::text[]) \
-     ORDER BY endpoint_id FOR UPDATE SKIP LOCKED";
+       WHERE NOT EXISTS (SELECT 1 FROM kxp_sequences s WHERE s.endpoint_id = id) \
+       ON CONFLICT DO NOTHING RETURNING endpoint_id), \
+     held AS (SELECT endpoint_id FROM kxp_sequences WHERE endpoint_id = ANY($1::text[]) \
+       ORDER BY endpoint_id FOR UPDATE SKIP LOCKED) \
+     SELECT endpoint_id FROM made UNION SELECT endpoint_id FROM held";
 
 /// Numbers the oldest `$2` unnumbered deliveries of each endpoint in `$1` (a text array, locked
 /// by [`LOCK_POSTGRES`]) and moves their `next_sequence` past them; answers how many it numbered.
@@ -86,19 +88,21 @@ impl Db {
         match self {
             Db::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
-                let unnumbered: Vec<String> = sqlx::query_scalar(UNNUMBERED_POSTGRES)
-                    .bind(&only)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                if unnumbered.is_empty() {
+                // Endpoints just announced have new deliveries: no need to look.
+                let candidates: Vec<String> = match endpoints {
+                    Some(ids) => ids.iter().map(|id| id.as_str().to_owned()).collect(),
+                    None => {
+                        sqlx::query_scalar(UNNUMBERED_POSTGRES)
+                            .bind(&only)
+                            .fetch_all(&mut *tx)
+                            .await?
+                    }
+                };
+                if candidates.is_empty() {
                     return Ok(0);
                 }
-                sqlx::query(START_POSTGRES)
-                    .bind(&unnumbered)
-                    .execute(&mut *tx)
-                    .await?;
                 let locked: Vec<String> = sqlx::query_scalar(LOCK_POSTGRES)
-                    .bind(&unnumbered)
+                    .bind(&candidates)
                     .fetch_all(&mut *tx)
                     .await?;
                 if locked.is_empty() {
