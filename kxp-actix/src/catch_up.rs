@@ -45,7 +45,7 @@ use std::rc::Rc;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
-use actix_web::http::{Method, Version, header};
+use actix_web::http::Method;
 use actix_web::{Error, HttpResponse, Responder};
 use futures_util::future::LocalBoxFuture;
 pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
@@ -53,7 +53,7 @@ use kxp_catchup::{Loopback, Received};
 use kxp_receiver::{Receiver, RequestLog, VERIFIED_KEY_HEADER, verified_key_value};
 
 use crate::dedup::{Handled, Outcome};
-use crate::middleware::{read_body, reject};
+use crate::middleware::{read_request, reject};
 
 /// Feeds a [`CatchUp`] the resource's hints, starts its task with the first request, and has
 /// it deliver recovered events by posting them to the receiver's own URL ([`Loopback`]).
@@ -153,15 +153,7 @@ where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
 {
     let log = RequestLog::start();
-    if let Some(rejection) = receiver.unframed(
-        request.version() == Version::HTTP_10,
-        true,
-        request.headers().contains_key(header::CONTENT_LENGTH),
-    ) {
-        let response = reject(log, rejection);
-        return Ok(request.into_response(response).map_into_right_body());
-    }
-    let body = match read_body(&receiver, &mut request).await {
+    let body = match read_request(&receiver, &mut request).await {
         Ok(body) => body,
         Err(rejection) => {
             let response = reject(log, rejection);

@@ -138,18 +138,7 @@ where
         return Ok(request.into_response(response).map_into_right_body());
     }
 
-    // actix-http refuses this request with 400 before any middleware runs; asked here too, so
-    // the answer stays 400 on either adapter if that ever changes.
-    if let Some(rejection) = receiver.unframed(
-        request.version() == Version::HTTP_10,
-        request.method() == Method::POST,
-        request.headers().contains_key(header::CONTENT_LENGTH),
-    ) {
-        let response = reject(log, rejection);
-        return Ok(request.into_response(response).map_into_right_body());
-    }
-
-    let body = match read_body(&receiver, &mut request).await {
+    let body = match read_request(&receiver, &mut request).await {
         Ok(body) => body,
         Err(rejection) => {
             let response = reject(log, rejection);
@@ -210,11 +199,22 @@ where
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HandlerOutcome(pub(crate) &'static str);
 
-/// Takes the payload and buffers it, refusing a declared or actual length over the limit.
-pub(crate) async fn read_body(
+/// Takes the payload and buffers it as the verifier reads it (ordered mode too,
+/// `crate::catch_up`): refused when it cannot be framed, or its declared or actual length is
+/// over the limit.
+pub(crate) async fn read_request(
     receiver: &Receiver,
     request: &mut ServiceRequest,
 ) -> Result<Bytes, Rejection> {
+    // actix-http refuses this request with 400 before any middleware runs; asked here too, so
+    // the answer stays 400 on either adapter if that ever changes.
+    if let Some(rejection) = receiver.unframed(
+        request.version() == Version::HTTP_10,
+        request.method() == Method::POST,
+        request.headers().contains_key(header::CONTENT_LENGTH),
+    ) {
+        return Err(rejection);
+    }
     let limit = receiver.limit();
     let declared = request
         .headers()

@@ -47,13 +47,13 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderName, HeaderValue, Method, StatusCode, Version, header};
+use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use kxp_catchup::{BoxFuture, Deliver, Received};
 pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
 use kxp_receiver::{RequestLog, VERIFIED_KEY_HEADER, verified_key_value};
 
 use crate::dedup::{Handled, Outcome};
-use crate::layer::{read_body, reject};
+use crate::layer::{read_request, reject};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -172,16 +172,8 @@ where
     S: Service<Request, Response = Response, Error = Infallible>,
 {
     let log = RequestLog::start();
-    if let Some(rejection) = receiver.unframed(
-        request.version() == Version::HTTP_10,
-        true,
-        request.headers().contains_key(header::CONTENT_LENGTH),
-    ) {
-        return Ok(reject(log, rejection));
-    }
-    let (parts, body) = request.into_parts();
-    let body = match read_body(&receiver, &parts.headers, body).await {
-        Ok(body) => body,
+    let (parts, body) = match read_request(&receiver, request).await {
+        Ok(read) => read,
         Err(rejection) => return Ok(reject(log, rejection)),
     };
     let header = |name: &str| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());

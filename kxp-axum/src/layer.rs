@@ -120,17 +120,8 @@ where
         });
     }
 
-    if let Some(rejection) = receiver.unframed(
-        request.version() == Version::HTTP_10,
-        request.method() == Method::POST,
-        request.headers().contains_key(header::CONTENT_LENGTH),
-    ) {
-        return Ok(reject(log, rejection));
-    }
-
-    let (parts, body) = request.into_parts();
-    let body = match read_body(&receiver, &parts.headers, body).await {
-        Ok(body) => body,
+    let (parts, body) = match read_request(&receiver, request).await {
+        Ok(read) => read,
         Err(rejection) => return Ok(reject(log, rejection)),
     };
     let header = |name: &str| parts.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
@@ -171,7 +162,25 @@ where
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HandlerOutcome(pub(crate) &'static str);
 
-pub(crate) async fn read_body(
+/// The request's head and its body, read as the verifier reads it: refused when it cannot be
+/// framed or is over the limit (ordered mode reads it so too, `crate::catch_up`).
+pub(crate) async fn read_request(
+    receiver: &Receiver,
+    request: Request,
+) -> Result<(http::request::Parts, Bytes), Rejection> {
+    if let Some(rejection) = receiver.unframed(
+        request.version() == Version::HTTP_10,
+        request.method() == Method::POST,
+        request.headers().contains_key(header::CONTENT_LENGTH),
+    ) {
+        return Err(rejection);
+    }
+    let (parts, body) = request.into_parts();
+    let body = read_body(receiver, &parts.headers, body).await?;
+    Ok((parts, body))
+}
+
+async fn read_body(
     receiver: &Receiver,
     headers: &http::HeaderMap,
     body: Body,

@@ -8,11 +8,13 @@
 use crate::store::Pool;
 use crate::{InboxPut, Store, StoreError};
 
-/// Statements, the same on both databases but for the placeholders' spelling.
-/// Correlated, so that it reads the few held rows and looks each up by key, never the whole
-/// processed table.
+// Statements without placeholders, the same on both databases.
+
+/// The held rows of done events. Correlated, so that it reads the few held rows and looks each
+/// up by key, never the whole processed table.
 const RELEASE: &str = "DELETE FROM kxp_held_events WHERE EXISTS (SELECT 1 FROM kxp_processed_events e \
      WHERE e.event_id = kxp_held_events.event_id AND e.status = 'done')";
+/// The endpoints with held rows.
 const ENDPOINTS: &str = "SELECT DISTINCT endpoint_id FROM kxp_held_events ORDER BY endpoint_id";
 
 impl Store {

@@ -221,8 +221,9 @@ impl Shared {
 
     /// Tells the delivery loop that these endpoints have new due deliveries (committed before
     /// this is called): once they are numbered, the loop claims for them at once, from each
-    /// endpoint's own queue, if they have room. The wake-up is never lost, as with [`Shared::wake_workers`]; an endpoint already
-    /// at its limit is claimed for when one of its attempts finishes (or by the next scan). A
+    /// endpoint's own queue, if they have room. The wake-up is never lost, as with
+    /// [`Shared::wake_workers`]; an endpoint already at its limit is claimed for when one of its
+    /// attempts finishes (or by the next scan). A
     /// process without workers announces the endpoints to the processes that have them
     /// instead ([`announce`](crate::engine::announce)).
     pub fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointId>) {

@@ -30,10 +30,9 @@ use crate::store::{Db, StoreError};
 /// with the next claim.
 pub(crate) const PER_ENDPOINT: i64 = 1000;
 
-/// The endpoints with unnumbered deliveries, among `$1` (a JSON array of ids) or all when it is
-/// NULL.
+/// The endpoints with unnumbered deliveries, for a pass over all of them.
 const UNNUMBERED_POSTGRES: &str = "SELECT DISTINCT endpoint_id FROM kxp_deliveries \
-       WHERE sequence IS NULL AND replayed_by IS NULL AND ($1::jsonb IS NULL OR endpoint_id IN (SELECT jsonb_array_elements_text($1::jsonb)))";
+       WHERE sequence IS NULL AND replayed_by IS NULL";
 
 /// The sequencer rows of the endpoints in `$1` (a text array), locked for this pass: those it
 /// makes (endpoints numbered for the first time; this transaction holds a row it inserts) and
@@ -83,8 +82,6 @@ impl Db {
         &self,
         endpoints: Option<&[EndpointId]>,
     ) -> Result<u64, StoreError> {
-        let only =
-            endpoints.map(|ids| serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned()));
         match self {
             Db::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
@@ -93,7 +90,6 @@ impl Db {
                     Some(ids) => ids.iter().map(|id| id.as_str().to_owned()).collect(),
                     None => {
                         sqlx::query_scalar(UNNUMBERED_POSTGRES)
-                            .bind(&only)
                             .fetch_all(&mut *tx)
                             .await?
                     }
@@ -117,6 +113,8 @@ impl Db {
                 Ok(u64::try_from(numbered).unwrap_or(0))
             }
             Db::Sqlite(pool) => {
+                let only = endpoints
+                    .map(|ids| serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned()));
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 let touched: Vec<String> = sqlx::query_scalar(NUMBER_SQLITE)
                     .bind(&only)
