@@ -305,5 +305,9 @@ async fn ordered_mode_holds_only_verified_deliveries_and_only_its_own_requests_p
     let (status, body) = deliver(&app.url, secret, "evt_4", 6, &[]).await;
     assert_eq!((status, body.as_str()), (200, r#"{"outcome":"processed"}"#));
     assert_eq!(app.handled().await, [6]);
+    // The dedup database out of reach: nothing is held, so no 200; the sender comes back.
+    app.shop.store.close().await;
+    let (status, body) = deliver(&app.url, secret, "evt_5", 7, &endpoint).await;
+    assert_eq!((status, body.as_str()), (503, r#"{"outcome":"failed"}"#));
     app.stop().await;
 }
