@@ -108,25 +108,27 @@ impl Store {
         let inserted = match &self.pool {
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => sqlx::query(
-                "INSERT INTO kxp_inbox (event_id, payload, received_at, available_at)
-                 SELECT ?1, ?2, now.ms, now.ms
+                "INSERT INTO kxp_inbox (scope, event_id, payload, received_at, available_at)
+                 SELECT ?3, ?1, ?2, now.ms, now.ms
                  FROM (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS ms) AS now
                  WHERE true
-                 ON CONFLICT (event_id) DO NOTHING",
+                 ON CONFLICT (scope, event_id) DO NOTHING",
             )
             .bind(event_id)
             .bind(payload)
+            .bind(&*self.scope)
             .execute(pool)
             .await?
             .rows_affected(),
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => sqlx::query(
-                "INSERT INTO kxp_inbox (event_id, payload, received_at, available_at)
-                 VALUES ($1, $2, now(), now())
-                 ON CONFLICT (event_id) DO NOTHING",
+                "INSERT INTO kxp_inbox (scope, event_id, payload, received_at, available_at)
+                 VALUES ($3, $1, $2, now(), now())
+                 ON CONFLICT (scope, event_id) DO NOTHING",
             )
             .bind(event_id)
             .bind(payload)
+            .bind(&*self.scope)
             .execute(pool)
             .await?
             .rows_affected(),
@@ -251,14 +253,16 @@ impl Store {
             Pool::Sqlite(pool) => {
                 let sql = format!(
                     "SELECT i.event_id FROM kxp_inbox AS i
-                     LEFT JOIN kxp_processed_events AS e ON e.event_id = i.event_id
-                     WHERE i.done_at IS NULL AND i.available_at <= {SQLITE_NOW}
+                     LEFT JOIN kxp_processed_events AS e
+                       ON e.scope = i.scope AND e.event_id = i.event_id
+                     WHERE i.scope = ?2 AND i.done_at IS NULL AND i.available_at <= {SQLITE_NOW}
                        AND NOT (e.status IS 'processing' AND e.locked_until >= {SQLITE_NOW})
                      ORDER BY i.available_at, i.received_at
                      LIMIT ?1"
                 );
                 sqlx::query_scalar(&sql)
                     .bind(CANDIDATES)
+                    .bind(&*self.scope)
                     .fetch_all(pool)
                     .await?
             }
@@ -266,14 +270,16 @@ impl Store {
             Pool::Postgres(pool) => {
                 sqlx::query_scalar(
                     "SELECT i.event_id FROM kxp_inbox AS i
-                     LEFT JOIN kxp_processed_events AS e ON e.event_id = i.event_id
-                     WHERE i.done_at IS NULL AND i.available_at <= now()
+                     LEFT JOIN kxp_processed_events AS e
+                       ON e.scope = i.scope AND e.event_id = i.event_id
+                     WHERE i.scope = $2 AND i.done_at IS NULL AND i.available_at <= now()
                        AND NOT (e.status IS NOT DISTINCT FROM 'processing'
                                 AND e.locked_until >= now())
                      ORDER BY i.available_at, i.received_at
                      LIMIT $1",
                 )
                 .bind(CANDIDATES)
+                .bind(&*self.scope)
                 .fetch_all(pool)
                 .await?
             }
@@ -285,17 +291,23 @@ impl Store {
         let payload = match &self.pool {
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
-                sqlx::query_scalar("SELECT payload FROM kxp_inbox WHERE event_id = ?1")
-                    .bind(event_id)
-                    .fetch_one(pool)
-                    .await?
+                sqlx::query_scalar(
+                    "SELECT payload FROM kxp_inbox WHERE event_id = ?1 AND scope = ?2",
+                )
+                .bind(event_id)
+                .bind(&*self.scope)
+                .fetch_one(pool)
+                .await?
             }
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
-                sqlx::query_scalar("SELECT payload FROM kxp_inbox WHERE event_id = $1")
-                    .bind(event_id)
-                    .fetch_one(pool)
-                    .await?
+                sqlx::query_scalar(
+                    "SELECT payload FROM kxp_inbox WHERE event_id = $1 AND scope = $2",
+                )
+                .bind(event_id)
+                .bind(&*self.scope)
+                .fetch_one(pool)
+                .await?
             }
         };
         Ok(payload)
@@ -316,18 +328,24 @@ impl Store {
                 let (event_set, item_set) = match finish {
                     Finish::Done => ("status = 'done'", format!("done_at = {SQLITE_NOW}")),
                     Finish::Failed { .. } => (
-                        "status = 'failed', last_error = ?3",
-                        format!("available_at = {SQLITE_NOW} + ?2"),
+                        "status = 'failed', last_error = ?4",
+                        format!("available_at = {SQLITE_NOW} + ?3"),
                     ),
                 };
                 let event_sql = format!(
                     "UPDATE kxp_processed_events
                      SET {event_set}, locked_until = NULL, updated_at = {SQLITE_NOW}
-                     WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2"
+                     WHERE event_id = ?1 AND scope = ?2 AND status = 'processing' AND attempts = ?3"
                 );
-                let item_sql = format!("UPDATE kxp_inbox SET {item_set} WHERE event_id = ?1");
-                let mut event = sqlx::query(&event_sql).bind(&lease.event_id).bind(token);
-                let mut item = sqlx::query(&item_sql).bind(&lease.event_id);
+                let item_sql =
+                    format!("UPDATE kxp_inbox SET {item_set} WHERE event_id = ?1 AND scope = ?2");
+                let mut event = sqlx::query(&event_sql)
+                    .bind(&lease.event_id)
+                    .bind(&*lease.scope)
+                    .bind(token);
+                let mut item = sqlx::query(&item_sql)
+                    .bind(&lease.event_id)
+                    .bind(&*lease.scope);
                 if let Finish::Failed { error, retry_after } = finish {
                     event = event.bind(truncate(error, crate::MAX_ERROR_LEN));
                     item = item.bind(millis(retry_after));
@@ -347,18 +365,24 @@ impl Store {
                 let (event_set, item_set) = match finish {
                     Finish::Done => ("status = 'done'", "done_at = now()"),
                     Finish::Failed { .. } => (
-                        "status = 'failed', last_error = $3",
-                        "available_at = now() + $2::bigint * interval '1 millisecond'",
+                        "status = 'failed', last_error = $4",
+                        "available_at = now() + $3::bigint * interval '1 millisecond'",
                     ),
                 };
                 let event_sql = format!(
                     "UPDATE kxp_processed_events
                      SET {event_set}, locked_until = NULL, updated_at = now()
-                     WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint"
+                     WHERE event_id = $1 AND scope = $2 AND status = 'processing' AND attempts = $3::bigint"
                 );
-                let item_sql = format!("UPDATE kxp_inbox SET {item_set} WHERE event_id = $1");
-                let mut event = sqlx::query(&event_sql).bind(&lease.event_id).bind(token);
-                let mut item = sqlx::query(&item_sql).bind(&lease.event_id);
+                let item_sql =
+                    format!("UPDATE kxp_inbox SET {item_set} WHERE event_id = $1 AND scope = $2");
+                let mut event = sqlx::query(&event_sql)
+                    .bind(&lease.event_id)
+                    .bind(&*lease.scope)
+                    .bind(token);
+                let mut item = sqlx::query(&item_sql)
+                    .bind(&lease.event_id)
+                    .bind(&*lease.scope);
                 if let Finish::Failed { error, retry_after } = finish {
                     event = event.bind(truncate(error, crate::MAX_ERROR_LEN));
                     item = item.bind(millis(retry_after));
@@ -383,16 +407,22 @@ impl Store {
             Pool::Sqlite(pool) => {
                 let sql = format!(
                     "UPDATE kxp_inbox SET done_at = {SQLITE_NOW}
-                     WHERE event_id = ?1 AND done_at IS NULL"
+                     WHERE event_id = ?1 AND scope = ?2 AND done_at IS NULL"
                 );
-                sqlx::query(&sql).bind(event_id).execute(pool).await?;
+                sqlx::query(&sql)
+                    .bind(event_id)
+                    .bind(&*self.scope)
+                    .execute(pool)
+                    .await?;
             }
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 sqlx::query(
-                    "UPDATE kxp_inbox SET done_at = now() WHERE event_id = $1 AND done_at IS NULL",
+                    "UPDATE kxp_inbox SET done_at = now()
+                     WHERE event_id = $1 AND scope = $2 AND done_at IS NULL",
                 )
                 .bind(event_id)
+                .bind(&*self.scope)
                 .execute(pool)
                 .await?;
             }

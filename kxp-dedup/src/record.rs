@@ -2,6 +2,7 @@
 //! which backend a store runs on.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
@@ -72,12 +73,19 @@ pub enum LeaseClaim {
 /// out and was taken over is told so (`claim_lost`) and cannot overwrite the new holder's claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
+    pub(crate) scope: Arc<str>,
     pub(crate) event_id: String,
     pub(crate) token: u32,
     pub(crate) duration: Duration,
 }
 
 impl Lease {
+    /// The scope of the store that took this lease ([`Store::scoped`](crate::Store::scoped)):
+    /// renewing, completing and failing it act in that scope whichever handle is used.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
     /// The event this lease holds.
     pub fn event_id(&self) -> &str {
         &self.event_id

@@ -9,6 +9,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "sqlite")]
@@ -43,10 +44,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A dedup store on SQLite or PostgreSQL. Cheap to clone: clones share one connection pool.
 ///
-/// Its `Debug` shows the backend only, never connection settings.
+/// Every record is keyed by the store's [scope](Store::scoped) as well as by its event id (or,
+/// for checkpoints, its endpoint id): a store from [`connect`](Store::connect) has the empty
+/// scope, and [`scoped`](Store::scoped) gives a handle on the same database with another.
+///
+/// Its `Debug` shows the backend and the scope, never connection settings.
 #[derive(Clone)]
 pub struct Store {
     pub(crate) pool: Pool,
+    pub(crate) scope: Arc<str>,
 }
 
 /// The pool of one backend: two small implementations side by side rather than `sqlx::Any`,
@@ -72,11 +78,11 @@ pub(crate) enum ClaimState {
 // One `now` per statement on SQLite: a sub-select computed once, in milliseconds.
 const SQLITE_CLAIM: &str = "
 INSERT INTO kxp_processed_events
-    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
-SELECT ?1, 'processing', 1, now.ms + ?2, now.ms, now.ms
+    (scope, event_id, status, attempts, locked_until, first_seen_at, updated_at)
+SELECT ?3, ?1, 'processing', 1, now.ms + ?2, now.ms, now.ms
 FROM (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS ms) AS now
 WHERE true
-ON CONFLICT (event_id) DO UPDATE SET
+ON CONFLICT (scope, event_id) DO UPDATE SET
     status = 'processing',
     attempts = kxp_processed_events.attempts + 1,
     locked_until = excluded.locked_until,
@@ -89,9 +95,9 @@ RETURNING attempts";
 #[cfg(feature = "postgres")]
 const PG_CLAIM: &str = "
 INSERT INTO kxp_processed_events
-    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
-VALUES ($1, 'processing', 1, now() + $2::bigint * interval '1 millisecond', now(), now())
-ON CONFLICT (event_id) DO UPDATE SET
+    (scope, event_id, status, attempts, locked_until, first_seen_at, updated_at)
+VALUES ($3, $1, 'processing', 1, now() + $2::bigint * interval '1 millisecond', now(), now())
+ON CONFLICT (scope, event_id) DO UPDATE SET
     status = 'processing',
     attempts = kxp_processed_events.attempts + 1,
     locked_until = excluded.locked_until,
@@ -106,13 +112,13 @@ RETURNING attempts";
 pub(crate) const SQLITE_STATE: &str = "
 SELECT status,
        MAX(COALESCE(locked_until, 0) - CAST(unixepoch('subsec') * 1000 AS INTEGER), 0)
-FROM kxp_processed_events WHERE event_id = ?1";
+FROM kxp_processed_events WHERE event_id = ?1 AND scope = ?2";
 
 #[cfg(feature = "postgres")]
 pub(crate) const PG_STATE: &str = "
 SELECT status,
        COALESCE(GREATEST(CEIL(EXTRACT(EPOCH FROM (locked_until - now())) * 1000), 0), 0)::bigint
-FROM kxp_processed_events WHERE event_id = $1";
+FROM kxp_processed_events WHERE event_id = $1 AND scope = $2";
 
 /// What a fenced statement ([`Store::fenced`]) changes on the event's row.
 #[derive(Clone, Copy)]
@@ -250,6 +256,7 @@ impl Store {
             .connect_lazy_with(options);
         Ok(Store {
             pool: Pool::Postgres(pool),
+            scope: Arc::from(""),
         })
     }
 
@@ -264,6 +271,7 @@ impl Store {
     pub async fn from_sqlite_pool(pool: SqlitePool) -> Result<Store, StoreError> {
         let store = Store {
             pool: Pool::Sqlite(pool),
+            scope: Arc::from(""),
         };
         store.migrate().await?;
         Ok(store)
@@ -274,6 +282,7 @@ impl Store {
     pub async fn from_postgres_pool(pool: PgPool) -> Result<Store, StoreError> {
         let store = Store {
             pool: Pool::Postgres(pool),
+            scope: Arc::from(""),
         };
         store.migrate().await?;
         Ok(store)
@@ -296,6 +305,47 @@ impl Store {
             Pool::Postgres(pool) => postgres_migrator().run(pool).await?,
         }
         Ok(())
+    }
+
+    /// A handle on the same database (and pool) whose records are keyed by `scope` as well:
+    /// the same event id under two scopes is two events, each processed once.
+    ///
+    /// Event ids are unique per sender account, not across accounts: a receiver that takes
+    /// events of several accounts (several endpoints, each with its own secret) gives each
+    /// route its own scope, say the account or the route's name, so that one account's event
+    /// cannot mark another's with the same id as a duplicate. Set it from the route's
+    /// configuration, never from anything in the request: the id is verified, but which
+    /// account a request claims to come from (an `X-Kxp-Endpoint-Id`, say) is not. A receiver
+    /// of one account needs no scope.
+    ///
+    /// Everything the handle does stays in its scope: claims, in-transaction marks, the inbox
+    /// and its worker, held events, checkpoints and [`record`](Store::record);
+    /// [`purge`](Store::purge) alone spans every scope.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kxp_dedup::StoreError> {
+    /// use std::time::Duration;
+    /// use kxp_dedup::{Claim, Store};
+    ///
+    /// let store = Store::connect("sqlite::memory:").await?;
+    /// let (shop_a, shop_b) = (store.scoped("shop-a"), store.scoped("shop-b"));
+    /// let lease = Duration::from_secs(60);
+    /// // The same id from two accounts: each route claims its own.
+    /// assert_eq!(shop_a.claim("5f0c7d1e-…", lease).await?, Claim::Claimed);
+    /// assert_eq!(shop_b.claim("5f0c7d1e-…", lease).await?, Claim::Claimed);
+    /// # Ok(()) }
+    /// ```
+    pub fn scoped(&self, scope: &str) -> Store {
+        Store {
+            pool: self.pool.clone(),
+            scope: Arc::from(scope),
+        }
+    }
+
+    /// The scope of this handle's records: empty unless set by [`scoped`](Store::scoped).
+    pub fn scope(&self) -> &str {
+        &self.scope
     }
 
     /// Which database this store uses.
@@ -380,6 +430,7 @@ impl Store {
     ) -> Result<LeaseClaim, StoreError> {
         Ok(match self.claim_inner(event_id, lease).await? {
             ClaimState::Claimed { attempts } => LeaseClaim::Held(Lease {
+                scope: Arc::clone(&self.scope),
                 event_id: event_id.to_owned(),
                 token: attempts,
                 duration: lease,
@@ -433,17 +484,20 @@ impl Store {
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 let set = match change {
-                    Fenced::Renew { .. } => format!("locked_until = {SQLITE_NOW} + ?3"),
+                    Fenced::Renew { .. } => format!("locked_until = {SQLITE_NOW} + ?4"),
                     Fenced::Complete => "status = 'done', locked_until = NULL".to_owned(),
                     Fenced::Fail { .. } => {
-                        "status = 'failed', locked_until = NULL, last_error = ?3".to_owned()
+                        "status = 'failed', locked_until = NULL, last_error = ?4".to_owned()
                     }
                 };
                 let sql = format!(
                     "UPDATE kxp_processed_events SET {set}, updated_at = {SQLITE_NOW}
-                     WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2"
+                     WHERE event_id = ?1 AND status = 'processing' AND attempts = ?2 AND scope = ?3"
                 );
-                let query = sqlx::query(&sql).bind(&lease.event_id).bind(token);
+                let query = sqlx::query(&sql)
+                    .bind(&lease.event_id)
+                    .bind(token)
+                    .bind(&*lease.scope);
                 let query = match change {
                     Fenced::Renew { lease_ms } => query.bind(lease_ms),
                     Fenced::Complete => query,
@@ -455,18 +509,21 @@ impl Store {
             Pool::Postgres(pool) => {
                 let set = match change {
                     Fenced::Renew { .. } => {
-                        "locked_until = now() + $3::bigint * interval '1 millisecond'"
+                        "locked_until = now() + $4::bigint * interval '1 millisecond'"
                     }
                     Fenced::Complete => "status = 'done', locked_until = NULL",
                     Fenced::Fail { .. } => {
-                        "status = 'failed', locked_until = NULL, last_error = $3"
+                        "status = 'failed', locked_until = NULL, last_error = $4"
                     }
                 };
                 let sql = format!(
                     "UPDATE kxp_processed_events SET {set}, updated_at = now()
-                     WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint"
+                     WHERE event_id = $1 AND status = 'processing' AND attempts = $2::bigint AND scope = $3"
                 );
-                let query = sqlx::query(&sql).bind(&lease.event_id).bind(token);
+                let query = sqlx::query(&sql)
+                    .bind(&lease.event_id)
+                    .bind(token)
+                    .bind(&*lease.scope);
                 let query = match change {
                     Fenced::Renew { lease_ms } => query.bind(lease_ms),
                     Fenced::Complete => query,
@@ -475,7 +532,9 @@ impl Store {
                 query.execute(pool).await?.rows_affected()
             }
         };
-        self.held_or_lost(&lease.event_id, updated).await
+        self.scoped(&lease.scope)
+            .held_or_lost(&lease.event_id, updated)
+            .await
     }
 
     /// After a fenced statement: one row updated is success; none is `claim_lost` if the row
@@ -499,6 +558,7 @@ impl Store {
             Pool::Sqlite(pool) => {
                 sqlx::query_as(SQLITE_STATE)
                     .bind(event_id)
+                    .bind(&*self.scope)
                     .fetch_optional(pool)
                     .await?
             }
@@ -506,6 +566,7 @@ impl Store {
             Pool::Postgres(pool) => {
                 sqlx::query_as(PG_STATE)
                     .bind(event_id)
+                    .bind(&*self.scope)
                     .fetch_optional(pool)
                     .await?
             }
@@ -527,6 +588,7 @@ impl Store {
                     sqlx::query_scalar(SQLITE_CLAIM)
                         .bind(event_id)
                         .bind(lease_ms)
+                        .bind(&*self.scope)
                         .fetch_optional(pool)
                         .await?
                 }
@@ -534,6 +596,7 @@ impl Store {
                 Pool::Postgres(pool) => sqlx::query_scalar::<_, i32>(PG_CLAIM)
                     .bind(event_id)
                     .bind(lease_ms)
+                    .bind(&*self.scope)
                     .fetch_optional(pool)
                     .await?
                     .map(i64::from),
@@ -573,9 +636,10 @@ impl Store {
                 "UPDATE kxp_processed_events
                  SET status = 'done', locked_until = NULL,
                      updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
-                 WHERE event_id = ?1",
+                 WHERE event_id = ?1 AND scope = ?2",
             )
             .bind(event_id)
+            .bind(&*self.scope)
             .execute(pool)
             .await?
             .rows_affected(),
@@ -583,9 +647,10 @@ impl Store {
             Pool::Postgres(pool) => sqlx::query(
                 "UPDATE kxp_processed_events
                  SET status = 'done', locked_until = NULL, updated_at = now()
-                 WHERE event_id = $1",
+                 WHERE event_id = $1 AND scope = $2",
             )
             .bind(event_id)
+            .bind(&*self.scope)
             .execute(pool)
             .await?
             .rows_affected(),
@@ -613,10 +678,11 @@ impl Store {
                 "UPDATE kxp_processed_events
                  SET status = 'failed', locked_until = NULL, last_error = ?2,
                      updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
-                 WHERE event_id = ?1 AND status <> 'done'",
+                 WHERE event_id = ?1 AND status <> 'done' AND scope = ?3",
             )
             .bind(event_id)
             .bind(error)
+            .bind(&*self.scope)
             .execute(pool)
             .await?
             .rows_affected(),
@@ -624,10 +690,11 @@ impl Store {
             Pool::Postgres(pool) => sqlx::query(
                 "UPDATE kxp_processed_events
                  SET status = 'failed', locked_until = NULL, last_error = $2, updated_at = now()
-                 WHERE event_id = $1 AND status <> 'done'",
+                 WHERE event_id = $1 AND status <> 'done' AND scope = $3",
             )
             .bind(event_id)
             .bind(error)
+            .bind(&*self.scope)
             .execute(pool)
             .await?
             .rows_affected(),
@@ -701,9 +768,10 @@ impl Store {
             Pool::Sqlite(pool) => {
                 sqlx::query_as(
                     "SELECT status, attempts, last_error FROM kxp_processed_events
-                     WHERE event_id = ?1",
+                     WHERE event_id = ?1 AND scope = ?2",
                 )
                 .bind(event_id)
+                .bind(&*self.scope)
                 .fetch_optional(pool)
                 .await?
             }
@@ -711,9 +779,10 @@ impl Store {
             Pool::Postgres(pool) => {
                 sqlx::query_as(
                     "SELECT status, attempts::bigint, last_error FROM kxp_processed_events
-                     WHERE event_id = $1",
+                     WHERE event_id = $1 AND scope = $2",
                 )
                 .bind(event_id)
+                .bind(&*self.scope)
                 .fetch_optional(pool)
                 .await?
             }
@@ -731,22 +800,25 @@ impl Store {
     /// The catch-up checkpoint of the sender's endpoint `endpoint_id`: every event it numbered
     /// up to this is processed. 0 when there is none yet.
     pub async fn checkpoint(&self, endpoint_id: &str) -> Result<u64, StoreError> {
-        let sequence: Option<i64> = match &self.pool {
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => {
-                sqlx::query_scalar("SELECT sequence FROM kxp_checkpoints WHERE endpoint_id = ?1")
-                    .bind(endpoint_id)
-                    .fetch_optional(pool)
-                    .await?
-            }
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => {
-                sqlx::query_scalar("SELECT sequence FROM kxp_checkpoints WHERE endpoint_id = $1")
-                    .bind(endpoint_id)
-                    .fetch_optional(pool)
-                    .await?
-            }
-        };
+        let sequence: Option<i64> =
+            match &self.pool {
+                #[cfg(feature = "sqlite")]
+                Pool::Sqlite(pool) => sqlx::query_scalar(
+                    "SELECT sequence FROM kxp_checkpoints WHERE endpoint_id = ?1 AND scope = ?2",
+                )
+                .bind(endpoint_id)
+                .bind(&*self.scope)
+                .fetch_optional(pool)
+                .await?,
+                #[cfg(feature = "postgres")]
+                Pool::Postgres(pool) => sqlx::query_scalar(
+                    "SELECT sequence FROM kxp_checkpoints WHERE endpoint_id = $1 AND scope = $2",
+                )
+                .bind(endpoint_id)
+                .bind(&*self.scope)
+                .fetch_optional(pool)
+                .await?,
+            };
         Ok(sequence.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
     }
 
@@ -756,16 +828,18 @@ impl Store {
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => {
                 sqlx::query_as(
-                    "SELECT endpoint_id, sequence FROM kxp_checkpoints ORDER BY endpoint_id",
+                    "SELECT endpoint_id, sequence FROM kxp_checkpoints WHERE scope = ?1 ORDER BY endpoint_id",
                 )
+                .bind(&*self.scope)
                 .fetch_all(pool)
                 .await?
             }
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
                 sqlx::query_as(
-                    "SELECT endpoint_id, sequence FROM kxp_checkpoints ORDER BY endpoint_id",
+                    "SELECT endpoint_id, sequence FROM kxp_checkpoints WHERE scope = $1 ORDER BY endpoint_id",
                 )
+                .bind(&*self.scope)
                 .fetch_all(pool)
                 .await?
             }
@@ -787,25 +861,27 @@ impl Store {
         let now: i64 = match &self.pool {
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => sqlx::query_scalar(
-                "INSERT INTO kxp_checkpoints (endpoint_id, sequence, updated_at)
-                 VALUES (?1, ?2, CAST(unixepoch('subsec') * 1000 AS INTEGER))
-                 ON CONFLICT (endpoint_id) DO UPDATE
+                "INSERT INTO kxp_checkpoints (scope, endpoint_id, sequence, updated_at)
+                 VALUES (?3, ?1, ?2, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+                 ON CONFLICT (scope, endpoint_id) DO UPDATE
                  SET sequence = MAX(sequence, excluded.sequence), updated_at = excluded.updated_at
                  RETURNING sequence",
             )
             .bind(endpoint_id)
             .bind(sequence)
+            .bind(&*self.scope)
             .fetch_one(pool)
             .await?,
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => sqlx::query_scalar(
-                "INSERT INTO kxp_checkpoints (endpoint_id, sequence) VALUES ($1, $2)
-                 ON CONFLICT (endpoint_id) DO UPDATE
+                "INSERT INTO kxp_checkpoints (scope, endpoint_id, sequence) VALUES ($3, $1, $2)
+                 ON CONFLICT (scope, endpoint_id) DO UPDATE
                  SET sequence = GREATEST(kxp_checkpoints.sequence, excluded.sequence), updated_at = now()
                  RETURNING sequence",
             )
             .bind(endpoint_id)
             .bind(sequence)
+            .bind(&*self.scope)
             .fetch_one(pool)
             .await?,
         };
@@ -821,9 +897,15 @@ impl Store {
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         match &self.pool {
             #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => Ok(Tx::sqlite_tx(pool.begin_with("BEGIN IMMEDIATE").await?)),
+            Pool::Sqlite(pool) => Ok(Tx::sqlite_tx(
+                pool.begin_with("BEGIN IMMEDIATE").await?,
+                Arc::clone(&self.scope),
+            )),
             #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => Ok(Tx::postgres_tx(pool.begin().await?)),
+            Pool::Postgres(pool) => Ok(Tx::postgres_tx(
+                pool.begin().await?,
+                Arc::clone(&self.scope),
+            )),
         }
     }
 }
@@ -833,6 +915,7 @@ impl fmt::Debug for Store {
         // Connect options hold the password: show nothing of them.
         f.debug_struct("Store")
             .field("backend", &self.backend())
+            .field("scope", &&*self.scope)
             .finish_non_exhaustive()
     }
 }

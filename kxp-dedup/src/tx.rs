@@ -1,6 +1,7 @@
 //! In-transaction mode: the "processed" mark and the caller's side effect commit together.
 
 use std::fmt;
+use std::sync::Arc;
 
 use sqlx::Transaction;
 #[cfg(feature = "postgres")]
@@ -22,6 +23,8 @@ use crate::util::retry_after_from_millis;
 /// on it, which is what makes a failed handler retryable.
 pub struct Tx {
     inner: Inner,
+    /// The scope of the store that began it: its marks are keyed by it.
+    scope: Arc<str>,
 }
 
 enum Inner {
@@ -36,11 +39,11 @@ enum Inner {
 // to 'done': inside the transaction, "processed" and "the effect happened" are the same fact.
 const SQLITE_MARK: &str = "
 INSERT INTO kxp_processed_events
-    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
-SELECT ?1, 'done', 1, NULL, now.ms, now.ms
+    (scope, event_id, status, attempts, locked_until, first_seen_at, updated_at)
+SELECT ?2, ?1, 'done', 1, NULL, now.ms, now.ms
 FROM (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS ms) AS now
 WHERE true
-ON CONFLICT (event_id) DO UPDATE SET
+ON CONFLICT (scope, event_id) DO UPDATE SET
     status = 'done',
     attempts = kxp_processed_events.attempts + 1,
     locked_until = NULL,
@@ -53,9 +56,9 @@ RETURNING attempts";
 #[cfg(feature = "postgres")]
 const PG_MARK: &str = "
 INSERT INTO kxp_processed_events
-    (event_id, status, attempts, locked_until, first_seen_at, updated_at)
-VALUES ($1, 'done', 1, NULL, now(), now())
-ON CONFLICT (event_id) DO UPDATE SET
+    (scope, event_id, status, attempts, locked_until, first_seen_at, updated_at)
+VALUES ($2, $1, 'done', 1, NULL, now(), now())
+ON CONFLICT (scope, event_id) DO UPDATE SET
     status = 'done',
     attempts = kxp_processed_events.attempts + 1,
     locked_until = NULL,
@@ -67,16 +70,18 @@ RETURNING attempts";
 
 impl Tx {
     #[cfg(feature = "sqlite")]
-    pub(crate) fn sqlite_tx(tx: Transaction<'static, Sqlite>) -> Tx {
+    pub(crate) fn sqlite_tx(tx: Transaction<'static, Sqlite>, scope: Arc<str>) -> Tx {
         Tx {
             inner: Inner::Sqlite(tx),
+            scope,
         }
     }
 
     #[cfg(feature = "postgres")]
-    pub(crate) fn postgres_tx(tx: Transaction<'static, Postgres>) -> Tx {
+    pub(crate) fn postgres_tx(tx: Transaction<'static, Postgres>, scope: Arc<str>) -> Tx {
         Tx {
             inner: Inner::Postgres(tx),
+            scope,
         }
     }
 
@@ -93,12 +98,14 @@ impl Tx {
             Inner::Sqlite(tx) => {
                 sqlx::query_scalar(SQLITE_MARK)
                     .bind(event_id)
+                    .bind(&*self.scope)
                     .fetch_optional(&mut **tx)
                     .await?
             }
             #[cfg(feature = "postgres")]
             Inner::Postgres(tx) => sqlx::query_scalar::<_, i32>(PG_MARK)
                 .bind(event_id)
+                .bind(&*self.scope)
                 .fetch_optional(&mut **tx)
                 .await?
                 .map(i64::from),
@@ -114,6 +121,7 @@ impl Tx {
             Inner::Sqlite(tx) => {
                 sqlx::query_as(SQLITE_STATE)
                     .bind(event_id)
+                    .bind(&*self.scope)
                     .fetch_optional(&mut **tx)
                     .await?
             }
@@ -121,6 +129,7 @@ impl Tx {
             Inner::Postgres(tx) => {
                 sqlx::query_as(PG_STATE)
                     .bind(event_id)
+                    .bind(&*self.scope)
                     .fetch_optional(&mut **tx)
                     .await?
             }
@@ -191,6 +200,7 @@ impl fmt::Debug for Tx {
         };
         f.debug_struct("Tx")
             .field("backend", &backend)
+            .field("scope", &&*self.scope)
             .finish_non_exhaustive()
     }
 }

@@ -256,6 +256,58 @@ impl TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// Applies the migrations of `folder` (a crate's `migrations/sqlite` or
+    /// `migrations/postgres`) whose version is below `before`, as a database of an earlier
+    /// release has them, then runs `rows` (statements writing rows in that shape): the crate's
+    /// own migrator then applies the rest, carrying them, on its next connect.
+    pub async fn migrate_before(&self, folder: &Path, before: i64, rows: &[&str]) {
+        let mut migrator = sqlx::migrate::Migrator::new(folder)
+            .await
+            .unwrap_or_else(|e| panic!("cannot read the migrations in {}: {e}", folder.display()));
+        let earlier: Vec<_> = migrator
+            .migrations
+            .iter()
+            .filter(|m| m.version < before)
+            .cloned()
+            .collect();
+        migrator.migrations = earlier.into();
+        match self {
+            TestDatabase::Sqlite(file) => {
+                let url = format!("{}?mode=rwc", file.url());
+                let mut conn = sqlx::SqliteConnection::connect(&url)
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
+                migrate_then(&mut conn, &migrator, rows).await;
+            }
+            TestDatabase::Postgres(database) => {
+                let mut conn = PgConnection::connect(database.url())
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", database.name()));
+                migrate_then(&mut conn, &migrator, rows).await;
+            }
+        }
+    }
+}
+
+/// Runs `migrator` on `conn`, then each of `rows`.
+async fn migrate_then<C>(conn: &mut C, migrator: &sqlx::migrate::Migrator, rows: &[&str])
+where
+    C: sqlx::migrate::Migrate + Send,
+    for<'e> &'e mut C: sqlx::Executor<'e>,
+{
+    migrator
+        .run_direct(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("migrating: {e}"));
+    for sql in rows {
+        sqlx::raw_sql(sql)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

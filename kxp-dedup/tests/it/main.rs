@@ -33,5 +33,7 @@ mod held;
 mod in_transaction;
 mod inbox;
 mod purge;
+mod scope;
 mod support;
 mod unavailable;
+mod upgrade;

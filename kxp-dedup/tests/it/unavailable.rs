@@ -71,7 +71,10 @@ async fn sqlite_file_is_wal_and_survives_reconnect() {
     let url = file.url();
     let store = Store::connect(url).await.unwrap();
     assert_eq!(store.backend(), Backend::Sqlite);
-    assert_eq!(format!("{store:?}"), "Store { backend: Sqlite, .. }");
+    assert_eq!(
+        format!("{store:?}"),
+        "Store { backend: Sqlite, scope: \"\", .. }"
+    );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(store.sqlite_pool().unwrap())
         .await
