@@ -129,7 +129,8 @@ impl utoipa::ToSchema for RawJson {}
 ///
 /// The producer may choose the event's `id` itself (a UUID), to store it beside its own record
 /// before the event is sent (what an outbox does): the request is then idempotent on the id as
-/// on a key, for as long as the event is retained.
+/// on a key, for as long as the event is retained. Ids, like keys, are unique within the
+/// account: the same id in two accounts is two events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -138,7 +139,7 @@ pub struct NewEvent {
     /// The event's id, chosen by the producer: a UUID in its canonical form (lowercase,
     /// hyphenated) other than the nil UUID; default a new UUIDv4. Sending the same id again
     /// with the same body answers the first request's event; with another body, or an id
-    /// another event holds, 422 `idempotency_key_reused`.
+    /// another event of the account holds, 422 `idempotency_key_reused`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<EventId>,
     /// The event type (letters, digits, `.` `_` `-`, at most 128), matched against endpoints'

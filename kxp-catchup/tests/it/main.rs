@@ -8,6 +8,7 @@
 
 mod actix;
 mod ordered;
+mod scopes;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

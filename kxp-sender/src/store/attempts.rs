@@ -613,7 +613,7 @@ fn claim_sql(sqlite: bool) -> String {
     let returning = if sqlite {
         "id"
     } else {
-        "id, event_id, endpoint_id, attempts, sequence"
+        "id, account_id, event_id, endpoint_id, attempts, sequence"
     };
     // The window: due deliveries in due order, of endpoints and accounts that may take more.
     // Then at most each endpoint's cap (`rn`), then at most each account's (`an`), taken
@@ -647,7 +647,7 @@ fn job_select(from: &str, now: &str) -> String {
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence \
-         FROM {from} JOIN kxp_events e ON e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id",
+         FROM {from} JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id",
         live_secrets(now)
     )
 }
@@ -702,7 +702,7 @@ static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
            ROW_NUMBER() OVER (PARTITION BY account_id ORDER BY next_attempt_at) AS an FROM picked), \
          d AS ({TAKE} WHERE id IN (SELECT id FROM ranked \
            WHERE an <= COALESCE(($5::jsonb ->> account_id)::bigint, $6)) \
-           RETURNING id, event_id, endpoint_id, attempts, sequence) \
+           RETURNING id, account_id, event_id, endpoint_id, attempts, sequence) \
          {}",
         job_select("d", "$3")
     )

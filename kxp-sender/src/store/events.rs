@@ -45,12 +45,15 @@ macro_rules! ingest_on {
                 }
             }
             if let Some(id) = &item.id {
-                // Any account's: an id is one event's, and the answer is the same whoever
-                // holds it, so it tells nothing about other accounts.
-                let existing = sqlx::query_as::<_, Event>(select_event!("WHERE id = $1"))
-                    .bind(id)
-                    .fetch_optional(&mut *$tx)
-                    .await?;
+                // The account's own only: a chosen id is unique within its account, so another
+                // account's event with the same id neither blocks this one nor shows it exists.
+                let existing = sqlx::query_as::<_, Event>(select_event!(
+                    "WHERE account_id = $1 AND id = $2"
+                ))
+                .bind(&item.account.id)
+                .bind(id)
+                .fetch_optional(&mut *$tx)
+                .await?;
                 if let Some(existing) = existing {
                     return Ok(existing.answers(item));
                 }
@@ -258,7 +261,7 @@ impl Db {
         };
         let sql = if filter.tag.is_some() {
             "SELECT e.id, e.event_type, e.api_version, e.created_at \
-             FROM kxp_event_tags t JOIN kxp_events e ON e.id = t.event_id \
+             FROM kxp_event_tags t JOIN kxp_events e ON e.account_id = t.account_id AND e.id = t.event_id \
              WHERE t.account_id = $1 AND t.tag = $2 AND t.created_at >= $3 AND t.created_at <= $4 \
              AND (t.created_at, t.event_id) < ($5, $6) \
              AND (CAST($7 AS TEXT) IS NULL OR e.event_type = $7) \
@@ -292,15 +295,19 @@ impl Db {
         let tags_sql = match self {
             Db::Sqlite(_) => {
                 "SELECT event_id, tag FROM kxp_event_tags \
-                 WHERE event_id IN (SELECT value FROM json_each($1))"
+                 WHERE account_id = $2 AND event_id IN (SELECT value FROM json_each($1))"
             }
             Db::Postgres(_) => {
                 "SELECT event_id, tag FROM kxp_event_tags \
-                 WHERE event_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
+                 WHERE account_id = $2 AND event_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
             }
         };
         let rows: Vec<(String, String)> = on_db!(self, |pool, _begin| {
-            sqlx::query_as(tags_sql).bind(&ids).fetch_all(pool).await?
+            sqlx::query_as(tags_sql)
+                .bind(&ids)
+                .bind(account_id)
+                .fetch_all(pool)
+                .await?
         });
         let mut by_event: std::collections::HashMap<String, Vec<String>> =
             std::collections::HashMap::new();
@@ -351,7 +358,7 @@ impl Db {
     ) -> Result<Option<Ingested>, StoreError> {
         let existing = on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Event>(select_event!(
-                "WHERE (account_id = $1 AND idempotency_key = $2) OR id = $3 LIMIT 1"
+                "WHERE account_id = $1 AND (idempotency_key = $2 OR id = $3) LIMIT 1"
             ))
             .bind(&item.account.id)
             .bind(&item.idempotency)
@@ -376,12 +383,10 @@ impl Db {
 }
 
 impl Event {
-    /// What a request for `item`, whose idempotency key or chosen id this event holds,
-    /// answers: this event if it is the same request of the same account, else a refusal.
+    /// What a request for `item`, whose idempotency key or chosen id this event of the same
+    /// account holds, answers: this event if it is the same request, else a refusal.
     fn answers(self, item: &Ingest) -> Ingested {
-        if self.account_id == item.account.id
-            && self.request_hash.as_ref() == Some(&item.request_hash)
-        {
+        if self.request_hash.as_ref() == Some(&item.request_hash) {
             Ingested::Replayed(self)
         } else {
             Ingested::KeyReused

@@ -56,7 +56,7 @@ static SOURCE: LazyLock<String> = LazyLock::new(|| {
 /// The endpoint's events after a number, by number: each (endpoint, event) once, from the
 /// delivery no replay has replaced (a replay carries its original's number).
 const ROWS: &str = "SELECT d.sequence, d.event_id, e.event_type, e.ordering_key, e.payload FROM kxp_deliveries d \
-       JOIN kxp_events e ON e.id = d.event_id \
+       JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id \
      WHERE d.endpoint_id = $1 AND d.sequence > $2 AND d.replayed_by IS NULL ORDER BY d.sequence LIMIT $3";
 
 impl Db {

@@ -52,8 +52,9 @@ impl Db {
             }
             purged.events = self
                 .delete_batches(
-                    "DELETE FROM kxp_events WHERE id IN (SELECT id FROM kxp_events e WHERE e.created_at < $1 \
-                     AND NOT EXISTS (SELECT 1 FROM kxp_deliveries d WHERE d.event_id = e.id) LIMIT $2)",
+                    "DELETE FROM kxp_events WHERE (account_id, id) IN (SELECT account_id, id FROM kxp_events e \
+                     WHERE e.created_at < $1 AND NOT EXISTS (SELECT 1 FROM kxp_deliveries d \
+                     WHERE d.account_id = e.account_id AND d.event_id = e.id) LIMIT $2)",
                     cutoff,
                 )
                 .await?;

@@ -799,6 +799,69 @@ async fn every_route_is_scoped_to_the_callers_account() {
     s.server.shutdown().await;
 }
 
+/// A producer-chosen event id is the account's own: the same id from two accounts is two
+/// events, whichever account sends it first, and neither answer says anything of the other's.
+/// Before, ids were one namespace: B posting A's id got 422 (learning it existed), and B
+/// posting an id first made A's later event with it be refused for good (an outbox kept it as
+/// refused, and the payment's webhook was never sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chosen_event_id_is_unique_per_account_only() {
+    let s = sender("0s").await;
+    let a = s.api.clone();
+    let (_, b_key) = s.server.db().create_account("b", None).await.unwrap();
+    let b = a.with_key(&b_key);
+    let (rx_a, rx_b) = (Receiver::start(vec![]).await, Receiver::start(vec![]).await);
+    a.endpoint(&rx_a.url, json!({})).await;
+    b.endpoint(&rx_b.url, json!({})).await;
+
+    // A first, then B with the very same request; then B first, then A.
+    let first = "0190f1e2-7c3a-7def-8abc-0123456789ab";
+    let second = "0190f1e2-7c3a-7def-8abc-0123456789ac";
+    for (id, order) in [
+        (first, [(&a, "a"), (&b, "b")]),
+        (second, [(&b, "b"), (&a, "a")]),
+    ] {
+        for (api, who) in order {
+            let body = json!({"id": id, "type": "payment.succeeded", "data": {"by": "same"}});
+            let (status, answer) = api.call("POST", "/v1/events", Some(body.clone())).await;
+            assert_eq!(
+                (status, answer["id"].as_str()),
+                (202, Some(id)),
+                "{who}: {answer}"
+            );
+            let (status, again) = api.call("POST", "/v1/events", Some(body)).await;
+            assert_eq!(
+                (status, &again),
+                (202, &answer),
+                "{who}: a repeat answers its own"
+            );
+            let other = json!({"id": id, "type": "payment.succeeded", "data": {"by": who}});
+            let (status, error) = api.call("POST", "/v1/events", Some(other)).await;
+            assert_eq!(
+                (status, error["error"].as_str()),
+                (422, Some("idempotency_key_reused")),
+                "{who}: its own id with another body"
+            );
+        }
+        for (api, rx) in [(&a, &rx_a), (&b, &rx_b)] {
+            api.wait_for(id, "delivered", Duration::from_secs(10)).await;
+            let deliveries = api.deliveries_of(id).await;
+            assert_eq!(deliveries.len(), 1, "{deliveries:?}");
+            let seen = rx.seen().into_iter().filter(|r| r.event_id() == id).count();
+            assert_eq!(seen, 1, "each account's receiver gets its own event once");
+        }
+    }
+    let Db::Sqlite(pool) = s.server.db() else {
+        panic!("the test sender runs on SQLite")
+    };
+    let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kxp_events")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(events, 4, "two ids, two accounts: four events");
+    s.server.shutdown().await;
+}
+
 /// An id of the same shape as A's, that nothing has.
 fn made_up_id(target: Target) -> String {
     match target {

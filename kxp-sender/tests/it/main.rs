@@ -37,3 +37,4 @@ mod sealed_secrets;
 mod sequence;
 mod standard_webhooks;
 mod support;
+mod upgrade;

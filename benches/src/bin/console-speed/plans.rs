@@ -107,7 +107,7 @@ const COUNT_DEAD: &str = "SELECT COUNT(*) FROM kxp_deliveries d JOIN kxp_endpoin
      AND (CAST($5 AS BIGINT) IS NULL OR d.updated_at <= $5)";
 
 const EVENTS_BY_TAG: &str = "SELECT e.id, e.event_type, e.api_version, e.created_at \
-     FROM kxp_event_tags t JOIN kxp_events e ON e.id = t.event_id \
+     FROM kxp_event_tags t JOIN kxp_events e ON e.account_id = t.account_id AND e.id = t.event_id \
      WHERE t.account_id = $1 AND t.tag = $2 AND t.created_at >= $3 AND t.created_at <= $4 \
      AND (t.created_at, t.event_id) < ($5, $6) \
      AND (CAST($7 AS TEXT) IS NULL OR e.event_type = $7) \
@@ -138,9 +138,9 @@ fn queries(
     let ep = s.failing.as_str();
     let since = now.div_euclid(HOUR_MS) * HOUR_MS - 24 * HOUR_MS;
     let tags_sql = if sqlite {
-        "SELECT event_id, tag FROM kxp_event_tags WHERE event_id IN (SELECT value FROM json_each($1))"
+        "SELECT event_id, tag FROM kxp_event_tags WHERE account_id = $2 AND event_id IN (SELECT value FROM json_each($1))"
     } else {
-        "SELECT event_id, tag FROM kxp_event_tags WHERE event_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
+        "SELECT event_id, tag FROM kxp_event_tags WHERE account_id = $2 AND event_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
     };
     vec![
         Q {
@@ -250,7 +250,7 @@ fn queries(
         Q {
             name: "search: the tags of a page of 51 events",
             sql: tags_sql.to_owned(),
-            params: vec![t(page_ids)],
+            params: vec![t(page_ids), t(account)],
             around: None,
         },
         deliveries_q(
