@@ -117,22 +117,10 @@ pub enum IngestUrlError {
 }
 
 impl IngestSource {
-    /// The URL with its passwords replaced, for `--print-config` and logs: a NATS URL's user
-    /// part alone is a token, replaced too.
+    /// The URL with its credentials replaced ([`redact_passwords`]: a lone user part, which
+    /// NATS takes for a token, whole), for `--print-config`, `Debug` and errors.
     pub fn redacted(&self) -> String {
-        match &self.broker {
-            Broker::Nats {
-                auth: NatsAuth::Token(_),
-                ..
-            } => match reqwest::Url::parse(&self.url) {
-                Ok(mut url) => {
-                    let _ = url.set_username("[redacted]");
-                    url.to_string().replace("%5Bredacted%5D", "[redacted]")
-                }
-                Err(_) => "[redacted]".to_owned(),
-            },
-            _ => redact_passwords(&self.url),
-        }
+        redact_passwords(&self.url)
     }
 
     /// The source's name in `/healthz`, `/metrics` and logs: `amqp:<vhost>/<queue>` or
@@ -485,10 +473,10 @@ impl SourceStatus {
         self.set(SourceState::Up, None);
     }
 
-    /// A session failed with `error` (already free of credentials).
+    /// A session failed with `error` (already through [`redact_passwords`]).
     pub(crate) fn down(&self, error: String) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
-        self.set(SourceState::Down, Some(redact_passwords(&error)));
+        self.set(SourceState::Down, Some(error));
     }
 
     /// The broker's count of waiting messages, as just read.

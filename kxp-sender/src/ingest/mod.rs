@@ -23,6 +23,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::engine::sources::{Broker, IngestSource, SourceStatus};
 use crate::http::AppState;
+use crate::store::redact_passwords;
 
 mod amqp;
 mod message;
@@ -77,6 +78,8 @@ impl Run {
             let Err(error) = ended else {
                 return;
             };
+            // The clients' errors may quote a URL: redacted once, for the log and `/healthz`.
+            let error = redact_passwords(&error);
             tracing::warn!(target: "kxp_sender", source = %self.status.name, error = %error,
                 "broker source: the session ended; connecting again");
             self.status.down(error);
