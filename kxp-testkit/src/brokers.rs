@@ -567,14 +567,19 @@ async fn rabbitmqctl(args: &[&str]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// A JetStream stream of one test's own, `KXP_TEST_<uuid>` capturing the one subject
-/// `kxp.test.<uuid>.events`, deleted when this value is dropped.
+/// `kxp.test.<uuid>.events` (or, from [`Nats::connect_capturing_prefix`], every subject under
+/// `kxp.test.<uuid>`), deleted when this value is dropped.
 #[must_use = "the stream is deleted as soon as this value is dropped"]
 pub struct Nats {
     client: async_nats::Client,
     jetstream: async_nats::jetstream::Context,
     url: String,
     stream: String,
+    /// `kxp.test.<uuid>`: the test's own part of the subject space.
+    prefix: String,
     subject: String,
+    /// What the stream captures.
+    captured: String,
     /// Whether dropping the value still has to delete the stream.
     armed: bool,
 }
@@ -585,6 +590,7 @@ impl std::fmt::Debug for Nats {
             .field("url", &self.url)
             .field("stream", &self.stream)
             .field("subject", &self.subject)
+            .field("captured", &self.captured)
             .finish_non_exhaustive()
     }
 }
@@ -694,6 +700,19 @@ impl Nats {
         nats
     }
 
+    /// [`Nats::connect`] with a stream that captures every subject under [`Nats::prefix`]
+    /// (`kxp.test.<uuid>.>`), such as a rejected subject `<prefix>.rejected` beside
+    /// [`Nats::subject`]: for sources that could consume their own rejects.
+    pub async fn connect_capturing_prefix() -> Option<Nats> {
+        if !reachable(&nats_addr(NATS_URL)) {
+            return unavailable("NATS", "nothing listens on 127.0.0.1:4222");
+        }
+        let mut nats = Nats::connect_undeclared(NATS_URL).await;
+        nats.captured = format!("{}.>", nats.prefix);
+        nats.declare().await;
+        Some(nats)
+    }
+
     /// [`Nats::connect_to`] without creating the stream yet: it does not exist until
     /// [`Nats::declare`] (for a consumer started before its stream exists).
     pub async fn connect_undeclared(url: &str) -> Nats {
@@ -703,24 +722,27 @@ impl Nats {
         let jetstream = async_nats::jetstream::new(client.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
         let stream = format!("KXP_TEST_{id}");
-        let subject = format!("kxp.test.{id}.events");
+        let prefix = format!("kxp.test.{id}");
+        let subject = format!("{prefix}.events");
         Nats {
             client,
             jetstream,
             url: url.to_owned(),
             stream,
+            prefix,
+            captured: subject.clone(),
             subject,
             armed: true,
         }
     }
 
-    /// Creates the stream (file storage, the one subject); [`Nats::connect`] already did.
-    /// Panics if the server refuses.
+    /// Creates the stream (file storage, on its subject, or its prefix); [`Nats::connect`]
+    /// already did. Panics if the server refuses.
     pub async fn declare(&self) {
         self.jetstream
             .create_stream(async_nats::jetstream::stream::Config {
                 name: self.stream.clone(),
-                subjects: vec![self.subject.clone()],
+                subjects: vec![self.captured.clone()],
                 ..Default::default()
             })
             .await
@@ -742,9 +764,15 @@ impl Nats {
         &self.stream
     }
 
-    /// The one subject the stream captures, where [`Nats::publish`] publishes.
+    /// The subject the stream captures (among others, from
+    /// [`Nats::connect_capturing_prefix`]), where [`Nats::publish`] publishes.
     pub fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// `kxp.test.<uuid>`: every subject of this value's is under it.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The subject `kxp serve` publishes the stream's rejected messages to by default:
@@ -1290,6 +1318,26 @@ mod tests {
         let jetstream = nats.jetstream.clone();
         nats.delete().await;
         assert!(jetstream.get_stream(&name).await.is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stream_on_the_prefix_captures_every_subject_under_it() {
+        let Some(nats) = Nats::connect_capturing_prefix().await else {
+            return;
+        };
+        assert!(nats.subject().starts_with(&format!("{}.", nats.prefix())));
+        nats.publish(b"one", None).await;
+        let rejected = format!("{}.rejected", nats.prefix());
+        let ack = nats
+            .jetstream
+            .publish(rejected, "two".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(ack.stream, nats.stream());
+        assert_eq!(nats.stream_messages().await, 2);
+        nats.delete().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

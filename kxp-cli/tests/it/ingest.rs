@@ -1057,6 +1057,156 @@ async fn nats_bad_messages_go_to_the_rejected_subject_with_their_reason_and_are_
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rejects that could come back
+// ---------------------------------------------------------------------------------------------
+
+/// Whether the durable consumer `durable` of `nats` has nothing left to hand out or settle.
+async fn consumer_idle(nats: &Nats, durable: &str) -> bool {
+    nats.consumer_state(durable)
+        .await
+        .is_some_and(|state| state.num_pending == 0 && state.num_ack_pending == 0)
+}
+
+/// `kxp_ingest_rejected_total{source, reason}` of the server at `base`.
+async fn rejections(base: &str, source: &str, reason: &str) -> f64 {
+    metric(
+        &metrics(base).await,
+        "kxp_ingest_rejected_total",
+        &[("source", source), ("reason", reason)],
+    )
+}
+
+/// A NATS source whose rejected subject is in its own filter would consume each of its rejects
+/// again, reject it again and publish it again, forever: it does not start (down, the reason in
+/// `/healthz`, no consumer made, no reconnects), while a source on the same stream whose filter
+/// leaves the rejects out consumes as usual and rejects into the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_source_whose_rejects_fall_in_its_own_filter_does_not_start() {
+    let Some(nats) = Nats::connect_capturing_prefix().await else {
+        return;
+    };
+    let db = SqliteFile::new("kxp.db");
+    let s = setup(db.url(), 1000).await;
+    let prefix = nats.prefix();
+    let looping = format!(
+        "{}?stream={}&subject={prefix}.>&durable={DURABLE}&account={}&rejected_subject={prefix}.rejected",
+        nats.url(),
+        nats.stream(),
+        s.account
+    );
+    const FINE: &str = "kxp-fine";
+    let fine = format!(
+        "{}&rejected_subject={prefix}.rejected",
+        nats.ingest_url(FINE, &s.account)
+    );
+    let serve = start(db.url(), &ingest(&[looping, fine]), &s.logs).await;
+    let refused = nats.source_name(DURABLE);
+    let health = wait_source(&serve.base, &refused, "down").await;
+    let error = health["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("{prefix}.rejected")) && error.contains("filter"),
+        "{health}"
+    );
+    let consuming = nats.source_name(FINE);
+    wait_source(&serve.base, &consuming, "up").await;
+
+    nats.publish(b"not json", None).await;
+    let (nats_ref, base) = (&nats, serve.base.as_str());
+    wait_for(
+        PATIENCE,
+        move || async move {
+            rejections(base, &nats_ref.source_name(FINE), "invalid_json").await >= 1.0
+                && consumer_idle(nats_ref, FINE).await
+        },
+        || "the consuming source did not reject the bad message".to_owned(),
+    )
+    .await;
+    // The message and its one reject, both in the stream; the refused source read neither.
+    assert_eq!(nats.stream_messages().await, 2);
+    assert_eq!(rejections(base, &consuming, "invalid_json").await, 1.0);
+    assert_eq!(
+        nats.consumer_state(DURABLE).await,
+        None,
+        "the refused source made its consumer"
+    );
+    let text = metrics(base).await;
+    assert_eq!(
+        metric(&text, "kxp_ingest_reconnects_total", &[("source", &refused)]),
+        0.0
+    );
+    assert_eq!(
+        metric(&text, "kxp_ingest_source_up", &[("source", &refused)]),
+        0.0
+    );
+    assert_eq!(
+        source_health(base, &refused).await.unwrap()["state"],
+        "down"
+    );
+    drop(serve);
+    nats.delete().await;
+}
+
+/// Two NATS sources, each consuming the subject the other publishes its rejects to (neither's
+/// rejects are in its own filter, so both start): a bad message rejected by the first is
+/// consumed by the second, which finds `Kxp-Reject-Reason` on it and terminates it instead of
+/// publishing it back. One rejection each, and the stream keeps the message and its one reject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_reject_consumed_again_is_terminated_not_published_again() {
+    let Some(nats) = Nats::connect_capturing_prefix().await else {
+        return;
+    };
+    let db = SqliteFile::new("kxp.db");
+    let s = setup(db.url(), 1000).await;
+    let rejects = format!("{}.rejected", nats.prefix());
+    const A: &str = "kxp-a";
+    const B: &str = "kxp-b";
+    let source = |durable: &str, subject: &str, rejected: &str| {
+        format!(
+            "{}?stream={}&subject={subject}&durable={durable}&account={}&rejected_subject={rejected}",
+            nats.url(),
+            nats.stream(),
+            s.account
+        )
+    };
+    let urls = [
+        source(A, nats.subject(), &rejects),
+        source(B, &rejects, nats.subject()),
+    ];
+    let serve = start(db.url(), &ingest(&urls), &s.logs).await;
+    for durable in [A, B] {
+        wait_source(&serve.base, &nats.source_name(durable), "up").await;
+    }
+
+    nats.publish(b"not json", None).await;
+    let (nats_ref, base) = (&nats, serve.base.as_str());
+    wait_for(
+        PATIENCE,
+        move || async move {
+            rejections(base, &nats_ref.source_name(A), "invalid_json").await >= 1.0
+                && rejections(base, &nats_ref.source_name(B), "invalid_json").await >= 1.0
+                && consumer_idle(nats_ref, A).await
+                && consumer_idle(nats_ref, B).await
+        },
+        || "the bad message did not come to rest".to_owned(),
+    )
+    .await;
+    for durable in [A, B] {
+        assert_eq!(
+            rejections(base, &nats.source_name(durable), "invalid_json").await,
+            1.0,
+            "{durable}"
+        );
+    }
+    assert_eq!(
+        nats.stream_messages().await,
+        2,
+        "the reject was published again"
+    );
+    drop(serve);
+    nats.delete().await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Connection cuts
 // ---------------------------------------------------------------------------------------------
 

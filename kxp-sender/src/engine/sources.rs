@@ -15,8 +15,9 @@
 //! account (else the URL's `account`, which may then be left out); `prefetch=<1..=1000>`
 //! (default [`DEFAULT_PREFETCH`]) bounds the messages in flight (AMQP's `basic.qos`,
 //! JetStream's `max_ack_pending`). NATS also takes `rejected_subject=<subject>` (default
-//! `kxp.rejected.<stream>`). Other query parameters of an `amqp://` URL (`heartbeat`,
-//! `connection_timeout`, …) are passed on to the client.
+//! `kxp.rejected.<stream>`), which must lie outside `subject` ([`IngestSource::refusal`]).
+//! Other query parameters of an `amqp://` URL (`heartbeat`, `connection_timeout`, …) are
+//! passed on to the client.
 
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
@@ -25,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use kxp_api::{ErrorCode, SourceHealth};
 
+use crate::engine::subjects;
 use crate::model::AccountId;
 use crate::store::redact_passwords;
 
@@ -138,6 +140,28 @@ impl IngestSource {
     }
 }
 
+impl IngestSource {
+    /// Why the source must not start, if it must not: a NATS source whose rejected subject is
+    /// in its own filter would consume each message it rejects again, reject it again and
+    /// publish it again, without end. (The filter is never missing, `subject=` being required,
+    /// so the stream's own subjects need no look: a reject outside the filter is never this
+    /// source's to consume, whichever stream keeps it.)
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match &self.broker {
+            Broker::Nats {
+                subject,
+                rejected_subject,
+                ..
+            } if subjects::matches(subject, rejected_subject) => Some(format!(
+                "the rejected subject {rejected_subject:?} is in the source's own filter \
+                 {subject:?}: every rejected message would be consumed and rejected again, \
+                 forever; set rejected_subject= to a subject outside the filter"
+            )),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Debug for IngestSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
@@ -245,9 +269,25 @@ impl FromStr for IngestSource {
                             .to_owned(),
                     });
                 }
+                if !subjects::is_filter(&subject) {
+                    return Err(IngestUrlError::Invalid {
+                        name: "subject",
+                        problem: "a NATS subject or filter: tokens separated by `.`, none empty; \
+                                  `*` for any one token, `>` for the rest (last only)"
+                            .to_owned(),
+                    });
+                }
                 let rejected_subject = params
                     .rejected_subject
                     .unwrap_or_else(|| format!("kxp.rejected.{stream}"));
+                if !subjects::is_literal(&rejected_subject) {
+                    return Err(IngestUrlError::Invalid {
+                        name: "rejected_subject",
+                        problem: "a subject to publish to: tokens separated by `.`, none empty, \
+                                  no `*` or `>` token"
+                            .to_owned(),
+                    });
+                }
                 let decode = |part: &str| {
                     percent_encoding::percent_decode_str(part)
                         .decode_utf8()
@@ -471,6 +511,12 @@ impl SourceStatus {
     /// Consuming.
     pub(crate) fn up(&self) {
         self.set(SourceState::Up, None);
+    }
+
+    /// The source will not start, for `reason` ([`IngestSource::refusal`]): down for good,
+    /// with no reconnect to count.
+    pub(crate) fn refused(&self, reason: String) {
+        self.set(SourceState::Down, Some(reason));
     }
 
     /// A session failed with `error` (already through [`redact_passwords`]).
@@ -699,6 +745,55 @@ mod tests {
         assert!(*auth == NatsAuth::Token("t0ken".to_owned()));
         assert!(!token.redacted().contains("t0ken"), "{}", token.redacted());
         assert!(!format!("{token:?}").contains("t0ken"));
+    }
+
+    #[test]
+    fn a_nats_source_whose_rejects_fall_in_its_own_filter_is_refused() {
+        let nats = |query: &str| {
+            parse(&format!(
+                "nats://n:4222?stream=LOOP&durable=d&account={ACC}&{query}"
+            ))
+            .unwrap()
+        };
+        for looping in [
+            nats("subject=loop.>&rejected_subject=loop.rejected"),
+            nats("subject=loop.*&rejected_subject=loop.rejected"),
+            nats("subject=loop.rejected&rejected_subject=loop.rejected"),
+            // The default, kxp.rejected.<stream>, under a filter on kxp.>.
+            nats("subject=kxp.>"),
+            nats("subject=>"),
+        ] {
+            let reason = looping.refusal().expect("refused");
+            assert!(reason.contains("rejected subject"), "{reason}");
+        }
+        for fine in [
+            nats("subject=loop.in&rejected_subject=loop.rejected"),
+            nats("subject=loop.*.in&rejected_subject=loop.rejected"),
+            nats("subject=loop.>&rejected_subject=rejects.loop"),
+            nats("subject=payments.events.>"),
+        ] {
+            assert_eq!(fine.refusal(), None);
+        }
+        assert_eq!(
+            parse(&format!("amqp://mq?queue=q&account={ACC}"))
+                .unwrap()
+                .refusal(),
+            None
+        );
+    }
+
+    #[test]
+    fn nats_subjects_must_be_well_formed() {
+        for (query, says) in [
+            ("subject=loop..in", "`subject`"),
+            ("subject=loop.>.in", "`subject`"),
+            ("subject=loop.in&rejected_subject=loop.*", "`rejected_subject`"),
+            ("subject=loop.in&rejected_subject=loop.", "`rejected_subject`"),
+        ] {
+            let url = format!("nats://n?stream=S&durable=d&account={ACC}&{query}");
+            let error = parse(&url).unwrap_err().to_string();
+            assert!(error.starts_with(says), "{url}: {error}");
+        }
     }
 
     #[test]

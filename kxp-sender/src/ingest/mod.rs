@@ -68,6 +68,13 @@ struct Run {
 impl Run {
     /// The source's life: sessions, each started again after a failure, until stopped.
     async fn sessions(mut self) {
+        if let Some(reason) = self.source.refusal() {
+            tracing::error!(target: "kxp_sender", source = %self.status.name, reason = %reason,
+                "broker source: refused to start");
+            self.status.refused(reason);
+            stopping(&mut self.stopped).await;
+            return;
+        }
         let mut backoff = Backoff::default();
         loop {
             self.status.connecting();

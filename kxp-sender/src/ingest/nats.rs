@@ -7,7 +7,10 @@
 //! message no retry can cure is published with its reason to the source's rejected subject
 //! (headers `Kxp-Reject-Reason`, `Kxp-Reject-Detail`, `Kxp-Source-Stream`,
 //! `Kxp-Source-Sequence`, and its body as it was), then terminated (`+TERM`: never delivered
-//! again); and one the process stops before storing is given back (`-NAK`). Its key is its
+//! again); and one the process stops before storing is given back (`-NAK`). A message that
+//! carries `Kxp-Reject-Reason` already, a reject consumed again, is only terminated when it is
+//! rejected, never published again: so no configuration makes a message go round for ever
+//! (and a source whose rejected subject is in its own filter does not even start). Its key is its
 //! `Nats-Msg-Id` header, else the stream's name, creation time and the message's sequence
 //! number in it: the same for every redelivery, and never the same for two messages, even
 //! across a deletion and re-creation of the stream.
@@ -37,6 +40,10 @@ const ACK_WAIT: Duration = Duration::from_secs(30);
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The header of a rejected message that says why it was rejected; a message that already
+/// carries it is never published to the rejected subject again.
+const REJECT_REASON: &str = "Kxp-Reject-Reason";
 
 /// One connection's consumption, until `stopped` (`Ok`) or a failure (`Err`, its text).
 pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), String> {
@@ -238,6 +245,11 @@ impl Settle {
             format!("{}:{}", self.identity, sequence.unwrap_or_default())
         });
         let account = header("x-kxp-account").or_else(|| header("X-Kxp-Account"));
+        let rejected_before = headers.is_some_and(|headers| {
+            headers
+                .iter()
+                .any(|(name, _)| AsRef::<str>::as_ref(name).eq_ignore_ascii_case(REJECT_REASON))
+        });
         let message = Message {
             body: &delivered.payload,
             key,
@@ -246,9 +258,19 @@ impl Settle {
         let verdict = message::take(&self.run, message, &Held(&delivered)).await;
         let settled = match verdict {
             Verdict::Accepted => delivered.ack().await,
+            // A reject consumed again (by a source that reads some rejected subject):
+            // published again, it could come back for ever. The stream it was read from holds
+            // it, with the reason it was first rejected for.
+            Verdict::Rejected { reason, .. } if rejected_before => {
+                tracing::warn!(target: "kxp_sender", source = %status.name,
+                    reason = reason.as_str(), sequence = sequence.unwrap_or_default(),
+                    "broker source: the message was rejected before (it carries \
+                     Kxp-Reject-Reason); terminated without publishing it again");
+                delivered.ack_with(AckKind::Term).await
+            }
             Verdict::Rejected { reason, detail } => {
                 let mut headers = HeaderMap::new();
-                headers.insert("Kxp-Reject-Reason", reason.as_str());
+                headers.insert(REJECT_REASON, reason.as_str());
                 headers.insert("Kxp-Reject-Detail", detail.as_str());
                 if let Broker::Nats { stream, .. } = &self.run.source.broker {
                     headers.insert("Kxp-Source-Stream", stream.as_str());
