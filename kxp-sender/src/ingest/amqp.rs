@@ -128,14 +128,17 @@ async fn settle(run: &Run, vhost: &str, queue: &str, delivery: Delivery) {
         .message_id()
         .as_ref()
         .map(|id| id.as_str());
-    let key = message::key(id, "amqp", || {
-        let mut identity = Vec::with_capacity(vhost.len() + queue.len() + delivery.data.len() + 2);
-        for part in [vhost.as_bytes(), queue.as_bytes(), &delivery.data] {
-            identity.extend_from_slice(part);
-            identity.push(0);
-        }
-        sha256_hex(&identity)
-    });
+    let key = || {
+        message::key(id, "amqp", || {
+            let mut identity =
+                Vec::with_capacity(vhost.len() + queue.len() + delivery.data.len() + 2);
+            for part in [vhost.as_bytes(), queue.as_bytes(), &delivery.data] {
+                identity.extend_from_slice(part);
+                identity.push(0);
+            }
+            sha256_hex(&identity)
+        })
+    };
     let account = delivery
         .properties
         .headers()

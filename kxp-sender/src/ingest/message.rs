@@ -8,7 +8,7 @@ use kxp_api::ErrorCode;
 use super::{Run, stopping};
 use crate::engine::backlog::RETRY_AFTER_SECS;
 use crate::engine::sources::{IngestSource, RejectReason, SourceStatus};
-use crate::http::{AppState, accept, is_idempotency_key};
+use crate::http::{AppState, REQUEST_OVERHEAD, accept, is_idempotency_key};
 use crate::model::{Account, sha256_hex};
 
 /// The longest wait between two tries of a message the database could not take.
@@ -18,11 +18,12 @@ const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
 const MAX_DETAIL: usize = 512;
 
 /// A message as the brokers' consumers hand it over.
-pub(crate) struct Message<'a> {
+pub(crate) struct Message<'a, K> {
     /// Its body: what `POST /v1/events` is sent.
     pub body: &'a [u8],
-    /// Its idempotency key ([`key`]).
-    pub key: String,
+    /// Makes its idempotency key ([`key`]), once its length has passed: AMQP's may hash the
+    /// body.
+    pub key: K,
     /// Its `x-kxp-account` header, if it has one.
     pub account: Option<&'a str>,
 }
@@ -68,14 +69,23 @@ impl Hold for () {
 /// Takes `message` in. Errors that may pass (the backlog is full, the database is down) hold
 /// it: `held` is told ([`Hold`]) and it is tried again, until it is stored, rejected, or
 /// `stopped` is set.
-pub(super) async fn take(run: &Run, message: Message<'_>, held: &impl Hold) -> Verdict {
+pub(super) async fn take<K: FnOnce() -> String>(
+    run: &Run,
+    message: Message<'_, K>,
+    held: &impl Hold,
+) -> Verdict {
     let (state, source, status) = (&run.state, &run.source, &run.status);
+    if let Err((reason, detail)) = check_length(message.body, state.shared.config.max_event_data)
+    {
+        return rejected(status, reason, detail);
+    }
+    let key = (message.key)();
     let mut stopped = run.stopped.clone();
     let mut store_wait = Duration::from_millis(100);
     let mut account: Option<Account> = None;
     loop {
         let tried = match &account {
-            Some(account) => accept(state, account, message.body, Some(&message.key))
+            Some(account) => accept(state, account, message.body, Some(&key))
                 .await
                 .map(|accepted| status.accepted(accepted.created))
                 .map_err(|e| (e.code().clone(), e.message().to_owned())),
@@ -111,6 +121,25 @@ pub(super) async fn take(run: &Run, message: Message<'_>, held: &impl Hold) -> V
             () = tokio::time::sleep(pause) => {}
         }
     }
+}
+
+/// Refuses a body longer than `POST /v1/events` reads (the event limit, `max_event_data`,
+/// plus [`REQUEST_OVERHEAD`]) by its length alone, before anything parses, hashes or copies
+/// it, with the reason the API's `413` has: a broker hands over whatever it was given, and a
+/// 30 MB message parsed whole costs hundreds of MB before its `data` could be measured.
+fn check_length(body: &[u8], max_event_data: usize) -> Result<(), (RejectReason, String)> {
+    let limit = max_event_data.saturating_add(REQUEST_OVERHEAD);
+    if body.len() <= limit {
+        return Ok(());
+    }
+    Err((
+        RejectReason::PayloadTooLarge,
+        format!(
+            "the message is {} bytes; this server reads at most {limit} (max_event_bytes \
+             {max_event_data} and {REQUEST_OVERHEAD} for the rest of the event)",
+            body.len()
+        ),
+    ))
 }
 
 /// Why no account was found for a message.
@@ -195,6 +224,18 @@ mod tests {
         assert_eq!(key(Some(&long), "amqp", || unreachable!()), hashed);
         assert_eq!(key(None, "nats", || "S:1:7".to_owned()), "nats:S:1:7");
         assert!(key(Some("with space"), "amqp", || unreachable!()).starts_with("amqp-id:"));
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_refused_by_its_length_before_any_parse() {
+        // Not JSON at all: were it parsed first, it would be `invalid_json`.
+        let body = b"not json ".repeat((1000 + REQUEST_OVERHEAD) / 9 + 1);
+        let (reason, detail) = check_length(&body, 1000).unwrap_err();
+        assert_eq!(reason, RejectReason::PayloadTooLarge);
+        assert!(detail.contains(&body.len().to_string()), "{detail}");
+        // Up to the limit, the length says nothing: the API's checks decide.
+        assert!(check_length(&body[..1000 + REQUEST_OVERHEAD], 1000).is_ok());
+        assert!(check_length(b"not json", 0).is_ok());
     }
 
     #[test]

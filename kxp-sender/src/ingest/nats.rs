@@ -241,9 +241,11 @@ impl Settle {
         let sequence = delivered.info().map(|info| info.stream_sequence).ok();
         let headers = delivered.headers.as_ref();
         let header = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
-        let key = message::key(header("Nats-Msg-Id"), "nats", || {
-            format!("{}:{}", self.identity, sequence.unwrap_or_default())
-        });
+        let key = || {
+            message::key(header("Nats-Msg-Id"), "nats", || {
+                format!("{}:{}", self.identity, sequence.unwrap_or_default())
+            })
+        };
         let account = header("x-kxp-account").or_else(|| header("X-Kxp-Account"));
         let rejected_before = headers.is_some_and(|headers| {
             headers
