@@ -142,6 +142,37 @@ pub struct AmqpMessage {
     pub headers: BTreeMap<String, String>,
 }
 
+/// A header value of an AMQP message: AMQP headers are typed, and a consumer may be sent any
+/// of these where it expects a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmqpHeader<'a> {
+    /// A string (a long string, as RabbitMQ's clients send text).
+    Text(&'a str),
+    /// A signed 64-bit integer.
+    Integer(i64),
+    /// A byte array (RabbitMQ's own type).
+    Bytes(&'a [u8]),
+    /// A table of string values.
+    Table(&'a [(&'a str, &'a str)]),
+}
+
+impl AmqpHeader<'_> {
+    fn to_amqp(self) -> AMQPValue {
+        match self {
+            AmqpHeader::Text(text) => AMQPValue::LongString(text.into()),
+            AmqpHeader::Integer(n) => AMQPValue::LongLongInt(n),
+            AmqpHeader::Bytes(bytes) => AMQPValue::ByteArray(bytes.to_vec().into()),
+            AmqpHeader::Table(entries) => {
+                let mut table = FieldTable::default();
+                for (name, value) in entries {
+                    table.insert((*name).into(), AMQPValue::LongString((*value).into()));
+                }
+                AMQPValue::FieldTable(table)
+            }
+        }
+    }
+}
+
 /// The dead-letter exchange of `queue`.
 fn exchange_of(queue: &str) -> String {
     format!("{queue}.dlx")
@@ -288,6 +319,21 @@ impl Rabbit {
         message_id: Option<&str>,
         headers: &[(&str, &str)],
     ) {
+        let typed: Vec<(&str, AmqpHeader<'_>)> = headers
+            .iter()
+            .map(|(name, value)| (*name, AmqpHeader::Text(value)))
+            .collect();
+        self.publish_with_typed_headers(body, message_id, &typed)
+            .await;
+    }
+
+    /// [`Rabbit::publish`] with headers of any of the [`AmqpHeader`] types.
+    pub async fn publish_with_typed_headers(
+        &self,
+        body: &[u8],
+        message_id: Option<&str>,
+        headers: &[(&str, AmqpHeader<'_>)],
+    ) {
         let mut properties = BasicProperties::default();
         if let Some(id) = message_id {
             properties = properties.with_message_id(id.into());
@@ -295,7 +341,7 @@ impl Rabbit {
         if !headers.is_empty() {
             let mut table = FieldTable::default();
             for (name, value) in headers {
-                table.insert((*name).into(), AMQPValue::LongString((*value).into()));
+                table.insert((*name).into(), value.to_amqp());
             }
             properties = properties.with_headers(table);
         }
@@ -813,11 +859,12 @@ impl Nats {
         self.publish_with_headers(body, &headers).await
     }
 
-    /// [`Nats::publish`] with these headers (`Nats-Msg-Id` among them or not).
+    /// [`Nats::publish`] with these headers (`Nats-Msg-Id` among them or not); a name given
+    /// twice is sent with both values.
     pub async fn publish_with_headers(&self, body: &[u8], headers: &[(&str, &str)]) -> u64 {
         let mut map = async_nats::HeaderMap::new();
         for (name, value) in headers {
-            map.insert(*name, *value);
+            map.append(*name, *value);
         }
         let ack = self
             .jetstream

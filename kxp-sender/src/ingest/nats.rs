@@ -30,7 +30,7 @@ use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use super::message::{self, Hold, Message, Verdict};
+use super::message::{self, Claim, Hold, Message, Verdict};
 use super::{Backoff, LAG_EVERY, Run, chain, settle_in_flight, stopping};
 use crate::engine::sources::{Broker, MAX_PREFETCH, NatsAuth};
 
@@ -213,6 +213,21 @@ impl Settle {
     }
 }
 
+/// The message's `x-kxp-account` header, whatever the case of its name (NATS keeps names as
+/// written): none, one value, or more than one, which names no one account.
+fn account_claim(headers: Option<&HeaderMap>) -> Claim<'_> {
+    let mut values = headers
+        .into_iter()
+        .flat_map(HeaderMap::iter)
+        .filter(|(name, _)| AsRef::<str>::as_ref(*name).eq_ignore_ascii_case("x-kxp-account"))
+        .flat_map(|(_, values)| values);
+    match (values.next(), values.next()) {
+        (None, _) => Claim::Absent,
+        (Some(value), None) => Claim::Account(value.as_str()),
+        (Some(_), Some(_)) => Claim::Unreadable("given more than once"),
+    }
+}
+
 /// A message held for another try: its ack deadline is pushed back (`+WPI`).
 struct Held<'a>(&'a jetstream::Message);
 
@@ -246,7 +261,7 @@ impl Settle {
                 format!("{}:{}", self.identity, sequence.unwrap_or_default())
             })
         };
-        let account = header("x-kxp-account").or_else(|| header("X-Kxp-Account"));
+        let account = account_claim(headers);
         let rejected_before = headers.is_some_and(|headers| {
             headers
                 .iter()
@@ -297,5 +312,32 @@ impl Settle {
             tracing::debug!(target: "kxp_sender", source = %status.name, error = %e,
                 "broker source: could not settle a message");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_account_header_is_found_in_any_case_and_refused_when_given_twice() {
+        assert_eq!(account_claim(None), Claim::Absent);
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", "m-1");
+        assert_eq!(account_claim(Some(&headers)), Claim::Absent);
+        headers.insert("X-KXP-Account", "acc_a");
+        assert_eq!(account_claim(Some(&headers)), Claim::Account("acc_a"));
+        headers.append("X-KXP-Account", "acc_b");
+        assert_eq!(
+            account_claim(Some(&headers)),
+            Claim::Unreadable("given more than once")
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("x-kxp-account", "acc_a");
+        headers.insert("X-Kxp-Account", "acc_a");
+        assert!(matches!(
+            account_claim(Some(&headers)),
+            Claim::Unreadable(_)
+        ));
     }
 }
