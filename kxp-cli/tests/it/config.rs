@@ -293,7 +293,10 @@ fn a_token_in_a_url_never_reaches_the_output() {
     ];
     let out = print_config(&["--ingest", &source], &env);
     let printed = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success() && !printed.contains(TOKEN), "{printed}");
+    assert!(
+        out.status.success() && !printed.contains(TOKEN),
+        "{printed}"
+    );
     for shown in [
         "nats://[redacted]@127.0.0.1:4222?stream=S",
         "postgres://[redacted]@127.0.0.1:1/kxp",

@@ -1147,7 +1147,11 @@ async fn nats_a_source_whose_rejects_fall_in_its_own_filter_does_not_start() {
     );
     let text = metrics(base).await;
     assert_eq!(
-        metric(&text, "kxp_ingest_reconnects_total", &[("source", &refused)]),
+        metric(
+            &text,
+            "kxp_ingest_reconnects_total",
+            &[("source", &refused)]
+        ),
         0.0
     );
     assert_eq!(
@@ -1593,7 +1597,15 @@ async fn a_missing_queue_or_stream_is_down_until_it_exists_then_consumed() {
 /// Creates an account on the sender's database with `kxp accounts create`; its id.
 async fn create_account(database_url: &str, name: &str) -> String {
     let (code, out, err) = crate::accounts::kxp_async(
-        &["accounts", "create", "--database-url", database_url, "--name", name, "--json"],
+        &[
+            "accounts",
+            "create",
+            "--database-url",
+            database_url,
+            "--name",
+            name,
+            "--json",
+        ],
         None,
     )
     .await;
@@ -1653,7 +1665,9 @@ async fn an_account_allow_list_limits_what_the_header_may_name_on_both_brokers()
         (2, vec![("x-kxp-account", AmqpHeader::Text(&listed))]),
     ];
     for (n, headers) in &rabbit_good {
-        rabbit.publish_with_typed_headers(&body(*n), None, headers).await;
+        rabbit
+            .publish_with_typed_headers(&body(*n), None, headers)
+            .await;
     }
     let rabbit_bad: [(usize, AmqpHeader<'_>, &str); 5] = [
         (10, AmqpHeader::Text(&other), "account_not_allowed"),
@@ -1673,7 +1687,10 @@ async fn an_account_allow_list_limits_what_the_header_may_name_on_both_brokers()
     let other_seq = nats
         .publish_with_headers(&body(20), &[("x-kxp-account", &other)])
         .await;
-    let twice = [("x-kxp-account", s.account.as_str()), ("x-kxp-account", &listed)];
+    let twice = [
+        ("x-kxp-account", s.account.as_str()),
+        ("x-kxp-account", &listed),
+    ];
     let twice_seq = nats.publish_with_headers(&body(21), &twice).await;
 
     let start_at = Instant::now();
@@ -1700,7 +1717,10 @@ async fn an_account_allow_list_limits_what_the_header_may_name_on_both_brokers()
             .await
             .unwrap_or_else(|| panic!("no rejection on the rejected subject: {reasons:?}"));
         reasons.insert(
-            message.header("Kxp-Source-Sequence").unwrap_or("").to_owned(),
+            message
+                .header("Kxp-Source-Sequence")
+                .unwrap_or("")
+                .to_owned(),
             message.header("Kxp-Reject-Reason").unwrap_or("").to_owned(),
         );
     }

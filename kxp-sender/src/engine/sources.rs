@@ -824,8 +824,14 @@ mod tests {
         for (query, says) in [
             ("subject=loop..in", "`subject`"),
             ("subject=loop.>.in", "`subject`"),
-            ("subject=loop.in&rejected_subject=loop.*", "`rejected_subject`"),
-            ("subject=loop.in&rejected_subject=loop.", "`rejected_subject`"),
+            (
+                "subject=loop.in&rejected_subject=loop.*",
+                "`rejected_subject`",
+            ),
+            (
+                "subject=loop.in&rejected_subject=loop.",
+                "`rejected_subject`",
+            ),
         ] {
             let url = format!("nats://n?stream=S&durable=d&account={ACC}&{query}");
             let error = parse(&url).unwrap_err().to_string();
@@ -847,8 +853,15 @@ mod tests {
     #[test]
     fn the_header_may_be_limited_to_a_list_of_accounts() {
         let source = parse("amqp://mq?queue=q&account_header=allow:acc_b,acc_a,acc_b").unwrap();
-        let ids = |ids: &[&str]| ids.iter().map(|id| AccountId::from((*id).to_owned())).collect();
-        assert_eq!(source.account_header, AccountHeader::Only(ids(&["acc_a", "acc_b"])));
+        let ids = |ids: &[&str]| {
+            ids.iter()
+                .map(|id| AccountId::from((*id).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            source.account_header,
+            AccountHeader::Only(ids(&["acc_a", "acc_b"]))
+        );
         assert!(source.account.is_none());
         let many = vec![ACC; 200].join(",");
         let source = parse(&format!("amqp://mq?queue=q&account_header=allow:{many}")).unwrap();

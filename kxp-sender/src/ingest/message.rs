@@ -87,8 +87,7 @@ pub(super) async fn take<K: FnOnce() -> String>(
     held: &impl Hold,
 ) -> Verdict {
     let (state, source, status) = (&run.state, &run.source, &run.status);
-    if let Err((reason, detail)) = check_length(message.body, state.shared.config.max_event_data)
-    {
+    if let Err((reason, detail)) = check_length(message.body, state.shared.config.max_event_data) {
         return rejected(status, reason, detail);
     }
     let key = (message.key)();
@@ -169,7 +168,8 @@ async fn resolve(
     source: &IngestSource,
     header: Claim<'_>,
 ) -> Result<Account, Resolved> {
-    let id = named(source, header).map_err(|(reason, detail)| Resolved::Rejected(reason, detail))?;
+    let id =
+        named(source, header).map_err(|(reason, detail)| Resolved::Rejected(reason, detail))?;
     match state.db.account(id).await {
         Ok(Some(account)) => Ok(account),
         Ok(None) => Err(Resolved::Rejected(
@@ -185,18 +185,26 @@ async fn resolve(
 /// that is not one string is refused, never passed over for the URL's account (its publisher
 /// meant another one); so is an account outside the source's allow-list, unless it is the
 /// URL's own.
-fn named<'a>(source: &'a IngestSource, header: Claim<'a>) -> Result<&'a str, (RejectReason, String)> {
+fn named<'a>(
+    source: &'a IngestSource,
+    header: Claim<'a>,
+) -> Result<&'a str, (RejectReason, String)> {
     let header = match (&source.account_header, header) {
         (AccountHeader::Ignored, _) | (_, Claim::Absent) => None,
         (_, Claim::Unreadable(what)) => {
             return Err((
                 RejectReason::InvalidRequest,
-                format!("the x-kxp-account header must be one string (an account id); it is {what}"),
+                format!(
+                    "the x-kxp-account header must be one string (an account id); it is {what}"
+                ),
             ));
         }
         (AccountHeader::Any, Claim::Account(id)) => Some(id),
         (AccountHeader::Only(allowed), Claim::Account(id)) => {
-            let own = source.account.as_ref().is_some_and(|own| own.as_str() == id);
+            let own = source
+                .account
+                .as_ref()
+                .is_some_and(|own| own.as_str() == id);
             if !own && !allowed.iter().any(|allowed| allowed.as_str() == id) {
                 return Err((
                     RejectReason::AccountNotAllowed,
@@ -281,9 +289,8 @@ mod tests {
     #[test]
     fn the_header_names_an_account_only_as_far_as_the_source_lets_it() {
         const OWN: &str = "acc_own";
-        let source = |query: &str| -> IngestSource {
-            format!("amqp://mq?queue=q&{query}").parse().unwrap()
-        };
+        let source =
+            |query: &str| -> IngestSource { format!("amqp://mq?queue=q&{query}").parse().unwrap() };
         let ignored = source(&format!("account={OWN}"));
         let any = source(&format!("account={OWN}&account_header=allow"));
         let listed = source(&format!("account={OWN}&account_header=allow:acc_a,acc_b"));
@@ -297,18 +304,42 @@ mod tests {
             (&ignored, Claim::Unreadable("a LongLongInt"), Ok(OWN)),
             (&any, Claim::Absent, Ok(OWN)),
             (&any, Claim::Account("acc_z"), Ok("acc_z")),
-            (&any, Claim::Unreadable("a FieldTable"), Err(RejectReason::InvalidRequest)),
+            (
+                &any,
+                Claim::Unreadable("a FieldTable"),
+                Err(RejectReason::InvalidRequest),
+            ),
             (&listed, Claim::Account("acc_b"), Ok("acc_b")),
             (&listed, Claim::Account(OWN), Ok(OWN)),
-            (&listed, Claim::Account("acc_z"), Err(RejectReason::AccountNotAllowed)),
-            (&listed, Claim::Account("acc_a,acc_b"), Err(RejectReason::AccountNotAllowed)),
-            (&listed, Claim::Unreadable("bytes"), Err(RejectReason::InvalidRequest)),
+            (
+                &listed,
+                Claim::Account("acc_z"),
+                Err(RejectReason::AccountNotAllowed),
+            ),
+            (
+                &listed,
+                Claim::Account("acc_a,acc_b"),
+                Err(RejectReason::AccountNotAllowed),
+            ),
+            (
+                &listed,
+                Claim::Unreadable("bytes"),
+                Err(RejectReason::InvalidRequest),
+            ),
             (&listed, Claim::Absent, Ok(OWN)),
             (&nameless, Claim::Absent, Err(RejectReason::AccountRequired)),
             (&nameless, Claim::Account("acc_a"), Ok("acc_a")),
-            (&nameless, Claim::Account("acc_own"), Err(RejectReason::AccountNotAllowed)),
+            (
+                &nameless,
+                Claim::Account("acc_own"),
+                Err(RejectReason::AccountNotAllowed),
+            ),
         ] {
-            assert_eq!(reason(named(source, header)), expected, "{source:?} {header:?}");
+            assert_eq!(
+                reason(named(source, header)),
+                expected,
+                "{source:?} {header:?}"
+            );
         }
         let (_, detail) = named(&any, Claim::Unreadable("a FieldTable")).unwrap_err();
         assert!(detail.contains("a FieldTable"), "{detail}");

@@ -349,15 +349,15 @@ mod tests {
             ("https://sk_live_1:@api", "https://[redacted]@api"),
             ("amqp://:pw@mq", "amqp://[redacted]@mq"),
             // Unencoded `/`, `?`, `#` and `@` in a password: still all of it.
-            ("amqp://kxp:a/b?c#d@e@mq/%2f", "amqp://kxp:[redacted]@mq/%2f"),
+            (
+                "amqp://kxp:a/b?c#d@e@mq/%2f",
+                "amqp://kxp:[redacted]@mq/%2f",
+            ),
             (
                 "error: ingest: \"nats://t0k@n:4222\" and smtps://u:p@mail:465.",
                 "error: ingest: \"nats://[redacted]@n:4222\" and smtps://u:[redacted]@mail:465.",
             ),
-            (
-                "a://x@h b://y:z@h",
-                "a://[redacted]@h b://y:[redacted]@h",
-            ),
+            ("a://x@h b://y:z@h", "a://[redacted]@h b://y:[redacted]@h"),
         ] {
             assert_eq!(redact(text), shown, "{text}");
         }
