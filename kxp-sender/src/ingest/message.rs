@@ -155,7 +155,7 @@ fn check_length(body: &[u8], max_event_data: usize) -> Result<(), (RejectReason,
 
 /// Why no account was found for a message.
 enum Resolved {
-    /// For good: the message names none, or one that does not exist.
+    /// For good: the message names none, one it may not name, or one that does not exist.
     Rejected(RejectReason, String),
     /// The database could not say.
     Unavailable(String),
@@ -301,12 +301,12 @@ mod tests {
         for (source, header, expected) in [
             (&ignored, Claim::Absent, Ok(OWN)),
             (&ignored, Claim::Account("acc_a"), Ok(OWN)),
-            (&ignored, Claim::Unreadable("a LongLongInt"), Ok(OWN)),
+            (&ignored, Claim::Unreadable("an integer"), Ok(OWN)),
             (&any, Claim::Absent, Ok(OWN)),
             (&any, Claim::Account("acc_z"), Ok("acc_z")),
             (
                 &any,
-                Claim::Unreadable("a FieldTable"),
+                Claim::Unreadable("a table"),
                 Err(RejectReason::InvalidRequest),
             ),
             (&listed, Claim::Account("acc_b"), Ok("acc_b")),
@@ -323,7 +323,7 @@ mod tests {
             ),
             (
                 &listed,
-                Claim::Unreadable("bytes"),
+                Claim::Unreadable("a byte array"),
                 Err(RejectReason::InvalidRequest),
             ),
             (&listed, Claim::Absent, Ok(OWN)),
@@ -341,8 +341,8 @@ mod tests {
                 "{source:?} {header:?}"
             );
         }
-        let (_, detail) = named(&any, Claim::Unreadable("a FieldTable")).unwrap_err();
-        assert!(detail.contains("a FieldTable"), "{detail}");
+        let (_, detail) = named(&any, Claim::Unreadable("a table")).unwrap_err();
+        assert!(detail.contains("a table"), "{detail}");
     }
 
     #[test]
