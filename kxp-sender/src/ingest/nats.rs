@@ -10,10 +10,11 @@
 //! again); and one the process stops before storing is given back (`-NAK`). A message that
 //! carries `Kxp-Reject-Reason` already, a reject consumed again, is only terminated when it is
 //! rejected, never published again: so no configuration makes a message go round for ever
-//! (and a source whose rejected subject is in its own filter does not even start). Its key is its
-//! `Nats-Msg-Id` header, else the stream's name, creation time and the message's sequence
-//! number in it: the same for every redelivery, and never the same for two messages, even
-//! across a deletion and re-creation of the stream.
+//! (and a source whose rejected subject is in its own filter does not even start).
+//!
+//! A message's key is its `Nats-Msg-Id` header, else the stream's name, creation time and the
+//! message's sequence number in it: the same for every redelivery, and never the same for two
+//! messages, even across a deletion and re-creation of the stream.
 //!
 //! The client's own reconnection is not used (one try at most): a lost connection ends the
 //! session, and the source connects again with its backoff, so its state and reconnect count

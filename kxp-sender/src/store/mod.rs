@@ -256,8 +256,8 @@ pub enum StoreError {
 /// Replaces the credentials of every URL in `text`: the whole user part when it is a lone
 /// name (`nats://TOKEN@host`: NATS takes a lone name as a token, and text cannot tell a token
 /// from a user name), the password of a `user:password@` (the user name stays, to say whose
-/// they were), and the value of any `password=` query parameter (`postgres://kxp@db/kxp?password=…`,
-/// which libpq and sqlx accept too). Every URL the sender and the CLI print (errors, logs,
+/// they were), and the value of any `password=` query parameter
+/// (`postgres://kxp@db/kxp?password=…`, which libpq and sqlx accept too). Every URL the sender and the CLI print (errors, logs,
 /// `--print-config`, `Debug`) goes through this one function: sqlx, lapin and async-nats
 /// errors can quote a URL, and a credential must never reach a terminal or a log.
 ///
