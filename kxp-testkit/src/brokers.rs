@@ -142,6 +142,37 @@ pub struct AmqpMessage {
     pub headers: BTreeMap<String, String>,
 }
 
+/// A header value of an AMQP message: AMQP headers are typed, and a consumer may be sent any
+/// of these where it expects a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmqpHeader<'a> {
+    /// A string (a long string, as RabbitMQ's clients send text).
+    Text(&'a str),
+    /// A signed 64-bit integer.
+    Integer(i64),
+    /// A byte array (RabbitMQ's own type).
+    Bytes(&'a [u8]),
+    /// A table of string values.
+    Table(&'a [(&'a str, &'a str)]),
+}
+
+impl AmqpHeader<'_> {
+    fn to_amqp(self) -> AMQPValue {
+        match self {
+            AmqpHeader::Text(text) => AMQPValue::LongString(text.into()),
+            AmqpHeader::Integer(n) => AMQPValue::LongLongInt(n),
+            AmqpHeader::Bytes(bytes) => AMQPValue::ByteArray(bytes.to_vec().into()),
+            AmqpHeader::Table(entries) => {
+                let mut table = FieldTable::default();
+                for (name, value) in entries {
+                    table.insert((*name).into(), AMQPValue::LongString((*value).into()));
+                }
+                AMQPValue::FieldTable(table)
+            }
+        }
+    }
+}
+
 /// The dead-letter exchange of `queue`.
 fn exchange_of(queue: &str) -> String {
     format!("{queue}.dlx")
@@ -288,6 +319,21 @@ impl Rabbit {
         message_id: Option<&str>,
         headers: &[(&str, &str)],
     ) {
+        let typed: Vec<(&str, AmqpHeader<'_>)> = headers
+            .iter()
+            .map(|(name, value)| (*name, AmqpHeader::Text(value)))
+            .collect();
+        self.publish_with_typed_headers(body, message_id, &typed)
+            .await;
+    }
+
+    /// [`Rabbit::publish`] with headers of any of the [`AmqpHeader`] types.
+    pub async fn publish_with_typed_headers(
+        &self,
+        body: &[u8],
+        message_id: Option<&str>,
+        headers: &[(&str, AmqpHeader<'_>)],
+    ) {
         let mut properties = BasicProperties::default();
         if let Some(id) = message_id {
             properties = properties.with_message_id(id.into());
@@ -295,7 +341,7 @@ impl Rabbit {
         if !headers.is_empty() {
             let mut table = FieldTable::default();
             for (name, value) in headers {
-                table.insert((*name).into(), AMQPValue::LongString((*value).into()));
+                table.insert((*name).into(), value.to_amqp());
             }
             properties = properties.with_headers(table);
         }
@@ -567,14 +613,19 @@ async fn rabbitmqctl(args: &[&str]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// A JetStream stream of one test's own, `KXP_TEST_<uuid>` capturing the one subject
-/// `kxp.test.<uuid>.events`, deleted when this value is dropped.
+/// `kxp.test.<uuid>.events` (or, from [`Nats::connect_capturing_prefix`], every subject under
+/// `kxp.test.<uuid>`), deleted when this value is dropped.
 #[must_use = "the stream is deleted as soon as this value is dropped"]
 pub struct Nats {
     client: async_nats::Client,
     jetstream: async_nats::jetstream::Context,
     url: String,
     stream: String,
+    /// `kxp.test.<uuid>`: the test's own part of the subject space.
+    prefix: String,
     subject: String,
+    /// What the stream captures.
+    captured: String,
     /// Whether dropping the value still has to delete the stream.
     armed: bool,
 }
@@ -585,6 +636,7 @@ impl std::fmt::Debug for Nats {
             .field("url", &self.url)
             .field("stream", &self.stream)
             .field("subject", &self.subject)
+            .field("captured", &self.captured)
             .finish_non_exhaustive()
     }
 }
@@ -694,6 +746,19 @@ impl Nats {
         nats
     }
 
+    /// [`Nats::connect`] with a stream that captures every subject under [`Nats::prefix`]
+    /// (`kxp.test.<uuid>.>`), such as a rejected subject `<prefix>.rejected` beside
+    /// [`Nats::subject`]: for sources that could consume their own rejects.
+    pub async fn connect_capturing_prefix() -> Option<Nats> {
+        if !reachable(&nats_addr(NATS_URL)) {
+            return unavailable("NATS", "nothing listens on 127.0.0.1:4222");
+        }
+        let mut nats = Nats::connect_undeclared(NATS_URL).await;
+        nats.captured = format!("{}.>", nats.prefix);
+        nats.declare().await;
+        Some(nats)
+    }
+
     /// [`Nats::connect_to`] without creating the stream yet: it does not exist until
     /// [`Nats::declare`] (for a consumer started before its stream exists).
     pub async fn connect_undeclared(url: &str) -> Nats {
@@ -703,24 +768,27 @@ impl Nats {
         let jetstream = async_nats::jetstream::new(client.clone());
         let id = uuid::Uuid::new_v4().simple().to_string();
         let stream = format!("KXP_TEST_{id}");
-        let subject = format!("kxp.test.{id}.events");
+        let prefix = format!("kxp.test.{id}");
+        let subject = format!("{prefix}.events");
         Nats {
             client,
             jetstream,
             url: url.to_owned(),
             stream,
+            prefix,
+            captured: subject.clone(),
             subject,
             armed: true,
         }
     }
 
-    /// Creates the stream (file storage, the one subject); [`Nats::connect`] already did.
-    /// Panics if the server refuses.
+    /// Creates the stream (file storage, on its subject, or its prefix); [`Nats::connect`]
+    /// already did. Panics if the server refuses.
     pub async fn declare(&self) {
         self.jetstream
             .create_stream(async_nats::jetstream::stream::Config {
                 name: self.stream.clone(),
-                subjects: vec![self.subject.clone()],
+                subjects: vec![self.captured.clone()],
                 ..Default::default()
             })
             .await
@@ -742,9 +810,15 @@ impl Nats {
         &self.stream
     }
 
-    /// The one subject the stream captures, where [`Nats::publish`] publishes.
+    /// The subject the stream captures (among others, from
+    /// [`Nats::connect_capturing_prefix`]), where [`Nats::publish`] publishes.
     pub fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// `kxp.test.<uuid>`: every subject of this value's is under it.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The subject `kxp serve` publishes the stream's rejected messages to by default:
@@ -785,11 +859,12 @@ impl Nats {
         self.publish_with_headers(body, &headers).await
     }
 
-    /// [`Nats::publish`] with these headers (`Nats-Msg-Id` among them or not).
+    /// [`Nats::publish`] with these headers (`Nats-Msg-Id` among them or not); a name given
+    /// twice is sent with both values.
     pub async fn publish_with_headers(&self, body: &[u8], headers: &[(&str, &str)]) -> u64 {
         let mut map = async_nats::HeaderMap::new();
         for (name, value) in headers {
-            map.insert(*name, *value);
+            map.append(*name, *value);
         }
         let ack = self
             .jetstream
@@ -1290,6 +1365,26 @@ mod tests {
         let jetstream = nats.jetstream.clone();
         nats.delete().await;
         assert!(jetstream.get_stream(&name).await.is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stream_on_the_prefix_captures_every_subject_under_it() {
+        let Some(nats) = Nats::connect_capturing_prefix().await else {
+            return;
+        };
+        assert!(nats.subject().starts_with(&format!("{}.", nats.prefix())));
+        nats.publish(b"one", None).await;
+        let rejected = format!("{}.rejected", nats.prefix());
+        let ack = nats
+            .jetstream
+            .publish(rejected, "two".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(ack.stream, nats.stream());
+        assert_eq!(nats.stream_messages().await, 2);
+        nats.delete().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

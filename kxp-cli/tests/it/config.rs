@@ -260,6 +260,68 @@ fn a_password_in_the_database_url_query_is_redacted_too() {
     );
 }
 
+/// A lone user part is a token to NATS (`nats://TOKEN@host`) and may be one elsewhere: no
+/// output of the binary shows it, not an error about its URL, not the printed configuration,
+/// not a failed start.
+#[test]
+fn a_token_in_a_url_never_reaches_the_output() {
+    const TOKEN: &str = "S3cr3tT0ken";
+    let source =
+        format!("nats://{TOKEN}@127.0.0.1:4222?stream=S&subject=s&durable=d&account=acc_1");
+    let bad = format!("{source}&bogus=1");
+    let (_dir, path) = file(&format!("ingest = [{bad:?}]\n"));
+    for (args, env) in [
+        (vec!["--ingest", bad.as_str()], vec![]),
+        (vec![], vec![("KXP_INGEST", bad.as_str())]),
+        (vec!["--config", path.as_str()], vec![]),
+    ] {
+        let out = print_config(&args, &env);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains(TOKEN), "{stderr}");
+        assert!(
+            stderr.contains("nats://[redacted]@127.0.0.1:4222") && stderr.contains("bogus"),
+            "{stderr}"
+        );
+    }
+
+    let database = format!("postgres://{TOKEN}@127.0.0.1:1/kxp");
+    let smtp = format!("smtp://{TOKEN}@127.0.0.1:25");
+    let env = [
+        ("KXP_DATABASE_URL", database.as_str()),
+        ("KXP_SMTP_URL", smtp.as_str()),
+    ];
+    let out = print_config(&["--ingest", &source], &env);
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success() && !printed.contains(TOKEN),
+        "{printed}"
+    );
+    for shown in [
+        "nats://[redacted]@127.0.0.1:4222?stream=S",
+        "postgres://[redacted]@127.0.0.1:1/kxp",
+        "smtp://[redacted]@127.0.0.1:25",
+    ] {
+        assert!(printed.contains(shown), "{shown} missing from {printed}");
+    }
+
+    // Started for real: nothing listens on port 1, and the error says so without the token.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kxp"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--ingest", &source]);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("KXP_") {
+            command.env_remove(key);
+        }
+    }
+    let out = command.envs(env).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains(TOKEN) && !String::from_utf8_lossy(&out.stdout).contains(TOKEN),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn the_public_url_comes_from_every_source_and_a_non_loopback_listener_needs_one() {
     let (_dir, path) = file("public_url = \"https://file.example\"\n");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use kxp_testkit::brokers::{Nats, NatsServer, Rabbit};
+use kxp_testkit::brokers::{AmqpHeader, Nats, NatsServer, Rabbit};
 use kxp_testkit::db::{PgDatabase, SqliteFile};
 use serde_json::{Value, json};
 
@@ -776,6 +776,18 @@ fn bad_messages(broker: Broker<'_>) -> Vec<Bad> {
             reason: "payload_too_large",
             message_id: None,
         },
+        // Longer than any request the API reads, and not JSON: refused by its length before
+        // anything parses it (parsed first, it would be `invalid_json`).
+        Bad {
+            body: format!(
+                r#"{{"type": "test.ingested", "data": {{"n": 105, "pad": "{}"#,
+                "x".repeat(MAX_EVENT_BYTES + kxp_sender::REQUEST_OVERHEAD)
+            )
+            .into_bytes(),
+            headers: vec![],
+            reason: "payload_too_large",
+            message_id: None,
+        },
     ];
     if let Broker::Rabbit(_) = broker {
         bad.push(Bad {
@@ -832,16 +844,20 @@ async fn publish_good_and_bad(broker: Broker<'_>, account: &str, bad: &[Bad]) ->
 
 async fn assert_rejections_counted(base: &str, source: &str, bad: &[Bad]) {
     let text = metrics(base).await;
+    let mut by_reason: BTreeMap<&str, f64> = BTreeMap::new();
     for bad in bad {
+        *by_reason.entry(bad.reason).or_default() += 1.0;
+    }
+    for (reason, count) in by_reason {
         assert_eq!(
             metric(
                 &text,
                 "kxp_ingest_rejected_total",
-                &[("source", source), ("reason", bad.reason)]
+                &[("source", source), ("reason", reason)]
             ),
-            1.0,
+            count,
             "kxp_ingest_rejected_total{{reason=\"{}\"}}: {}",
-            bad.reason,
+            reason,
             text.lines()
                 .filter(|l| l.contains("kxp_ingest"))
                 .collect::<Vec<_>>()
@@ -937,7 +953,7 @@ async fn rabbitmq_bad_messages_go_to_the_dead_letter_queue_and_are_counted_by_re
         unknown.headers
     );
 
-    let reused = dead.iter().find(|m| m.body == bad[4].body).unwrap();
+    let reused = dead.iter().find(|m| m.body == reuse.body).unwrap();
     assert_eq!(reused.message_id.as_deref(), Some("msg-0"), "{reused:?}");
 
     assert_rejections_counted(&serve.base, &rabbit.source_name(), &bad).await;
@@ -1052,6 +1068,160 @@ async fn nats_bad_messages_go_to_the_rejected_subject_with_their_reason_and_are_
     if let Some(again) = rejected.next_within(Duration::from_millis(500)).await {
         panic!("a rejected message was rejected again: {again:?}");
     }
+    drop(serve);
+    nats.delete().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rejects that could come back
+// ---------------------------------------------------------------------------------------------
+
+/// Whether the durable consumer `durable` of `nats` has nothing left to hand out or settle.
+async fn consumer_idle(nats: &Nats, durable: &str) -> bool {
+    nats.consumer_state(durable)
+        .await
+        .is_some_and(|state| state.num_pending == 0 && state.num_ack_pending == 0)
+}
+
+/// `kxp_ingest_rejected_total{source, reason}` of the server at `base`.
+async fn rejections(base: &str, source: &str, reason: &str) -> f64 {
+    metric(
+        &metrics(base).await,
+        "kxp_ingest_rejected_total",
+        &[("source", source), ("reason", reason)],
+    )
+}
+
+/// A NATS source whose rejected subject is in its own filter would consume each of its rejects
+/// again, reject it again and publish it again, forever: it does not start (down, the reason in
+/// `/healthz`, no consumer made, no reconnects), while a source on the same stream whose filter
+/// leaves the rejects out consumes as usual and rejects into the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_source_whose_rejects_fall_in_its_own_filter_does_not_start() {
+    let Some(nats) = Nats::connect_capturing_prefix().await else {
+        return;
+    };
+    let db = SqliteFile::new("kxp.db");
+    let s = setup(db.url(), 1000).await;
+    let prefix = nats.prefix();
+    let looping = format!(
+        "{}?stream={}&subject={prefix}.>&durable={DURABLE}&account={}&rejected_subject={prefix}.rejected",
+        nats.url(),
+        nats.stream(),
+        s.account
+    );
+    const FINE: &str = "kxp-fine";
+    let fine = format!(
+        "{}&rejected_subject={prefix}.rejected",
+        nats.ingest_url(FINE, &s.account)
+    );
+    let serve = start(db.url(), &ingest(&[looping, fine]), &s.logs).await;
+    let refused = nats.source_name(DURABLE);
+    let health = wait_source(&serve.base, &refused, "down").await;
+    let error = health["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("{prefix}.rejected")) && error.contains("filter"),
+        "{health}"
+    );
+    let consuming = nats.source_name(FINE);
+    wait_source(&serve.base, &consuming, "up").await;
+
+    nats.publish(b"not json", None).await;
+    let (nats_ref, base) = (&nats, serve.base.as_str());
+    wait_for(
+        PATIENCE,
+        move || async move {
+            rejections(base, &nats_ref.source_name(FINE), "invalid_json").await >= 1.0
+                && consumer_idle(nats_ref, FINE).await
+        },
+        || "the consuming source did not reject the bad message".to_owned(),
+    )
+    .await;
+    // The message and its one reject, both in the stream; the refused source read neither.
+    assert_eq!(nats.stream_messages().await, 2);
+    assert_eq!(rejections(base, &consuming, "invalid_json").await, 1.0);
+    assert_eq!(
+        nats.consumer_state(DURABLE).await,
+        None,
+        "the refused source made its consumer"
+    );
+    let text = metrics(base).await;
+    assert_eq!(
+        metric(
+            &text,
+            "kxp_ingest_reconnects_total",
+            &[("source", &refused)]
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric(&text, "kxp_ingest_source_up", &[("source", &refused)]),
+        0.0
+    );
+    assert_eq!(
+        source_health(base, &refused).await.unwrap()["state"],
+        "down"
+    );
+    drop(serve);
+    nats.delete().await;
+}
+
+/// Two NATS sources, each consuming the subject the other publishes its rejects to (neither's
+/// rejects are in its own filter, so both start): a bad message rejected by the first is
+/// consumed by the second, which finds `Kxp-Reject-Reason` on it and terminates it instead of
+/// publishing it back. One rejection each, and the stream keeps the message and its one reject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_reject_consumed_again_is_terminated_not_published_again() {
+    let Some(nats) = Nats::connect_capturing_prefix().await else {
+        return;
+    };
+    let db = SqliteFile::new("kxp.db");
+    let s = setup(db.url(), 1000).await;
+    let rejects = format!("{}.rejected", nats.prefix());
+    const A: &str = "kxp-a";
+    const B: &str = "kxp-b";
+    let source = |durable: &str, subject: &str, rejected: &str| {
+        format!(
+            "{}?stream={}&subject={subject}&durable={durable}&account={}&rejected_subject={rejected}",
+            nats.url(),
+            nats.stream(),
+            s.account
+        )
+    };
+    let urls = [
+        source(A, nats.subject(), &rejects),
+        source(B, &rejects, nats.subject()),
+    ];
+    let serve = start(db.url(), &ingest(&urls), &s.logs).await;
+    for durable in [A, B] {
+        wait_source(&serve.base, &nats.source_name(durable), "up").await;
+    }
+
+    nats.publish(b"not json", None).await;
+    let (nats_ref, base) = (&nats, serve.base.as_str());
+    wait_for(
+        PATIENCE,
+        move || async move {
+            rejections(base, &nats_ref.source_name(A), "invalid_json").await >= 1.0
+                && rejections(base, &nats_ref.source_name(B), "invalid_json").await >= 1.0
+                && consumer_idle(nats_ref, A).await
+                && consumer_idle(nats_ref, B).await
+        },
+        || "the bad message did not come to rest".to_owned(),
+    )
+    .await;
+    for durable in [A, B] {
+        assert_eq!(
+            rejections(base, &nats.source_name(durable), "invalid_json").await,
+            1.0,
+            "{durable}"
+        );
+    }
+    assert_eq!(
+        nats.stream_messages().await,
+        2,
+        "the reject was published again"
+    );
     drop(serve);
     nats.delete().await;
 }
@@ -1419,6 +1589,178 @@ async fn a_missing_queue_or_stream_is_down_until_it_exists_then_consumed() {
     }
     wait_both_consumed(&rabbit, &nats, &s.inbox, 10).await;
     assert_one_event_per_message(db.url(), &s.inbox, 10).await;
+    drop(serve);
+    rabbit.delete().await;
+    nats.delete().await;
+}
+
+/// Creates an account on the sender's database with `kxp accounts create`; its id.
+async fn create_account(database_url: &str, name: &str) -> String {
+    let (code, out, err) = crate::accounts::kxp_async(
+        &[
+            "accounts",
+            "create",
+            "--database-url",
+            database_url,
+            "--name",
+            name,
+            "--json",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let created: Value = serde_json::from_str(&out).unwrap();
+    created["id"].as_str().unwrap().to_owned()
+}
+
+/// The `data.n` of the events of the sender's database, by account.
+async fn events_by_account(database_url: &str) -> BTreeMap<String, BTreeSet<u64>> {
+    let query = "SELECT account_id, payload FROM kxp_events";
+    let pool = sqlx::SqlitePool::connect(database_url).await.unwrap();
+    let rows: Vec<(String, String)> = sqlx::query_as(query).fetch_all(&pool).await.unwrap();
+    pool.close().await;
+    let mut by_account: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for (account, payload) in rows {
+        let envelope: Value = serde_json::from_str(&payload).unwrap();
+        by_account
+            .entry(account)
+            .or_default()
+            .insert(envelope["data"]["n"].as_u64().unwrap());
+    }
+    by_account
+}
+
+/// `account_header=allow:<acc>` on both brokers: a message that names an account of the list
+/// or the URL's own (or none: the URL's) becomes that account's event; one that names another
+/// account, existing or not, is rejected as `account_not_allowed`; a header that is not one
+/// string (an AMQP integer, table or byte array, a NATS header given twice) is rejected as
+/// `invalid_request`, never taken for the URL's account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_allow_list_limits_what_the_header_may_name_on_both_brokers() {
+    let Some(rabbit) = Rabbit::connect().await else {
+        return;
+    };
+    let Some(nats) = Nats::connect().await else {
+        return;
+    };
+    let db = SqliteFile::new("kxp.db");
+    let s = setup(db.url(), 1000).await;
+    let listed = create_account(db.url(), "Listed").await;
+    let other = create_account(db.url(), "Other").await;
+    let allow = format!("&account_header=allow:{listed}");
+    let urls = [
+        format!("{}{allow}", rabbit.ingest_url(&s.account)),
+        format!("{}{allow}", nats.ingest_url(DURABLE, &s.account)),
+    ];
+    let mut rejected = nats.subscribe(&nats.rejected_subject()).await;
+    let serve = start(db.url(), &ingest(&urls), &s.logs).await;
+    let (amqp, js) = (rabbit.source_name(), nats.source_name(DURABLE));
+    wait_source(&serve.base, &amqp, "up").await;
+    wait_source(&serve.base, &js, "up").await;
+
+    let rabbit_good: [(usize, Vec<(&str, AmqpHeader<'_>)>); 3] = [
+        (0, vec![]),
+        (1, vec![("x-kxp-account", AmqpHeader::Text(&s.account))]),
+        (2, vec![("x-kxp-account", AmqpHeader::Text(&listed))]),
+    ];
+    for (n, headers) in &rabbit_good {
+        rabbit
+            .publish_with_typed_headers(&body(*n), None, headers)
+            .await;
+    }
+    let rabbit_bad: [(usize, AmqpHeader<'_>, &str); 5] = [
+        (10, AmqpHeader::Text(&other), "account_not_allowed"),
+        (11, AmqpHeader::Text(UNKNOWN_ACCOUNT), "account_not_allowed"),
+        (12, AmqpHeader::Integer(7), "invalid_request"),
+        (13, AmqpHeader::Table(&[("id", "acc_x")]), "invalid_request"),
+        (14, AmqpHeader::Bytes(b"acc_x"), "invalid_request"),
+    ];
+    for (n, header, _) in &rabbit_bad {
+        rabbit
+            .publish_with_typed_headers(&body(*n), None, &[("x-kxp-account", *header)])
+            .await;
+    }
+    nats.publish_with_headers(&body(3), &[]).await;
+    nats.publish_with_headers(&body(4), &[("X-Kxp-Account", &listed)])
+        .await;
+    let other_seq = nats
+        .publish_with_headers(&body(20), &[("x-kxp-account", &other)])
+        .await;
+    let twice = [
+        ("x-kxp-account", s.account.as_str()),
+        ("x-kxp-account", &listed),
+    ];
+    let twice_seq = nats.publish_with_headers(&body(21), &twice).await;
+
+    let start_at = Instant::now();
+    let dead = loop {
+        let dead = rabbit.dead_letters().await;
+        if dead.len() >= rabbit_bad.len() {
+            break dead;
+        }
+        assert!(
+            start_at.elapsed() < PATIENCE,
+            "the dead-letter queue got {} of {} messages",
+            dead.len(),
+            rabbit_bad.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let dead: BTreeSet<Vec<u8>> = dead.into_iter().map(|m| m.body).collect();
+    let want: BTreeSet<Vec<u8>> = rabbit_bad.iter().map(|(n, _, _)| body(*n)).collect();
+    assert_eq!(dead, want);
+    let mut reasons = BTreeMap::new();
+    for _ in 0..2 {
+        let message = rejected
+            .next_within(PATIENCE)
+            .await
+            .unwrap_or_else(|| panic!("no rejection on the rejected subject: {reasons:?}"));
+        reasons.insert(
+            message
+                .header("Kxp-Source-Sequence")
+                .unwrap_or("")
+                .to_owned(),
+            message.header("Kxp-Reject-Reason").unwrap_or("").to_owned(),
+        );
+    }
+    assert_eq!(
+        reasons,
+        BTreeMap::from([
+            (other_seq.to_string(), "account_not_allowed".to_owned()),
+            (twice_seq.to_string(), "invalid_request".to_owned()),
+        ])
+    );
+
+    wait_both_consumed(&rabbit, &nats, &s.inbox, 0).await;
+    let text = metrics(&serve.base).await;
+    for (source, reason, count) in [
+        (&amqp, "account_not_allowed", 2.0),
+        (&amqp, "invalid_request", 3.0),
+        (&js, "account_not_allowed", 1.0),
+        (&js, "invalid_request", 1.0),
+    ] {
+        assert_eq!(
+            metric(
+                &text,
+                "kxp_ingest_rejected_total",
+                &[("source", source), ("reason", reason)]
+            ),
+            count,
+            "{source} {reason}: {}",
+            text.lines()
+                .filter(|l| l.contains("kxp_ingest_rejected"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    assert_eq!(
+        events_by_account(db.url()).await,
+        BTreeMap::from([
+            (s.account.clone(), BTreeSet::from([0, 1, 3])),
+            (listed.clone(), BTreeSet::from([2, 4])),
+        ])
+    );
     drop(serve);
     rabbit.delete().await;
     nats.delete().await;

@@ -11,12 +11,14 @@
 //!   (or `tls://`): a JetStream stream, read through a durable pull consumer (created when
 //!   missing).
 //!
-//! Options on both: `account_header=allow` lets a message's `x-kxp-account` header name its
-//! account (else the URL's `account`, which may then be left out); `prefetch=<1..=1000>`
+//! Options on both: `account_header=allow` lets a message's `x-kxp-account` header name any
+//! account, and `account_header=allow:<acc>,<acc>` only these or the URL's (without a header,
+//! the URL's `account`, which may then be left out); see [`AccountHeader`]. `prefetch=<1..=1000>`
 //! (default [`DEFAULT_PREFETCH`]) bounds the messages in flight (AMQP's `basic.qos`,
 //! JetStream's `max_ack_pending`). NATS also takes `rejected_subject=<subject>` (default
-//! `kxp.rejected.<stream>`). Other query parameters of an `amqp://` URL (`heartbeat`,
-//! `connection_timeout`, …) are passed on to the client.
+//! `kxp.rejected.<stream>`), which must lie outside `subject` ([`IngestSource::refusal`]).
+//! Other query parameters of an `amqp://` URL (`heartbeat`, `connection_timeout`, …) are
+//! passed on to the client.
 
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
@@ -25,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use kxp_api::{ErrorCode, SourceHealth};
 
+use crate::engine::subjects;
 use crate::model::AccountId;
 use crate::store::redact_passwords;
 
@@ -34,6 +37,9 @@ pub const DEFAULT_PREFETCH: u16 = 64;
 /// The most messages in flight a source may ask for.
 pub const MAX_PREFETCH: u16 = 1000;
 
+/// The longest `account_header=` value, in bytes.
+const MAX_ACCOUNT_HEADER: usize = 8192;
+
 /// One `--ingest` URL, parsed: where to consume and for which account.
 #[derive(Clone, PartialEq, Eq)]
 pub struct IngestSource {
@@ -42,10 +48,23 @@ pub struct IngestSource {
     pub(crate) broker: Broker,
     /// The account of messages that do not name one.
     pub(crate) account: Option<AccountId>,
-    /// Whether a message's `x-kxp-account` header may name its account.
-    pub(crate) account_header: bool,
+    /// Which accounts a message's `x-kxp-account` header may name.
+    pub(crate) account_header: AccountHeader,
     /// Messages in flight at most.
     pub(crate) prefetch: u16,
+}
+
+/// Which accounts a message may name in its `x-kxp-account` header (`account_header=`). The
+/// header is a trust boundary: whoever can publish to the source acts for the accounts it
+/// lets a message name, as an operator key would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AccountHeader {
+    /// The header is ignored: every message is the URL's account's.
+    Ignored,
+    /// `allow`: any account.
+    Any,
+    /// `allow:<acc>,<acc>`: these, and the URL's own account.
+    Only(Vec<AccountId>),
 }
 
 /// The broker a source reads.
@@ -117,22 +136,10 @@ pub enum IngestUrlError {
 }
 
 impl IngestSource {
-    /// The URL with its passwords replaced, for `--print-config` and logs: a NATS URL's user
-    /// part alone is a token, replaced too.
+    /// The URL with its credentials replaced ([`redact_passwords`]: a lone user part, which
+    /// NATS takes for a token, whole), for `--print-config`, `Debug` and errors.
     pub fn redacted(&self) -> String {
-        match &self.broker {
-            Broker::Nats {
-                auth: NatsAuth::Token(_),
-                ..
-            } => match reqwest::Url::parse(&self.url) {
-                Ok(mut url) => {
-                    let _ = url.set_username("[redacted]");
-                    url.to_string().replace("%5Bredacted%5D", "[redacted]")
-                }
-                Err(_) => "[redacted]".to_owned(),
-            },
-            _ => redact_passwords(&self.url),
-        }
+        redact_passwords(&self.url)
     }
 
     /// The source's name in `/healthz`, `/metrics` and logs: `amqp:<vhost>/<queue>` or
@@ -146,6 +153,28 @@ impl IngestSource {
             Broker::Nats {
                 stream, durable, ..
             } => format!("nats:{stream}/{durable}"),
+        }
+    }
+}
+
+impl IngestSource {
+    /// Why the source must not start, if it must not: a NATS source whose rejected subject is
+    /// in its own filter would consume each message it rejects again, reject it again and
+    /// publish it again, without end. (The filter is never missing, `subject=` being required,
+    /// so the stream's own subjects need no look: a reject outside the filter is never this
+    /// source's to consume, whichever stream keeps it.)
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match &self.broker {
+            Broker::Nats {
+                subject,
+                rejected_subject,
+                ..
+            } if subjects::matches(subject, rejected_subject) => Some(format!(
+                "the rejected subject {rejected_subject:?} is in the source's own filter \
+                 {subject:?}: every rejected message would be consumed and rejected again, \
+                 forever; set rejected_subject= to a subject outside the filter"
+            )),
+            _ => None,
         }
     }
 }
@@ -180,31 +209,36 @@ impl FromStr for IngestSource {
                 })?,
         };
         let account_header = match params.account_header.as_deref() {
-            None => false,
-            Some("allow") => true,
-            Some(_) => {
-                return Err(IngestUrlError::Invalid {
+            None => AccountHeader::Ignored,
+            Some("allow") => AccountHeader::Any,
+            Some(value) => {
+                let refused = || IngestUrlError::Invalid {
                     name: "account_header",
-                    problem: "the only value is `allow`".to_owned(),
-                });
+                    problem: "`allow` (any account), or `allow:` and account ids separated by \
+                              commas (`allow:acc_…,acc_…`)"
+                        .to_owned(),
+                };
+                let list = value.strip_prefix("allow:").ok_or_else(refused)?;
+                let mut ids = list
+                    .split(',')
+                    .map(|id| account_id(id).ok_or_else(refused))
+                    .collect::<Result<Vec<_>, _>>()?;
+                ids.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+                ids.dedup();
+                AccountHeader::Only(ids)
             }
         };
         let account = params
             .account
             .take()
             .map(|id| {
-                let well_formed = id.strip_prefix("acc_").is_some_and(|rest| {
-                    !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric())
-                });
-                well_formed
-                    .then(|| AccountId::from(id))
-                    .ok_or_else(|| IngestUrlError::Invalid {
-                        name: "account",
-                        problem: "an account id (`acc_…`)".to_owned(),
-                    })
+                account_id(&id).ok_or_else(|| IngestUrlError::Invalid {
+                    name: "account",
+                    problem: "an account id (`acc_…`)".to_owned(),
+                })
             })
             .transpose()?;
-        if account.is_none() && !account_header {
+        if account.is_none() && account_header == AccountHeader::Ignored {
             return Err(IngestUrlError::Missing("account"));
         }
         let broker = match url.scheme() {
@@ -257,9 +291,25 @@ impl FromStr for IngestSource {
                             .to_owned(),
                     });
                 }
+                if !subjects::is_filter(&subject) {
+                    return Err(IngestUrlError::Invalid {
+                        name: "subject",
+                        problem: "a NATS subject or filter: tokens separated by `.`, none empty; \
+                                  `*` for any one token, `>` for the rest (last only)"
+                            .to_owned(),
+                    });
+                }
                 let rejected_subject = params
                     .rejected_subject
                     .unwrap_or_else(|| format!("kxp.rejected.{stream}"));
+                if !subjects::is_literal(&rejected_subject) {
+                    return Err(IngestUrlError::Invalid {
+                        name: "rejected_subject",
+                        problem: "a subject to publish to: tokens separated by `.`, none empty, \
+                                  no `*` or `>` token"
+                            .to_owned(),
+                    });
+                }
                 let decode = |part: &str| {
                     percent_encoding::percent_decode_str(part)
                         .decode_utf8()
@@ -307,6 +357,14 @@ impl FromStr for IngestSource {
     }
 }
 
+/// `id` if it is a well-formed account id (`acc_` and letters and digits).
+fn account_id(id: &str) -> Option<AccountId> {
+    let well_formed = id
+        .strip_prefix("acc_")
+        .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric()));
+    well_formed.then(|| AccountId::from(id.to_owned()))
+}
+
 /// The parameters this crate reads from a source URL.
 #[derive(Default)]
 struct Params {
@@ -335,20 +393,23 @@ impl Params {
             "prefetch" => (&mut self.prefetch, "prefetch"),
             _ => return Ok(false),
         };
+        // An allow-list of accounts is longer than any name: room for about 200 of them.
+        let longest = if name == "account_header" {
+            MAX_ACCOUNT_HEADER
+        } else {
+            255
+        };
         let problem = if slot.is_some() {
-            "given twice"
+            "given twice".to_owned()
         } else if value.is_empty() {
-            "empty"
-        } else if value.len() > 255 || value.chars().any(|c| c.is_control() || c == ' ') {
-            "at most 255 characters, no spaces or control characters"
+            "empty".to_owned()
+        } else if value.len() > longest || value.chars().any(|c| c.is_control() || c == ' ') {
+            format!("at most {longest} characters, no spaces or control characters")
         } else {
             *slot = Some(value.to_owned());
             return Ok(true);
         };
-        Err(IngestUrlError::Invalid {
-            name,
-            problem: problem.to_owned(),
-        })
+        Err(IngestUrlError::Invalid { name, problem })
     }
 
     /// A NATS parameter given to an AMQP source.
@@ -385,19 +446,22 @@ pub(crate) enum RejectReason {
     UnknownAccount,
     /// The source has no account and the message names none.
     AccountRequired,
+    /// The message names an account outside the source's `account_header=allow:` list.
+    AccountNotAllowed,
     /// The message's id was used before with another body.
     IdempotencyKeyReused,
 }
 
 impl RejectReason {
     /// Every reason, in the order of the metric's lines.
-    pub(crate) const ALL: [RejectReason; 7] = [
+    pub(crate) const ALL: [RejectReason; 8] = [
         RejectReason::InvalidJson,
         RejectReason::InvalidRequest,
         RejectReason::SchemaViolation,
         RejectReason::PayloadTooLarge,
         RejectReason::UnknownAccount,
         RejectReason::AccountRequired,
+        RejectReason::AccountNotAllowed,
         RejectReason::IdempotencyKeyReused,
     ];
 
@@ -410,6 +474,7 @@ impl RejectReason {
             RejectReason::PayloadTooLarge => "payload_too_large",
             RejectReason::UnknownAccount => "unknown_account",
             RejectReason::AccountRequired => "account_required",
+            RejectReason::AccountNotAllowed => "account_not_allowed",
             RejectReason::IdempotencyKeyReused => "idempotency_key_reused",
         }
     }
@@ -485,10 +550,16 @@ impl SourceStatus {
         self.set(SourceState::Up, None);
     }
 
-    /// A session failed with `error` (already free of credentials).
+    /// The source will not start, for `reason` ([`IngestSource::refusal`]): down for good,
+    /// with no reconnect to count.
+    pub(crate) fn refused(&self, reason: String) {
+        self.set(SourceState::Down, Some(reason));
+    }
+
+    /// A session failed with `error` (already through [`redact_passwords`]).
     pub(crate) fn down(&self, error: String) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
-        self.set(SourceState::Down, Some(redact_passwords(&error)));
+        self.set(SourceState::Down, Some(error));
     }
 
     /// The broker's count of waiting messages, as just read.
@@ -658,7 +729,7 @@ mod tests {
         assert_eq!((vhost.as_str(), queue.as_str()), ("/payments", "events"));
         assert_eq!(source.name(), "amqp:payments/events");
         assert_eq!(source.prefetch, 8);
-        assert!(!source.account_header);
+        assert_eq!(source.account_header, AccountHeader::Ignored);
         assert!(!source.redacted().contains("s3cret"));
         assert!(!format!("{source:?}").contains("s3cret"));
     }
@@ -714,13 +785,100 @@ mod tests {
     }
 
     #[test]
+    fn a_nats_source_whose_rejects_fall_in_its_own_filter_is_refused() {
+        let nats = |query: &str| {
+            parse(&format!(
+                "nats://n:4222?stream=LOOP&durable=d&account={ACC}&{query}"
+            ))
+            .unwrap()
+        };
+        for looping in [
+            nats("subject=loop.>&rejected_subject=loop.rejected"),
+            nats("subject=loop.*&rejected_subject=loop.rejected"),
+            nats("subject=loop.rejected&rejected_subject=loop.rejected"),
+            // The default, kxp.rejected.<stream>, under a filter on kxp.>.
+            nats("subject=kxp.>"),
+            nats("subject=>"),
+        ] {
+            let reason = looping.refusal().expect("refused");
+            assert!(reason.contains("rejected subject"), "{reason}");
+        }
+        for fine in [
+            nats("subject=loop.in&rejected_subject=loop.rejected"),
+            nats("subject=loop.*.in&rejected_subject=loop.rejected"),
+            nats("subject=loop.>&rejected_subject=rejects.loop"),
+            nats("subject=payments.events.>"),
+        ] {
+            assert_eq!(fine.refusal(), None);
+        }
+        assert_eq!(
+            parse(&format!("amqp://mq?queue=q&account={ACC}"))
+                .unwrap()
+                .refusal(),
+            None
+        );
+    }
+
+    #[test]
+    fn nats_subjects_must_be_well_formed() {
+        for (query, says) in [
+            ("subject=loop..in", "`subject`"),
+            ("subject=loop.>.in", "`subject`"),
+            (
+                "subject=loop.in&rejected_subject=loop.*",
+                "`rejected_subject`",
+            ),
+            (
+                "subject=loop.in&rejected_subject=loop.",
+                "`rejected_subject`",
+            ),
+        ] {
+            let url = format!("nats://n?stream=S&durable=d&account={ACC}&{query}");
+            let error = parse(&url).unwrap_err().to_string();
+            assert!(error.starts_with(says), "{url}: {error}");
+        }
+    }
+
+    #[test]
     fn the_account_may_come_from_the_header_when_allowed() {
         let source = parse("amqp://mq?queue=q&account_header=allow").unwrap();
-        assert!(source.account.is_none() && source.account_header);
+        assert!(source.account.is_none());
+        assert_eq!(source.account_header, AccountHeader::Any);
         assert_eq!(
             parse("amqp://mq?queue=q").unwrap_err(),
             IngestUrlError::Missing("account")
         );
+    }
+
+    #[test]
+    fn the_header_may_be_limited_to_a_list_of_accounts() {
+        let source = parse("amqp://mq?queue=q&account_header=allow:acc_b,acc_a,acc_b").unwrap();
+        let ids = |ids: &[&str]| {
+            ids.iter()
+                .map(|id| AccountId::from((*id).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            source.account_header,
+            AccountHeader::Only(ids(&["acc_a", "acc_b"]))
+        );
+        assert!(source.account.is_none());
+        let many = vec![ACC; 200].join(",");
+        let source = parse(&format!("amqp://mq?queue=q&account_header=allow:{many}")).unwrap();
+        assert_eq!(source.account_header, AccountHeader::Only(ids(&[ACC])));
+        for value in [
+            "allow:",
+            "allow:acc_a,",
+            "allow:acc_a,,acc_b",
+            "allow:nope",
+            "allow:acc_a;acc_b",
+            "allowed:acc_a",
+            "deny",
+        ] {
+            let url = format!("amqp://mq?queue=q&account_header={value}");
+            let error = parse(&url).unwrap_err().to_string();
+            assert!(error.starts_with("`account_header`"), "{url}: {error}");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
 use tokio::task::JoinSet;
 
-use super::message::{self, Message, Verdict};
+use super::message::{self, Claim, Message, Verdict};
 use super::{Backoff, LAG_EVERY, Run, chain, settle_in_flight, stopping};
 use crate::engine::sources::{Broker, SourceStatus};
 use crate::model::sha256_hex;
@@ -128,24 +128,31 @@ async fn settle(run: &Run, vhost: &str, queue: &str, delivery: Delivery) {
         .message_id()
         .as_ref()
         .map(|id| id.as_str());
-    let key = message::key(id, "amqp", || {
-        let mut identity = Vec::with_capacity(vhost.len() + queue.len() + delivery.data.len() + 2);
-        for part in [vhost.as_bytes(), queue.as_bytes(), &delivery.data] {
-            identity.extend_from_slice(part);
-            identity.push(0);
-        }
-        sha256_hex(&identity)
-    });
-    let account = delivery
+    let key = || {
+        message::key(id, "amqp", || {
+            let mut identity =
+                Vec::with_capacity(vhost.len() + queue.len() + delivery.data.len() + 2);
+            for part in [vhost.as_bytes(), queue.as_bytes(), &delivery.data] {
+                identity.extend_from_slice(part);
+                identity.push(0);
+            }
+            sha256_hex(&identity)
+        })
+    };
+    let header = delivery
         .properties
         .headers()
         .as_ref()
-        .and_then(|headers| headers.inner().get("x-kxp-account"))
-        .and_then(|value| match value {
-            AMQPValue::LongString(text) => std::str::from_utf8(text.as_bytes()).ok(),
-            AMQPValue::ShortString(text) => Some(text.as_str()),
-            _ => None,
-        });
+        .and_then(|headers| headers.inner().get("x-kxp-account"));
+    let account = match header {
+        None => Claim::Absent,
+        Some(AMQPValue::LongString(text)) => match std::str::from_utf8(text.as_bytes()) {
+            Ok(text) => Claim::Account(text),
+            Err(_) => Claim::Unreadable("a string that is not UTF-8"),
+        },
+        Some(AMQPValue::ShortString(text)) => Claim::Account(text.as_str()),
+        Some(other) => Claim::Unreadable(kind(other)),
+    };
     let message = Message {
         body: &delivery.data,
         key,
@@ -167,5 +174,26 @@ async fn settle(run: &Run, vhost: &str, queue: &str, delivery: Delivery) {
         // The broker delivers it again; its key makes that harmless.
         tracing::debug!(target: "kxp_sender", source = %run.status.name, error = %e,
             "broker source: could not settle a message");
+    }
+}
+
+/// What a header value that is not a string is, for a rejection's detail.
+fn kind(value: &AMQPValue) -> &'static str {
+    match value {
+        AMQPValue::ShortString(_) | AMQPValue::LongString(_) => "a string",
+        AMQPValue::Boolean(_) => "a boolean",
+        AMQPValue::ShortShortInt(_)
+        | AMQPValue::ShortShortUInt(_)
+        | AMQPValue::ShortInt(_)
+        | AMQPValue::ShortUInt(_)
+        | AMQPValue::LongInt(_)
+        | AMQPValue::LongUInt(_)
+        | AMQPValue::LongLongInt(_) => "an integer",
+        AMQPValue::Float(_) | AMQPValue::Double(_) | AMQPValue::DecimalValue(_) => "a number",
+        AMQPValue::FieldArray(_) => "an array",
+        AMQPValue::Timestamp(_) => "a timestamp",
+        AMQPValue::FieldTable(_) => "a table",
+        AMQPValue::ByteArray(_) => "a byte array",
+        AMQPValue::Void => "void",
     }
 }

@@ -7,8 +7,8 @@ use kxp_api::ErrorCode;
 
 use super::{Run, stopping};
 use crate::engine::backlog::RETRY_AFTER_SECS;
-use crate::engine::sources::{IngestSource, RejectReason, SourceStatus};
-use crate::http::{AppState, accept, is_idempotency_key};
+use crate::engine::sources::{AccountHeader, IngestSource, RejectReason, SourceStatus};
+use crate::http::{AppState, REQUEST_OVERHEAD, accept, is_idempotency_key};
 use crate::model::{Account, sha256_hex};
 
 /// The longest wait between two tries of a message the database could not take.
@@ -18,13 +18,26 @@ const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
 const MAX_DETAIL: usize = 512;
 
 /// A message as the brokers' consumers hand it over.
-pub(crate) struct Message<'a> {
+pub(crate) struct Message<'a, K> {
     /// Its body: what `POST /v1/events` is sent.
     pub body: &'a [u8],
-    /// Its idempotency key ([`key`]).
-    pub key: String,
-    /// Its `x-kxp-account` header, if it has one.
-    pub account: Option<&'a str>,
+    /// Makes its idempotency key ([`key`]), once its length has passed: AMQP's may hash the
+    /// body.
+    pub key: K,
+    /// Its `x-kxp-account` header.
+    pub account: Claim<'a>,
+}
+
+/// What a message's `x-kxp-account` header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim<'a> {
+    /// It has none.
+    Absent,
+    /// An account id (as a string: not checked yet).
+    Account(&'a str),
+    /// Something that is not one string: AMQP headers are typed (an integer, a table, bytes…),
+    /// and a NATS header may be given twice. Said what it is, for the rejection.
+    Unreadable(&'static str),
 }
 
 /// What the consumer does with the message.
@@ -68,14 +81,22 @@ impl Hold for () {
 /// Takes `message` in. Errors that may pass (the backlog is full, the database is down) hold
 /// it: `held` is told ([`Hold`]) and it is tried again, until it is stored, rejected, or
 /// `stopped` is set.
-pub(super) async fn take(run: &Run, message: Message<'_>, held: &impl Hold) -> Verdict {
+pub(super) async fn take<K: FnOnce() -> String>(
+    run: &Run,
+    message: Message<'_, K>,
+    held: &impl Hold,
+) -> Verdict {
     let (state, source, status) = (&run.state, &run.source, &run.status);
+    if let Err((reason, detail)) = check_length(message.body, state.shared.config.max_event_data) {
+        return rejected(status, reason, detail);
+    }
+    let key = (message.key)();
     let mut stopped = run.stopped.clone();
     let mut store_wait = Duration::from_millis(100);
     let mut account: Option<Account> = None;
     loop {
         let tried = match &account {
-            Some(account) => accept(state, account, message.body, Some(&message.key))
+            Some(account) => accept(state, account, message.body, Some(&key))
                 .await
                 .map(|accepted| status.accepted(accepted.created))
                 .map_err(|e| (e.code().clone(), e.message().to_owned())),
@@ -113,34 +134,42 @@ pub(super) async fn take(run: &Run, message: Message<'_>, held: &impl Hold) -> V
     }
 }
 
+/// Refuses a body longer than `POST /v1/events` reads (the event limit, `max_event_data`,
+/// plus [`REQUEST_OVERHEAD`]) by its length alone, before anything parses, hashes or copies
+/// it, with the reason the API's `413` has: a broker hands over whatever it was given, and a
+/// 30 MB message parsed whole costs hundreds of MB before its `data` could be measured.
+fn check_length(body: &[u8], max_event_data: usize) -> Result<(), (RejectReason, String)> {
+    let limit = max_event_data.saturating_add(REQUEST_OVERHEAD);
+    if body.len() <= limit {
+        return Ok(());
+    }
+    Err((
+        RejectReason::PayloadTooLarge,
+        format!(
+            "the message is {} bytes; this server reads at most {limit} (max_event_bytes \
+             {max_event_data} and {REQUEST_OVERHEAD} for the rest of the event)",
+            body.len()
+        ),
+    ))
+}
+
 /// Why no account was found for a message.
 enum Resolved {
-    /// For good: the message names none, or one that does not exist.
+    /// For good: the message names none, one it may not name, or one that does not exist.
     Rejected(RejectReason, String),
     /// The database could not say.
     Unavailable(String),
 }
 
-/// The message's account: its header's when the source allows that and it has one, else the
-/// source's.
+/// The message's account: its header's when the source lets the header name it ([`named`]),
+/// else the source's.
 async fn resolve(
     state: &AppState,
     source: &IngestSource,
-    header: Option<&str>,
+    header: Claim<'_>,
 ) -> Result<Account, Resolved> {
-    let id = match (source.account_header, header) {
-        (true, Some(id)) => id,
-        _ => match &source.account {
-            Some(id) => id.as_str(),
-            None => {
-                return Err(Resolved::Rejected(
-                    RejectReason::AccountRequired,
-                    "the message has no x-kxp-account header and the source names no account"
-                        .to_owned(),
-                ));
-            }
-        },
-    };
+    let id =
+        named(source, header).map_err(|(reason, detail)| Resolved::Rejected(reason, detail))?;
     match state.db.account(id).await {
         Ok(Some(account)) => Ok(account),
         Ok(None) => Err(Resolved::Rejected(
@@ -148,6 +177,54 @@ async fn resolve(
             format!("no account {}", printable(id)),
         )),
         Err(e) => Err(Resolved::Unavailable(e.to_string())),
+    }
+}
+
+/// The id of the account a message is for, before anything looks it up: the header's when
+/// the source reads it (`account_header=`) and the message has one, else the URL's. A header
+/// that is not one string is refused, never passed over for the URL's account (its publisher
+/// meant another one); so is an account outside the source's allow-list, unless it is the
+/// URL's own.
+fn named<'a>(
+    source: &'a IngestSource,
+    header: Claim<'a>,
+) -> Result<&'a str, (RejectReason, String)> {
+    let header = match (&source.account_header, header) {
+        (AccountHeader::Ignored, _) | (_, Claim::Absent) => None,
+        (_, Claim::Unreadable(what)) => {
+            return Err((
+                RejectReason::InvalidRequest,
+                format!(
+                    "the x-kxp-account header must be one string (an account id); it is {what}"
+                ),
+            ));
+        }
+        (AccountHeader::Any, Claim::Account(id)) => Some(id),
+        (AccountHeader::Only(allowed), Claim::Account(id)) => {
+            let own = source
+                .account
+                .as_ref()
+                .is_some_and(|own| own.as_str() == id);
+            if !own && !allowed.iter().any(|allowed| allowed.as_str() == id) {
+                return Err((
+                    RejectReason::AccountNotAllowed,
+                    format!(
+                        "the message names account {} in x-kxp-account; this source's \
+                         account_header= does not allow it",
+                        printable(id)
+                    ),
+                ));
+            }
+            Some(id)
+        }
+    };
+    match (header, &source.account) {
+        (Some(id), _) => Ok(id),
+        (None, Some(own)) => Ok(own.as_str()),
+        (None, None) => Err((
+            RejectReason::AccountRequired,
+            "the message has no x-kxp-account header and the source names no account".to_owned(),
+        )),
     }
 }
 
@@ -195,6 +272,77 @@ mod tests {
         assert_eq!(key(Some(&long), "amqp", || unreachable!()), hashed);
         assert_eq!(key(None, "nats", || "S:1:7".to_owned()), "nats:S:1:7");
         assert!(key(Some("with space"), "amqp", || unreachable!()).starts_with("amqp-id:"));
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_refused_by_its_length_before_any_parse() {
+        // Not JSON at all: were it parsed first, it would be `invalid_json`.
+        let body = b"not json ".repeat((1000 + REQUEST_OVERHEAD) / 9 + 1);
+        let (reason, detail) = check_length(&body, 1000).unwrap_err();
+        assert_eq!(reason, RejectReason::PayloadTooLarge);
+        assert!(detail.contains(&body.len().to_string()), "{detail}");
+        // Up to the limit, the length says nothing: the API's checks decide.
+        assert!(check_length(&body[..1000 + REQUEST_OVERHEAD], 1000).is_ok());
+        assert!(check_length(b"not json", 0).is_ok());
+    }
+
+    #[test]
+    fn the_header_names_an_account_only_as_far_as_the_source_lets_it() {
+        const OWN: &str = "acc_own";
+        let source =
+            |query: &str| -> IngestSource { format!("amqp://mq?queue=q&{query}").parse().unwrap() };
+        let ignored = source(&format!("account={OWN}"));
+        let any = source(&format!("account={OWN}&account_header=allow"));
+        let listed = source(&format!("account={OWN}&account_header=allow:acc_a,acc_b"));
+        let nameless = source("account_header=allow:acc_a");
+        fn reason(found: Result<&str, (RejectReason, String)>) -> Result<&str, RejectReason> {
+            found.map_err(|(reason, _)| reason)
+        }
+        for (source, header, expected) in [
+            (&ignored, Claim::Absent, Ok(OWN)),
+            (&ignored, Claim::Account("acc_a"), Ok(OWN)),
+            (&ignored, Claim::Unreadable("an integer"), Ok(OWN)),
+            (&any, Claim::Absent, Ok(OWN)),
+            (&any, Claim::Account("acc_z"), Ok("acc_z")),
+            (
+                &any,
+                Claim::Unreadable("a table"),
+                Err(RejectReason::InvalidRequest),
+            ),
+            (&listed, Claim::Account("acc_b"), Ok("acc_b")),
+            (&listed, Claim::Account(OWN), Ok(OWN)),
+            (
+                &listed,
+                Claim::Account("acc_z"),
+                Err(RejectReason::AccountNotAllowed),
+            ),
+            (
+                &listed,
+                Claim::Account("acc_a,acc_b"),
+                Err(RejectReason::AccountNotAllowed),
+            ),
+            (
+                &listed,
+                Claim::Unreadable("a byte array"),
+                Err(RejectReason::InvalidRequest),
+            ),
+            (&listed, Claim::Absent, Ok(OWN)),
+            (&nameless, Claim::Absent, Err(RejectReason::AccountRequired)),
+            (&nameless, Claim::Account("acc_a"), Ok("acc_a")),
+            (
+                &nameless,
+                Claim::Account("acc_own"),
+                Err(RejectReason::AccountNotAllowed),
+            ),
+        ] {
+            assert_eq!(
+                reason(named(source, header)),
+                expected,
+                "{source:?} {header:?}"
+            );
+        }
+        let (_, detail) = named(&any, Claim::Unreadable("a table")).unwrap_err();
+        assert!(detail.contains("a table"), "{detail}");
     }
 
     #[test]

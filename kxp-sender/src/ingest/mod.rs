@@ -23,6 +23,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::engine::sources::{Broker, IngestSource, SourceStatus};
 use crate::http::AppState;
+use crate::store::redact_passwords;
 
 mod amqp;
 mod message;
@@ -67,6 +68,13 @@ struct Run {
 impl Run {
     /// The source's life: sessions, each started again after a failure, until stopped.
     async fn sessions(mut self) {
+        if let Some(reason) = self.source.refusal() {
+            tracing::error!(target: "kxp_sender", source = %self.status.name, reason = %reason,
+                "broker source: refused to start");
+            self.status.refused(reason);
+            stopping(&mut self.stopped).await;
+            return;
+        }
         let mut backoff = Backoff::default();
         loop {
             self.status.connecting();
@@ -77,6 +85,8 @@ impl Run {
             let Err(error) = ended else {
                 return;
             };
+            // The clients' errors may quote a URL: redacted once, for the log and `/healthz`.
+            let error = redact_passwords(&error);
             tracing::warn!(target: "kxp_sender", source = %self.status.name, error = %error,
                 "broker source: the session ended; connecting again");
             self.status.down(error);

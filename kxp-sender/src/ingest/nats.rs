@@ -7,10 +7,14 @@
 //! message no retry can cure is published with its reason to the source's rejected subject
 //! (headers `Kxp-Reject-Reason`, `Kxp-Reject-Detail`, `Kxp-Source-Stream`,
 //! `Kxp-Source-Sequence`, and its body as it was), then terminated (`+TERM`: never delivered
-//! again); and one the process stops before storing is given back (`-NAK`). Its key is its
-//! `Nats-Msg-Id` header, else the stream's name, creation time and the message's sequence
-//! number in it: the same for every redelivery, and never the same for two messages, even
-//! across a deletion and re-creation of the stream.
+//! again); and one the process stops before storing is given back (`-NAK`). A message that
+//! carries `Kxp-Reject-Reason` already, a reject consumed again, is only terminated when it is
+//! rejected, never published again: so no configuration makes a message go round for ever
+//! (and a source whose rejected subject is in its own filter does not even start).
+//!
+//! A message's key is its `Nats-Msg-Id` header, else the stream's name, creation time and the
+//! message's sequence number in it: the same for every redelivery, and never the same for two
+//! messages, even across a deletion and re-creation of the stream.
 //!
 //! The client's own reconnection is not used (one try at most): a lost connection ends the
 //! session, and the source connects again with its backoff, so its state and reconnect count
@@ -27,7 +31,7 @@ use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use super::message::{self, Hold, Message, Verdict};
+use super::message::{self, Claim, Hold, Message, Verdict};
 use super::{Backoff, LAG_EVERY, Run, chain, settle_in_flight, stopping};
 use crate::engine::sources::{Broker, MAX_PREFETCH, NatsAuth};
 
@@ -37,6 +41,10 @@ const ACK_WAIT: Duration = Duration::from_secs(30);
 
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The header of a rejected message that says why it was rejected; a message that already
+/// carries it is never published to the rejected subject again.
+const REJECT_REASON: &str = "Kxp-Reject-Reason";
 
 /// One connection's consumption, until `stopped` (`Ok`) or a failure (`Err`, its text).
 pub(super) async fn session(run: &Run, backoff: &mut Backoff) -> Result<(), String> {
@@ -206,6 +214,21 @@ impl Settle {
     }
 }
 
+/// The message's `x-kxp-account` header, whatever the case of its name (NATS keeps names as
+/// written): none, one value, or more than one, which names no one account.
+fn account_claim(headers: Option<&HeaderMap>) -> Claim<'_> {
+    let mut values = headers
+        .into_iter()
+        .flat_map(HeaderMap::iter)
+        .filter(|(name, _)| AsRef::<str>::as_ref(*name).eq_ignore_ascii_case("x-kxp-account"))
+        .flat_map(|(_, values)| values);
+    match (values.next(), values.next()) {
+        (None, _) => Claim::Absent,
+        (Some(value), None) => Claim::Account(value.as_str()),
+        (Some(_), Some(_)) => Claim::Unreadable("given more than once"),
+    }
+}
+
 /// A message held for another try: its ack deadline is pushed back (`+WPI`).
 struct Held<'a>(&'a jetstream::Message);
 
@@ -234,10 +257,17 @@ impl Settle {
         let sequence = delivered.info().map(|info| info.stream_sequence).ok();
         let headers = delivered.headers.as_ref();
         let header = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
-        let key = message::key(header("Nats-Msg-Id"), "nats", || {
-            format!("{}:{}", self.identity, sequence.unwrap_or_default())
+        let key = || {
+            message::key(header("Nats-Msg-Id"), "nats", || {
+                format!("{}:{}", self.identity, sequence.unwrap_or_default())
+            })
+        };
+        let account = account_claim(headers);
+        let rejected_before = headers.is_some_and(|headers| {
+            headers
+                .iter()
+                .any(|(name, _)| AsRef::<str>::as_ref(name).eq_ignore_ascii_case(REJECT_REASON))
         });
-        let account = header("x-kxp-account").or_else(|| header("X-Kxp-Account"));
         let message = Message {
             body: &delivered.payload,
             key,
@@ -246,9 +276,19 @@ impl Settle {
         let verdict = message::take(&self.run, message, &Held(&delivered)).await;
         let settled = match verdict {
             Verdict::Accepted => delivered.ack().await,
+            // A reject consumed again (by a source that reads some rejected subject):
+            // published again, it could come back for ever. The stream it was read from holds
+            // it, with the reason it was first rejected for.
+            Verdict::Rejected { reason, .. } if rejected_before => {
+                tracing::warn!(target: "kxp_sender", source = %status.name,
+                    reason = reason.as_str(), sequence = sequence.unwrap_or_default(),
+                    "broker source: the message was rejected before (it carries \
+                     Kxp-Reject-Reason); terminated without publishing it again");
+                delivered.ack_with(AckKind::Term).await
+            }
             Verdict::Rejected { reason, detail } => {
                 let mut headers = HeaderMap::new();
-                headers.insert("Kxp-Reject-Reason", reason.as_str());
+                headers.insert(REJECT_REASON, reason.as_str());
                 headers.insert("Kxp-Reject-Detail", detail.as_str());
                 if let Broker::Nats { stream, .. } = &self.run.source.broker {
                     headers.insert("Kxp-Source-Stream", stream.as_str());
@@ -273,5 +313,32 @@ impl Settle {
             tracing::debug!(target: "kxp_sender", source = %status.name, error = %e,
                 "broker source: could not settle a message");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_account_header_is_found_in_any_case_and_refused_when_given_twice() {
+        assert_eq!(account_claim(None), Claim::Absent);
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", "m-1");
+        assert_eq!(account_claim(Some(&headers)), Claim::Absent);
+        headers.insert("X-KXP-Account", "acc_a");
+        assert_eq!(account_claim(Some(&headers)), Claim::Account("acc_a"));
+        headers.append("X-KXP-Account", "acc_b");
+        assert_eq!(
+            account_claim(Some(&headers)),
+            Claim::Unreadable("given more than once")
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("x-kxp-account", "acc_a");
+        headers.insert("X-Kxp-Account", "acc_a");
+        assert!(matches!(
+            account_claim(Some(&headers)),
+            Claim::Unreadable(_)
+        ));
     }
 }

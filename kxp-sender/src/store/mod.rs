@@ -253,10 +253,17 @@ pub enum StoreError {
     Sealed(#[from] seal::OpenError),
 }
 
-/// Replaces the password of any `scheme://user:password@` in `text`, and the value of any
-/// `password=` query parameter (`postgres://kxp@db/kxp?password=…`, which libpq and sqlx
-/// accept too): sqlx errors can quote a database URL, and a password must never reach a
-/// terminal or a log.
+/// Replaces the credentials of every URL in `text`: the whole user part when it is a lone
+/// name (`nats://TOKEN@host`: NATS takes a lone name as a token, and text cannot tell a token
+/// from a user name), the password of a `user:password@` (the user name stays, to say whose
+/// they were), and the value of any `password=` query parameter
+/// (`postgres://kxp@db/kxp?password=…`, which libpq and sqlx accept too). Every URL the sender and the CLI print (errors, logs,
+/// `--print-config`, `Debug`) goes through this one function: sqlx, lapin and async-nats
+/// errors can quote a URL, and a credential must never reach a terminal or a log.
+///
+/// A URL runs from its `://` to the next white space or quote, and its user part ends at its
+/// last `@`, even past a `/`, `?` or `#` a password may hold unencoded: that errs towards
+/// redacting too much (an `@` in a path or a query hides what comes before it).
 pub fn redact_passwords(text: &str) -> String {
     redact_query_passwords(&redact_userinfo(text))
 }
@@ -268,16 +275,21 @@ fn redact_userinfo(text: &str) -> String {
         let (head, tail) = rest.split_at(at + 3);
         out.push_str(head);
         let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace())
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>'))
             .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match (authority.rfind('@'), authority.find(':')) {
-            (Some(at), Some(colon)) if colon < at => {
-                out.push_str(&authority[..colon]);
-                out.push_str(":[redacted]");
-                out.push_str(&authority[at..]);
+        let url = &tail[..end];
+        match url.rfind('@') {
+            Some(at) => {
+                match url[..at].split_once(':') {
+                    Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                        out.push_str(user);
+                        out.push_str(":[redacted]");
+                    }
+                    _ => out.push_str("[redacted]"),
+                }
+                out.push_str(&url[at..]);
             }
-            _ => out.push_str(authority),
+            None => out.push_str(url),
         }
         rest = &tail[end..];
     }
@@ -320,15 +332,42 @@ mod tests {
             redact("error connecting to postgres://kxp:hunter2@db:5432/kxp: refused"),
             "error connecting to postgres://kxp:[redacted]@db:5432/kxp: refused"
         );
-        assert_eq!(redact("postgres://kxp@db/kxp"), "postgres://kxp@db/kxp");
         assert_eq!(redact("no url here"), "no url here");
+        assert_eq!(redact("sqlite://kxp.db"), "sqlite://kxp.db");
+    }
+
+    #[test]
+    fn any_user_part_is_redacted_a_lone_one_whole() {
+        for (text, shown) in [
+            // A lone name may be a token (NATS): the whole of it goes.
+            (
+                "nats://S3cr3tT0ken@127.0.0.1:4222?stream=S",
+                "nats://[redacted]@127.0.0.1:4222?stream=S",
+            ),
+            ("postgres://kxp@db/kxp", "postgres://[redacted]@db/kxp"),
+            // An empty password: what stands for the user may be the key.
+            ("https://sk_live_1:@api", "https://[redacted]@api"),
+            ("amqp://:pw@mq", "amqp://[redacted]@mq"),
+            // Unencoded `/`, `?`, `#` and `@` in a password: still all of it.
+            (
+                "amqp://kxp:a/b?c#d@e@mq/%2f",
+                "amqp://kxp:[redacted]@mq/%2f",
+            ),
+            (
+                "error: ingest: \"nats://t0k@n:4222\" and smtps://u:p@mail:465.",
+                "error: ingest: \"nats://[redacted]@n:4222\" and smtps://u:[redacted]@mail:465.",
+            ),
+            ("a://x@h b://y:z@h", "a://[redacted]@h b://y:[redacted]@h"),
+        ] {
+            assert_eq!(redact(text), shown, "{text}");
+        }
     }
 
     #[test]
     fn passwords_in_query_parameters_are_redacted() {
         assert_eq!(
             redact("postgres://kxp@db:5432/kxp?password=hunter2&sslmode=require"),
-            "postgres://kxp@db:5432/kxp?password=[redacted]&sslmode=require"
+            "postgres://[redacted]@db:5432/kxp?password=[redacted]&sslmode=require"
         );
         assert_eq!(
             redact("postgres://db/kxp?sslmode=require&PASSWORD=hunter2 refused"),
