@@ -55,6 +55,30 @@ use kxp_receiver::{Receiver, RequestLog, VERIFIED_KEY_HEADER, verified_key_value
 use crate::dedup::{Handled, Outcome};
 use crate::middleware::{read_request, reject};
 
+/// A health check for a route of the app's (`web::get().to(move || { let c = catch_up.clone();
+/// async move { kxp_actix::catch_up::health(&c) } })`): [`Status::json`](kxp_catchup::Status::json),
+/// 200 while [healthy](kxp_catchup::Status::is_healthy), 503 while ordered mode is stopped, a
+/// reset waits to be dealt with, or the feed fails.
+pub fn health(catch_up: &CatchUp) -> HttpResponse {
+    let status = catch_up.status();
+    let mut response = if status.is_healthy() {
+        HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
+    };
+    response
+        .content_type("application/json")
+        .body(status.json())
+}
+
+/// The catch-up's metrics for a route of the app's:
+/// [`Status::prometheus`](kxp_catchup::Status::prometheus).
+pub fn metrics(catch_up: &CatchUp) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(catch_up.status().prometheus())
+}
+
 /// Feeds a [`CatchUp`] the resource's hints, starts its task with the first request, and has
 /// it deliver recovered events by posting them to the receiver's own URL ([`Loopback`]).
 #[derive(Debug, Clone)]
@@ -182,6 +206,20 @@ where
             response.body(Received::json_body(duplicate))
         }
         Received::Rejected(rejection) => reject(log, rejection),
+        Received::Stopped {
+            event_id,
+            stop,
+            retry_after,
+        } => {
+            log.finish(&event_id, "ok", "stopped", 503);
+            HttpResponse::ServiceUnavailable()
+                .content_type("application/json")
+                .insert_header((
+                    actix_web::http::header::RETRY_AFTER,
+                    retry_after.to_string(),
+                ))
+                .body(Received::stopped_body(stop))
+        }
         Received::Unavailable => {
             let outcome = Outcome::StoreUnavailable {
                 retry_after: kxp_dedup::STORE_UNAVAILABLE_RETRY_AFTER,

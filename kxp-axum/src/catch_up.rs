@@ -80,6 +80,16 @@ pub trait CatchUpExt {
     /// the route. Building the router inside a Tokio runtime starts the catch-up's task; else
     /// the first request does.
     fn layer(&self) -> CatchUpLayer;
+
+    /// A health check to mount (`.route("/healthz/webhooks", catch_up.health())`): `GET`
+    /// answers [`Status::json`](kxp_catchup::Status::json), 200 while
+    /// [healthy](kxp_catchup::Status::is_healthy), 503 while ordered mode is stopped, a reset
+    /// waits to be dealt with, or the feed fails.
+    fn health<S: Clone + Send + Sync + 'static>(&self) -> axum::routing::MethodRouter<S>;
+
+    /// The catch-up's metrics to mount (`.route("/metrics/webhooks", catch_up.metrics())`):
+    /// `GET` answers [`Status::prometheus`](kxp_catchup::Status::prometheus).
+    fn metrics<S: Clone + Send + Sync + 'static>(&self) -> axum::routing::MethodRouter<S>;
 }
 
 impl CatchUpExt for CatchUp {
@@ -90,6 +100,33 @@ impl CatchUpExt for CatchUp {
             catch_up: self.clone(),
             routes,
         }
+    }
+
+    fn health<S: Clone + Send + Sync + 'static>(&self) -> axum::routing::MethodRouter<S> {
+        let catch_up = self.clone();
+        axum::routing::get(move || async move {
+            let status = catch_up.status();
+            let code = if status.is_healthy() {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (
+                code,
+                [(header::CONTENT_TYPE, "application/json")],
+                status.json(),
+            )
+        })
+    }
+
+    fn metrics<S: Clone + Send + Sync + 'static>(&self) -> axum::routing::MethodRouter<S> {
+        let catch_up = self.clone();
+        axum::routing::get(move || async move {
+            (
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                catch_up.status().prometheus(),
+            )
+        })
     }
 }
 
@@ -201,6 +238,22 @@ where
             response
         }
         Received::Rejected(rejection) => reject(log, rejection),
+        Received::Stopped {
+            event_id,
+            stop,
+            retry_after,
+        } => {
+            log.finish(&event_id, "ok", "stopped", 503);
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [
+                    (header::CONTENT_TYPE, "application/json".to_owned()),
+                    (header::RETRY_AFTER, retry_after.to_string()),
+                ],
+                Received::stopped_body(stop),
+            )
+                .into_response()
+        }
         Received::Unavailable => {
             let outcome = Outcome::StoreUnavailable {
                 retry_after: kxp_dedup::STORE_UNAVAILABLE_RETRY_AFTER,

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::deliver::{Deliver, Request};
 use crate::feed::{Answer, Credential, FeedClient, FeedError};
+use crate::state::{OrderedBounds, ResetFound, States, Status, Stop};
 
 /// How long a gap in the hints stays open before the feed is asked: a retry of the missing
 /// delivery may still be coming (the sender's first retries come at seconds to minutes).
@@ -58,6 +59,8 @@ pub struct CatchUpConfig {
     /// Ordered mode, with the route's own receiver: see [`CatchUpConfig::ordered`]. `None`:
     /// deliveries go to the handler as they come.
     pub ordered: Option<Receiver>,
+    /// Where ordered mode stops holding and answers 503 (see [`OrderedBounds`]).
+    pub bounds: OrderedBounds,
 }
 
 impl CatchUpConfig {
@@ -71,6 +74,7 @@ impl CatchUpConfig {
             page_size: DEFAULT_PAGE_SIZE,
             endpoints: Vec::new(),
             ordered: None,
+            bounds: OrderedBounds::default(),
         }
     }
 
@@ -92,6 +96,12 @@ impl CatchUpConfig {
         self
     }
 
+    /// With other [`bounds`](CatchUpConfig::bounds).
+    pub fn with_bounds(mut self, bounds: OrderedBounds) -> CatchUpConfig {
+        self.bounds = bounds;
+        self
+    }
+
     /// Catches up `endpoint_id` from the start.
     pub fn endpoint(mut self, endpoint_id: &str) -> CatchUpConfig {
         self.endpoints.push(endpoint_id.to_owned());
@@ -109,6 +119,15 @@ impl CatchUpConfig {
     /// arrive yet is not waited for: the feed has it as soon as it has a number. An event the
     /// handler does not take holds back the later events of its key (up to
     /// [`ORDERED_LOOKAHEAD`] events), not the others'. Events without a key are in no order.
+    ///
+    /// **It stops loudly.** Holding answers the sender 200, so the sender cannot see a receiver
+    /// that holds but no longer processes: past any of its [bounds](CatchUpConfig::bounds) —
+    /// too many events held for an endpoint, the oldest held too long, the feed failing too
+    /// long, or the sender [found reset](CatchUp::reset_checkpoint) — ordered mode answers the
+    /// endpoint's new deliveries 503 with `Retry-After` ([`Received::Stopped`]), so the sender
+    /// retries, notifies the merchant and finally dead-letters, as for any failing endpoint.
+    /// Once under every bound it holds and answers 200 again; the catch-up reads what was
+    /// refused meanwhile from the feed. [`CatchUp::status`] says where each endpoint stands.
     pub fn ordered(mut self, receiver: Receiver) -> CatchUpConfig {
         self.ordered = Some(receiver);
         self
@@ -138,6 +157,17 @@ pub enum Received {
     /// The dedup store could not hold it: answer 503 with `Retry-After`, so the sender
     /// delivers it again ([`kxp_dedup::Outcome::StoreUnavailable`]).
     Unavailable,
+    /// Verified, but ordered mode stopped holding the endpoint's deliveries (see
+    /// [`CatchUpConfig::ordered`]): answer 503 with `Retry-After` and
+    /// [`Received::stopped_body`]. Nothing was held; the sender delivers it again.
+    Stopped {
+        /// The event id of the verified body.
+        event_id: String,
+        /// Why.
+        stop: Stop,
+        /// The `Retry-After`, in whole seconds ([`OrderedBounds::retry_after`]).
+        retry_after: u64,
+    },
 }
 
 impl Received {
@@ -149,6 +179,12 @@ impl Received {
         } else {
             r#"{"outcome":"held"}"#
         }
+    }
+
+    /// The response body of a [`Stopped`](Received::Stopped):
+    /// `{"outcome":"stopped","reason":"too_many_held"}`, say.
+    pub fn stopped_body(stop: Stop) -> String {
+        format!(r#"{{"outcome":"stopped","reason":"{}"}}"#, stop.as_str())
     }
 }
 
@@ -166,6 +202,15 @@ pub enum CatchUpError {
     /// was set up.
     #[error("no_deliverer: the catch-up has no handler to deliver to")]
     NoDeliverer,
+    /// Ordered mode found the sender reset and processes nothing of the endpoint until
+    /// [`CatchUp::reset_checkpoint`] (plain catch-up starts again from 0 by itself).
+    #[error(
+        "reset: the sender's feed has {} at number {}, where this receiver's checkpoint has {} \
+         (the feed's latest number is {})",
+        .0.found.as_deref().unwrap_or("nothing"), .0.checkpoint,
+        .0.expected.as_deref().unwrap_or("an event"), .0.latest
+    )]
+    Reset(ResetFound),
 }
 
 impl CatchUpError {
@@ -175,6 +220,7 @@ impl CatchUpError {
             CatchUpError::Feed(e) => e.code(),
             CatchUpError::Store(_) => "store",
             CatchUpError::NoDeliverer => "no_deliverer",
+            CatchUpError::Reset(_) => "reset",
         }
     }
 }
@@ -198,6 +244,9 @@ pub struct Report {
     /// Ordered mode: items not handed over because an earlier event of their key was not
     /// taken (handed over at a later catch-up, in order).
     pub waiting: u64,
+    /// Plain catch-up found the sender reset (see [`ResetFound`]) and read the feed again from
+    /// its start: dedup skipped what was processed before.
+    pub reset: bool,
 }
 
 /// A receiver's catch-up: cheap to clone (one task and state behind it).
@@ -232,6 +281,8 @@ struct Inner {
     started: AtomicBool,
     /// One catch-up of an endpoint at a time (the task's, and a direct call's).
     running: tokio::sync::Mutex<()>,
+    /// What is known of each endpoint between catch-ups.
+    states: States,
 }
 
 impl CatchUp {
@@ -252,6 +303,7 @@ impl CatchUp {
                 stop: watch::channel(false).0,
                 started: AtomicBool::new(false),
                 running: tokio::sync::Mutex::new(()),
+                states: States::default(),
             }),
         })
     }
@@ -330,8 +382,25 @@ impl CatchUp {
             Err(e) => return unavailable(&event_id, &e),
         };
         if !duplicate {
-            if let Err(e) = store.hold(&endpoint_id, &event_id, &body).await {
-                return unavailable(&event_id, &e);
+            let states = &self.inner.states;
+            if let Some(stop) = states.refuse(&endpoint_id, &self.inner.config.bounds) {
+                tracing::warn!(
+                    target: "kxp_catchup", endpoint_id, event_id, reason = stop.as_str(),
+                    "ordered mode is stopped: the delivery is answered 503, for the sender to retry"
+                );
+                // A catch-up may find the way clear again (the feed back, the refused event
+                // taken): the sender's retries are what prompt it.
+                let _ = self.inner.signals.try_send(Signal::Held(endpoint_id));
+                return Received::Stopped {
+                    event_id,
+                    stop,
+                    retry_after: self.inner.config.bounds.retry_after.as_secs(),
+                };
+            }
+            match store.hold(&endpoint_id, &event_id, &body).await {
+                Ok(kxp_dedup::InboxPut::Stored) => states.held_one(&endpoint_id),
+                Ok(_) => {}
+                Err(e) => return unavailable(&event_id, &e),
             }
             let _ = self.inner.signals.try_send(Signal::Held(endpoint_id));
         }
@@ -370,12 +439,56 @@ impl CatchUp {
         self.inner.stop.send_replace(true);
     }
 
+    /// Where each endpoint stands: held events, the feed's failures, resets found, whether
+    /// ordered mode is stopped. Export it ([`Status::prometheus`]) and mount it as a health
+    /// check ([`Status::is_healthy`], [`Status::json`]).
+    pub fn status(&self) -> Status {
+        self.inner
+            .states
+            .snapshot(self.is_ordered(), &self.inner.config.bounds)
+    }
+
+    /// The explicit reset after the sender was found reset ([`CatchUpError::Reset`]): sets the
+    /// endpoint's checkpoint to `sequence` and lets ordered mode hold and process again.
+    ///
+    /// 0 reads the endpoint's whole feed again, and dedup skips every event it recorded as
+    /// processed: the safe choice when in doubt. After a sender database was restored from a
+    /// backup, the events the receiver processed after that backup are no longer in the
+    /// sender's feed (unless their producers send them again); the numbers they had are given
+    /// to new events, which this reset lets through.
+    pub async fn reset_checkpoint(
+        &self,
+        endpoint_id: &str,
+        sequence: u64,
+    ) -> Result<(), CatchUpError> {
+        let _one = self.inner.running.lock().await;
+        self.inner
+            .store
+            .reset_checkpoint(endpoint_id, sequence)
+            .await?;
+        self.inner.states.no_reset(endpoint_id);
+        tracing::warn!(
+            target: "kxp_catchup", endpoint_id, sequence,
+            "the catch-up checkpoint was reset"
+        );
+        let _ = self
+            .inner
+            .signals
+            .try_send(Signal::Held(endpoint_id.to_owned()));
+        Ok(())
+    }
+
     /// Catches `endpoint_id` up now: reads the feed after its checkpoint, page by page; hands
     /// every item dedup has not recorded as processed to the handler; and moves the checkpoint
     /// over the contiguous prefix that is processed. An item the handler does not take (not
     /// 2xx) stops it there: the checkpoint stays before it, and the next catch-up starts with
     /// it. In ordered mode it holds back only the later items of its ordering key, and the
     /// catch-up goes on with the others, up to [`ORDERED_LOOKAHEAD`] items past the checkpoint.
+    ///
+    /// It reads the checkpoint's own item again first: another event at that number, or a feed
+    /// that ends before it, means the sender was reset ([`ResetFound`], logged as an error and
+    /// counted once). Plain catch-up then starts again from 0 (dedup skips what it processed);
+    /// ordered mode stops with [`CatchUpError::Reset`] until [`CatchUp::reset_checkpoint`].
     pub async fn catch_up(&self, endpoint_id: &str) -> Result<Report, CatchUpError> {
         let _one = self.inner.running.lock().await;
         let deliver = self
@@ -386,24 +499,37 @@ impl CatchUp {
             .ok_or(CatchUpError::NoDeliverer)?;
         let ordered = self.is_ordered();
         let store = &self.inner.store;
+        let states = &self.inner.states;
+        let stored = store.checkpoint(endpoint_id).await?;
         let mut report = Report {
-            checkpoint: store.checkpoint(endpoint_id).await?,
+            checkpoint: stored.sequence,
             ..Report::default()
         };
-        let start = report.checkpoint;
-        // The last item read, and whether every item up to it is processed (then the
-        // checkpoint follows it).
-        let mut cursor = start;
+        let mut start = stored.sequence;
+        // The checkpoint's own number, read again to see it still holds the same event.
+        let mut verify = (start > 0).then_some(start);
+        let mut cursor = start.saturating_sub(1);
+        // The event at `report.checkpoint`, when known.
+        let mut at_checkpoint = stored.event_id.clone();
         let mut contiguous = true;
         let mut blocked: HashSet<String> = HashSet::new();
         'pages: loop {
-            let page = match self
+            let answer = self
                 .inner
                 .feed
                 .page(endpoint_id, cursor, self.inner.config.page_size)
-                .await?
-            {
-                Answer::Purged { earliest } => {
+                .await;
+            let page = match answer {
+                Err(e) => {
+                    states.feed_failed(endpoint_id, e.code());
+                    return Err(e.into());
+                }
+                Ok(Answer::Purged { earliest }) => {
+                    states.feed_ok(endpoint_id);
+                    // The checkpoint's own number purged too: nothing left to compare with.
+                    if verify.take().is_some() {
+                        cursor = start;
+                    }
                     let lost = earliest.saturating_sub(cursor.saturating_add(1));
                     tracing::error!(
                         target: "kxp_catchup", endpoint_id, after = cursor, earliest, lost,
@@ -412,13 +538,61 @@ impl CatchUp {
                     report.purged += lost;
                     cursor = earliest.saturating_sub(1);
                     if contiguous {
-                        report.checkpoint = store.advance_checkpoint(endpoint_id, cursor).await?;
+                        at_checkpoint = None;
+                        report.checkpoint = store
+                            .advance_checkpoint(endpoint_id, cursor, None)
+                            .await?
+                            .sequence;
                     }
                     continue;
                 }
-                Answer::Page(page) => page,
+                Ok(Answer::Page(page)) => {
+                    states.feed_ok(endpoint_id);
+                    page
+                }
             };
-            for item in &page.items {
+            let mut items = page.items.as_slice();
+            if let Some(number) = verify.take() {
+                let own = items.first().filter(|item| item.sequence == number);
+                let found = own.map(|item| item.event_id.as_str());
+                let moved = match (found, stored.event_id.as_deref()) {
+                    _ if page.latest < number => true,
+                    (Some(found), Some(expected)) => found != expected,
+                    _ => false,
+                };
+                if moved {
+                    let reset = ResetFound {
+                        checkpoint: number,
+                        expected: stored.event_id.clone(),
+                        found: found.map(str::to_owned),
+                        latest: page.latest,
+                    };
+                    if states.reset_found(endpoint_id, &reset) {
+                        tracing::error!(
+                            target: "kxp_catchup", endpoint_id, checkpoint = number,
+                            expected = reset.expected.as_deref().unwrap_or(""),
+                            found = reset.found.as_deref().unwrap_or(""), latest = reset.latest,
+                            ordered,
+                            "the sender was reset: its feed no longer has this receiver's checkpoint \
+                             (a database restored from a backup?)"
+                        );
+                    }
+                    if ordered {
+                        return Err(CatchUpError::Reset(reset));
+                    }
+                    store.reset_checkpoint(endpoint_id, 0).await?;
+                    report.reset = true;
+                    report.checkpoint = 0;
+                    (start, cursor, at_checkpoint) = (0, 0, None);
+                    continue 'pages;
+                }
+                if let Some(item) = own {
+                    at_checkpoint.get_or_insert_with(|| item.event_id.to_string());
+                    items = items.get(1..).unwrap_or_default();
+                }
+                cursor = number;
+            }
+            for item in items {
                 if item.sequence != cursor.saturating_add(1) {
                     // The feed answers contiguous numbers; anything else is read again later.
                     report.stopped = Some(format!(
@@ -469,6 +643,7 @@ impl CatchUp {
                 contiguous &= processed;
                 if contiguous {
                     report.checkpoint = cursor;
+                    at_checkpoint = Some(item.event_id.to_string());
                 }
             }
             if page.items.is_empty()
@@ -478,19 +653,24 @@ impl CatchUp {
                 break;
             }
         }
-        if report.checkpoint > start {
+        states.no_reset(endpoint_id);
+        if report.checkpoint > start || (stored.event_id.is_none() && at_checkpoint.is_some()) {
             report.checkpoint = store
-                .advance_checkpoint(endpoint_id, report.checkpoint)
-                .await?;
+                .advance_checkpoint(endpoint_id, report.checkpoint, at_checkpoint.as_deref())
+                .await?
+                .sequence;
         }
         if ordered {
             store.release_processed().await?;
+            let held = store.held_count(endpoint_id).await?;
+            let oldest = store.held_oldest_age(endpoint_id).await?;
+            states.held(endpoint_id, held, oldest);
         }
-        if report.recovered > 0 || report.stopped.is_some() {
+        if report.recovered > 0 || report.stopped.is_some() || report.reset {
             tracing::info!(
                 target: "kxp_catchup", endpoint_id, checkpoint = report.checkpoint,
                 recovered = report.recovered, already = report.already, waiting = report.waiting,
-                stopped = report.stopped.as_deref().unwrap_or(""),
+                reset = report.reset, stopped = report.stopped.as_deref().unwrap_or(""),
                 "caught up"
             );
         }
@@ -596,7 +776,10 @@ async fn run(catch_up: CatchUp, mut signals: mpsc::Receiver<Signal>) {
                 let hints = match endpoints.get_mut(&endpoint_id) {
                     Some(hints) => hints,
                     None => {
-                        let floor = store.checkpoint(&endpoint_id).await.unwrap_or(0);
+                        let floor = store
+                            .checkpoint(&endpoint_id)
+                            .await
+                            .map_or(0, |c| c.sequence);
                         endpoints.entry(endpoint_id).or_insert(Hints::new(floor))
                     }
                 };

@@ -3,6 +3,7 @@
 mod catch_up;
 mod deliver;
 mod feed;
+mod state;
 
 // The public interface.
 pub use catch_up::{
@@ -11,3 +12,7 @@ pub use catch_up::{
 };
 pub use deliver::{BoxFuture, CATCH_UP_HEADER, Deliver, Loopback, Request, hint};
 pub use feed::{Answer, Credential, FeedClient, FeedError};
+pub use state::{
+    DEFAULT_MAX_FEED_FAILURE, DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_AGE, EndpointStatus,
+    OrderedBounds, ResetFound, STOPPED_RETRY_AFTER, Status, Stop,
+};

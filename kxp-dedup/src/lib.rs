@@ -5,6 +5,7 @@ compile_error!(
     "kxp-dedup needs a database: enable its feature `sqlite` (the default), `postgres`, or both"
 );
 
+mod checkpoint;
 mod error;
 mod held;
 mod inbox;
@@ -17,6 +18,7 @@ mod util;
 use std::time::Duration;
 
 // The public interface.
+pub use checkpoint::Checkpoint;
 pub use error::StoreError;
 pub use inbox::{InboxPut, InboxRun, inbox_retry_delay};
 pub use process::{Outcome, process, process_in_transaction};

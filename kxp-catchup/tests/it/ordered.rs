@@ -28,10 +28,10 @@ pub(crate) fn key(n: u32) -> Option<&'static str> {
 }
 
 #[derive(Clone)]
-struct Shop {
-    store: Store,
+pub(crate) struct Shop {
+    pub(crate) store: Store,
     /// While set, the handler refuses event 1 (key A's first): A's later events must wait.
-    a_stuck: Arc<AtomicBool>,
+    pub(crate) a_stuck: Arc<AtomicBool>,
 }
 
 async fn webhook(State(shop): State<Shop>, event: VerifiedEvent) -> Handled {
@@ -51,16 +51,16 @@ async fn webhook(State(shop): State<Shop>, event: VerifiedEvent) -> Handled {
     .await
 }
 
-struct App {
-    url: String,
-    shop: Shop,
-    catch_up: CatchUp,
+pub(crate) struct App {
+    pub(crate) url: String,
+    pub(crate) shop: Shop,
+    pub(crate) catch_up: CatchUp,
     /// Outside everything: while set, deliveries get 503 before ordered mode sees them.
     down: Arc<AtomicBool>,
     server: tokio::task::JoinHandle<()>,
 }
 
-async fn start(db: &Path, secret: &str, config: CatchUpConfig, a_stuck: bool) -> App {
+pub(crate) async fn start(db: &Path, secret: &str, config: CatchUpConfig, a_stuck: bool) -> App {
     let store = Store::connect(&format!("sqlite://{}", db.display()))
         .await
         .unwrap();
@@ -93,7 +93,7 @@ async fn start(db: &Path, secret: &str, config: CatchUpConfig, a_stuck: bool) ->
 }
 
 impl App {
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.catch_up.stop();
         self.server.abort();
         let _ = self.server.await;
@@ -101,7 +101,7 @@ impl App {
     }
 
     /// The numbers handled, in the order the handler got them.
-    async fn handled(&self) -> Vec<u32> {
+    pub(crate) async fn handled(&self) -> Vec<u32> {
         sqlx::query_scalar("SELECT n FROM handled ORDER BY turn")
             .fetch_all(self.shop.store.sqlite_pool().unwrap())
             .await
@@ -109,7 +109,7 @@ impl App {
     }
 
     /// Waits until exactly the numbers `expected` are handled (in any order), once each.
-    async fn wait_handled(&self, expected: impl IntoIterator<Item = u32>) {
+    pub(crate) async fn wait_handled(&self, expected: impl IntoIterator<Item = u32>) {
         let mut expected: Vec<u32> = expected.into_iter().collect();
         expected.sort_unstable();
         let start = Instant::now();
@@ -192,7 +192,10 @@ async fn ordered_mode_hands_each_key_its_events_in_sequence_order_exactly_once()
         .await
         .unwrap();
     assert_eq!(app.shop.store.held_count(&endpoint).await.unwrap(), 3);
-    assert_eq!(app.shop.store.checkpoint(&endpoint).await.unwrap(), 0);
+    assert_eq!(
+        app.shop.store.checkpoint(&endpoint).await.unwrap().sequence,
+        0
+    );
     app.shop.a_stuck.store(false, Ordering::SeqCst);
     app.wait_handled(1..=12).await;
     assert_in_order_per_key(&app.handled().await);
@@ -215,7 +218,7 @@ async fn ordered_mode_hands_each_key_its_events_in_sequence_order_exactly_once()
     let handled = app.handled().await;
     assert_in_order_per_key(&handled);
     let start = Instant::now();
-    while app.shop.store.checkpoint(&endpoint).await.unwrap() < 16
+    while app.shop.store.checkpoint(&endpoint).await.unwrap().sequence < 16
         || app.shop.store.held_count(&endpoint).await.unwrap() > 0
     {
         assert!(
@@ -238,7 +241,7 @@ async fn ordered_mode_hands_each_key_its_events_in_sequence_order_exactly_once()
 }
 
 /// A signed delivery of event `id` (number `n`), with `headers` added.
-async fn deliver(
+pub(crate) async fn deliver(
     url: &str,
     secret: &str,
     id: &str,

@@ -154,10 +154,20 @@ async fn held_events_and_checkpoints_stay_in_their_scope(store: Store) {
     assert_eq!(a.release_processed().await.unwrap(), 1);
     assert_eq!(b.held_count("ep_2").await.unwrap(), 1);
 
-    assert_eq!(a.advance_checkpoint("ep_1", 7).await.unwrap(), 7);
-    assert_eq!(b.checkpoint("ep_1").await.unwrap(), 0);
-    assert_eq!(b.advance_checkpoint("ep_1", 3).await.unwrap(), 3);
-    assert_eq!(a.checkpoint("ep_1").await.unwrap(), 7);
+    let moved = a.advance_checkpoint("ep_1", 7, Some(ID)).await.unwrap();
+    assert_eq!(moved.sequence, 7);
+    assert_eq!(b.checkpoint("ep_1").await.unwrap().sequence, 0);
+    assert_eq!(
+        b.advance_checkpoint("ep_1", 3, None)
+            .await
+            .unwrap()
+            .sequence,
+        3
+    );
+    assert_eq!(
+        a.checkpoint("ep_1").await.unwrap().event_id.as_deref(),
+        Some(ID)
+    );
     assert_eq!(a.checkpoints().await.unwrap(), [("ep_1".to_owned(), 7)]);
     assert!(store.checkpoints().await.unwrap().is_empty());
 }
