@@ -1,8 +1,9 @@
 //! What the two example receivers share, so each binary shows only its framework's wiring:
 //!
-//! - [`Config::from_env`]: `KXP_WEBHOOK_SECRET`, `KXP_LISTEN`, `DATABASE_URL` (and the testing
+//! - [`Config::from_env`]: `KXP_WEBHOOK_SECRET`, `KXP_LISTEN`, `DATABASE_URL`, ordered mode
+//!   (`KXP_ORDERED`, `KXP_SENDER_URL`, `KXP_ENDPOINT_ID`; the axum receiver's), and the testing
 //!   aids `KXP_EXAMPLE_SLOW_MS`, `KXP_EXAMPLE_NOW`, `KXP_EXAMPLE_TOLERANCE_S`,
-//!   `KXP_EXAMPLE_BODY_LIMIT`);
+//!   `KXP_EXAMPLE_BODY_LIMIT`, `KXP_EXAMPLE_REFUSE`;
 //! - [`init_logging`]: one JSON object per line on stdout, fields at the top level, so the
 //!   per-request line of the receiver middleware reads
 //!   `{"event_id":"…","verification":"ok","outcome":"processed","status":200,"duration_ms":3,…}`;
@@ -40,6 +41,16 @@ pub const NOW_VAR: &str = "KXP_EXAMPLE_NOW";
 pub const TOLERANCE_VAR: &str = "KXP_EXAMPLE_TOLERANCE_S";
 /// Testing aid: the body limit in bytes, instead of 1 MiB.
 pub const BODY_LIMIT_VAR: &str = "KXP_EXAMPLE_BODY_LIMIT";
+/// Testing aid: an event type the handler refuses (answers 500 and records nothing), as a
+/// handler with a bug would: to watch retries, dead letters and ordered mode's stops.
+pub const REFUSE_VAR: &str = "KXP_EXAMPLE_REFUSE";
+/// `1` turns on ordered mode (the axum receiver): each payment's events reach the handler in
+/// the order the platform produced them, read from the sender's feed.
+pub const ORDERED_VAR: &str = "KXP_ORDERED";
+/// Ordered mode: the sender's base URL, where its feed is (`https://webhooks.platform.example`).
+pub const SENDER_URL_VAR: &str = "KXP_SENDER_URL";
+/// Ordered mode: the id of the endpoint this receiver is (`ep_…`), whose feed it reads.
+pub const ENDPOINT_ID_VAR: &str = "KXP_ENDPOINT_ID";
 
 /// [`LISTEN_VAR`] when unset: loopback only, so a dev receiver is not exposed by accident.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
@@ -59,6 +70,21 @@ pub struct Config {
     pub database_url: String,
     /// [`SLOW_VAR`], if set: how long [`record_payment`] sleeps first.
     pub slow: Option<Duration>,
+    /// [`REFUSE_VAR`], if set: the event type the handler refuses.
+    pub refuse: Option<String>,
+    /// Ordered mode, when [`ORDERED_VAR`] is `1`.
+    pub ordered: Option<Ordered>,
+}
+
+/// Ordered mode's settings: where the feed is and which endpoint's it is. The feed is read with
+/// the webhook secret's feed key (the newest secret's, while rotating), never an API key.
+pub struct Ordered {
+    /// [`SENDER_URL_VAR`].
+    pub sender_url: String,
+    /// [`ENDPOINT_ID_VAR`].
+    pub endpoint_id: String,
+    /// The first secret of [`SECRET_VAR`].
+    pub secret: kxp_verify::Secret,
 }
 
 impl Config {
@@ -88,11 +114,47 @@ impl Config {
                     .map_err(|_| ConfigError::Slow(ms))
             })
             .transpose()?;
+        let ordered = match optional_var(ORDERED_VAR).as_deref() {
+            None | Some("0") => None,
+            Some("1") => Some(Ordered::from_env()?),
+            Some(other) => {
+                return Err(ConfigError::Ordered(format!(
+                    "{ORDERED_VAR}={other:?} is not 1 or 0"
+                )));
+            }
+        };
         Ok(Config {
             receiver,
             listen,
             database_url,
             slow,
+            refuse: optional_var(REFUSE_VAR),
+            ordered,
+        })
+    }
+}
+
+impl Ordered {
+    fn from_env() -> Result<Ordered, ConfigError> {
+        let required = |name: &str| {
+            optional_var(name).ok_or_else(|| {
+                ConfigError::Ordered(format!("{ORDERED_VAR}=1 needs {name} to be set"))
+            })
+        };
+        let sender_url = required(SENDER_URL_VAR)?;
+        let endpoint_id = required(ENDPOINT_ID_VAR)?;
+        // The list was read (and checked) into the receiver already; the first is the newest.
+        let secrets = required(SECRET_VAR)?;
+        let first = secrets.split(',').next().unwrap_or_default().trim();
+        let secret = kxp_verify::Secret::new(first).map_err(|_| {
+            ConfigError::Ordered(format!(
+                "the first secret of {SECRET_VAR} cannot read the feed"
+            ))
+        })?;
+        Ok(Ordered {
+            sender_url,
+            endpoint_id,
+            secret,
         })
     }
 }
@@ -121,6 +183,8 @@ pub enum ConfigError {
     Slow(String),
     /// A testing aid ([`NOW_VAR`], [`TOLERANCE_VAR`], [`BODY_LIMIT_VAR`]) is not a whole number.
     Number(&'static str, String),
+    /// Ordered mode's settings are incomplete or unusable (the message says which).
+    Ordered(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -135,6 +199,7 @@ impl fmt::Display for ConfigError {
                 write!(f, "{SLOW_VAR}={value:?} is not a number of milliseconds")
             }
             ConfigError::Number(var, value) => write!(f, "{var}={value:?} is not a whole number"),
+            ConfigError::Ordered(message) => f.write_str(message),
         }
     }
 }
@@ -217,19 +282,53 @@ pub struct Payment {
     pub currency: Option<String>,
 }
 
+/// Why [`record_payment`] did not record.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The database refused or failed.
+    Database(sqlx::Error),
+    /// The testing aid [`REFUSE_VAR`] names this event's type.
+    Refused(String),
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordError::Database(error) => error.fmt(f),
+            RecordError::Refused(event_type) => {
+                write!(f, "{REFUSE_VAR} refuses events of type {event_type}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+impl From<sqlx::Error> for RecordError {
+    fn from(error: sqlx::Error) -> RecordError {
+        RecordError::Database(error)
+    }
+}
+
 /// The handler's work, on the dedup transaction `tx`: inserts one `payments` row for a
 /// `payment.succeeded` event (other types are acknowledged and recorded as processed, with no
 /// row), then hands `tx` back for the commit. The row and the "processed" mark commit together,
 /// or neither does: exactly once.
 ///
-/// With `slow` (see [`SLOW_VAR`]) it first sleeps that long, inside the transaction.
+/// With `slow` (see [`SLOW_VAR`]) it first sleeps that long, inside the transaction; an event
+/// of the type `refuse` names (see [`REFUSE_VAR`]) fails, so the answer is 500.
 pub async fn record_payment(
     mut tx: Tx,
     event: &Event<Payment>,
     slow: Option<Duration>,
-) -> Result<Tx, sqlx::Error> {
+    refuse: Option<&str>,
+) -> Result<Tx, RecordError> {
     if let Some(slow) = slow {
         tokio::time::sleep(slow).await;
+    }
+    if refuse == Some(event.event_type()) {
+        return Err(RecordError::Refused(event.event_type().to_owned()));
     }
     if event.event_type() != "payment.succeeded" {
         return Ok(tx);

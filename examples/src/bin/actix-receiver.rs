@@ -17,10 +17,11 @@ use kxp_actix::dedup::{self, Handled, Store};
 use kxp_actix::{VerifiedEvent, VerifyMiddleware};
 use kxp_examples::{Config, Payment};
 
-/// What the handler needs: the dedup store (also this app's database) and the testing aid.
+/// What the handler needs: the dedup store (also this app's database) and the testing aids.
 struct AppState {
     store: Store,
     slow: Option<Duration>,
+    refuse: Option<String>,
 }
 
 /// `POST /webhooks`, reached only with a verified event. In one transaction: mark the event id
@@ -28,7 +29,7 @@ struct AppState {
 /// error rolls both back and answers 500, so the sender's retry runs it again.
 async fn webhook(app: web::Data<AppState>, event: VerifiedEvent<Payment>) -> Handled {
     dedup::process_in_transaction(&app.store, &event, |tx| {
-        kxp_examples::record_payment(tx, &event, app.slow)
+        kxp_examples::record_payment(tx, &event, app.slow, app.refuse.as_deref())
     })
     .await
 }
@@ -53,10 +54,18 @@ async fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    if config.ordered.is_some() {
+        return Err(
+            "ordered mode (KXP_ORDERED=1) is shown in the axum example; with actix-web it is \
+             kxp-actix's CatchUpMiddleware with CatchUpConfig::ordered"
+                .into(),
+        );
+    }
     let store = kxp_examples::open_database(&config.database_url).await?;
     let state = web::Data::new(AppState {
         store: store.clone(),
         slow: config.slow,
+        refuse: config.refuse,
     });
     // Built once, here: the factory below runs on every worker thread and clones it.
     let verify = VerifyMiddleware::new(config.receiver);

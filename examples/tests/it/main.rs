@@ -28,4 +28,5 @@ macro_rules! both_binaries {
 mod binaries;
 mod conformance;
 mod disk_full;
+mod ordered;
 mod settings;
