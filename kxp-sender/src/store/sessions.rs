@@ -17,6 +17,23 @@ pub enum Opening<'a> {
     Operator(OperatorId),
 }
 
+/// What [`Db::create_portal_link`] did.
+pub(crate) enum NewLink {
+    /// The link is stored: its token (to put in the URL, shown once) and when it expires (Unix
+    /// ms).
+    Created {
+        /// The token; only its hash is stored.
+        token: String,
+        /// Unix ms.
+        expires_at: i64,
+    },
+    /// Nothing was stored: the account has as many unused links as it may.
+    TooMany {
+        /// When the first of them expires (Unix ms), freeing a place.
+        first_expiry: i64,
+    },
+}
+
 /// A session row: account or operator, scope, CSRF token, created, last seen.
 type SessionRow = (
     Option<AccountId>,
@@ -28,33 +45,60 @@ type SessionRow = (
 );
 
 impl Db {
-    /// Stores a portal link for `account`, usable for `ttl_ms`; returns its token (to put in
-    /// the URL, shown once) and when it expires (Unix ms).
+    /// Stores a portal link for `account`, usable for `ttl_ms`, unless the account already has
+    /// `max_unused` links that are neither used nor expired: a link is a credential until then,
+    /// and one key must not be able to pile them up without bound. The count and the insert
+    /// are one transaction, the account's row locked on PostgreSQL (SQLite's write lock is
+    /// taken up front), so requests racing on several connections cannot pass the bound.
     pub(crate) async fn create_portal_link(
         &self,
         account: &AccountId,
         scope: &PortalScope,
         ttl_ms: i64,
-    ) -> Result<(String, i64), StoreError> {
+        max_unused: i64,
+    ) -> Result<NewLink, StoreError> {
         let token = random_hex_32();
         let now = now_ms();
         // On a whole second: the API shows the expiry to the second, and a link must not work
         // past the time it says it stops.
         let expires_at = (now + ttl_ms).div_euclid(1000) * 1000;
-        on_db!(self, |pool, _begin| {
-            sqlx::query(
-                "INSERT INTO kxp_portal_links (token_hash, account_id, scope, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
+        Ok(on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            if begin == "BEGIN" {
+                // NO KEY UPDATE: ingestion's foreign-key checks on the account go on.
+                sqlx::query("SELECT id FROM kxp_accounts WHERE id = $1 FOR NO KEY UPDATE")
+                    .bind(account)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let (unused, first_expiry): (i64, Option<i64>) = sqlx::query_as(
+                "SELECT COUNT(*), MIN(expires_at) FROM kxp_portal_links \
+                 WHERE account_id = $1 AND used_at IS NULL AND expires_at > $2",
             )
-            .bind(sha256_hex(token.as_bytes()))
             .bind(account)
-            .bind(scope.as_str())
             .bind(now)
-            .bind(expires_at)
-            .execute(pool)
+            .fetch_one(&mut *tx)
             .await?;
-        });
-        Ok((token, expires_at))
+            if unused >= max_unused {
+                NewLink::TooMany {
+                    first_expiry: first_expiry.unwrap_or(now),
+                }
+            } else {
+                sqlx::query(
+                    "INSERT INTO kxp_portal_links (token_hash, account_id, scope, created_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(sha256_hex(token.as_bytes()))
+                .bind(account)
+                .bind(scope.as_str())
+                .bind(now)
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                NewLink::Created { token, expires_at }
+            }
+        }))
     }
 
     /// Opens a fresh session; returns it with the cookie value that names it (shown to the
