@@ -3,6 +3,14 @@
 //! `/console/sign-in`, which consumes the link (or checks the key), opens a fresh session and
 //! sets its cookie. Signing out ends this session, or every session of the same account or
 //! operator. No token, key or cookie value is ever logged.
+//!
+//! The forms' CSRF token is signed by the server ([`SignInKey`](super::SignInKey)). A client
+//! address with [`MAX_FAILURES`] failed sign-ins (a wrong key, an unusable link) within a
+//! minute is answered 429 with `Retry-After` until the oldest is a minute old, whatever it
+//! sends; a refused CSRF token is not a failure (no credential was tried).
+
+use std::net::IpAddr;
+use std::sync::{MutexGuard, PoisonError};
 
 use axum::Form;
 use axum::extract::{Path, State};
@@ -10,20 +18,23 @@ use axum::http::header::SET_COOKIE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{AppendHeaders, Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
+use tokio::time::Instant;
 
+use super::client::ClientIp;
 use super::cookies::{self, SESSION, SIGN_IN, SIGN_IN_PATH};
 use super::error::ConsoleError;
 use super::pages;
-use super::session::{CsrfForm, Signed, same_secret};
+use super::session::{CsrfForm, Signed};
 use crate::http::AppState;
-use crate::model::{KeyKind, Session, random_hex_32};
+use crate::model::{KeyKind, Session};
 use crate::policy::session::ABSOLUTE_EXPIRY_MS;
+use crate::policy::sign_in::{MAX_CLIENTS, MAX_FAILURES, Recorded, SignInLimiter, WINDOW};
 use crate::store::Opening;
 
 /// What the sign-in forms post: the link page's token, or the key form's key.
 #[derive(Deserialize)]
 pub(super) struct SignInForm {
-    /// Must equal the sign-in cookie the page set.
+    /// Must equal the sign-in cookie the page set, and be signed by this server.
     #[serde(default)]
     csrf_token: String,
     /// A portal link's token.
@@ -38,14 +49,14 @@ pub(super) async fn link_page(
     State(state): State<AppState>,
     Path(token): Path<String>,
 ) -> Response {
-    let csrf_token = random_hex_32();
+    let csrf_token = state.shared.sign_in_key.token();
     let page = pages::link_page(&token, &csrf_token);
     with_sign_in_cookie(&state, &csrf_token, page.into_string())
 }
 
 /// `GET /console/sign-in`: the operators' key form.
 pub(super) async fn key_form(State(state): State<AppState>) -> Response {
-    let csrf_token = random_hex_32();
+    let csrf_token = state.shared.sign_in_key.token();
     let page = pages::key_form(&csrf_token, false);
     with_sign_in_cookie(&state, &csrf_token, page.into_string())
 }
@@ -55,11 +66,17 @@ pub(super) async fn key_form(State(state): State<AppState>) -> Response {
 /// word of why.
 pub(super) async fn sign_in(
     State(state): State<AppState>,
+    ClientIp(client): ClientIp,
     headers: HeaderMap,
     Form(form): Form<SignInForm>,
 ) -> Result<Response, ConsoleError> {
+    if let Some(wait) = failures(&state).wait(client, Instant::now()) {
+        return Err(ConsoleError::TooManySignIns {
+            retry_after: (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1),
+        });
+    }
     let cookie = cookies::get(&headers, SIGN_IN).unwrap_or_default();
-    if !same_secret(&form.csrf_token, cookie) {
+    if !state.shared.sign_in_key.verify(&form.csrf_token, cookie) {
         return Err(ConsoleError::CsrfMismatch);
     }
     let opening = match (&form.token, &form.key) {
@@ -67,13 +84,14 @@ pub(super) async fn sign_in(
         (None, Some(key)) if KeyKind::of(key) == KeyKind::Operator => {
             match state.db.operator_by_key(key).await? {
                 Some(operator) => Opening::Operator(operator.id),
-                None => return Ok(wrong_key(&form.csrf_token)),
+                None => return Ok(wrong_key(&state, client, &form.csrf_token)),
             }
         }
-        (None, _) => return Ok(wrong_key(&form.csrf_token)),
+        (None, _) => return Ok(wrong_key(&state, client, &form.csrf_token)),
     };
     let is_link = matches!(opening, Opening::Link(_));
     let Some((session, id)) = state.db.open_session(opening).await? else {
+        failed(&state, client);
         return Err(ConsoleError::LinkUnusable);
     };
     log_sign_in(&session, is_link);
@@ -125,10 +143,34 @@ fn with_sign_in_cookie(state: &AppState, csrf_token: &str, page: String) -> Resp
     (AppendHeaders([(SET_COOKIE, cookie)]), Html(page)).into_response()
 }
 
-/// The key form again, saying the key did not sign in; no cookie is set.
-fn wrong_key(csrf_token: &str) -> Response {
+/// The key form again, saying the key did not sign in; no cookie is set. A failed sign-in.
+fn wrong_key(state: &AppState, client: IpAddr, csrf_token: &str) -> Response {
+    failed(state, client);
     let page = pages::key_form(csrf_token, true).into_string();
     (StatusCode::UNAUTHORIZED, Html(page)).into_response()
+}
+
+/// The failed sign-ins of every client.
+fn failures(state: &AppState) -> MutexGuard<'_, SignInLimiter> {
+    state
+        .shared
+        .sign_in_failures
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Counts a failed sign-in against `client`; says so in the logs when that locks it out, or
+/// when there is no room left to count it.
+fn failed(state: &AppState, client: IpAddr) {
+    match failures(state).failed(client, Instant::now()) {
+        Recorded::Counted | Recorded::TableFull { report: false } => {}
+        Recorded::NowLimited => tracing::warn!(target: "kxp_sender", %client,
+            failures = MAX_FAILURES, window_secs = WINDOW.as_secs(),
+            "console: too many failed sign-ins from one client; its sign-ins are refused for a while"),
+        Recorded::TableFull { report: true } => tracing::warn!(target: "kxp_sender",
+            clients = MAX_CLIENTS,
+            "console: failed sign-ins come from more clients than are followed; new ones are not counted"),
+    }
 }
 
 /// Back to the sign-in page, with the session cookie removed.
