@@ -7,7 +7,9 @@
 //! The forms' CSRF token is signed by the server ([`SignInKey`](super::SignInKey)). A client
 //! address with [`MAX_FAILURES`] failed sign-ins (a wrong key, an unusable link) within a
 //! minute is answered 429 with `Retry-After` until the oldest is a minute old, whatever it
-//! sends; a refused CSRF token is not a failure (no credential was tried).
+//! sends; a refused CSRF token is not a failure (no credential was tried). After a portal
+//! link's sign-in the account's first page says which account the session is in, so that a
+//! merchant sent a link to a look-alike account sees it.
 
 use std::net::IpAddr;
 use std::sync::{MutexGuard, PoisonError};
@@ -30,6 +32,9 @@ use crate::model::{KeyKind, Session};
 use crate::policy::session::ABSOLUTE_EXPIRY_MS;
 use crate::policy::sign_in::{MAX_CLIENTS, MAX_FAILURES, Recorded, SignInLimiter, WINDOW};
 use crate::store::Opening;
+
+/// The one-time message a portal link's sign-in leaves for the account's first page.
+pub(super) const SIGNED_IN: &str = "signed-in";
 
 /// What the sign-in forms post: the link page's token, or the key form's key.
 #[derive(Deserialize)]
@@ -90,7 +95,9 @@ pub(super) async fn sign_in(
         (None, _) => return Ok(wrong_key(&state, client, &form.csrf_token)),
     };
     let is_link = matches!(opening, Opening::Link(_));
-    let Some((session, id)) = state.db.open_session(opening).await? else {
+    // The account's first page takes it, and says which account this is.
+    let flash = is_link.then(|| format!("{SIGNED_IN} "));
+    let Some((session, id)) = state.db.open_session(opening, flash.as_deref()).await? else {
         failed(&state, client);
         return Err(ConsoleError::LinkUnusable);
     };

@@ -101,11 +101,13 @@ impl Db {
         }))
     }
 
-    /// Opens a fresh session; returns it with the cookie value that names it (shown to the
-    /// browser once). `None`: the link is unknown, used or expired, and nothing was written.
+    /// Opens a fresh session, holding `flash` as its one-time message (see
+    /// [`Db::set_flash`]); returns it with the cookie value that names it (shown to the browser
+    /// once). `None`: the link is unknown, used or expired, and nothing was written.
     pub(crate) async fn open_session(
         &self,
         opening: Opening<'_>,
+        flash: Option<&str>,
     ) -> Result<Option<(Session, String)>, StoreError> {
         let now = now_ms();
         let id = random_hex_32();
@@ -136,8 +138,8 @@ impl Db {
             let (account, operator, scope) = columns(&who);
             sqlx::query(
                 "INSERT INTO kxp_sessions \
-                 (id_hash, account_id, operator_id, scope, csrf_token, created_at, last_seen_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $6)",
+                 (id_hash, account_id, operator_id, scope, csrf_token, created_at, last_seen_at, flash) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $6, $7)",
             )
             .bind(sha256_hex(id.as_bytes()))
             .bind(account)
@@ -145,6 +147,7 @@ impl Db {
             .bind(scope)
             .bind(&csrf_token)
             .bind(now)
+            .bind(flash)
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -197,7 +200,6 @@ impl Db {
         Ok(Some(Session { who, csrf_token }))
     }
 
-    /// Ends the session a cookie names (signing out); nothing if there is none.
     /// Keeps `text` for the session `cookie` names until [`Db::take_flash`] (replacing any
     /// message not taken yet).
     pub(crate) async fn set_flash(&self, cookie: &str, text: &str) -> Result<(), StoreError> {
@@ -221,6 +223,20 @@ impl Db {
         about: &str,
     ) -> Result<Option<String>, StoreError> {
         let hash = sha256_hex(cookie.as_bytes());
+        let ours = |flash: Option<&str>| flash.is_some_and(|f| f.starts_with(&format!("{about} ")));
+        // Most pages have no message to take (the account's home asks on every view): a plain
+        // read says so without taking SQLite's write lock.
+        let pending: Option<String> = on_db!(self, |pool, _begin| {
+            sqlx::query_scalar(
+                "SELECT flash FROM kxp_sessions WHERE id_hash = $1 AND flash IS NOT NULL",
+            )
+            .bind(&hash)
+            .fetch_optional(pool)
+            .await?
+        });
+        if !ours(pending.as_deref()) {
+            return Ok(None);
+        }
         let taken: Option<(Option<String>,)> = on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             // SQLite's BEGIN IMMEDIATE already holds the write lock; PostgreSQL locks the row.
@@ -231,10 +247,7 @@ impl Db {
             .bind(&hash)
             .fetch_optional(&mut *tx)
             .await?;
-            let ours = taken
-                .as_ref()
-                .and_then(|(flash,)| flash.as_deref())
-                .is_some_and(|flash| flash.starts_with(&format!("{about} ")));
+            let ours = ours(taken.as_ref().and_then(|(flash,)| flash.as_deref()));
             if ours {
                 sqlx::query("UPDATE kxp_sessions SET flash = NULL WHERE id_hash = $1")
                     .bind(&hash)
@@ -247,6 +260,7 @@ impl Db {
         Ok(taken.and_then(|(flash,)| flash))
     }
 
+    /// Ends the session a cookie names (signing out); nothing if there is none.
     pub(crate) async fn end_session(&self, cookie: &str) -> Result<(), StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query("DELETE FROM kxp_sessions WHERE id_hash = $1")

@@ -715,3 +715,44 @@ async fn the_21st_failed_sign_in_within_a_minute_is_429_with_retry_after() {
     assert_eq!(through_proxy.status(), StatusCode::TOO_MANY_REQUESTS);
     s.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn after_a_portal_link_sign_in_the_first_page_names_the_account_escaped() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let op = s.api.with_key(&op_key).client;
+    let lure = op
+        .create_account(&NewAccount::new("Shop <b>A</b> & \"Co\""))
+        .await
+        .unwrap();
+    let lure_client = s.api.with_key(lure.api_key.expose()).client;
+    let id = lure.account.id.to_string();
+
+    let session = b.session(&lure_client, PortalScope::Manage).await;
+    let (status, html) = b.home(&session).await;
+    assert_eq!(status, 200);
+    let banner = format!("Signed in to Shop &lt;b&gt;A&lt;/b&gt; &amp; &quot;Co&quot; ({id})");
+    assert!(html.contains(&banner), "{html}");
+    assert!(html.contains("role=\"status\""), "{html}");
+    assert!(!html.contains("<b>A</b>"), "{html}");
+    // Once: the next page does not say it again.
+    let (_, again) = b.home(&session).await;
+    assert!(!again.contains("Signed in to"), "{again}");
+
+    // An operator's sign-in has no such line.
+    let (sign_in, csrf) = key_form(&b).await;
+    let signed = sign_in_as(
+        &b,
+        None,
+        &sign_in,
+        &[("csrf_token", &csrf), ("key", &op_key)],
+    )
+    .await;
+    let op_session = cookie_pair(&signed, "kxp_session").unwrap();
+    let page = b.get(&format!("/console/a/{id}"), Some(&op_session)).await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(!page.contains("Signed in to"), "{page}");
+    s.server.shutdown().await;
+}

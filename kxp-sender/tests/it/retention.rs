@@ -172,6 +172,8 @@ async fn a_purge_removes_expired_portal_links_and_sessions_and_keeps_live_ones()
     let used = new_link(client, NewPortalLink::default()).await;
     let fresh = b.press_link(&used.url).await;
     let fresh = cookie_pair(&fresh, "kxp_session").unwrap();
+    // Its first page takes the message the sign-in left ("Signed in to …").
+    assert_eq!(b.home(&fresh).await.0, 200);
     run("UPDATE kxp_portal_links SET expires_at = 1000 WHERE used_at IS NOT NULL").await;
     let live = new_link(client, NewPortalLink::default()).await;
 
