@@ -5,9 +5,10 @@
 //! operator. No token, key or cookie value is ever logged.
 //!
 //! The forms' CSRF token is signed by the server ([`SignInKey`](super::SignInKey)). A client
-//! address with [`MAX_FAILURES`] failed sign-ins (a wrong key, an unusable link) within a
-//! minute is answered 429 with `Retry-After` until the oldest is a minute old, whatever it
-//! sends; a refused CSRF token is not a failure (no credential was tried). After a portal
+//! address with [`MAX_FAILURES`] failed sign-ins within a minute is answered 429 with
+//! `Retry-After` until the oldest is a minute old, whatever it sends. Every attempt counts as
+//! failed (a wrong key, an unusable link, a database error) unless it signs in or its CSRF
+//! token is refused (no credential was tried). After a portal
 //! link's sign-in the account's first page says which account the session is in, so that a
 //! merchant sent a link to a look-alike account sees it.
 
@@ -30,7 +31,7 @@ use super::session::{CsrfForm, Signed};
 use crate::http::AppState;
 use crate::model::{KeyKind, Session};
 use crate::policy::session::ABSOLUTE_EXPIRY_MS;
-use crate::policy::sign_in::{MAX_CLIENTS, MAX_FAILURES, Recorded, SignInLimiter, WINDOW};
+use crate::policy::sign_in::{Attempt, MAX_CLIENTS, MAX_FAILURES, SignInLimiter, WINDOW};
 use crate::store::Opening;
 
 /// The one-time message a portal link's sign-in leaves for the account's first page.
@@ -75,13 +76,15 @@ pub(super) async fn sign_in(
     headers: HeaderMap,
     Form(form): Form<SignInForm>,
 ) -> Result<Response, ConsoleError> {
-    if let Some(wait) = failures(&state).wait(client, Instant::now()) {
-        return Err(ConsoleError::TooManySignIns {
-            retry_after: (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1),
-        });
-    }
+    let counted = attempt(&state, client)?;
+    let forgive = || {
+        if let Some(at) = counted {
+            failures(&state).forgive(client, at);
+        }
+    };
     let cookie = cookies::get(&headers, SIGN_IN).unwrap_or_default();
     if !state.shared.sign_in_key.verify(&form.csrf_token, cookie) {
+        forgive();
         return Err(ConsoleError::CsrfMismatch);
     }
     let opening = match (&form.token, &form.key) {
@@ -89,18 +92,18 @@ pub(super) async fn sign_in(
         (None, Some(key)) if KeyKind::of(key) == KeyKind::Operator => {
             match state.db.operator_by_key(key).await? {
                 Some(operator) => Opening::Operator(operator.id),
-                None => return Ok(wrong_key(&state, client, &form.csrf_token)),
+                None => return Ok(wrong_key(&form.csrf_token)),
             }
         }
-        (None, _) => return Ok(wrong_key(&state, client, &form.csrf_token)),
+        (None, _) => return Ok(wrong_key(&form.csrf_token)),
     };
     let is_link = matches!(opening, Opening::Link(_));
     // The account's first page takes it, and says which account this is.
     let flash = is_link.then(|| format!("{SIGNED_IN} "));
     let Some((session, id)) = state.db.open_session(opening, flash.as_deref()).await? else {
-        failed(&state, client);
         return Err(ConsoleError::LinkUnusable);
     };
+    forgive();
     log_sign_in(&session, is_link);
     let secure = !state.shared.config.dev;
     let max_age = ABSOLUTE_EXPIRY_MS / 1000;
@@ -150,9 +153,8 @@ fn with_sign_in_cookie(state: &AppState, csrf_token: &str, page: String) -> Resp
     (AppendHeaders([(SET_COOKIE, cookie)]), Html(page)).into_response()
 }
 
-/// The key form again, saying the key did not sign in; no cookie is set. A failed sign-in.
-fn wrong_key(state: &AppState, client: IpAddr, csrf_token: &str) -> Response {
-    failed(state, client);
+/// The key form again, saying the key did not sign in; no cookie is set.
+fn wrong_key(csrf_token: &str) -> Response {
     let page = pages::key_form(csrf_token, true).into_string();
     (StatusCode::UNAUTHORIZED, Html(page)).into_response()
 }
@@ -166,17 +168,30 @@ fn failures(state: &AppState) -> MutexGuard<'_, SignInLimiter> {
         .unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Counts a failed sign-in against `client`; says so in the logs when that locks it out, or
-/// when there is no room left to count it.
-fn failed(state: &AppState, client: IpAddr) {
-    match failures(state).failed(client, Instant::now()) {
-        Recorded::Counted | Recorded::TableFull { report: false } => {}
-        Recorded::NowLimited => tracing::warn!(target: "kxp_sender", %client,
-            failures = MAX_FAILURES, window_secs = WINDOW.as_secs(),
-            "console: too many failed sign-ins from one client; its sign-ins are refused for a while"),
-        Recorded::TableFull { report: true } => tracing::warn!(target: "kxp_sender",
-            clients = MAX_CLIENTS,
-            "console: failed sign-ins come from more clients than are followed; new ones are not counted"),
+/// Lets `client` try to sign in, counting the attempt as failed until it is forgiven (when
+/// the table had room: else `None`), or refuses it (429) after too many failures. Says so in
+/// the logs at a client's first refusal, and when there is no room left to count.
+fn attempt(state: &AppState, client: IpAddr) -> Result<Option<Instant>, ConsoleError> {
+    let decided = failures(state).attempt(client, Instant::now());
+    match decided {
+        Attempt::Counted { at } => Ok(Some(at)),
+        Attempt::Untracked { report } => {
+            if report {
+                tracing::warn!(target: "kxp_sender", clients = MAX_CLIENTS,
+                    "console: failed sign-ins come from more clients than are followed; new ones are not counted");
+            }
+            Ok(None)
+        }
+        Attempt::Refused { wait, report } => {
+            if report {
+                tracing::warn!(target: "kxp_sender", %client, failures = MAX_FAILURES,
+                    window_secs = WINDOW.as_secs(),
+                    "console: too many failed sign-ins from one client; its sign-ins are refused for a while");
+            }
+            Err(ConsoleError::TooManySignIns {
+                retry_after: (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1),
+            })
+        }
     }
 }
 

@@ -3,12 +3,16 @@
 //! old. A client is an IPv4 address or an IPv6 /64 (one host is usually given a whole /64, so
 //! counting its addresses one by one would count nothing).
 //!
+//! An attempt counts as failed from the moment it is let through, unless it is then forgiven
+//! (it signed in, or it tried no credential): so many attempts sent at once are held to the
+//! limit as well, instead of all passing the check before any of them has failed.
+//!
 //! The table is bounded: at most [`MAX_CLIENTS`] clients are followed. When it is full, clients
 //! whose failures are all older than the window are dropped; if every one of them failed within
-//! the window, a new client's failure is not recorded (and a warning says so). A flood from
-//! more addresses than that could sign in as often as it likes from the ones left out, which it
-//! could do from fresh addresses anyway; the other way round, one shared bucket for the
-//! overflow, would let such a flood lock every merchant and operator out.
+//! the window, a new client's attempt is let through uncounted (and a warning says so, once a
+//! window). A flood from more addresses than that could sign in as often as it likes from the
+//! ones left out, which it could do from fresh addresses anyway; the other way round, one
+//! shared budget for the overflow, would let such a flood lock every merchant and operator out.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -25,12 +29,21 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 /// The most clients followed at once: with up to [`MAX_FAILURES`] instants each, a few MiB.
 pub const MAX_CLIENTS: usize = 10_000;
 
-/// The failures of each client within the window, oldest first.
+/// The attempts of each client that count as failed, and when the table was last reported
+/// full.
 #[derive(Debug, Default)]
 pub struct SignInLimiter {
-    failures: HashMap<Client, VecDeque<Instant>>,
-    /// When a failure last went unrecorded for want of room and was reported.
+    clients: HashMap<Client, Failures>,
+    /// When an attempt last went uncounted for want of room and was reported.
     reported_full: Option<Instant>,
+}
+
+/// One client's failures within the window, oldest first (at most [`MAX_FAILURES`]).
+#[derive(Debug, Default)]
+struct Failures {
+    at: VecDeque<Instant>,
+    /// Whether its refusal has been reported since it was last let through.
+    reported: bool,
 }
 
 /// Whom failures are counted against.
@@ -54,71 +67,87 @@ impl Client {
     }
 }
 
-/// What [`SignInLimiter::failed`] recorded.
+/// What [`SignInLimiter::attempt`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
-    /// Counted; the client may still try.
-    Counted,
-    /// Counted, and that was the client's last one: its sign-ins are refused from now on.
-    NowLimited,
-    /// Not counted: the table is full of clients that failed within the window. `report`:
-    /// the first such failure in a window, to be logged (the others are not, so a flood does
-    /// not flood the logs too).
-    TableFull {
-        /// Whether to log it.
+pub enum Attempt {
+    /// Let it through. It counts as failed unless [`SignInLimiter::forgive`] is given `at`.
+    Counted {
+        /// When it was counted.
+        at: Instant,
+    },
+    /// Let it through, uncounted: the table is full of clients that failed within the window.
+    Untracked {
+        /// The first such attempt in a window: to be logged (the others are not, so a flood
+        /// does not flood the logs too).
+        report: bool,
+    },
+    /// Refuse it: the client has failed [`MAX_FAILURES`] times within the window.
+    Refused {
+        /// How long until the oldest failure is a window old.
+        wait: Duration,
+        /// The client's first refusal since it was last let through: to be logged.
         report: bool,
     },
 }
 
 impl SignInLimiter {
-    /// How long `ip` must wait before it may try to sign in again; `None`: it may now.
-    pub fn wait(&mut self, ip: IpAddr, now: Instant) -> Option<Duration> {
+    /// Decides whether `ip` may try to sign in at `now` and, if it may, counts the attempt as
+    /// failed until it is forgiven.
+    pub fn attempt(&mut self, ip: IpAddr, now: Instant) -> Attempt {
         let client = Client::of(ip);
-        let failures = self.failures.get_mut(&client)?;
-        forget_old(failures, now);
-        if failures.is_empty() {
-            self.failures.remove(&client);
-            return None;
+        let tracked = self.clients.len();
+        match self.clients.get_mut(&client) {
+            Some(failures) => {
+                forget_old(&mut failures.at, now);
+                let oldest = failures.at.front().copied();
+                if let Some(oldest) = oldest.filter(|_| failures.at.len() >= MAX_FAILURES) {
+                    let wait = (oldest + WINDOW).saturating_duration_since(now);
+                    let report = !failures.reported;
+                    failures.reported = true;
+                    return Attempt::Refused { wait, report };
+                }
+            }
+            None if tracked >= MAX_CLIENTS => {
+                self.clients.retain(|_, failures| {
+                    forget_old(&mut failures.at, now);
+                    !failures.at.is_empty()
+                });
+                if self.clients.len() >= MAX_CLIENTS {
+                    let report = self
+                        .reported_full
+                        .is_none_or(|at| now.saturating_duration_since(at) >= WINDOW);
+                    if report {
+                        self.reported_full = Some(now);
+                    }
+                    return Attempt::Untracked { report };
+                }
+            }
+            None => {}
         }
-        let oldest = *failures.front()?;
-        (failures.len() >= MAX_FAILURES).then(|| (oldest + WINDOW).saturating_duration_since(now))
+        let failures = self.clients.entry(client).or_default();
+        failures.reported = false;
+        failures.at.push_back(now);
+        Attempt::Counted { at: now }
     }
 
-    /// Records a failed sign-in from `ip` at `now`.
-    pub fn failed(&mut self, ip: IpAddr, now: Instant) -> Recorded {
+    /// Takes back the attempt of `ip` counted at `at`: it did not fail.
+    pub fn forgive(&mut self, ip: IpAddr, at: Instant) {
         let client = Client::of(ip);
-        if !self.failures.contains_key(&client) && self.failures.len() >= MAX_CLIENTS {
-            self.failures.retain(|_, failures| {
-                forget_old(failures, now);
-                !failures.is_empty()
-            });
-            if self.failures.len() >= MAX_CLIENTS {
-                let report = self
-                    .reported_full
-                    .is_none_or(|at| now.saturating_duration_since(at) >= WINDOW);
-                if report {
-                    self.reported_full = Some(now);
-                }
-                return Recorded::TableFull { report };
-            }
+        let Some(failures) = self.clients.get_mut(&client) else {
+            return;
+        };
+        if let Some(index) = failures.at.iter().rposition(|counted| *counted == at) {
+            failures.at.remove(index);
         }
-        let failures = self.failures.entry(client).or_default();
-        forget_old(failures, now);
-        failures.push_back(now);
-        // A client refused is not let in to fail again, so this stays at most MAX_FAILURES.
-        while failures.len() > MAX_FAILURES {
-            failures.pop_front();
-        }
-        match failures.len() >= MAX_FAILURES {
-            true => Recorded::NowLimited,
-            false => Recorded::Counted,
+        if failures.at.is_empty() {
+            self.clients.remove(&client);
         }
     }
 
     /// How many clients are followed.
     #[cfg(test)]
     fn clients(&self) -> usize {
-        self.failures.len()
+        self.clients.len()
     }
 }
 
@@ -142,30 +171,72 @@ mod tests {
         IpAddr::V4(Ipv4Addr::from(n))
     }
 
+    fn counted(attempt: Attempt) -> Instant {
+        match attempt {
+            Attempt::Counted { at } => at,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn the_21st_attempt_within_a_minute_waits_until_the_oldest_failure_is_a_minute_old() {
         let mut limiter = SignInLimiter::default();
         let start = Instant::now();
         let ip = v4(0xcb00_7107);
         for n in 0..MAX_FAILURES as u64 {
-            assert_eq!(limiter.wait(ip, start), None);
-            let expected = match n + 1 == MAX_FAILURES as u64 {
-                true => Recorded::NowLimited,
-                false => Recorded::Counted,
-            };
-            assert_eq!(limiter.failed(ip, start + Duration::from_secs(n)), expected);
+            counted(limiter.attempt(ip, start + Duration::from_secs(n)));
         }
         let now = start + Duration::from_secs(30);
-        assert_eq!(limiter.wait(ip, now), Some(Duration::from_secs(30)));
-        assert_eq!(limiter.wait(v4(0xcb00_7108), now), None, "another address");
+        let wait = Duration::from_secs(30);
+        assert_eq!(
+            limiter.attempt(ip, now),
+            Attempt::Refused { wait, report: true }
+        );
+        assert_eq!(
+            limiter.attempt(ip, now),
+            Attempt::Refused {
+                wait,
+                report: false
+            },
+            "reported once"
+        );
+        counted(limiter.attempt(v4(0xcb00_7108), now));
         // The oldest failure ages out, and one more attempt is let through.
         let later = start + WINDOW;
-        assert_eq!(limiter.wait(ip, later), None);
-        assert_eq!(limiter.failed(ip, later), Recorded::NowLimited);
-        assert_eq!(limiter.wait(ip, later), Some(Duration::from_secs(1)));
+        counted(limiter.attempt(ip, later));
+        assert_eq!(
+            limiter.attempt(ip, later),
+            Attempt::Refused {
+                wait: Duration::from_secs(1),
+                report: true
+            }
+        );
         // A minute after the last failure, nothing is left of the client.
-        assert_eq!(limiter.wait(ip, later + WINDOW), None);
+        counted(limiter.attempt(ip, later + WINDOW));
+        assert_eq!(limiter.clients(), 2);
+    }
+
+    #[test]
+    fn forgiven_attempts_do_not_count_and_attempts_at_once_are_held_to_the_limit() {
+        let mut limiter = SignInLimiter::default();
+        let now = Instant::now();
+        let ip = v4(7);
+        // Signed in, or refused for their CSRF token: forgiven, however many.
+        for _ in 0..3 * MAX_FAILURES {
+            let at = counted(limiter.attempt(ip, now));
+            limiter.forgive(ip, at);
+        }
         assert_eq!(limiter.clients(), 0);
+        // Many at once, none finished yet: only MAX_FAILURES are let through.
+        let in_flight: Vec<Attempt> = (0..50).map(|_| limiter.attempt(ip, now)).collect();
+        let through = in_flight
+            .iter()
+            .filter(|a| matches!(a, Attempt::Counted { .. }))
+            .count();
+        assert_eq!(through, MAX_FAILURES);
+        // One of them signs in: its place is free again.
+        limiter.forgive(ip, now);
+        counted(limiter.attempt(ip, now));
     }
 
     #[test]
@@ -174,21 +245,24 @@ mod tests {
         let now = Instant::now();
         for n in 0..MAX_FAILURES as u16 {
             let ip = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, n, n, n, n));
-            limiter.failed(ip, now);
+            counted(limiter.attempt(ip, now));
         }
         let neighbour = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 0xffff, 0, 0, 1));
-        assert!(limiter.wait(neighbour, now).is_some());
+        assert!(matches!(
+            limiter.attempt(neighbour, now),
+            Attempt::Refused { .. }
+        ));
         let next_net = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 3, 0, 0, 0, 1));
-        assert_eq!(limiter.wait(next_net, now), None);
+        counted(limiter.attempt(next_net, now));
         let mapped = IpAddr::V6(Ipv4Addr::new(203, 0, 113, 9).to_ipv6_mapped());
         for _ in 0..MAX_FAILURES {
-            limiter.failed(mapped, now);
+            counted(limiter.attempt(mapped, now));
         }
-        assert!(
-            limiter
-                .wait(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9)), now)
-                .is_some()
-        );
+        let plain = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9));
+        assert!(matches!(
+            limiter.attempt(plain, now),
+            Attempt::Refused { .. }
+        ));
     }
 
     #[test]
@@ -196,26 +270,25 @@ mod tests {
         let mut limiter = SignInLimiter::default();
         let start = Instant::now();
         for n in 0..MAX_CLIENTS as u32 {
-            limiter.failed(v4(n), start);
+            counted(limiter.attempt(v4(n), start));
         }
         assert_eq!(
-            limiter.failed(v4(u32::MAX - 1), start),
-            Recorded::TableFull { report: true }
+            limiter.attempt(v4(u32::MAX - 1), start),
+            Attempt::Untracked { report: true }
         );
         for n in 0..500 {
-            limiter.failed(v4(MAX_CLIENTS as u32 + n), start);
+            limiter.attempt(v4(MAX_CLIENTS as u32 + n), start);
         }
         assert_eq!(limiter.clients(), MAX_CLIENTS);
         assert_eq!(
-            limiter.failed(v4(u32::MAX), start),
-            Recorded::TableFull { report: false },
-            "reported once, at the first"
+            limiter.attempt(v4(u32::MAX), start),
+            Attempt::Untracked { report: false },
+            "reported once a window"
         );
         // Followed clients are still counted meanwhile.
-        assert_eq!(limiter.failed(v4(0), start), Recorded::Counted);
+        counted(limiter.attempt(v4(0), start));
         // A window later the old ones make room for new ones.
-        let later = start + WINDOW;
-        assert_eq!(limiter.failed(v4(u32::MAX), later), Recorded::Counted);
+        counted(limiter.attempt(v4(u32::MAX), start + WINDOW));
         assert_eq!(limiter.clients(), 1);
     }
 }

@@ -716,6 +716,24 @@ async fn the_21st_failed_sign_in_within_a_minute_is_429_with_retry_after() {
     s.server.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sign_ins_sent_at_once_are_held_to_the_limit_too() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let (sign_in, csrf) = key_form(&b).await;
+    let wrong = format!("kxp_op_{}", "0".repeat(64));
+    let form = [("csrf_token", csrf.as_str()), ("key", wrong.as_str())];
+    // Fifty at once: each counts as failed from when it is let through, so no more than twenty
+    // are tried, however they interleave.
+    let answers =
+        futures_util::future::join_all((0..50).map(|_| sign_in_as(&b, None, &sign_in, &form)))
+            .await;
+    let mut statuses: Vec<u16> = answers.iter().map(|a| a.status().as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [[401; 20].as_slice(), &[429; 30]].concat());
+    s.server.shutdown().await;
+}
+
 #[tokio::test]
 async fn after_a_portal_link_sign_in_the_first_page_names_the_account_escaped() {
     let s = sender("0s").await;
