@@ -60,6 +60,10 @@ string_enum! {
         /// 410: the feed no longer holds the numbers asked for: retention purged them. The
         /// body's `earliest` is the first number after them that it still holds.
         SequencePurged = "sequence_purged",
+        /// 429: the account has as many unused portal links that have not expired as it may
+        /// (1,000), so no link was made; use one, or retry after the `Retry-After` header's
+        /// seconds, when the oldest expires.
+        TooManyPortalLinks = "too_many_portal_links",
     }
 }
 
@@ -87,7 +91,7 @@ impl ErrorCode {
             | ErrorCode::BlockedAddress
             | ErrorCode::InvalidSchema => 422,
             ErrorCode::SequencePurged => 410,
-            ErrorCode::RateLimited => 429,
+            ErrorCode::RateLimited | ErrorCode::TooManyPortalLinks => 429,
             ErrorCode::StoreUnavailable | ErrorCode::BacklogFull => 503,
             ErrorCode::Unknown(_) => 500,
         }
@@ -132,7 +136,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 22);
+        assert_eq!(ErrorCode::KNOWN.len(), 23);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

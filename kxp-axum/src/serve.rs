@@ -6,12 +6,19 @@
 //! kept forever, and enough of them use up the process's file descriptors (then nothing else
 //! can open a socket or a file) and hold a graceful shutdown open indefinitely.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::response::Response;
+use http::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -19,6 +26,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tower_service::Service;
 
 /// The bounds [`serve`] enforces.
 ///
@@ -103,6 +111,29 @@ impl ServeLimits {
     }
 }
 
+/// The app on one connection: each request is given the connection's remote address as
+/// [`ConnectInfo`] before the router sees it.
+#[derive(Clone)]
+struct WithPeer {
+    app: Router,
+    peer: SocketAddr,
+}
+
+impl Service<Request<Incoming>> for WithPeer {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = <Router as Service<Request<Incoming>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Service::<Request<Incoming>>::poll_ready(&mut self.app, cx)
+    }
+
+    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(ConnectInfo(self.peer));
+        self.app.call(request)
+    }
+}
+
 /// The soft `Max open files` of `/proc/self/limits`: Linux's file limit without `unsafe`.
 #[cfg(target_os = "linux")]
 fn file_limit() -> Option<usize> {
@@ -122,7 +153,9 @@ fn file_limit() -> Option<usize> {
 
 /// Serves `app` on `listener` over HTTP/1.1 within `limits` until `shutdown` completes, then
 /// stops accepting, lets the requests in flight finish (within the grace) and closes every
-/// connection.
+/// connection. Every request carries its connection's remote address, for axum's
+/// `ConnectInfo<SocketAddr>` extractor (as `axum::serve` does with
+/// `into_make_service_with_connect_info`).
 ///
 /// ```no_run
 /// use axum::{Router, routing::post};
@@ -169,9 +202,9 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of descriptors, or a connection reset before it was accepted: not
                     // the listener's end. Back off a little rather than spin.
@@ -183,8 +216,12 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        let app = WithPeer {
+            app: app.clone(),
+            peer,
+        };
         let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
         let connection = graceful.watch(connection);
         connections.spawn(async move {
             // A client that went away or timed out ends its connection: nothing to report.

@@ -25,7 +25,9 @@ pub struct RelayConfig {
     /// 10 s.
     pub request_timeout: Duration,
     /// The longest wait between tries of a row the sender did not take (unreachable, 5xx):
-    /// waits double from 1 s up to this. Default 5 minutes.
+    /// waits double from 1 s up to this. Default 5 minutes. It also bounds the sender's
+    /// `Retry-After`: a longer one (a proxy's `Retry-After: 86400`, a garbled huge value) is
+    /// cut to this, with a warning, so no answer can stop the hand-off for longer.
     pub max_backoff: Duration,
 }
 
@@ -104,8 +106,8 @@ impl RelayError {
 ///
 /// Rows go oldest first, one at a time, so the sender takes them in the order they were
 /// emitted (within a relay). A 503 or 429 stops the pass and waits the `Retry-After`
-/// (the sender's backpressure); an unreachable sender or a 5xx backs the row off (1 s,
-/// doubling, up to [`RelayConfig::max_backoff`]).
+/// (the sender's backpressure), at most [`RelayConfig::max_backoff`]; an unreachable sender
+/// or a 5xx backs the row off (1 s, doubling, up to [`RelayConfig::max_backoff`]).
 #[derive(Debug, Clone)]
 pub struct Relay<DB: Backend> {
     pool: Pool<DB>,
@@ -183,12 +185,13 @@ impl<DB: Backend> Relay<DB> {
                     pass.refused += 1;
                 }
                 HandOff::Later { wait, error } => {
-                    let wait = wait.unwrap_or_else(|| {
-                        backoff(
+                    let wait = match wait {
+                        Some(asked) => self.bounded(asked, &row),
+                        None => backoff(
                             u32::try_from(row.attempts + 1).unwrap_or(u32::MAX),
                             self.config.max_backoff,
-                        )
-                    });
+                        ),
+                    };
                     let at = now_ms().saturating_add(millis(wait));
                     DB::reschedule(&self.pool, &row.id, at, true, Some(&error)).await?;
                     // The rest of the batch was not tried: due again with this row, untouched.
@@ -234,6 +237,19 @@ impl<DB: Backend> Relay<DB> {
     /// How many rows wait to be handed off (refused ones left out): a producer's gauge.
     pub async fn waiting(&self) -> Result<u64, RelayError> {
         Ok(u64::try_from(DB::waiting(&self.pool).await?).unwrap_or(0))
+    }
+
+    /// The wait the sender (or a proxy before it) asked for with `Retry-After`, at most
+    /// `max_backoff`: an answer is not trusted to stop the hand-off for a day, or, with a huge
+    /// value, for good (it would be stored as the row's due time).
+    fn bounded(&self, asked: Duration, row: &Row) -> Duration {
+        let max = self.config.max_backoff;
+        if asked <= max {
+            return asked;
+        }
+        tracing::warn!(target: "kxp_outbox", outbox_id = %row.id, asked = ?asked, used = ?max,
+            "the sender's Retry-After is longer than max_backoff; waiting max_backoff instead");
+        max
     }
 
     /// Sends one row and says what its answer means.

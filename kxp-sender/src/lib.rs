@@ -78,7 +78,7 @@ pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Emb
 pub use engine::mail::MailError;
 pub use engine::sources::{DEFAULT_PREFETCH, IngestSource, IngestUrlError, MAX_PREFETCH};
 pub use http::FEED_RATE_LIMIT;
-pub use http::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
+pub use http::{DEFAULT_LINK_TTL, MAX_LINK_TTL, MAX_UNUSED_PORTAL_LINKS};
 pub use http::{
     DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,
     MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, REQUEST_OVERHEAD, openapi,

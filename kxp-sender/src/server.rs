@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::console;
+use crate::console::{self, SignInKey};
 use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
 use crate::engine::dispatch;
@@ -155,6 +155,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     let ingester = Ingester::start(&db, gate.clone());
     let announce = !config.run_workers && matches!(db, Db::Postgres(_));
     let config_sources = config.ingest.clone();
+    let sign_in_key = SignInKey::new(config.secrets_key.as_ref());
     let shared = Arc::new(Shared {
         ingester,
         gate,
@@ -179,6 +180,8 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
                 .map(|source| Arc::new(SourceStatus::new(source.name())))
                 .collect(),
         ),
+        sign_in_key,
+        sign_in_failures: Default::default(),
     });
     let state = AppState {
         db: db.clone(),

@@ -121,3 +121,37 @@ async fn a_layer_in_the_standard_webhooks_format_verifies_its_headers() {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     standard_webhooks::check_receiver(&url).await;
 }
+
+/// `kxp_axum::serve` gives each request its connection's remote address, as `axum::serve` does
+/// with `into_make_service_with_connect_info`: a handler can count clients (the sender's
+/// console limits failed sign-ins by it).
+#[tokio::test]
+async fn serve_gives_each_request_its_connections_remote_address() {
+    use std::net::SocketAddr;
+
+    use axum::extract::ConnectInfo;
+    use axum::routing::get;
+    use kxp_axum::ServeLimits;
+
+    let app = Router::new().route(
+        "/peer",
+        get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    tokio::spawn(kxp_axum::serve(
+        listener,
+        app,
+        ServeLimits::default(),
+        std::future::pending(),
+    ));
+    let response = reqwest::get(format!("http://{server}/peer")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let peer: SocketAddr = response.text().await.unwrap().parse().unwrap();
+    assert_eq!(peer.ip(), server.ip());
+    assert_ne!(
+        peer.port(),
+        server.port(),
+        "the client's end, not the server's"
+    );
+}

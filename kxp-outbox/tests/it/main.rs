@@ -9,6 +9,8 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kxp_outbox::sqlx::{self, SqlitePool};
@@ -160,7 +162,11 @@ async fn the_relay_waits_out_the_senders_backpressure_and_loses_nothing() {
     full.endpoint(&receiver.url).await;
     let (_dir, pool) = support::sqlite_outbox().await;
     let ids = emit_payments(&pool, 5).await;
-    let relay = Relay::new(pool.clone(), full.client()).with_config(quick());
+    // Room for the sender's Retry-After (2 s): this relay waits it as asked.
+    let relay = Relay::new(pool.clone(), full.client()).with_config(RelayConfig {
+        max_backoff: Duration::from_secs(10),
+        ..quick()
+    });
 
     let before = kxp_outbox_now();
     let pass = relay.relay_once().await.unwrap();
@@ -189,6 +195,94 @@ async fn the_relay_waits_out_the_senders_backpressure_and_loses_nothing() {
     drain(&Relay::new(pool.clone(), draining.client()).with_config(quick())).await;
     receiver.wait_for(5).await;
     assert_eq!(receiver.event_ids(), ids);
+}
+
+// The subscriber is the process's global one (the only test here that sets one): a scoped one
+// misses events whose callsites other tests' threads registered first.
+#[tokio::test]
+async fn a_huge_retry_after_waits_only_max_backoff_and_the_row_is_handed_off_again() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("no other test sets one");
+    let sender = Sender::start(|_| {}).await;
+    let (_dir, pool) = support::sqlite_outbox().await;
+    let ids = emit_payments(&pool, 1).await;
+    // A proxy in front of the sender answers the first hand-off 503 with the largest
+    // `Retry-After` a client reads (u64::MAX seconds), as a proxy in maintenance might.
+    let proxy = Proxy::start(&sender.base).await;
+    proxy.unavailable(1, &u64::MAX.to_string());
+    let max_backoff = Duration::from_millis(300);
+    let relay = Relay::new(pool.clone(), sender.client_at(&proxy.url)).with_config(RelayConfig {
+        max_backoff,
+        ..quick()
+    });
+
+    let pass = relay.relay_once().await.unwrap();
+    let after = kxp_outbox_now();
+    assert_eq!(pass.handed_off, 0);
+    assert_eq!(
+        pass.wait,
+        Some(max_backoff),
+        "the wait is cut to max_backoff"
+    );
+    let due: i64 = sqlx::query_scalar("SELECT next_attempt_at FROM kxp_outbox")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let due = u64::try_from(due).unwrap();
+    assert!(
+        due <= after + 300,
+        "the row is due within max_backoff of the answer, not at {due}"
+    );
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("Retry-After is longer than max_backoff")
+            && text.contains(&format!("asked={}s", u64::MAX))
+            && text.contains("used=300ms"),
+        "a warning names the asked and the used wait: {text}"
+    );
+
+    // The relay's own loop hands the row off again once the cut wait is over.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run(async move {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !outbox_ids(&pool).await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the row was not handed off again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(()).unwrap();
+    running.await.unwrap();
+    let id = ids.first().unwrap();
+    sender.client().event(&id.as_str().into()).await.unwrap();
+}
+
+/// Everything logged, kept in memory.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[tokio::test]

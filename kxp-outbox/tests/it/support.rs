@@ -135,11 +135,14 @@ impl Receiver {
 }
 
 /// A proxy to a sender that passes every request on and, while told to, answers 502 instead
-/// of the sender's answer: a hand-off the sender took whose answer never came back.
+/// of the sender's answer: a hand-off the sender took whose answer never came back. It can
+/// also answer requests itself, 503 with a `Retry-After` of its choosing, as a gateway in
+/// maintenance does.
 pub struct Proxy {
     pub url: String,
     lose: Arc<AtomicBool>,
     forwarded: Arc<AtomicUsize>,
+    unavailable: Arc<Mutex<Option<(usize, String)>>>,
 }
 
 #[derive(Clone)]
@@ -148,6 +151,8 @@ struct ProxyState {
     http: reqwest::Client,
     lose: Arc<AtomicBool>,
     forwarded: Arc<AtomicUsize>,
+    /// How many requests more to answer 503 without passing them on, and their `Retry-After`.
+    unavailable: Arc<Mutex<Option<(usize, String)>>>,
 }
 
 impl Proxy {
@@ -157,14 +162,22 @@ impl Proxy {
             http: reqwest::Client::new(),
             lose: Arc::new(AtomicBool::new(false)),
             forwarded: Arc::new(AtomicUsize::new(0)),
+            unavailable: Arc::new(Mutex::new(None)),
         };
         let (lose, forwarded) = (state.lose.clone(), state.forwarded.clone());
+        let unavailable = state.unavailable.clone();
         let app = Router::new().fallback(forward).with_state(state);
         Proxy {
             url: serve(app).await,
             lose,
             forwarded,
+            unavailable,
         }
+    }
+
+    /// Answers the next `n` requests 503 with `Retry-After: <retry_after>`, passing none on.
+    pub fn unavailable(&self, n: usize, retry_after: &str) {
+        *self.unavailable.lock().unwrap() = Some((n, retry_after.to_owned()));
     }
 
     pub fn lose_answers(&self, lose: bool) {
@@ -177,6 +190,16 @@ impl Proxy {
 }
 
 async fn forward(State(state): State<ProxyState>, request: Request) -> Response {
+    if let Some(retry_after) = take_unavailable(&state) {
+        // In the API's error form, as a gateway in front of it answers: the client reads it.
+        let body = json!({"error": "maintenance", "message": "down for maintenance"});
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("retry-after", retry_after)],
+            axum::Json(body),
+        )
+            .into_response();
+    }
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
     let mut outgoing = state
@@ -200,6 +223,18 @@ async fn forward(State(state): State<ProxyState>, request: Request) -> Response 
         response.headers_mut().insert("content-type", content_type);
     }
     response
+}
+
+/// The `Retry-After` to answer this request with, if the proxy was told to answer it 503.
+fn take_unavailable(state: &ProxyState) -> Option<String> {
+    let mut unavailable = state.unavailable.lock().unwrap();
+    let (left, retry_after) = unavailable.as_mut()?;
+    let retry_after = retry_after.clone();
+    *left -= 1;
+    if *left == 0 {
+        *unavailable = None;
+    }
+    Some(retry_after)
 }
 
 async fn serve(app: Router) -> String {

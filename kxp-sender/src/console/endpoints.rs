@@ -12,6 +12,7 @@ use kxp_api::{DEFAULT_CONFIRMATIONS, EndpointPatch, NewEndpoint, Patch};
 use super::error::ConsoleError;
 use super::pages::{self, DeleteConfirm, EndpointForm, EndpointRow, FormFor, Frame, NewSecret};
 use super::scope::{Checked, InAccount};
+use super::sign_in::SIGNED_IN;
 use crate::http::{AppState, DEFAULT_OVERLAP, change, endpoint_details, register};
 use crate::model::{Ingest, Ingested, ms};
 use crate::store::StoreError;
@@ -33,7 +34,8 @@ impl InAccount {
     }
 }
 
-/// `GET /console/a/{account}`: the endpoints and their health.
+/// `GET /console/a/{account}`: the endpoints and their health; the first time after a portal
+/// link's sign-in, also which account the session is in.
 pub(super) async fn list(
     State(state): State<AppState>,
     scope: InAccount,
@@ -48,7 +50,11 @@ pub(super) async fn list(
             .await?;
         rows.push(EndpointRow { endpoint, health });
     }
-    Ok(page(pages::endpoints(&scope.frame(), &rows)))
+    let signed_in = match scope.by_operator() {
+        true => false,
+        false => (state.db.take_flash(&scope.signed.cookie, SIGNED_IN).await?).is_some(),
+    };
+    Ok(page(pages::endpoints(&scope.frame(), &rows, signed_in)))
 }
 
 /// `GET /console/a/{account}/endpoints/new`: the registration form.

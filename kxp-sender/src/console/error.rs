@@ -1,7 +1,8 @@
 //! Why the console refused a request, each with its status and its page. The JSON API's errors
 //! ([`ApiError`](crate::http::ApiError)) never appear here, nor these under `/v1`.
 
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 
 use super::pages;
@@ -19,6 +20,12 @@ pub(crate) enum ConsoleError {
     CsrfMismatch,
     /// A `read` session asked to change something: 403, no change.
     ReadOnly,
+    /// Too many failed sign-ins from this client lately: 429, with `Retry-After`, and nothing
+    /// looked at.
+    TooManySignIns {
+        /// Seconds until the client may try again.
+        retry_after: u64,
+    },
     /// No such console page: 404.
     NotFound,
     /// The database failed: 503.
@@ -33,6 +40,7 @@ impl From<StoreError> for ConsoleError {
 
 impl IntoResponse for ConsoleError {
     fn into_response(self) -> Response {
+        let mut retry_after = None;
         let (status, title, text) = match self {
             ConsoleError::SignInRequired => {
                 return Redirect::to("/console/sign-in").into_response();
@@ -54,6 +62,15 @@ impl IntoResponse for ConsoleError {
                 "Read only",
                 "This session can look but not change anything. Nothing was changed.",
             ),
+            ConsoleError::TooManySignIns { retry_after: wait } => {
+                retry_after = Some(wait);
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many sign-in attempts",
+                    "Too many sign-ins from your address failed in the last minute, so this one \
+                     was not tried. Wait a minute and try again.",
+                )
+            }
             ConsoleError::NotFound => (
                 StatusCode::NOT_FOUND,
                 "Not found",
@@ -68,6 +85,13 @@ impl IntoResponse for ConsoleError {
                 )
             }
         };
-        (status, Html(pages::message(title, text).into_string())).into_response()
+        let mut response =
+            (status, Html(pages::message(title, text).into_string())).into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }

@@ -4,7 +4,9 @@
 //! an operator key typed into a form (operators).
 //!
 //! - [`sign_in`]: the link page and the key form (GETs that change nothing), the POST that
-//!   opens a session, and signing out (here, or everywhere).
+//!   opens a session, and signing out (here, or everywhere). [`sign_in_token`]: the sign-in
+//!   forms' signed CSRF tokens. [`client`]: which address a sign-in comes from, for the limit
+//!   on failed sign-ins.
 //! - [`session`]: the [`Signed`](session::Signed) extractor (no live session: 303 to sign-in,
 //!   never data) and the checks of every state-changing form: its CSRF token, in constant time,
 //!   and a scope that may change things.
@@ -20,6 +22,7 @@ use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 
+mod client;
 mod cookies;
 mod dead_letters;
 mod endpoints;
@@ -31,6 +34,9 @@ mod pages;
 mod scope;
 mod session;
 mod sign_in;
+mod sign_in_token;
+
+pub(crate) use sign_in_token::SignInKey;
 
 use error::ConsoleError;
 use session::Signed;

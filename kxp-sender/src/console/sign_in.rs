@@ -3,6 +3,17 @@
 //! `/console/sign-in`, which consumes the link (or checks the key), opens a fresh session and
 //! sets its cookie. Signing out ends this session, or every session of the same account or
 //! operator. No token, key or cookie value is ever logged.
+//!
+//! The forms' CSRF token is signed by the server ([`SignInKey`](super::SignInKey)). A client
+//! address with [`MAX_FAILURES`] failed sign-ins within a minute is answered 429 with
+//! `Retry-After` until the oldest is a minute old, whatever it sends. Every attempt counts as
+//! failed (a wrong key, an unusable link, a database error) unless it signs in or its CSRF
+//! token is refused (no credential was tried). After a portal
+//! link's sign-in the account's first page says which account the session is in, so that a
+//! merchant sent a link to a look-alike account sees it.
+
+use std::net::IpAddr;
+use std::sync::{MutexGuard, PoisonError};
 
 use axum::Form;
 use axum::extract::{Path, State};
@@ -10,20 +21,26 @@ use axum::http::header::SET_COOKIE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{AppendHeaders, Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
+use tokio::time::Instant;
 
+use super::client::ClientIp;
 use super::cookies::{self, SESSION, SIGN_IN, SIGN_IN_PATH};
 use super::error::ConsoleError;
 use super::pages;
-use super::session::{CsrfForm, Signed, same_secret};
+use super::session::{CsrfForm, Signed};
 use crate::http::AppState;
-use crate::model::{KeyKind, Session, random_hex_32};
+use crate::model::{KeyKind, Session};
 use crate::policy::session::ABSOLUTE_EXPIRY_MS;
+use crate::policy::sign_in::{Attempt, MAX_CLIENTS, MAX_FAILURES, SignInLimiter, WINDOW};
 use crate::store::Opening;
+
+/// The one-time message a portal link's sign-in leaves for the account's first page.
+pub(super) const SIGNED_IN: &str = "signed-in";
 
 /// What the sign-in forms post: the link page's token, or the key form's key.
 #[derive(Deserialize)]
 pub(super) struct SignInForm {
-    /// Must equal the sign-in cookie the page set.
+    /// Must equal the sign-in cookie the page set, and be signed by this server.
     #[serde(default)]
     csrf_token: String,
     /// A portal link's token.
@@ -38,14 +55,14 @@ pub(super) async fn link_page(
     State(state): State<AppState>,
     Path(token): Path<String>,
 ) -> Response {
-    let csrf_token = random_hex_32();
+    let csrf_token = state.shared.sign_in_key.token();
     let page = pages::link_page(&token, &csrf_token);
     with_sign_in_cookie(&state, &csrf_token, page.into_string())
 }
 
 /// `GET /console/sign-in`: the operators' key form.
 pub(super) async fn key_form(State(state): State<AppState>) -> Response {
-    let csrf_token = random_hex_32();
+    let csrf_token = state.shared.sign_in_key.token();
     let page = pages::key_form(&csrf_token, false);
     with_sign_in_cookie(&state, &csrf_token, page.into_string())
 }
@@ -55,11 +72,19 @@ pub(super) async fn key_form(State(state): State<AppState>) -> Response {
 /// word of why.
 pub(super) async fn sign_in(
     State(state): State<AppState>,
+    ClientIp(client): ClientIp,
     headers: HeaderMap,
     Form(form): Form<SignInForm>,
 ) -> Result<Response, ConsoleError> {
+    let counted = attempt(&state, client)?;
+    let forgive = || {
+        if let Some(at) = counted {
+            failures(&state).forgive(client, at);
+        }
+    };
     let cookie = cookies::get(&headers, SIGN_IN).unwrap_or_default();
-    if !same_secret(&form.csrf_token, cookie) {
+    if !state.shared.sign_in_key.verify(&form.csrf_token, cookie) {
+        forgive();
         return Err(ConsoleError::CsrfMismatch);
     }
     let opening = match (&form.token, &form.key) {
@@ -73,9 +98,12 @@ pub(super) async fn sign_in(
         (None, _) => return Ok(wrong_key(&form.csrf_token)),
     };
     let is_link = matches!(opening, Opening::Link(_));
-    let Some((session, id)) = state.db.open_session(opening).await? else {
+    // The account's first page takes it, and says which account this is.
+    let flash = is_link.then(|| format!("{SIGNED_IN} "));
+    let Some((session, id)) = state.db.open_session(opening, flash.as_deref()).await? else {
         return Err(ConsoleError::LinkUnusable);
     };
+    forgive();
     log_sign_in(&session, is_link);
     let secure = !state.shared.config.dev;
     let max_age = ABSOLUTE_EXPIRY_MS / 1000;
@@ -129,6 +157,42 @@ fn with_sign_in_cookie(state: &AppState, csrf_token: &str, page: String) -> Resp
 fn wrong_key(csrf_token: &str) -> Response {
     let page = pages::key_form(csrf_token, true).into_string();
     (StatusCode::UNAUTHORIZED, Html(page)).into_response()
+}
+
+/// The failed sign-ins of every client.
+fn failures(state: &AppState) -> MutexGuard<'_, SignInLimiter> {
+    state
+        .shared
+        .sign_in_failures
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Lets `client` try to sign in, counting the attempt as failed until it is forgiven (when
+/// the table had room: else `None`), or refuses it (429) after too many failures. Says so in
+/// the logs at a client's first refusal, and when there is no room left to count.
+fn attempt(state: &AppState, client: IpAddr) -> Result<Option<Instant>, ConsoleError> {
+    let decided = failures(state).attempt(client, Instant::now());
+    match decided {
+        Attempt::Counted { at } => Ok(Some(at)),
+        Attempt::Untracked { report } => {
+            if report {
+                tracing::warn!(target: "kxp_sender", clients = MAX_CLIENTS,
+                    "console: failed sign-ins come from more clients than are followed; new ones are not counted");
+            }
+            Ok(None)
+        }
+        Attempt::Refused { wait, report } => {
+            if report {
+                tracing::warn!(target: "kxp_sender", %client, failures = MAX_FAILURES,
+                    window_secs = WINDOW.as_secs(),
+                    "console: too many failed sign-ins from one client; its sign-ins are refused for a while");
+            }
+            Err(ConsoleError::TooManySignIns {
+                retry_after: (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1),
+            })
+        }
+    }
 }
 
 /// Back to the sign-in page, with the session cookie removed.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use kxp_axum::ServeLimits;
 use tokio::sync::Notify;
 
+use crate::console::SignInKey;
 use crate::engine::announce::Announcements;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
@@ -24,6 +25,7 @@ use crate::model::EndpointId;
 use crate::policy::circuit::Protection;
 use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::Schedule;
+use crate::policy::sign_in::SignInLimiter;
 use crate::store::redact_passwords;
 use crate::store::seal::KeyRing;
 
@@ -205,6 +207,10 @@ pub(crate) struct Shared {
     pub api_requests: Mutex<RateLimiter>,
     /// What the broker sources report, for `/healthz` and `/metrics`.
     pub sources: Sources,
+    /// The key the console's sign-in pages sign their CSRF tokens with.
+    pub sign_in_key: SignInKey,
+    /// Failed console sign-ins per client address, against the sign-in limit.
+    pub sign_in_failures: Mutex<SignInLimiter>,
 }
 
 impl Shared {

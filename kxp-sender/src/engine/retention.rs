@@ -9,8 +9,12 @@
 //! - events older than the cut-off with no delivery left (their idempotency keys go with them:
 //!   the idempotency window is the retention period);
 //! - notifications sent or failed before the cut-off;
-//! - hourly endpoint statistics older than [`STATS_KEPT`] (health reads 25 hours), and endpoint
-//!   secrets whose rotation overlap has ended — whatever the retention.
+//! - hourly endpoint statistics older than [`STATS_KEPT`] (health reads 25 hours), endpoint
+//!   secrets whose rotation overlap has ended, the console's portal links past their expiry
+//!   (used or not), and console sessions past their idle or absolute expiry, with the one-time
+//!   message a session may still hold (a new endpoint's secret, sealed) — whatever the
+//!   retention. A session is deleted when a request finds it expired, but one nobody comes
+//!   back to would otherwise stay.
 
 use std::time::Duration;
 
@@ -33,7 +37,9 @@ pub async fn run(
             Ok(purged) if purged != Purged::default() => tracing::info!(
                 target: "kxp_sender", deliveries = purged.deliveries, attempts = purged.attempts,
                 events = purged.events, notifications = purged.notifications,
-                stats_rows = purged.stats_rows, secrets = purged.secrets, "purged data past retention"
+                stats_rows = purged.stats_rows, secrets = purged.secrets,
+                portal_links = purged.portal_links, sessions = purged.sessions,
+                "purged data past retention"
             ),
             Ok(_) => {}
             Err(e) => tracing::error!(target: "kxp_sender", error = %e, "purging old data failed"),

@@ -43,7 +43,7 @@ use errors::{ApiBody, ApiQuery, parse};
 pub(crate) use events::{accept, is_idempotency_key};
 pub use feed::FEED_RATE_LIMIT;
 pub use openapi::document as openapi;
-pub use portal_links::{DEFAULT_LINK_TTL, MAX_LINK_TTL};
+pub use portal_links::{DEFAULT_LINK_TTL, MAX_LINK_TTL, MAX_UNUSED_PORTAL_LINKS};
 pub(crate) use views::endpoint_details;
 
 use crate::engine::config::Shared;

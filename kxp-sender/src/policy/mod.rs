@@ -1,6 +1,6 @@
 //! The policy: the sender's decisions as pure functions of the model, the settings and a time
 //! passed in. The retry schedule and its jitter, the circuit breaker, the rate limit, adaptive concurrency, the accounts' fair shares of the workers, the health
-//! maths, what a notice says and when a console session expires. No SQL, no clock, no I/O: the store calls these inside its
+//! maths, what a notice says, when a console session expires and when failed sign-ins are refused. No SQL, no clock, no I/O: the store calls these inside its
 //! transactions and the engine around its attempts, and writes down what they return.
 
 pub(crate) mod circuit;
@@ -11,3 +11,4 @@ pub(crate) mod notice;
 pub(crate) mod rate;
 pub(crate) mod schedule;
 pub(crate) mod session;
+pub(crate) mod sign_in;

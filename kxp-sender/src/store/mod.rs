@@ -33,7 +33,7 @@ pub(crate) use feed::{FeedRow, FeedSource};
 pub use metrics::Gauges;
 pub use retention::Purged;
 pub use secrets::open_secret;
-pub(crate) use sessions::Opening;
+pub(crate) use sessions::{NewLink, Opening};
 
 use std::future::Future;
 use std::pin::Pin;

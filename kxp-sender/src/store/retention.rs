@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::model::{ms, now_ms};
 use crate::policy::health::HOUR_MS;
+use crate::policy::session::{ABSOLUTE_EXPIRY_MS, IDLE_EXPIRY_MS};
 use crate::store::{Db, StoreError, on_db};
 
 /// How long hourly statistics are kept: health reads the last 25 hours.
@@ -28,16 +29,31 @@ pub struct Purged {
     pub stats_rows: u64,
     /// Expired endpoint secrets.
     pub secrets: u64,
+    /// Expired console portal links, used or not.
+    pub portal_links: u64,
+    /// Expired console sessions, with the one-time message each may hold.
+    pub sessions: u64,
 }
 
 /// A finished delivery that may go: delivered, or dead and replayed.
 const FINISHED: &str = "(status = 'delivered' OR (status = 'dead' AND replayed_by IS NOT NULL)) \
      AND updated_at < $1";
 
+/// The `DELETE` of sessions that are over at `$1` (Unix ms): exactly those
+/// [`freshness`](crate::policy::session::freshness) calls expired, which a request would
+/// delete on sight; a session nobody comes back to goes here, its `flash` with it.
+fn expired_sessions() -> String {
+    format!(
+        "DELETE FROM kxp_sessions WHERE id_hash IN (SELECT id_hash FROM kxp_sessions \
+         WHERE last_seen_at <= $1 - {IDLE_EXPIRY_MS} OR created_at <= $1 - {ABSOLUTE_EXPIRY_MS} \
+         LIMIT $2)"
+    )
+}
+
 impl Db {
     /// Removes finished data older than `cutoff` (Unix ms), as the module docs describe.
-    /// `None` keeps deliveries, events and notifications forever; statistics and expired
-    /// secrets are removed either way.
+    /// `None` keeps deliveries, events and notifications forever; statistics, expired secrets,
+    /// and expired portal links and console sessions are removed either way.
     pub async fn purge(&self, cutoff: Option<i64>) -> Result<Purged, StoreError> {
         let now = now_ms();
         let mut purged = Purged::default();
@@ -81,6 +97,16 @@ impl Db {
                 now,
             )
             .await?;
+        // No link opens a session once expired, used or not (the sign-in's UPDATE asks for
+        // `expires_at > now`).
+        purged.portal_links = self
+            .delete_batches(
+                "DELETE FROM kxp_portal_links WHERE token_hash IN (SELECT token_hash \
+                 FROM kxp_portal_links WHERE expires_at <= $1 LIMIT $2)",
+                now,
+            )
+            .await?;
+        purged.sessions = self.delete_batches(&expired_sessions(), now).await?;
         Ok(purged)
     }
 

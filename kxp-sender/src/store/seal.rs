@@ -35,6 +35,8 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_
 use base64::engine::{DecodePaddingMode, general_purpose::STANDARD};
 use chacha20poly1305::aead::{AeadInOut, KeyInit};
 use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
+use hmac::{Hmac, Mac};
+use sha2_std::Sha256;
 use zeroize::Zeroizing;
 
 /// The environment variable that holds the key ring, for the configuration and the docs.
@@ -70,7 +72,14 @@ pub struct KeyRing {
     newest: RingKey,
     /// Keys that only open: those being rotated out. Never the newest's id.
     older: Vec<RingKey>,
+    /// HMAC-SHA256 keyed with the newest key over [`DERIVATION_LABEL`]: what
+    /// [`KeyRing::derive`] keys its HMAC with. A one-way function of the key, so the key
+    /// itself is still held by its cipher only.
+    derivation: Zeroizing<[u8; KEY_LEN]>,
 }
+
+/// What the newest key is HMAC'd over to make [`KeyRing`]'s derivation key.
+const DERIVATION_LABEL: &[u8] = b"kxp/secrets-key/derive/v1";
 
 /// One key of the ring. The cipher holds the only copy of the key bytes and wipes them on drop
 /// (chacha20poly1305's `zeroize` feature).
@@ -258,6 +267,7 @@ impl KeyRing {
             return Err(KeyRingError::Empty);
         }
         let mut keys: Vec<RingKey> = Vec::new();
+        let mut derivation = None;
         for (index, entry) in value.split(',').enumerate() {
             let position = index + 1;
             let entry = entry.trim();
@@ -287,6 +297,9 @@ impl KeyRing {
                 return Err(wrong_length());
             }
             let cipher = XChaCha20Poly1305::new_from_slice(&bytes).map_err(|_| wrong_length())?;
+            if keys.is_empty() {
+                derivation = Some(Zeroizing::new(hmac_sha256(&bytes, &[DERIVATION_LABEL])));
+            }
             keys.push(RingKey {
                 id: id.to_owned(),
                 cipher,
@@ -294,10 +307,20 @@ impl KeyRing {
         }
         let mut keys = keys.into_iter();
         let newest = keys.next().ok_or(KeyRingError::Empty)?;
+        let derivation = derivation.ok_or(KeyRingError::Empty)?;
         Ok(KeyRing {
             newest,
             older: keys.collect(),
+            derivation,
         })
+    }
+
+    /// A 32-byte key for another purpose than sealing, named by `label` (say
+    /// `kxp/console-sign-in/v1`): the same from every process with the same newest key, and
+    /// unrelated to the key and to other labels' keys (HMAC-SHA256 as a PRF, as HKDF's expand
+    /// step). A new newest key derives new keys.
+    pub fn derive(&self, label: &str) -> Zeroizing<[u8; KEY_LEN]> {
+        Zeroizing::new(hmac_sha256(&*self.derivation, &[label.as_bytes()]))
     }
 
     /// The id of the key that seals: what a re-seal moves every value to.
@@ -410,6 +433,17 @@ impl fmt::Debug for KeyRing {
             .field("key_ids", &self.key_ids().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// HMAC-SHA256 keyed with `key` over the concatenation of `parts`.
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    // HMAC takes a key of any length: 32 bytes here, always.
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes a key of any length");
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
 }
 
 /// Reads a stored value whatever the server's configuration: plaintext as it is (rows from
@@ -539,6 +573,27 @@ mod tests {
         let mut bytes = URL_SAFE_NO_PAD.decode(body).unwrap();
         change(&mut bytes);
         format!("{SEALED_PREFIX}{id}.{}", URL_SAFE_NO_PAD.encode(&bytes))
+    }
+
+    #[test]
+    fn derived_keys_follow_the_newest_key_and_differ_by_label() {
+        let label = "kxp/test/v1";
+        let key = old_ring().derive(label);
+        assert_eq!(
+            *key,
+            *old_ring().derive(label),
+            "the same from every process"
+        );
+        assert_ne!(*key, *old_ring().derive("kxp/other/v1"));
+        assert_ne!(
+            &key[..],
+            &KEY_BASE64.decode(OLD).unwrap()[..],
+            "not the key itself"
+        );
+        // An older key does not count: the newest derives.
+        let rotated = ring(&format!("k2:{NEW},k1:{OLD}"));
+        assert_ne!(*key, *rotated.derive(label));
+        assert_eq!(*key, *ring(&format!("k1:{OLD},k2:{NEW}")).derive(label));
     }
 
     #[test]

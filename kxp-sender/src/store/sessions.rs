@@ -17,6 +17,23 @@ pub enum Opening<'a> {
     Operator(OperatorId),
 }
 
+/// What [`Db::create_portal_link`] did.
+pub(crate) enum NewLink {
+    /// The link is stored: its token (to put in the URL, shown once) and when it expires (Unix
+    /// ms).
+    Created {
+        /// The token; only its hash is stored.
+        token: String,
+        /// Unix ms.
+        expires_at: i64,
+    },
+    /// Nothing was stored: the account has as many unused links as it may.
+    TooMany {
+        /// When the first of them expires (Unix ms), freeing a place.
+        first_expiry: i64,
+    },
+}
+
 /// A session row: account or operator, scope, CSRF token, created, last seen.
 type SessionRow = (
     Option<AccountId>,
@@ -28,40 +45,69 @@ type SessionRow = (
 );
 
 impl Db {
-    /// Stores a portal link for `account`, usable for `ttl_ms`; returns its token (to put in
-    /// the URL, shown once) and when it expires (Unix ms).
+    /// Stores a portal link for `account`, usable for `ttl_ms`, unless the account already has
+    /// `max_unused` links that are neither used nor expired: a link is a credential until then,
+    /// and one key must not be able to pile them up without bound. The count and the insert
+    /// are one transaction, the account's row locked on PostgreSQL (SQLite's write lock is
+    /// taken up front), so requests racing on several connections cannot pass the bound.
     pub(crate) async fn create_portal_link(
         &self,
         account: &AccountId,
         scope: &PortalScope,
         ttl_ms: i64,
-    ) -> Result<(String, i64), StoreError> {
+        max_unused: i64,
+    ) -> Result<NewLink, StoreError> {
         let token = random_hex_32();
         let now = now_ms();
         // On a whole second: the API shows the expiry to the second, and a link must not work
         // past the time it says it stops.
         let expires_at = (now + ttl_ms).div_euclid(1000) * 1000;
-        on_db!(self, |pool, _begin| {
-            sqlx::query(
-                "INSERT INTO kxp_portal_links (token_hash, account_id, scope, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
+        Ok(on_db!(self, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await?;
+            if begin == "BEGIN" {
+                // NO KEY UPDATE: ingestion's foreign-key checks on the account go on.
+                sqlx::query("SELECT id FROM kxp_accounts WHERE id = $1 FOR NO KEY UPDATE")
+                    .bind(account)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let (unused, first_expiry): (i64, Option<i64>) = sqlx::query_as(
+                "SELECT COUNT(*), MIN(expires_at) FROM kxp_portal_links \
+                 WHERE account_id = $1 AND used_at IS NULL AND expires_at > $2",
             )
-            .bind(sha256_hex(token.as_bytes()))
             .bind(account)
-            .bind(scope.as_str())
             .bind(now)
-            .bind(expires_at)
-            .execute(pool)
+            .fetch_one(&mut *tx)
             .await?;
-        });
-        Ok((token, expires_at))
+            if unused >= max_unused {
+                NewLink::TooMany {
+                    first_expiry: first_expiry.unwrap_or(now),
+                }
+            } else {
+                sqlx::query(
+                    "INSERT INTO kxp_portal_links (token_hash, account_id, scope, created_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(sha256_hex(token.as_bytes()))
+                .bind(account)
+                .bind(scope.as_str())
+                .bind(now)
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                NewLink::Created { token, expires_at }
+            }
+        }))
     }
 
-    /// Opens a fresh session; returns it with the cookie value that names it (shown to the
-    /// browser once). `None`: the link is unknown, used or expired, and nothing was written.
+    /// Opens a fresh session, holding `flash` as its one-time message (see
+    /// [`Db::set_flash`]); returns it with the cookie value that names it (shown to the browser
+    /// once). `None`: the link is unknown, used or expired, and nothing was written.
     pub(crate) async fn open_session(
         &self,
         opening: Opening<'_>,
+        flash: Option<&str>,
     ) -> Result<Option<(Session, String)>, StoreError> {
         let now = now_ms();
         let id = random_hex_32();
@@ -92,8 +138,8 @@ impl Db {
             let (account, operator, scope) = columns(&who);
             sqlx::query(
                 "INSERT INTO kxp_sessions \
-                 (id_hash, account_id, operator_id, scope, csrf_token, created_at, last_seen_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $6)",
+                 (id_hash, account_id, operator_id, scope, csrf_token, created_at, last_seen_at, flash) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $6, $7)",
             )
             .bind(sha256_hex(id.as_bytes()))
             .bind(account)
@@ -101,6 +147,7 @@ impl Db {
             .bind(scope)
             .bind(&csrf_token)
             .bind(now)
+            .bind(flash)
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -153,7 +200,6 @@ impl Db {
         Ok(Some(Session { who, csrf_token }))
     }
 
-    /// Ends the session a cookie names (signing out); nothing if there is none.
     /// Keeps `text` for the session `cookie` names until [`Db::take_flash`] (replacing any
     /// message not taken yet).
     pub(crate) async fn set_flash(&self, cookie: &str, text: &str) -> Result<(), StoreError> {
@@ -177,6 +223,20 @@ impl Db {
         about: &str,
     ) -> Result<Option<String>, StoreError> {
         let hash = sha256_hex(cookie.as_bytes());
+        let ours = |flash: Option<&str>| flash.is_some_and(|f| f.starts_with(&format!("{about} ")));
+        // Most pages have no message to take (the account's home asks on every view): a plain
+        // read says so without taking SQLite's write lock.
+        let pending: Option<String> = on_db!(self, |pool, _begin| {
+            sqlx::query_scalar(
+                "SELECT flash FROM kxp_sessions WHERE id_hash = $1 AND flash IS NOT NULL",
+            )
+            .bind(&hash)
+            .fetch_optional(pool)
+            .await?
+        });
+        if !ours(pending.as_deref()) {
+            return Ok(None);
+        }
         let taken: Option<(Option<String>,)> = on_db!(self, |pool, begin| {
             let mut tx = pool.begin_with(begin).await?;
             // SQLite's BEGIN IMMEDIATE already holds the write lock; PostgreSQL locks the row.
@@ -187,10 +247,7 @@ impl Db {
             .bind(&hash)
             .fetch_optional(&mut *tx)
             .await?;
-            let ours = taken
-                .as_ref()
-                .and_then(|(flash,)| flash.as_deref())
-                .is_some_and(|flash| flash.starts_with(&format!("{about} ")));
+            let ours = ours(taken.as_ref().and_then(|(flash,)| flash.as_deref()));
             if ours {
                 sqlx::query("UPDATE kxp_sessions SET flash = NULL WHERE id_hash = $1")
                     .bind(&hash)
@@ -203,6 +260,7 @@ impl Db {
         Ok(taken.and_then(|(flash,)| flash))
     }
 
+    /// Ends the session a cookie names (signing out); nothing if there is none.
     pub(crate) async fn end_session(&self, cookie: &str) -> Result<(), StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query("DELETE FROM kxp_sessions WHERE id_hash = $1")

@@ -31,12 +31,17 @@ async fn a_portal_link_signs_in_once_its_page_is_pressed_and_signing_out_ends_th
         assert!(b.cookie(css::SESSION_COOKIE).await.is_none());
     }
 
-    // Pressing the button signs in: the account's pages, which name it.
+    // Pressing the button signs in: the account's pages, which name it, and say so once.
     b.submit(css::SUBMIT).await;
     assert_eq!(b.path().await, c.merchant_home());
     assert_eq!(b.status().await, 200);
     let page = b.text(css::BODY).await;
     assert!(page.contains(SHOP), "{page}");
+    let account = c.merchant_home().rsplit('/').next().unwrap().to_owned();
+    let banner = b.text(r#"p.notice[role="status"]"#).await;
+    assert_eq!(banner, format!("Signed in to {SHOP} ({account})"));
+    b.goto(&c.url(&c.merchant_home())).await;
+    assert_eq!(b.count(r#"p.notice[role="status"]"#).await, 0, "once");
     assert!(!page.contains(css::READ_ONLY), "{page}");
     let session = b
         .cookie(css::SESSION_COOKIE)

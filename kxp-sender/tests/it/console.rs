@@ -539,3 +539,238 @@ async fn no_link_token_operator_key_or_session_id_reaches_the_logs() {
         assert!(!text.contains(secret), "{secret} is in the logs:\n{text}");
     }
 }
+
+/// The operators' key form: the sign-in cookie (`name=value`) and the form's CSRF token.
+async fn key_form(b: &Browser) -> (String, String) {
+    let form = b.get("/console/sign-in", None).await;
+    assert_eq!(form.status(), 200);
+    let sign_in = cookie_pair(&form, "kxp_sign_in").unwrap();
+    let csrf = hidden(&form.text().await.unwrap(), "csrf_token");
+    (sign_in, csrf)
+}
+
+/// A sign-in form post, from the client `X-Forwarded-For` names (through a proxy on loopback).
+/// The values are hex, keys or ids: no percent-encoding needed.
+async fn sign_in_as(
+    b: &Browser,
+    forwarded_for: Option<&str>,
+    cookie: &str,
+    form: &[(&str, &str)],
+) -> reqwest::Response {
+    let body = form
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    let mut request = b
+        .http
+        .post(format!("{}/console/sign-in", b.base))
+        .header(COOKIE, cookie)
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(body);
+    if let Some(client) = forwarded_for {
+        request = request.header("x-forwarded-for", client);
+    }
+    request.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_planted_sign_in_cookie_with_a_matching_but_unsigned_token_is_refused() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let (sign_in, csrf) = key_form(&b).await;
+    // The server's token: random ‖ HMAC, 128 hex digits.
+    assert_eq!(csrf.len(), 128, "{csrf}");
+    assert_eq!(sign_in, format!("kxp_sign_in={csrf}"));
+
+    // What a sibling subdomain can plant: any value as the cookie, the same in a forged form.
+    let unsigned = [
+        "ab".repeat(32),
+        "ab".repeat(64),
+        format!("{}{}", &csrf[..64], "0".repeat(64)),
+    ];
+    for planted in &unsigned {
+        let refused = sign_in_as(
+            &b,
+            None,
+            &format!("kxp_sign_in={planted}"),
+            &[("csrf_token", planted), ("key", &op_key)],
+        )
+        .await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{planted}");
+        assert!(cookie_pair(&refused, "kxp_session").is_none());
+    }
+    // A token this server signed, but not the cookie's: refused too.
+    let (_, other_csrf) = key_form(&b).await;
+    let refused = sign_in_as(
+        &b,
+        None,
+        &sign_in,
+        &[("csrf_token", &other_csrf), ("key", &op_key)],
+    )
+    .await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    // The page's own pair signs in.
+    let signed = sign_in_as(
+        &b,
+        None,
+        &sign_in,
+        &[("csrf_token", &csrf), ("key", &op_key)],
+    )
+    .await;
+    assert_eq!(signed.status(), StatusCode::SEE_OTHER);
+    assert!(cookie_pair(&signed, "kxp_session").is_some());
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_21st_failed_sign_in_within_a_minute_is_429_with_retry_after() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let (sign_in, csrf) = key_form(&b).await;
+    let wrong = format!("kxp_op_{}", "0".repeat(64));
+
+    // Refused CSRF tokens try no credential, and are not counted.
+    for _ in 0..5 {
+        let refused = sign_in_as(&b, None, &sign_in, &[("csrf_token", "x"), ("key", &wrong)]).await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    }
+    // Twenty failures: ten wrong keys and ten unusable links.
+    for _ in 0..10 {
+        let refused = sign_in_as(
+            &b,
+            None,
+            &sign_in,
+            &[("csrf_token", &csrf), ("key", &wrong)],
+        )
+        .await;
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    }
+    let unknown = "ab".repeat(32);
+    for _ in 0..10 {
+        let refused = sign_in_as(
+            &b,
+            None,
+            &sign_in,
+            &[("csrf_token", &csrf), ("token", &unknown)],
+        )
+        .await;
+        assert_eq!(refused.status(), StatusCode::GONE);
+    }
+    // The 21st is not tried, even with the right key: 429 and when to come back.
+    let limited = sign_in_as(
+        &b,
+        None,
+        &sign_in,
+        &[("csrf_token", &csrf), ("key", &op_key)],
+    )
+    .await;
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(cookie_pair(&limited, "kxp_session").is_none());
+    assert!(
+        limited.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(
+        limited
+            .text()
+            .await
+            .unwrap()
+            .contains("Too many sign-in attempts")
+    );
+    // A link is refused alike.
+    let link = new_link(&s.api.client, NewPortalLink::default()).await;
+    assert_eq!(
+        b.press_link(&link.url).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Behind a proxy on loopback, each client is counted by the address the proxy names:
+    // another client signs in, and the limited one stays limited through the proxy too.
+    let other = sign_in_as(
+        &b,
+        Some("198.51.100.1, 203.0.113.7"),
+        &sign_in,
+        &[("csrf_token", &csrf), ("key", &op_key)],
+    )
+    .await;
+    assert_eq!(other.status(), StatusCode::SEE_OTHER);
+    let through_proxy = sign_in_as(
+        &b,
+        Some("127.0.0.1"),
+        &sign_in,
+        &[("csrf_token", &csrf), ("key", &op_key)],
+    )
+    .await;
+    assert_eq!(through_proxy.status(), StatusCode::TOO_MANY_REQUESTS);
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sign_ins_sent_at_once_are_held_to_the_limit_too() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let (sign_in, csrf) = key_form(&b).await;
+    let wrong = format!("kxp_op_{}", "0".repeat(64));
+    let form = [("csrf_token", csrf.as_str()), ("key", wrong.as_str())];
+    // Fifty at once: each counts as failed from when it is let through, so no more than twenty
+    // are tried, however they interleave.
+    let answers =
+        futures_util::future::join_all((0..50).map(|_| sign_in_as(&b, None, &sign_in, &form)))
+            .await;
+    let mut statuses: Vec<u16> = answers.iter().map(|a| a.status().as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [[401; 20].as_slice(), &[429; 30]].concat());
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_a_portal_link_sign_in_the_first_page_names_the_account_escaped() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let op = s.api.with_key(&op_key).client;
+    let lure = op
+        .create_account(&NewAccount::new("Shop <b>A</b> & \"Co\""))
+        .await
+        .unwrap();
+    let lure_client = s.api.with_key(lure.api_key.expose()).client;
+    let id = lure.account.id.to_string();
+
+    let session = b.session(&lure_client, PortalScope::Manage).await;
+    let (status, html) = b.home(&session).await;
+    assert_eq!(status, 200);
+    let banner = format!("Signed in to Shop &lt;b&gt;A&lt;/b&gt; &amp; &quot;Co&quot; ({id})");
+    assert!(html.contains(&banner), "{html}");
+    assert!(html.contains("role=\"status\""), "{html}");
+    assert!(!html.contains("<b>A</b>"), "{html}");
+    // Once: the next page does not say it again.
+    let (_, again) = b.home(&session).await;
+    assert!(!again.contains("Signed in to"), "{again}");
+
+    // An operator's sign-in has no such line.
+    let (sign_in, csrf) = key_form(&b).await;
+    let signed = sign_in_as(
+        &b,
+        None,
+        &sign_in,
+        &[("csrf_token", &csrf), ("key", &op_key)],
+    )
+    .await;
+    let op_session = cookie_pair(&signed, "kxp_session").unwrap();
+    let page = b.get(&format!("/console/a/{id}"), Some(&op_session)).await;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(!page.contains("Signed in to"), "{page}");
+    s.server.shutdown().await;
+}

@@ -1,9 +1,16 @@
 //! Every input has a documented bound, refused with a precise 4xx: URL length, event types per
-//! endpoint, description, endpoints per account, event size, and the Unicode of `data`.
+//! endpoint, description, endpoints per account, unused portal links per account, event size,
+//! and the Unicode of `data`.
 
+use std::time::Duration;
+
+use kxp_api::{ClientError, ErrorCode, NewAccount, NewPortalLink};
+use kxp_sender::Db;
+use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::sender;
+use crate::console::Browser;
+use crate::support::{Sender, sender, sender_with};
 
 /// `POST /v1/events` with `body` as it is: bytes no JSON value could produce.
 async fn post_event_bytes(s: &crate::support::Sender, body: Vec<u8>) -> reqwest::Response {
@@ -83,6 +90,91 @@ async fn an_account_has_at_most_500_endpoints() {
     assert_eq!(status, 200);
     let (status, error) = s.api.call("POST", "/v1/endpoints", Some(body)).await;
     assert_eq!(status, 201, "{error}");
+    s.server.shutdown().await;
+}
+
+/// Runs `sql` (no parameters) on the sender's database, whichever it is.
+async fn run_sql(db: &Db, sql: &str) {
+    match db {
+        Db::Sqlite(pool) => sqlx::raw_sql(sql).execute(pool).await.map(drop),
+        Db::Postgres(pool) => sqlx::raw_sql(sql).execute(pool).await.map(drop),
+    }
+    .unwrap();
+}
+
+/// What a new link for `client`'s account is refused with (`None`: it was made).
+async fn link_refusal(client: &kxp_api::Client) -> Option<(u16, ErrorCode, Option<Duration>)> {
+    match client.create_portal_link(&NewPortalLink::default()).await {
+        Ok(_) => None,
+        Err(ClientError::Api {
+            status,
+            code,
+            retry_after,
+            ..
+        }) => Some((status, code, retry_after)),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn an_account_has_at_most_1000_unused_portal_links(s: &Sender) {
+    assert_eq!(kxp_sender::MAX_UNUSED_PORTAL_LINKS, 1_000);
+    let client = &s.api.client;
+    let mut links = Vec::new();
+    for _ in 0..1_000 {
+        links.push(
+            client
+                .create_portal_link(&NewPortalLink::default())
+                .await
+                .unwrap(),
+        );
+    }
+    // The 1,001st: 429, and a Retry-After for when the first of them expires (15 minutes).
+    let (status, code, retry_after) = link_refusal(client).await.expect("refused");
+    assert_eq!((status, code), (429, ErrorCode::TooManyPortalLinks));
+    let retry_after = retry_after.expect("a Retry-After");
+    assert!(
+        (Duration::from_secs(1)..=Duration::from_secs(900)).contains(&retry_after),
+        "{retry_after:?}"
+    );
+    // Other accounts have their own.
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let op = s.api.with_key(&op_key).client;
+    let other = op.create_account(&NewAccount::new("Shop B")).await.unwrap();
+    let other = op.clone().for_account(other.account.id.clone());
+    assert!(link_refusal(&other).await.is_none());
+
+    // A used link frees its place, and so does an expired one; then it is full again.
+    let response = Browser::of(s).press_link(&links[0].url).await;
+    assert_eq!(response.status(), 303);
+    assert!(link_refusal(client).await.is_none());
+    assert!(link_refusal(client).await.is_some());
+    let token = links[1].url.rsplit('/').next().unwrap();
+    let hash = kxp_sender::sha256_hex(token.as_bytes());
+    run_sql(
+        s.server.db(),
+        &format!("UPDATE kxp_portal_links SET expires_at = 0 WHERE token_hash = '{hash}'"),
+    )
+    .await;
+    assert!(link_refusal(client).await.is_none());
+    let (status, code, _) = link_refusal(client).await.expect("full again");
+    assert_eq!((status, code), (429, ErrorCode::TooManyPortalLinks));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_has_at_most_1000_unused_portal_links_on_sqlite() {
+    let s = sender("0s").await;
+    an_account_has_at_most_1000_unused_portal_links(&s).await;
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_has_at_most_1000_unused_portal_links_on_postgresql() {
+    let Some(database) = PgDatabase::create("kxp_sender_links").await else {
+        return;
+    };
+    let url = database.url().to_owned();
+    let s = sender_with("0s", move |c| c.database_url = url).await;
+    an_account_has_at_most_1000_unused_portal_links(&s).await;
     s.server.shutdown().await;
 }
 

@@ -1,14 +1,15 @@
 //! Retention: what a purge removes and, above all, what it keeps (the dead-letter queue,
-//! anything unfinished, the events they need).
+//! anything unfinished, the events they need, live console links and sessions).
 
 use std::time::Duration;
 
-use kxp_api::{DeliveryQuery, EndpointId, EndpointPatch, RotateSecret};
+use kxp_api::{DeliveryQuery, EndpointId, EndpointPatch, NewPortalLink, PortalScope, RotateSecret};
 use kxp_sender::Db;
 use kxp_sender::Purged;
 use kxp_sender::now_ms;
 use serde_json::json;
 
+use crate::console::{Browser, cookie_pair, new_link};
 use crate::support::{Receiver, Reply, sender_with};
 
 const WITHIN: Duration = Duration::from_secs(10);
@@ -134,5 +135,100 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue() {
     assert_eq!(db.purge(Some(now_ms())).await.unwrap(), Purged::default());
     s.api.client.resume_endpoint(&endpoint).await.unwrap();
     s.api.wait_for(&held, "delivered", WITHIN).await;
+    s.server.shutdown().await;
+}
+
+/// The `kxp_sessions` row a `kxp_session=<value>` cookie names: `WHERE` it.
+fn session_row(cookie: &str) -> String {
+    let value = cookie.strip_prefix("kxp_session=").unwrap();
+    format!("id_hash = '{}'", kxp_sender::sha256_hex(value.as_bytes()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_removes_expired_portal_links_and_sessions_and_keeps_live_ones() {
+    // No workers, so no purge but the test's own.
+    let s = sender_with("0s", |c| {
+        c.retention = None;
+        c.run_workers = false;
+    })
+    .await;
+    let db = s.server.db();
+    let Db::Sqlite(pool) = db else { unreachable!() };
+    let run = async |sql: &str| {
+        sqlx::raw_sql(sql).execute(pool).await.unwrap();
+    };
+    let b = Browser::of(&s);
+    let client = &s.api.client;
+
+    // Links: 3,001 that expired unused (the review's count, over several batches), one that
+    // expired after it was used, and one live.
+    let account = s.api.client.account().await.unwrap().id;
+    run(&format!(
+        "INSERT INTO kxp_portal_links (token_hash, account_id, scope, created_at, expires_at) \
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3001) \
+         SELECT 'expired-' || i, '{account}', 'manage', 0, 1000 FROM n"
+    ))
+    .await;
+    let used = new_link(client, NewPortalLink::default()).await;
+    let fresh = b.press_link(&used.url).await;
+    let fresh = cookie_pair(&fresh, "kxp_session").unwrap();
+    // Its first page takes the message the sign-in left ("Signed in to …").
+    assert_eq!(b.home(&fresh).await.0, 200);
+    run("UPDATE kxp_portal_links SET expires_at = 1000 WHERE used_at IS NOT NULL").await;
+    let live = new_link(client, NewPortalLink::default()).await;
+
+    // Sessions: one live, one idle for 8 hours, one opened 24 hours ago (busy until now), each
+    // of the two expired ones still holding a one-time message nobody came back for.
+    let idle = b.session(client, PortalScope::Manage).await;
+    let old = b.session(client, PortalScope::Read).await;
+    let hour = 60 * 60 * 1000;
+    run(&format!(
+        "UPDATE kxp_sessions SET last_seen_at = last_seen_at - {}, flash = 'ep_x kxps1.k.secret' \
+         WHERE {}",
+        8 * hour,
+        session_row(&idle)
+    ))
+    .await;
+    run(&format!(
+        "UPDATE kxp_sessions SET created_at = created_at - {}, flash = 'ep_y kxps1.k.secret' \
+         WHERE {}",
+        24 * hour,
+        session_row(&old)
+    ))
+    .await;
+    // The two sessions' links are used but not expired yet: they stay too.
+    assert_eq!(
+        count(db, "SELECT COUNT(*) FROM kxp_portal_links").await,
+        3005
+    );
+    assert_eq!(count(db, "SELECT COUNT(*) FROM kxp_sessions").await, 3);
+
+    let purged = db.purge(None).await.unwrap();
+    assert_eq!(
+        purged,
+        Purged {
+            portal_links: 3002,
+            sessions: 2,
+            ..Purged::default()
+        }
+    );
+    assert_eq!(count(db, "SELECT COUNT(*) FROM kxp_portal_links").await, 3);
+    assert_eq!(count(db, "SELECT COUNT(*) FROM kxp_sessions").await, 1);
+    assert_eq!(
+        count(
+            db,
+            "SELECT COUNT(*) FROM kxp_sessions WHERE flash IS NOT NULL"
+        )
+        .await,
+        0,
+        "the messages went with their sessions"
+    );
+    // What is live still works.
+    assert_eq!(b.home(&fresh).await.0, 200);
+    assert_eq!(b.press_link(&live.url).await.status(), 303);
+    for gone in [&idle, &old] {
+        assert_eq!(b.home(gone).await.0, 303);
+    }
+    assert_eq!(db.purge(None).await.unwrap(), Purged::default());
     s.server.shutdown().await;
 }

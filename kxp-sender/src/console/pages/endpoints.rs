@@ -50,8 +50,19 @@ pub(in crate::console) struct DeleteConfirm<'a> {
 }
 
 /// The account's endpoints, with their health.
-pub(in crate::console) fn endpoints(frame: &Frame<'_>, rows: &[EndpointRow]) -> Markup {
+pub(in crate::console) fn endpoints(
+    frame: &Frame<'_>,
+    rows: &[EndpointRow],
+    signed_in: bool,
+) -> Markup {
     let main = html! {
+        // Just after a portal link's sign-in: which account this is, in words, so that a link
+        // to an account named like another is noticed.
+        @if signed_in {
+            p.notice role="status" {
+                "Signed in to " (frame.account_name) " (" (frame.account_id) ")"
+            }
+        }
         @if frame.may_change {
             p { a.button href=(frame.url("/endpoints/new")) { "Register an endpoint" } }
         }
