@@ -34,9 +34,15 @@ const SECS_20: Duration = Duration::from_secs(20);
 /// A sender with a schedule of three tries in 100 ms, so a receiver down for a second leaves
 /// dead deliveries behind.
 async fn sender(dir: &Path) -> (Server, kxp_api::Client) {
+    let url = format!("sqlite://{}", dir.join("sender.db").display());
+    sender_at(&url, SocketAddr::from(([127, 0, 0, 1], 0))).await
+}
+
+/// [`sender`] on `database_url` at `listen` (a restarted sender keeps its address).
+pub(crate) async fn sender_at(database_url: &str, listen: SocketAddr) -> (Server, kxp_api::Client) {
     let config = Config {
-        database_url: format!("sqlite://{}", dir.join("sender.db").display()),
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        database_url: database_url.to_owned(),
+        listen,
         dev: true,
         schedule: "0s,50ms,50ms"
             .parse::<Schedule>()

@@ -12,11 +12,10 @@ use std::time::{Duration, Instant};
 use kxp_axum::catch_up::{CatchUp, CatchUpConfig, Credential};
 use kxp_catchup::{OrderedBounds, Stop};
 use kxp_dedup::sqlx::{self, Connection};
-use kxp_sender::{Config, Schedule, Server};
 use kxp_testkit::db::{Backend, PgDatabase, SqliteFile};
 
 use crate::ordered::{App, deliver, emit, start};
-use crate::{SECS_20, point, register, wait_status};
+use crate::{SECS_20, point, register, sender_at, wait_status};
 
 /// Waits until `ready` says yes, or fails with `what`.
 async fn until(what: &str, mut ready: impl AsyncFnMut() -> bool) {
@@ -47,31 +46,6 @@ fn config(base: &str, secret: &str) -> CatchUpConfig {
     .with_delay(Duration::from_millis(200))
     .with_interval(Duration::from_millis(500))
     .with_page_size(3)
-}
-
-/// A sender on `database_url` at `listen`, with three tries in 100 ms.
-async fn sender_at(database_url: &str, listen: SocketAddr) -> (Server, kxp_api::Client) {
-    let config = Config {
-        database_url: database_url.to_owned(),
-        listen,
-        dev: true,
-        schedule: "0s,50ms,50ms"
-            .parse::<Schedule>()
-            .unwrap()
-            .with_jitter(0.0)
-            .unwrap(),
-        poll_interval: Duration::from_millis(20),
-        api_key: Some("kxp_test_key".to_owned()),
-        protection: kxp_sender::Protection {
-            breaker_failures: u32::MAX,
-            ..kxp_sender::Protection::default()
-        },
-        ..Config::default()
-    };
-    let server = kxp_sender::start(config).await.unwrap();
-    let client =
-        kxp_api::Client::new(&format!("http://{}", server.addr()), "kxp_test_key").unwrap();
-    (server, client)
 }
 
 /// Event `n`, of the ordering key `key`.
