@@ -52,7 +52,8 @@ impl FeedQuery {
         "event_id": "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62",
         "event_type": "payment.succeeded",
         "body": "{\"id\":\"6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62\",\"type\":\"payment.succeeded\",\"api_version\":\"2026-11-01\",\"created_at\":\"2026-11-30T01:02:03Z\",\"data\":{}}",
-        "headers": {"x-kxp-signature": "t=1764464523,v1=5f0c…"}
+        "headers": {"x-kxp-signature": "t=1764464523,v1=5f0c…"},
+        "mac": "3b9e0f6a…"
     }]
 }))]
 pub struct FeedPage {
@@ -86,6 +87,15 @@ pub struct FeedItem {
     /// `webhook-*` three), signed when the page was served: verify `body` with them exactly as
     /// a delivery, with the usual tolerance.
     pub headers: BTreeMap<String, String>,
+    /// The item's MAC, 64 lowercase hex digits: HMAC-SHA256 with the feed key of the
+    /// credential that read the page, over the endpoint id, `sequence`, `event_id`,
+    /// `ordering_key` and the SHA-256 of `body` (`kxp_verify::FeedItemFields`; the encoding is
+    /// in docs/signature-format.md). The signature headers cover only the body: this is what
+    /// makes the number and the ordering key, which ordered mode orders by, as authentic as
+    /// the body. A receiver refuses a page with an item whose MAC is wrong or missing.
+    /// Optional here only so that such a page still reads, to be refused by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 /// `POST /v1/endpoints/{id}/feed-token`: a new feed token for the endpoint, shown once.

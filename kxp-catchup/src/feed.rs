@@ -1,9 +1,11 @@
-//! The sender's catch-up feed, read with the endpoint's credential.
+//! The sender's catch-up feed, read with the endpoint's credential over TLS (or to this
+//! machine), each page's items checked against their MACs before any of their values is used.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use kxp_api::{ErrorBody, FeedPage, FeedQuery};
-use kxp_verify::{FEED_SIGNATURE_HEADER, Secret, Signer, feed_message};
+use kxp_verify::{FEED_SIGNATURE_HEADER, FeedItemFields, Secret, Signer, feed_message};
 
 /// What a receiver proves it is the endpoint's with.
 #[derive(Clone)]
@@ -46,6 +48,29 @@ pub enum FeedError {
         /// What the body said.
         message: String,
     },
+    /// A page whose items are not all the sender's: an item without its MAC or with a wrong
+    /// one, or a page of another endpoint than the one asked for. Something between the
+    /// receiver and the sender altered it (or the sender is older than this crate: it needs a
+    /// sender that MACs its items). The whole page is refused, before any item is used.
+    #[error("forged: {0}; the page was refused whole")]
+    Forged(String),
+    /// A sender URL over plain `http://` to another host than this machine, or of another
+    /// scheme: the feed, its items and a feed token would cross the network unencrypted. Says
+    /// the scheme and host only, never the rest of the URL (which may hold credentials).
+    #[error(
+        "insecure_url: the sender URL must be https:// (http:// only to 127.0.0.0/8, ::1 or \
+         localhost), not {scheme}:// to {host:?}"
+    )]
+    InsecureUrl {
+        /// The URL's scheme.
+        scheme: String,
+        /// The URL's host, if any.
+        host: String,
+    },
+    /// A sender URL that does not parse (the URL itself is not repeated: it may hold
+    /// credentials).
+    #[error("invalid_url: the sender URL does not parse: {0}")]
+    InvalidUrl(String),
 }
 
 impl FeedError {
@@ -56,6 +81,9 @@ impl FeedError {
             FeedError::Unauthorized => "unauthorized",
             FeedError::RateLimited(_) => "rate_limited",
             FeedError::Unexpected { .. } => "unexpected",
+            FeedError::Forged(_) => "forged",
+            FeedError::InsecureUrl { .. } => "insecure_url",
+            FeedError::InvalidUrl(_) => "invalid_url",
         }
     }
 }
@@ -77,13 +105,25 @@ pub enum Answer {
 pub struct FeedClient {
     base: String,
     credential: Credential,
+    /// What the items are MACed with: the credential's feed key (`Debug` redacts it).
+    item_key: Secret,
     http: reqwest::Client,
 }
 
 impl FeedClient {
     /// The feed of the sender at `base` (`https://webhooks.platform.example`), read with
     /// `credential`. Requests time out after 30 s.
+    ///
+    /// `base` must be `https://`, or `http://` to this machine (127.0.0.0/8, `[::1]`,
+    /// `localhost`), else [`FeedError::InsecureUrl`], before any connection: an item's MAC
+    /// keeps its number and ordering key from being altered, but over plain HTTP anyone on
+    /// the way would read the events, and a feed token.
     pub fn new(base: &str, credential: Credential) -> Result<FeedClient, FeedError> {
+        secure(base)?;
+        let item_key = match &credential {
+            Credential::Secret(secret) => secret.feed_key(),
+            Credential::Token(token) => Secret::from_feed_token(token).feed_key(),
+        };
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .user_agent(concat!("kxp-catchup/", env!("CARGO_PKG_VERSION")))
@@ -92,11 +132,14 @@ impl FeedClient {
         Ok(FeedClient {
             base: base.trim_end_matches('/').to_owned(),
             credential,
+            item_key,
             http,
         })
     }
 
-    /// The endpoint's items after `after`, at most `limit`.
+    /// The endpoint's items after `after`, at most `limit`; a page is answered only when it is
+    /// `endpoint_id`'s and each of its items has the MAC the sender makes with this client's
+    /// credential ([`FeedError::Forged`] otherwise).
     pub async fn page(
         &self,
         endpoint_id: &str,
@@ -141,9 +184,12 @@ impl FeedClient {
             .map_err(|e| FeedError::Transport(e.without_url().to_string()))?;
         let unexpected = |message: String| FeedError::Unexpected { status, message };
         match status {
-            200 => serde_json::from_slice(&body)
-                .map(Answer::Page)
-                .map_err(|e| unexpected(e.to_string())),
+            200 => {
+                let page: FeedPage =
+                    serde_json::from_slice(&body).map_err(|e| unexpected(e.to_string()))?;
+                authentic(&page, endpoint_id, &self.item_key)?;
+                Ok(Answer::Page(page))
+            }
             401 => Err(FeedError::Unauthorized),
             429 => Err(FeedError::RateLimited(retry_after)),
             410 => match serde_json::from_slice::<ErrorBody>(&body) {
@@ -160,4 +206,67 @@ impl FeedClient {
             )),
         }
     }
+}
+
+/// Refuses `base` unless it is `https://`, or `http://` to a loopback host.
+fn secure(base: &str) -> Result<(), FeedError> {
+    let url = reqwest::Url::parse(base).map_err(|e| FeedError::InvalidUrl(e.to_string()))?;
+    let host = url.host_str().unwrap_or_default();
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if is_loopback(host) => Ok(()),
+        scheme => Err(FeedError::InsecureUrl {
+            scheme: scheme.to_owned(),
+            host: host.to_owned(),
+        }),
+    }
+}
+
+/// Whether a URL's host (as the URL parser normalized it: IPv6 in brackets, IPv4 dotted,
+/// names in lowercase) is this machine.
+fn is_loopback(host: &str) -> bool {
+    if host == "localhost" {
+        return true;
+    }
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return v6.parse::<Ipv6Addr>().is_ok_and(|ip| ip.is_loopback());
+    }
+    host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Refuses a page that is not `endpoint_id`'s, or with an item whose MAC under `item_key` is
+/// missing or wrong: checked before anything reads an item's number, event or ordering key.
+fn authentic(page: &FeedPage, endpoint_id: &str, item_key: &Secret) -> Result<(), FeedError> {
+    if page.endpoint_id.as_str() != endpoint_id {
+        // The page's own id is not repeated: it is whatever the altered page says.
+        return Err(FeedError::Forged(format!(
+            "the page asked for as endpoint {endpoint_id}'s names another endpoint"
+        )));
+    }
+    for item in &page.items {
+        let fields = FeedItemFields {
+            endpoint_id,
+            sequence: item.sequence,
+            event_id: item.event_id.as_str(),
+            ordering_key: item.ordering_key.as_deref(),
+            body: item.body.as_bytes(),
+        };
+        match item.mac.as_deref() {
+            None => {
+                return Err(FeedError::Forged(format!(
+                    "an item numbered {} has no mac (stripped on the way, or a sender older \
+                     than this kxp-catchup)",
+                    item.sequence
+                )));
+            }
+            Some(mac) if !fields.verify_mac(item_key, mac) => {
+                return Err(FeedError::Forged(format!(
+                    "the mac of an item numbered {} does not match it",
+                    item.sequence
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }

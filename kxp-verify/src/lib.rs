@@ -20,6 +20,7 @@ mod ed25519;
 mod error;
 #[cfg(feature = "serde")]
 mod event;
+mod feed_item;
 mod fingerprint;
 mod header;
 mod hex;
@@ -33,6 +34,7 @@ pub use ed25519::{Ed25519SignedHeader, PublicKey, SigningKey};
 pub use error::{ConfigError, Error, ErrorKind, Malformed};
 #[cfg(feature = "serde")]
 pub use event::{Envelope, EnvelopeError, EnvelopeErrorKind, Event};
+pub use feed_item::{FEED_ITEM_MAC_LABEL, FeedItemFields};
 pub use fingerprint::{KeyFingerprint, key_fingerprint};
 pub use header::SignatureHeader;
 pub use secret::{FEED_KEY_LABEL, Secret};

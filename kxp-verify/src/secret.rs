@@ -3,7 +3,7 @@
 use core::fmt;
 
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use crate::ed25519::PublicKey;
 use crate::error::ConfigError;
@@ -121,6 +121,35 @@ impl Secret {
         }
         Secret {
             keyed: Hmac::<Sha256>::new(&(*block).into()),
+            fingerprint: key_fingerprint(&*key),
+        }
+    }
+
+    /// The secret a feed token stands for when items read with it are MACed
+    /// ([`FeedItemFields`](crate::FeedItemFields)): keyed with the 64 lowercase hex digits of
+    /// the token's SHA-256, that is `Secret::new(hex(sha256(token)))`, whose
+    /// [`feed_key`](Secret::feed_key) is the item key. The sender keeps only that hash, so it
+    /// can compute the key without the token.
+    ///
+    /// A MAC under it is only as strong as the token's secrecy (and the sender database's,
+    /// which holds the hash): a bearer token crosses the wire with every request, where a
+    /// signed request shows nothing of its secret.
+    ///
+    /// ```
+    /// use kxp_verify::Secret;
+    ///
+    /// // sha256("kxpft_test"), in lowercase hex: what the sender stores for the token.
+    /// let hash = "2a680d91f3cff9b36bd33c3bb3704f5b31172413f042adb6ad3932a09781c9f8";
+    /// let from_token = Secret::from_feed_token("kxpft_test");
+    /// assert_eq!(from_token.fingerprint(), Secret::new(hash)?.fingerprint());
+    /// # Ok::<(), kxp_verify::ConfigError>(())
+    /// ```
+    pub fn from_feed_token(token: &str) -> Secret {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        // 64 hex digits are exactly HMAC's block: keying with them needs no length check.
+        let key = zeroize::Zeroizing::new(crate::hex::encode_32(&digest));
+        Secret {
+            keyed: Hmac::<Sha256>::new(&(*key).into()),
             fingerprint: key_fingerprint(&*key),
         }
     }
@@ -306,6 +335,23 @@ mod tests {
         assert_eq!(
             crate::hex::encode_32(&expected),
             *b"f7070cca1221d9420b0f94da9139c4ecfb3f7b9d9990bc5a9a8dc09757e5e405"
+        );
+    }
+
+    #[test]
+    fn a_feed_tokens_secret_is_keyed_with_the_hex_of_its_hash() {
+        let hash = "2a680d91f3cff9b36bd33c3bb3704f5b31172413f042adb6ad3932a09781c9f8";
+        let from_token = Secret::from_feed_token("kxpft_test");
+        let from_hash = Secret::new(hash).unwrap();
+        assert_eq!(from_token.mac(b"1", b"body"), from_hash.mac(b"1", b"body"));
+        assert_eq!(from_token.fingerprint(), key_fingerprint(hash.as_bytes()));
+        assert_eq!(
+            from_token.feed_key().mac(b"1", b"body"),
+            from_hash.feed_key().mac(b"1", b"body")
+        );
+        assert_ne!(
+            Secret::from_feed_token("kxpft_tesu").fingerprint(),
+            from_token.fingerprint()
         );
     }
 

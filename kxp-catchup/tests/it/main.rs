@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod actix;
+mod feed_integrity;
 mod ordered;
 mod scopes;
 mod stops;

@@ -15,7 +15,9 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use kxp_api::{
     DEFAULT_FEED_LIMIT, ErrorCode, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT,
 };
-use kxp_verify::{DEFAULT_TOLERANCE, FEED_SIGNATURE_HEADER, Verifier, feed_message};
+use kxp_verify::{
+    DEFAULT_TOLERANCE, FEED_SIGNATURE_HEADER, FeedItemFields, Secret, Verifier, feed_message,
+};
 
 use super::errors::ApiQuery;
 use super::{ApiError, AppState, Authed};
@@ -33,7 +35,8 @@ pub const FEED_RATE_LIMIT: u32 = 20;
 const FEED_TOKEN_PREFIX: &str = "kxpft_";
 
 /// The endpoint's events after `after`, each with its number, its body byte for byte as a
-/// delivery sends it and the signature headers a delivery made now would carry. Authenticated
+/// delivery sends it, the signature headers a delivery made now would carry and a MAC over all
+/// of it with the key of the credential that read the page (`FeedItem::mac`). Authenticated
 /// with the endpoint's credential: `X-Kxp-Feed-Signature: t=…,v1=…` over `GET <path?query>`
 /// with the feed key of a live HMAC secret (within 5 minutes), or `Authorization: Bearer
 /// <feed token>`; never with an API key. Answers 410 `sequence_purged` when retention purged
@@ -58,8 +61,10 @@ pub(super) async fn feed(
         .as_ref()
         .map(|s| open_secrets(&state.shared, s.id.as_str(), &s.secrets))
         .unwrap_or_default();
-    let Some(source) = source.filter(|s| authenticated(s, &secrets, &method, &uri, &headers))
-    else {
+    let Some((source, item_key)) = source.and_then(|s| {
+        let key = authenticated(&s, &secrets, &method, &uri, &headers)?;
+        Some((s, key))
+    }) else {
         return Err(ApiError::new(
             ErrorCode::Unauthorized,
             "the request must be signed with a live secret of this endpoint (X-Kxp-Feed-Signature) \
@@ -99,7 +104,7 @@ pub(super) async fn feed(
     let rows = contiguous(&source, after, rows)?;
     let items = rows
         .into_iter()
-        .map(|row| item(&source, &secrets, row))
+        .map(|row| item(&source, &secrets, &item_key, row))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Json(FeedPage {
         endpoint_id: source.id.clone(),
@@ -128,35 +133,47 @@ pub(super) async fn create_feed_token(
     Ok((StatusCode::CREATED, Json(FeedToken { token })))
 }
 
-/// Whether the request carries the endpoint's feed token, or is signed with the feed key of one
-/// of its live HMAC secrets over its method and target, within the tolerance.
+/// The key the page's items are MACed with, when the request carries the endpoint's feed token
+/// or is signed with the feed key of one of its live HMAC secrets over its method and target,
+/// within the tolerance; `None` when it is not authenticated.
+///
+/// The key is the credential's own: the feed key that verified this request (during a
+/// rotation, the one of whichever secret the receiver signed with, which is the one it checks
+/// the MACs with), or for a token the feed key of `Secret::new(<the stored hash>)`, which is
+/// `Secret::from_feed_token(token)` on the receiver's side.
 fn authenticated(
     source: &FeedSource,
     secrets: &[Material],
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
-) -> bool {
+) -> Option<Secret> {
     if let (Some(token), Some(hash)) = (bearer(headers), &source.feed_token_hash) {
         // Hashes of a secret compared: nothing about the token leaks from how long it takes.
-        return sha256_hex(token.as_bytes()) == *hash;
+        return (sha256_hex(token.as_bytes()) == *hash)
+            .then(|| Secret::new(hash).ok())
+            .flatten()
+            .map(|secret| secret.feed_key());
     }
-    let Some(header) = headers.get(FEED_SIGNATURE_HEADER) else {
-        return false;
-    };
-    let keys = secrets.iter().filter_map(|m| match &m.key {
-        Key::Hmac(secret) => Some(secret.feed_key()),
-        Key::Ed25519(_) => None,
-    });
-    let Ok(verifier) = Verifier::with_secrets(keys) else {
-        return false;
-    };
+    let header = headers.get(FEED_SIGNATURE_HEADER)?;
+    let keys: Vec<Secret> = secrets
+        .iter()
+        .filter_map(|m| match &m.key {
+            Key::Hmac(secret) => Some(secret.feed_key()),
+            Key::Ed25519(_) => None,
+        })
+        .collect();
+    let verifier = Verifier::with_secrets(keys.iter().cloned()).ok()?;
     let target = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let message = feed_message(method.as_str(), target);
-    verifier
+    let verified = verifier
         .with_tolerance(DEFAULT_TOLERANCE)
         .verify_now(header.as_bytes(), &message)
-        .is_ok()
+        .ok()?;
+    // The verifier names the key that matched by its fingerprint; an endpoint's live secrets
+    // are distinct, and so are their feed keys' fingerprints.
+    keys.into_iter()
+        .find(|key| key.fingerprint() == verified.key_fingerprint())
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -200,8 +217,13 @@ fn contiguous(
 }
 
 /// One row as a delivery would send it now: sealed to the endpoint's encryption key when it has
-/// one, and signed with all its live material.
-fn item(source: &FeedSource, secrets: &[Material], row: FeedRow) -> Result<FeedItem, ApiError> {
+/// one, and signed with all its live material; with its MAC under `item_key`.
+fn item(
+    source: &FeedSource,
+    secrets: &[Material],
+    item_key: &Secret,
+    row: FeedRow,
+) -> Result<FeedItem, ApiError> {
     let unsendable = |why: String| {
         tracing::error!(
             target: "kxp_sender", endpoint_id = %source.id, error = %why,
@@ -222,13 +244,23 @@ fn item(source: &FeedSource, secrets: &[Material], row: FeedRow) -> Result<FeedI
             .into_iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect();
+    let sequence = u64::try_from(row.sequence).unwrap_or(0);
+    let mac = FeedItemFields {
+        endpoint_id: source.id.as_str(),
+        sequence,
+        event_id: row.event_id.as_str(),
+        ordering_key: row.ordering_key.as_deref(),
+        body: body.as_bytes(),
+    }
+    .mac_hex(item_key);
     Ok(FeedItem {
-        sequence: u64::try_from(row.sequence).unwrap_or(0),
+        sequence,
         event_id: row.event_id,
         event_type: row.event_type,
         ordering_key: row.ordering_key,
         body,
         headers,
+        mac: Some(mac),
     })
 }
 

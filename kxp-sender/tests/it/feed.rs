@@ -1,13 +1,14 @@
 //! The catch-up feed: an endpoint's events by number, read with the endpoint's own credential
 //! (a request signed with the feed key of its secret, or its feed token), never an API key;
-//! each item the body a delivery sends, signed anew; 410 past what retention purged; rate
-//! limited; there whatever the deliveries' state.
+//! each item the body a delivery sends, signed anew, and MACed as a whole with the key of the
+//! credential that read it; 410 past what retention purged; rate limited; there whatever the
+//! deliveries' state.
 
 use std::time::Duration;
 
-use kxp_api::{EndpointCreated, FeedPage, NewEndpoint};
+use kxp_api::{EndpointCreated, FeedPage, NewEndpoint, RotateSecret};
 use kxp_sender::Db;
-use kxp_verify::{PublicKey, Secret, Signer, Verifier, feed_message};
+use kxp_verify::{FeedItemFields, PublicKey, Secret, Signer, Verifier, feed_message};
 use serde_json::{Value, json};
 
 use crate::support::{Api, Receiver, Reply, sender, typed};
@@ -317,5 +318,79 @@ async fn a_flood_of_feed_requests_is_answered_429() {
         }
     }
     assert!(limited > 0, "200 requests at once, 20 a second allowed");
+    s.server.shutdown().await;
+}
+
+/// Whether every item of `page` carries a MAC under `key` for the endpoint `id`.
+fn macs_verify(page: &FeedPage, id: &str, key: &Secret) -> bool {
+    page.items.iter().all(|item| {
+        let fields = FeedItemFields {
+            endpoint_id: id,
+            sequence: item.sequence,
+            event_id: item.event_id.as_str(),
+            ordering_key: item.ordering_key.as_deref(),
+            body: item.body.as_bytes(),
+        };
+        item.mac
+            .as_deref()
+            .is_some_and(|mac| fields.verify_mac(key, mac))
+    })
+}
+
+#[tokio::test]
+async fn each_item_is_maced_with_the_key_of_the_credential_that_read_the_page() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![]).await;
+    let (id, old) = s.api.endpoint(&receiver.url, json!({})).await;
+    for (n, key) in [(1, Some("pay_1")), (2, None)] {
+        let event = json!({"type": "payment.updated", "data": {"n": n}, "ordering_key": key});
+        let (status, body) = s.api.call("POST", "/v1/events", Some(event)).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let page = page_of(&s.api, &id, &old, 2).await;
+    let feed_key = |secret: &str| Secret::new(secret).unwrap().feed_key();
+    assert_eq!(page.items.len(), 2, "{page:?}");
+    assert!(macs_verify(&page, &id, &feed_key(&old)), "{page:?}");
+    // Under no other key, and bound to the endpoint.
+    assert!(!macs_verify(&page, &id, &Secret::new(&old).unwrap()));
+    assert!(!macs_verify(&page, "ep_other", &feed_key(&old)));
+
+    // During a rotation both secrets read the feed, each page MACed with the one that signed.
+    let rotated = s
+        .api
+        .client
+        .rotate_secret(&id.as_str().into(), &RotateSecret::overlap("1h"))
+        .await
+        .unwrap();
+    let new = rotated.secret.unwrap().expose().to_owned();
+    for (reader, other) in [(&old, &new), (&new, &old)] {
+        let (status, body) = signed(&s.api, &id, "", reader).await;
+        assert_eq!(status, 200, "{body}");
+        let page: FeedPage = typed(body);
+        assert_eq!(page.items.len(), 2, "{page:?}");
+        assert!(macs_verify(&page, &id, &feed_key(reader)));
+        assert!(!macs_verify(&page, &id, &feed_key(other)));
+    }
+
+    // With a feed token: the feed key of the secret that is the hex of the token's SHA-256.
+    let token = s
+        .api
+        .client
+        .create_feed_token(&id.as_str().into())
+        .await
+        .unwrap()
+        .token;
+    let bearer = format!("Bearer {token}");
+    let target = format!("/v1/endpoints/{id}/feed");
+    let (status, body) = get(&s.api, &target, &[("authorization", &bearer)]).await;
+    assert_eq!(status, 200, "{body}");
+    let page: FeedPage = typed(body);
+    assert_eq!(page.items.len(), 2, "{page:?}");
+    assert!(macs_verify(
+        &page,
+        &id,
+        &Secret::from_feed_token(&token).feed_key()
+    ));
+    assert!(!macs_verify(&page, &id, &feed_key(&new)));
     s.server.shutdown().await;
 }

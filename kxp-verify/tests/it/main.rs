@@ -5,6 +5,7 @@
 
 mod ed25519;
 mod envelope;
+mod feed_item;
 mod no_alloc;
 mod properties;
 mod standard_webhooks;
