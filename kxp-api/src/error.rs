@@ -116,6 +116,12 @@ pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub earliest: Option<u64>,
+    /// With `sequence_purged` only: the MAC of `earliest` for the request's `after`, as a feed
+    /// page's (`kxp_verify::FeedPageFields::purged`): a forged `earliest` would move a
+    /// receiver's checkpoint past events it never processed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub mac: Option<String>,
 }
 
 impl ErrorBody {
@@ -126,6 +132,7 @@ impl ErrorBody {
             message: message.into(),
             path: None,
             earliest: None,
+            mac: None,
         }
     }
 }

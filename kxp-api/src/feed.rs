@@ -54,7 +54,8 @@ impl FeedQuery {
         "body": "{\"id\":\"6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62\",\"type\":\"payment.succeeded\",\"api_version\":\"2026-11-01\",\"created_at\":\"2026-11-30T01:02:03Z\",\"data\":{}}",
         "headers": {"x-kxp-signature": "t=1764464523,v1=5f0c…"},
         "mac": "3b9e0f6a…"
-    }]
+    }],
+    "mac": "8a41c2d7…"
 }))]
 pub struct FeedPage {
     /// The endpoint.
@@ -64,6 +65,13 @@ pub struct FeedPage {
     pub latest: u64,
     /// The items, by number.
     pub items: Vec<FeedItem>,
+    /// The page's frame MAC, 64 lowercase hex digits: HMAC-SHA256 with the item key (as
+    /// [`FeedItem::mac`]) over the endpoint id, the request's `after` and `latest`
+    /// (`kxp_verify::FeedPageFields::page`; docs/signature-format.md). The items' MACs do not
+    /// cover `latest`, and a forged one below a receiver's checkpoint reads as a reset of the
+    /// sender. Optional here only so that a page without it still reads, to be refused by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 /// One event of the feed, as a delivery would bring it now.

@@ -5,7 +5,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use kxp_api::{ErrorBody, FeedPage, FeedQuery};
-use kxp_verify::{FEED_SIGNATURE_HEADER, FeedItemFields, Secret, Signer, feed_message};
+use kxp_verify::{
+    FEED_SIGNATURE_HEADER, FeedItemFields, FeedPageFields, Secret, Signer, feed_message,
+};
 
 /// What a receiver proves it is the endpoint's with.
 #[derive(Clone)]
@@ -124,7 +126,10 @@ impl FeedClient {
             Credential::Secret(secret) => secret.feed_key(),
             Credential::Token(token) => Secret::from_feed_token(token).feed_key(),
         };
+        // No redirects: a redirect could take the signed request (replayable for its
+        // tolerance) and the page to a plain-HTTP or other host the URL check never saw.
         let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_secs(30))
             .user_agent(concat!("kxp-catchup/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -187,7 +192,7 @@ impl FeedClient {
             200 => {
                 let page: FeedPage =
                     serde_json::from_slice(&body).map_err(|e| unexpected(e.to_string()))?;
-                authentic(&page, endpoint_id, &self.item_key)?;
+                authentic(&page, endpoint_id, after, &self.item_key)?;
                 Ok(Answer::Page(page))
             }
             401 => Err(FeedError::Unauthorized),
@@ -195,8 +200,25 @@ impl FeedClient {
             410 => match serde_json::from_slice::<ErrorBody>(&body) {
                 Ok(ErrorBody {
                     earliest: Some(earliest),
+                    mac,
                     ..
-                }) => Ok(Answer::Purged { earliest }),
+                }) => {
+                    let frame = FeedPageFields::purged(endpoint_id, after, earliest);
+                    if !mac.is_some_and(|mac| frame.verify_mac(&self.item_key, &mac)) {
+                        return Err(FeedError::Forged(format!(
+                            "a 410 saying the feed resumes at {earliest} has no mac that \
+                             matches it"
+                        )));
+                    }
+                    // A purge leaves a hole right after `after`: anything else is no answer
+                    // a sender gives.
+                    if earliest <= after.saturating_add(1) {
+                        return Err(unexpected(format!(
+                            "410 with earliest {earliest}, not past after={after} + 1"
+                        )));
+                    }
+                    Ok(Answer::Purged { earliest })
+                }
                 _ => Err(unexpected("410 without `earliest`".to_owned())),
             },
             _ => Err(unexpected(
@@ -234,14 +256,37 @@ fn is_loopback(host: &str) -> bool {
     host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Refuses a page that is not `endpoint_id`'s, or with an item whose MAC under `item_key` is
-/// missing or wrong: checked before anything reads an item's number, event or ordering key.
-fn authentic(page: &FeedPage, endpoint_id: &str, item_key: &Secret) -> Result<(), FeedError> {
+/// Refuses a page that is not `endpoint_id`'s answer to `after`, or whose frame MAC (over
+/// `latest`) or an item's MAC under `item_key` is missing or wrong: checked before anything
+/// reads the page's `latest` or an item's number, event or ordering key.
+fn authentic(
+    page: &FeedPage,
+    endpoint_id: &str,
+    after: u64,
+    item_key: &Secret,
+) -> Result<(), FeedError> {
     if page.endpoint_id.as_str() != endpoint_id {
         // The page's own id is not repeated: it is whatever the altered page says.
         return Err(FeedError::Forged(format!(
             "the page asked for as endpoint {endpoint_id}'s names another endpoint"
         )));
+    }
+    let frame = FeedPageFields::page(endpoint_id, after, page.latest);
+    match page.mac.as_deref() {
+        None => {
+            return Err(FeedError::Forged(
+                "the page has no mac (stripped on the way, or a sender older than this \
+                 kxp-catchup: upgrade the sender first)"
+                    .to_owned(),
+            ));
+        }
+        Some(mac) if !frame.verify_mac(item_key, mac) => {
+            return Err(FeedError::Forged(format!(
+                "the page's mac does not match its latest number ({}) for after={after}",
+                page.latest
+            )));
+        }
+        Some(_) => {}
     }
     for item in &page.items {
         let fields = FeedItemFields {

@@ -86,22 +86,121 @@ impl FeedItemFields<'_> {
     /// carries.
     #[cfg(feature = "alloc")]
     pub fn mac_hex(&self, item_key: &Secret) -> alloc::string::String {
-        // Hex digits are ASCII: each byte is one char.
-        hex::encode_32(&self.mac(item_key))
-            .iter()
-            .map(|&b| char::from(b))
-            .collect()
+        hex_string(&self.mac(item_key))
     }
 
     /// Whether `mac` (64 hex digits, either case, as `v1` signatures are read) is the item's
     /// MAC under `item_key`. Compared in constant time, so how long a refusal takes tells
     /// nothing of the right MAC; anything but 64 hex digits is refused.
     pub fn verify_mac(&self, item_key: &Secret, mac: &str) -> bool {
-        let Ok(digits) = <&[u8; 64]>::try_from(mac.as_bytes()) else {
-            return false;
-        };
-        hex::is_hex_64(digits) && bool::from(hex::matches(&self.mac(item_key), digits))
+        verify(&self.mac(item_key), mac)
     }
+}
+
+/// What the MAC of a feed page's frame is computed under ([`FeedPageFields`]).
+pub const FEED_PAGE_MAC_LABEL: &str = "kxp-feed-page-v1";
+
+/// What the MAC of a feed's 410 `sequence_purged` answer is computed under
+/// ([`FeedPageFields`]).
+pub const FEED_PURGED_MAC_LABEL: &str = "kxp-feed-purged-v1";
+
+/// The frame of one feed answer, which its items' MACs do not cover: the endpoint, the `after`
+/// it answers, and where the feed stands — a page's `latest`, or a 410's `earliest`.
+///
+/// Without it, anyone on the way could answer with another `latest` (one below the receiver's
+/// checkpoint reads as a reset of the sender) or a 410 whose `earliest` moves the checkpoint
+/// past events never processed. The MAC is lowercase hex of HMAC-SHA256 under the item key
+/// ([`FeedItemFields`]) over four length-prefixed fields, as the item's are: the label
+/// ([`FEED_PAGE_MAC_LABEL`] for a page, [`FEED_PURGED_MAC_LABEL`] for a 410), the endpoint id,
+/// `after` as 8 bytes big-endian, and `latest` or `earliest` as 8 bytes big-endian. `after`
+/// binds the answer to the request, so an answer to another `after` does not pass for this
+/// one.
+///
+/// ```
+/// use kxp_verify::{FeedPageFields, Secret};
+///
+/// let item_key = Secret::new("whsec_test")?.feed_key();
+/// let page = FeedPageFields::page("ep_1", 7, 12);
+/// let mac = page.mac_hex(&item_key);
+/// assert!(page.verify_mac(&item_key, &mac));
+/// assert!(!FeedPageFields::page("ep_1", 7, 3).verify_mac(&item_key, &mac));
+/// assert!(!FeedPageFields::purged("ep_1", 7, 12).verify_mac(&item_key, &mac));
+/// # Ok::<(), kxp_verify::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedPageFields<'a> {
+    label: &'static str,
+    /// The endpoint whose feed answered (the one the receiver asked for).
+    pub endpoint_id: &'a str,
+    /// The `after` of the request answered.
+    pub after: u64,
+    /// A page's `latest`, or a 410's `earliest`.
+    pub bound: u64,
+}
+
+impl<'a> FeedPageFields<'a> {
+    /// The frame of a page: `latest`, the highest number the endpoint has given.
+    pub fn page(endpoint_id: &'a str, after: u64, latest: u64) -> FeedPageFields<'a> {
+        FeedPageFields {
+            label: FEED_PAGE_MAC_LABEL,
+            endpoint_id,
+            after,
+            bound: latest,
+        }
+    }
+
+    /// The frame of a 410 `sequence_purged`: `earliest`, the first number the feed holds
+    /// after the purged ones.
+    pub fn purged(endpoint_id: &'a str, after: u64, earliest: u64) -> FeedPageFields<'a> {
+        FeedPageFields {
+            label: FEED_PURGED_MAC_LABEL,
+            endpoint_id,
+            after,
+            bound: earliest,
+        }
+    }
+
+    /// The frame's MAC under `item_key`, as bytes.
+    pub fn mac(&self, item_key: &Secret) -> [u8; 32] {
+        let (after, bound) = (self.after.to_be_bytes(), self.bound.to_be_bytes());
+        item_key.mac_of([
+            &length(self.label.as_bytes()),
+            self.label.as_bytes(),
+            &length(self.endpoint_id.as_bytes()),
+            self.endpoint_id.as_bytes(),
+            &length(&after),
+            &after,
+            &length(&bound),
+            &bound,
+        ])
+    }
+
+    /// The frame's MAC under `item_key`, as 64 lowercase hex digits.
+    #[cfg(feature = "alloc")]
+    pub fn mac_hex(&self, item_key: &Secret) -> alloc::string::String {
+        hex_string(&self.mac(item_key))
+    }
+
+    /// Whether `mac` (64 hex digits, either case) is the frame's MAC under `item_key`,
+    /// compared in constant time.
+    pub fn verify_mac(&self, item_key: &Secret, mac: &str) -> bool {
+        verify(&self.mac(item_key), mac)
+    }
+}
+
+/// 32 bytes as 64 lowercase hex digits.
+#[cfg(feature = "alloc")]
+fn hex_string(mac: &[u8; 32]) -> alloc::string::String {
+    // Hex digits are ASCII: each byte is one char.
+    hex::encode_32(mac).iter().map(|&b| char::from(b)).collect()
+}
+
+/// Whether `mac` is 64 hex digits (either case) spelling `expected`, in constant time.
+fn verify(expected: &[u8; 32], mac: &str) -> bool {
+    let Ok(digits) = <&[u8; 64]>::try_from(mac.as_bytes()) else {
+        return false;
+    };
+    hex::is_hex_64(digits) && bool::from(hex::matches(expected, digits))
 }
 
 /// A field's length prefix: 4 bytes big-endian. Every field the MAC covers is far shorter than
@@ -135,6 +234,52 @@ mod tests {
 
     fn hex_of(mac: [u8; 32]) -> std::string::String {
         std::string::String::from_utf8(hex::encode_32(&mac).to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_frame_is_its_four_length_prefixed_fields_under_its_label() {
+        for (frame, label, bound) in [
+            (
+                FeedPageFields::page("ep_1", 7, 12),
+                "kxp-feed-page-v1",
+                12u64,
+            ),
+            (
+                FeedPageFields::purged("ep_1", 7, 12),
+                "kxp-feed-purged-v1",
+                12,
+            ),
+        ] {
+            let mut message = std::vec::Vec::new();
+            for field in [
+                label.as_bytes(),
+                b"ep_1",
+                &7u64.to_be_bytes(),
+                &bound.to_be_bytes(),
+            ] {
+                message.extend_from_slice(&u32::try_from(field.len()).unwrap().to_be_bytes());
+                message.extend_from_slice(field);
+            }
+            assert_eq!(frame.mac(&key()), key().mac_of([&message[..]]));
+            let mac = frame.mac_hex(&key());
+            assert!(frame.verify_mac(&key(), &mac));
+            assert!(frame.verify_mac(&key(), &mac.to_uppercase()));
+            for other in [
+                FeedPageFields {
+                    endpoint_id: "ep_2",
+                    ..frame
+                },
+                FeedPageFields { after: 8, ..frame },
+                FeedPageFields { bound: 13, ..frame },
+            ] {
+                assert!(!other.verify_mac(&key(), &mac), "{other:?}");
+            }
+            let token_key = Secret::from_feed_token("kxpft_test").feed_key();
+            assert!(!frame.verify_mac(&token_key, &mac));
+        }
+        // A page and a 410 of the same numbers are told apart.
+        let page = FeedPageFields::page("ep_1", 7, 12).mac_hex(&key());
+        assert!(!FeedPageFields::purged("ep_1", 7, 12).verify_mac(&key(), &page));
     }
 
     #[test]

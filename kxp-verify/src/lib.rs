@@ -34,7 +34,9 @@ pub use ed25519::{Ed25519SignedHeader, PublicKey, SigningKey};
 pub use error::{ConfigError, Error, ErrorKind, Malformed};
 #[cfg(feature = "serde")]
 pub use event::{Envelope, EnvelopeError, EnvelopeErrorKind, Event};
-pub use feed_item::{FEED_ITEM_MAC_LABEL, FeedItemFields};
+pub use feed_item::{
+    FEED_ITEM_MAC_LABEL, FEED_PAGE_MAC_LABEL, FEED_PURGED_MAC_LABEL, FeedItemFields, FeedPageFields,
+};
 pub use fingerprint::{KeyFingerprint, key_fingerprint};
 pub use header::SignatureHeader;
 pub use secret::{FEED_KEY_LABEL, Secret};

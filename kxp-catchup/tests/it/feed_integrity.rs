@@ -71,10 +71,14 @@ async fn forward(
         }
     }
     let answer = forwarded.send().await.unwrap();
-    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
+    let mut status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
     let mut body: Value = answer.json().await.unwrap();
     if status == StatusCode::OK {
         (alter.lock().unwrap())(&mut body);
+        // A forgery may answer with another status: the alteration says which in `__status`.
+        if let Some(code) = body.as_object_mut().unwrap().remove("__status") {
+            status = StatusCode::from_u16(u16::try_from(code.as_u64().unwrap()).unwrap()).unwrap();
+        }
     }
     let headers = [("content-type", "application/json")];
     (status, headers, Bytes::from(body.to_string())).into_response()
@@ -188,6 +192,37 @@ fn forgeries() -> Vec<(&'static str, Alter)> {
             "another endpoint named",
             Box::new(|page: &mut Value| {
                 page["endpoint_id"] = json!("ep_0000000000000000000000000000dead");
+            }),
+        ),
+        (
+            // Below a receiver's checkpoint, a latest reads as a reset of the sender.
+            "the latest number lowered",
+            Box::new(|page: &mut Value| page["latest"] = json!(1)),
+        ),
+        (
+            "the page's mac stripped",
+            Box::new(|page: &mut Value| {
+                page.as_object_mut().unwrap().remove("mac");
+            }),
+        ),
+        (
+            // A 410 moves the checkpoint to just before its `earliest`.
+            "a 410 claiming everything was purged",
+            Box::new(|page: &mut Value| {
+                *page = json!({
+                    "__status": 410, "error": "sequence_purged",
+                    "message": "purged", "earliest": u64::MAX
+                });
+            }),
+        ),
+        (
+            "a 410 carrying the page's mac",
+            Box::new(|page: &mut Value| {
+                let mac = page["mac"].clone();
+                *page = json!({
+                    "__status": 410, "error": "sequence_purged",
+                    "message": "purged", "earliest": 4, "mac": mac
+                });
             }),
         ),
     ]
@@ -329,4 +364,33 @@ fn the_feed_is_read_over_https_or_on_this_machine_only() {
         assert_eq!(error.code(), "invalid_url", "{base:?}: {error}");
         assert!(!error.to_string().contains("hunter2"), "{error}");
     }
+}
+
+/// A true 410 (retention purged the numbers asked for) passes: its `earliest` is MACed for
+/// the `after` it answers, and the catch-up moves on from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_true_410_is_read_as_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, client) = sender(dir.path()).await;
+    let base = format!("http://{}", server.addr());
+    let (url, receiver) =
+        crate::serve(axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" })))
+            .await;
+    let (endpoint, secret) = register(&client, &url).await;
+    for n in 1..=3 {
+        let event = crate::emit(&client, n).await;
+        crate::wait_status(&client, &event, "delivered").await;
+    }
+    let purged = server.db().purge(Some(i64::MAX / 2)).await.unwrap();
+    assert_eq!(purged.deliveries, 3);
+    let feed = FeedClient::new(&base, credential(&secret)).unwrap();
+    let answer = loop {
+        match feed.page(&endpoint, 0, 10).await {
+            Err(FeedError::RateLimited(wait)) => tokio::time::sleep(wait).await,
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(answer, Answer::Purged { earliest: 4 });
+    receiver.abort();
+    server.shutdown().await;
 }

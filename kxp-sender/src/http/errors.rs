@@ -53,9 +53,10 @@ impl ApiError {
         &self.body.message
     }
 
-    /// With `sequence_purged`: the next number the feed holds.
-    pub(crate) fn earliest(mut self, sequence: u64) -> ApiError {
+    /// With `sequence_purged`: the next number the feed holds, and its MAC.
+    pub(crate) fn earliest(mut self, sequence: u64, mac: String) -> ApiError {
         self.body.earliest = Some(sequence);
+        self.body.mac = Some(mac);
         self
     }
 

@@ -16,7 +16,8 @@ use kxp_api::{
     DEFAULT_FEED_LIMIT, ErrorCode, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT,
 };
 use kxp_verify::{
-    DEFAULT_TOLERANCE, FEED_SIGNATURE_HEADER, FeedItemFields, Secret, Verifier, feed_message,
+    DEFAULT_TOLERANCE, FEED_SIGNATURE_HEADER, FeedItemFields, FeedPageFields, Secret, Verifier,
+    feed_message,
 };
 
 use super::errors::ApiQuery;
@@ -101,15 +102,18 @@ pub(super) async fn feed(
         }
     };
     let rows = state.db.feed_rows(source.id.as_str(), after, limit).await?;
-    let rows = contiguous(&source, after, rows)?;
+    let rows = contiguous(&source, after, rows, &item_key)?;
     let items = rows
         .into_iter()
         .map(|row| item(&source, &secrets, &item_key, row))
         .collect::<Result<Vec<_>, _>>()?;
+    let latest = u64::try_from(source.latest).unwrap_or(0);
+    let after = u64::try_from(after).unwrap_or(0);
     Ok(Json(FeedPage {
         endpoint_id: source.id.clone(),
-        latest: u64::try_from(source.latest).unwrap_or(0),
+        latest,
         items,
+        mac: Some(FeedPageFields::page(source.id.as_str(), after, latest).mac_hex(&item_key)),
     }))
 }
 
@@ -187,16 +191,22 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// The rows up to the first hole: numbers after `after` that are gone were purged by
 /// retention (the sequencer gives every number to a delivery). A hole right after `after` is
-/// 410 `sequence_purged`, naming the next number held.
+/// 410 `sequence_purged`, naming the next number held, with its MAC under `item_key`.
 fn contiguous(
     source: &FeedSource,
     after: i64,
     rows: Vec<FeedRow>,
+    item_key: &Secret,
 ) -> Result<Vec<FeedRow>, ApiError> {
     let first = rows.first().map(|row| row.sequence);
     let next = after.saturating_add(1);
     if next <= source.latest && first != Some(next) {
         let earliest = first.unwrap_or(source.latest.saturating_add(1));
+        let frame = FeedPageFields::purged(
+            source.id.as_str(),
+            u64::try_from(after).unwrap_or(0),
+            u64::try_from(earliest).unwrap_or(0),
+        );
         return Err(ApiError::new(
             ErrorCode::SequencePurged,
             format!(
@@ -204,7 +214,7 @@ fn contiguous(
                 earliest.saturating_sub(1)
             ),
         )
-        .earliest(u64::try_from(earliest).unwrap_or(0)));
+        .earliest(frame.bound, frame.mac_hex(item_key)));
     }
     let held = rows
         .iter()

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use kxp_api::{EndpointCreated, FeedPage, NewEndpoint, RotateSecret};
 use kxp_sender::Db;
-use kxp_verify::{FeedItemFields, PublicKey, Secret, Signer, Verifier, feed_message};
+use kxp_verify::{
+    FeedItemFields, FeedPageFields, PublicKey, Secret, Signer, Verifier, feed_message,
+};
 use serde_json::{Value, json};
 
 use crate::support::{Api, Receiver, Reply, sender, typed};
@@ -272,6 +274,14 @@ async fn numbers_retention_purged_answer_410_with_where_the_feed_resumes() {
         (410, Some("sequence_purged"), Some(4)),
         "{body}"
     );
+    // `earliest` is MACed for the `after` it answers.
+    let key = Secret::new(&secret).unwrap().feed_key();
+    let mac = body["mac"].as_str().unwrap();
+    assert!(
+        FeedPageFields::purged(&id, 1, 4).verify_mac(&key, mac),
+        "{body}"
+    );
+    assert!(!FeedPageFields::purged(&id, 0, 4).verify_mac(&key, mac));
     let event = s.api.emit("payment.succeeded", json!({"n": 3})).await;
     s.api.wait_for(&event, "delivered", SECS_10).await;
     let start = std::time::Instant::now();
@@ -321,20 +331,27 @@ async fn a_flood_of_feed_requests_is_answered_429() {
     s.server.shutdown().await;
 }
 
-/// Whether every item of `page` carries a MAC under `key` for the endpoint `id`.
+/// Whether the page (read with no `after`) and every item of it carry a MAC under `key` for
+/// the endpoint `id`.
 fn macs_verify(page: &FeedPage, id: &str, key: &Secret) -> bool {
-    page.items.iter().all(|item| {
-        let fields = FeedItemFields {
-            endpoint_id: id,
-            sequence: item.sequence,
-            event_id: item.event_id.as_str(),
-            ordering_key: item.ordering_key.as_deref(),
-            body: item.body.as_bytes(),
-        };
-        item.mac
-            .as_deref()
-            .is_some_and(|mac| fields.verify_mac(key, mac))
-    })
+    let frame = FeedPageFields::page(id, 0, page.latest);
+    let framed = page
+        .mac
+        .as_deref()
+        .is_some_and(|mac| frame.verify_mac(key, mac));
+    framed
+        && page.items.iter().all(|item| {
+            let fields = FeedItemFields {
+                endpoint_id: id,
+                sequence: item.sequence,
+                event_id: item.event_id.as_str(),
+                ordering_key: item.ordering_key.as_deref(),
+                body: item.body.as_bytes(),
+            };
+            item.mac
+                .as_deref()
+                .is_some_and(|mac| fields.verify_mac(key, mac))
+        })
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use kxp_verify::{FeedItemFields, Secret};
+use kxp_verify::{FeedItemFields, FeedPageFields, Secret};
 
 const DOC: &str = "docs/signature-format.md";
 
@@ -26,25 +26,36 @@ fn computed() -> [String; 2] {
     ]
 }
 
+/// The doc's frame vector: a page with `latest` 12 and a 410 with `earliest` 12, both for
+/// `after` 7 of `ep_1`, read with the secret `whsec_test`.
+fn computed_frames() -> [String; 2] {
+    let key = Secret::new("whsec_test").unwrap().feed_key();
+    [
+        FeedPageFields::page("ep_1", 7, 12).mac_hex(&key),
+        FeedPageFields::purged("ep_1", 7, 12).mac_hex(&key),
+    ]
+}
+
 fn doc() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(DOC);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
-/// The one fenced block whose info string is `python kxp-feed-item-mac`.
-fn python_block(doc: &str) -> String {
-    let mut blocks = doc.split("```python kxp-feed-item-mac\n").skip(1);
+/// The one fenced block whose info string is `python <tag>`.
+fn python_block(doc: &str, tag: &str) -> String {
+    let fence = format!("```python {tag}\n");
+    let mut blocks = doc.split(fence.as_str()).skip(1);
     let block = blocks
         .next()
-        .expect("the doc has the Python block of the item MAC");
-    assert!(blocks.next().is_none(), "{DOC} has two such blocks");
+        .unwrap_or_else(|| panic!("the doc has no Python block {tag}"));
+    assert!(blocks.next().is_none(), "{DOC} has two {tag} blocks");
     block.split("\n```").next().unwrap().to_owned()
 }
 
 #[test]
 fn the_doc_states_the_vector_kxp_verify_computes() {
     let doc = doc();
-    for mac in computed() {
+    for mac in computed().into_iter().chain(computed_frames()) {
         assert!(
             doc.contains(&format!("`mac` = `{mac}`")),
             "{DOC} does not state {mac}"
@@ -54,7 +65,12 @@ fn the_doc_states_the_vector_kxp_verify_computes() {
 
 #[test]
 fn the_docs_python_computes_the_same_vector() {
-    let code = python_block(&doc());
+    let doc = doc();
+    let code = format!(
+        "{}\n{}",
+        python_block(&doc, "kxp-feed-item-mac"),
+        python_block(&doc, "kxp-feed-frame-mac")
+    );
     let output = match Command::new("python3").arg("-c").arg(&code).output() {
         Ok(output) => output,
         Err(e) if std::env::var_os("KXP_SKIP_OTHER_LANGUAGES").is_some_and(|v| v == "1") => {
@@ -73,5 +89,6 @@ fn the_docs_python_computes_the_same_vector() {
         .lines()
         .map(str::to_owned)
         .collect();
-    assert_eq!(printed, computed());
+    let expected: Vec<String> = computed().into_iter().chain(computed_frames()).collect();
+    assert_eq!(printed, expected);
 }
