@@ -70,6 +70,17 @@ pub(crate) struct Settings {
     )]
     #[serde(default, with = "text_list", skip_serializing_if = "Option::is_none")]
     pub allow_address: Option<Vec<Cidr>>,
+    /// The reverse proxies in front of this server, whose `X-Forwarded-For` names the client
+    /// the console's failed sign-in limit counts (default: loopback only), e.g. `10.0.3.0/24`.
+    /// Repeatable; in the environment, comma-separated.
+    #[arg(
+        long = "trusted-proxy",
+        env = "KXP_TRUSTED_PROXIES",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    #[serde(default, with = "text_list", skip_serializing_if = "Option::is_none")]
+    pub trusted_proxy: Option<Vec<Cidr>>,
     /// Offsets from the first try, comma-separated.
     #[arg(long, env = "KXP_RETRY_SCHEDULE", value_name = "OFFSETS")]
     #[serde(default, with = "text", skip_serializing_if = "Option::is_none")]
@@ -301,7 +312,7 @@ impl Settings {
     /// `self` where it says something, `lower` elsewhere.
     pub fn over(self, lower: Settings) -> Settings {
         let high = self;
-        layer!(high over lower: database_url, listen, public_url, dev, api_only, allow_address, retry_schedule, jitter,
+        layer!(high over lower: database_url, listen, public_url, dev, api_only, allow_address, trusted_proxy, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
             smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, ingest, json_logs, api_key,
@@ -347,6 +358,7 @@ impl Settings {
             dev: self.dev.unwrap_or(d.dev),
             run_workers: !self.api_only.unwrap_or(!d.run_workers),
             allow_addresses: self.allow_address.clone().unwrap_or(d.allow_addresses),
+            trusted_proxies: self.trusted_proxy.clone().unwrap_or(d.trusted_proxies),
             schedule,
             delivery_timeout,
             workers: self.workers.unwrap_or(d.workers).max(1),
@@ -415,6 +427,7 @@ impl Settings {
             dev: Some(config.dev),
             api_only: Some(!config.run_workers),
             allow_address: Some(config.allow_addresses.clone()),
+            trusted_proxy: Some(config.trusted_proxies.clone()),
             retry_schedule: Some(config.schedule.clone()),
             jitter: Some(config.schedule.jitter()),
             delivery_timeout: Some(Dur(config.delivery_timeout)),

@@ -83,7 +83,7 @@ pub(super) async fn sign_in(
         }
     };
     let cookie = cookies::get(&headers, SIGN_IN).unwrap_or_default();
-    if !state.shared.sign_in_key.verify(&form.csrf_token, cookie) {
+    if !from_own_origin(&headers) || !state.shared.sign_in_key.verify(&form.csrf_token, cookie) {
         forgive();
         return Err(ConsoleError::CsrfMismatch);
     }
@@ -118,6 +118,27 @@ pub(super) async fn sign_in(
         ),
     ]);
     Ok((cookies, Redirect::to("/console")).into_response())
+}
+
+/// Whether the sign-in form was posted from the console's own pages, as far as the browser
+/// says: `Sec-Fetch-Site` is `same-origin` (or `none`: typed, a bookmark), else `Origin` names
+/// this host. A sibling subdomain can plant the sign-in cookie with a token the server signed
+/// (any page of the console hands one out), so the signed token alone does not stop it posting
+/// an attacker's credential in the victim's browser (login CSRF); the browser's word on where
+/// the post came from does. A client that sends neither header (not a browser) is left to the
+/// token.
+fn from_own_origin(headers: &HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = header("sec-fetch-site") {
+        return matches!(site, "same-origin" | "none");
+    }
+    match (header("origin"), header("host")) {
+        (None, _) => true,
+        (Some(origin), Some(host)) => origin
+            .split_once("://")
+            .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host)),
+        (Some(_), None) => false,
+    }
 }
 
 /// `POST /console/sign-out`: ends this session (a `read` one too).

@@ -49,6 +49,11 @@ pub struct Config {
     /// Blocks the address guard lets through although they are private, loopback, link-local…
     /// (`kxp serve --allow-address CIDR`). See [`AddressGuard`].
     pub allow_addresses: Vec<Cidr>,
+    /// The reverse proxies in front of this server (`kxp serve --trusted-proxy CIDR`): a
+    /// connection from one of these blocks names its client in `X-Forwarded-For`, which the
+    /// console's failed sign-in limit counts by. Default: loopback only (a proxy on this host).
+    /// A client connecting from any other address is counted as itself, whatever it sends.
+    pub trusted_proxies: Vec<Cidr>,
     /// When failed deliveries are tried again.
     pub schedule: Schedule,
     /// The timeout of endpoints created without one.
@@ -106,6 +111,7 @@ impl fmt::Debug for Config {
             .field("public_url", &self.public_url)
             .field("dev", &self.dev)
             .field("allow_addresses", &self.allow_addresses)
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("schedule", &self.schedule)
             .field("delivery_timeout", &self.delivery_timeout)
             .field("workers", &self.workers)
@@ -136,6 +142,7 @@ impl Default for Config {
             public_url: None,
             dev: false,
             allow_addresses: Vec::new(),
+            trusted_proxies: loopback(),
             schedule: Schedule::default(),
             delivery_timeout: Duration::from_secs(5),
             workers: 256,
@@ -281,4 +288,16 @@ impl Shared {
     pub fn guard(&self) -> &AddressGuard {
         self.client.guard()
     }
+}
+
+/// The loopback blocks (`127.0.0.0/8`, `::1/128`): the default
+/// [`trusted_proxies`](Config::trusted_proxies).
+fn loopback() -> Vec<Cidr> {
+    [
+        Cidr::new(std::net::IpAddr::from([127, 0, 0, 0]), 8),
+        Cidr::new(std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST), 128),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }

@@ -557,6 +557,20 @@ async fn sign_in_as(
     cookie: &str,
     form: &[(&str, &str)],
 ) -> reqwest::Response {
+    let headers: Vec<(&str, &str)> = forwarded_for
+        .map(|client| ("x-forwarded-for", client))
+        .into_iter()
+        .collect();
+    sign_in_with(b, &headers, cookie, form).await
+}
+
+/// [`sign_in_as`] with `headers` added.
+async fn sign_in_with(
+    b: &Browser,
+    headers: &[(&str, &str)],
+    cookie: &str,
+    form: &[(&str, &str)],
+) -> reqwest::Response {
     let body = form
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -568,10 +582,54 @@ async fn sign_in_as(
         .header(COOKIE, cookie)
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(body);
-    if let Some(client) = forwarded_for {
-        request = request.header("x-forwarded-for", client);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     request.send().await.unwrap()
+}
+
+/// Login CSRF from a sibling subdomain: it can fetch a signed token pair from the console and
+/// plant its cookie, so the browser's word on where the post came from is what refuses it.
+#[tokio::test]
+async fn a_sign_in_posted_from_another_site_is_refused() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
+    let host = b.base.trim_start_matches("http://").to_owned();
+    let own_origin = format!("http://{host}");
+    for (headers, expected) in [
+        (vec![("sec-fetch-site", "same-site")], StatusCode::FORBIDDEN),
+        (
+            vec![("sec-fetch-site", "cross-site")],
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("origin", "https://evil.example")],
+            StatusCode::FORBIDDEN,
+        ),
+        (vec![("origin", "null")], StatusCode::FORBIDDEN),
+        (
+            vec![("sec-fetch-site", "same-origin")],
+            StatusCode::SEE_OTHER,
+        ),
+        (vec![("origin", own_origin.as_str())], StatusCode::SEE_OTHER),
+        (vec![], StatusCode::SEE_OTHER),
+    ] {
+        let (sign_in, csrf) = key_form(&b).await;
+        let answer = sign_in_with(
+            &b,
+            &headers,
+            &sign_in,
+            &[("csrf_token", &csrf), ("key", &op_key)],
+        )
+        .await;
+        assert_eq!(answer.status(), expected, "{headers:?}");
+        assert_eq!(
+            cookie_pair(&answer, "kxp_session").is_some(),
+            expected == StatusCode::SEE_OTHER
+        );
+    }
+    s.server.shutdown().await;
 }
 
 #[tokio::test]
