@@ -500,6 +500,7 @@ impl CatchUp {
         let ordered = self.is_ordered();
         let store = &self.inner.store;
         let states = &self.inner.states;
+        states.track(endpoint_id);
         let stored = store.checkpoint(endpoint_id).await?;
         let mut report = Report {
             checkpoint: stored.sequence,

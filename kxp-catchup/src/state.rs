@@ -29,8 +29,9 @@ pub const DEFAULT_MAX_FEED_FAILURE: Duration = Duration::from_secs(5 * 60);
 /// schedule's later tries are spaced wider anyway.
 pub const STOPPED_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// The most endpoints whose state is kept: an endpoint id comes from a delivery's unsigned
-/// `X-Kxp-Endpoint-Id` (on a verified body), so there is a bound.
+/// The most endpoints whose state is kept. An endpoint gets a state only when a catch-up of it
+/// starts (configured, checkpointed, or learned by the catch-up's task within its own bound),
+/// never from a delivery's unsigned `X-Kxp-Endpoint-Id` alone; this is the bound behind those.
 const MAX_ENDPOINTS: usize = 256;
 
 /// Where ordered mode stops holding and answers 503 ([`CatchUpConfig::with_bounds`](crate::CatchUpConfig::with_bounds)).
@@ -161,14 +162,21 @@ pub struct Status {
     pub ordered: bool,
     /// Each endpoint the catch-up has state for, by id.
     pub endpoints: Vec<EndpointStatus>,
+    /// How long a feed may fail before it counts against health.
+    max_feed_failure: Duration,
 }
 
 impl Status {
-    /// No endpoint stopped, found reset, or with a failing feed.
+    /// No endpoint stopped, found reset, or with a feed failing longer than
+    /// [`OrderedBounds::max_feed_failure`]: a failure or two in between (a restart of the
+    /// sender, a timeout) is no reason to take a receiver out of its load balancer.
     pub fn is_healthy(&self) -> bool {
-        self.endpoints
-            .iter()
-            .all(|e| e.stopped.is_none() && e.reset.is_none() && e.feed_failing_for.is_none())
+        self.endpoints.iter().all(|e| {
+            e.stopped.is_none()
+                && e.reset.is_none()
+                && e.feed_failing_for
+                    .is_none_or(|failing| failing <= self.max_feed_failure)
+        })
     }
 
     /// The snapshot as JSON, for a health check: `{"status": "ok" | "failing", "ordered":
@@ -327,16 +335,25 @@ pub(crate) struct States {
 }
 
 impl States {
-    /// Runs `f` on the endpoint's state, made when missing (within [`MAX_ENDPOINTS`]).
+    /// Runs `f` on the endpoint's state, if it has one ([`track`](States::track)).
     fn with<T>(&self, endpoint_id: &str, f: impl FnOnce(&mut Endpoint) -> T) -> Option<T> {
         let mut endpoints = self
             .endpoints
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !endpoints.contains_key(endpoint_id) && endpoints.len() >= MAX_ENDPOINTS {
-            return None;
+        endpoints.get_mut(endpoint_id).map(f)
+    }
+
+    /// Gives the endpoint a state, if it has none and there is room ([`MAX_ENDPOINTS`]): a
+    /// catch-up of it is starting.
+    pub(crate) fn track(&self, endpoint_id: &str) {
+        let mut endpoints = self
+            .endpoints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !endpoints.contains_key(endpoint_id) && endpoints.len() < MAX_ENDPOINTS {
+            endpoints.insert(endpoint_id.to_owned(), Endpoint::default());
         }
-        Some(f(endpoints.entry(endpoint_id.to_owned()).or_default()))
     }
 
     /// Why ordered mode refuses the endpoint's deliveries now, if it does; a refusal is
@@ -376,7 +393,12 @@ impl States {
         });
     }
 
+    /// The feed failed with `code`; a 429 (the catch-up asked too often) is no failure of
+    /// the feed.
     pub(crate) fn feed_failed(&self, endpoint_id: &str, code: &'static str) {
+        if code == "rate_limited" {
+            return;
+        }
         self.with(endpoint_id, |e| {
             e.feed_failing_since.get_or_insert_with(Instant::now);
             e.feed_error = Some(code);
@@ -429,6 +451,7 @@ impl States {
         Status {
             ordered,
             endpoints: rows,
+            max_feed_failure: bounds.max_feed_failure,
         }
     }
 }
@@ -448,6 +471,12 @@ mod tests {
     async fn each_bound_stops_holding_and_coming_back_under_it_resumes() {
         let states = States::default();
         let b = bounds();
+        states.held_one("ep");
+        assert!(
+            states.snapshot(true, &b).endpoints.is_empty(),
+            "no state before a catch-up of the endpoint starts"
+        );
+        states.track("ep");
         assert_eq!(states.refuse("ep", &b), None);
         for _ in 0..3 {
             states.held_one("ep");
@@ -458,9 +487,18 @@ mod tests {
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(states.refuse("ep", &b), Some(Stop::HeldTooLong));
         states.held("ep", 0, None);
+        states.feed_failed("ep", "rate_limited");
+        assert_eq!(
+            states.snapshot(true, &b).endpoints[0].feed_failing_for,
+            None
+        );
         states.feed_failed("ep", "transport");
         tokio::time::advance(Duration::from_secs(29)).await;
         assert_eq!(states.refuse("ep", &b), None, "within the bound");
+        assert!(
+            states.snapshot(true, &b).is_healthy(),
+            "a failure within the bound"
+        );
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(states.refuse("ep", &b), Some(Stop::FeedFailing));
         states.feed_ok("ep");
@@ -473,6 +511,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reset_is_counted_once_and_stops_until_dealt_with() {
         let states = States::default();
+        states.track("ep");
         let found = ResetFound {
             checkpoint: 9,
             expected: Some("evt_9".into()),
@@ -519,7 +558,7 @@ mod tests {
     fn the_state_of_endpoints_is_bounded() {
         let states = States::default();
         for i in 0..MAX_ENDPOINTS + 10 {
-            states.held_one(&format!("ep_{i}"));
+            states.track(&format!("ep_{i}"));
         }
         assert_eq!(
             states.snapshot(true, &bounds()).endpoints.len(),
