@@ -19,7 +19,9 @@ use crate::store::StoreError;
 /// An API error: one of the vocabulary's codes and a message for people.
 #[derive(Debug)]
 pub struct ApiError {
-    body: ErrorBody,
+    /// Boxed: an error travels on every `Result` of the API's handlers, and the body with its
+    /// optional fields is larger than the values they return.
+    body: Box<ErrorBody>,
     /// Seconds for a `Retry-After` header.
     retry_after: Option<u64>,
 }
@@ -27,7 +29,7 @@ pub struct ApiError {
 impl ApiError {
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
-            body: ErrorBody::new(code, message),
+            body: Box::new(ErrorBody::new(code, message)),
             retry_after: None,
         }
     }
@@ -71,7 +73,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.body.error.status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, Json(self.body)).into_response();
+        let mut response = (status, Json(*self.body)).into_response();
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
