@@ -1,50 +1,15 @@
-//! The circuit breaker's SQL: holding and releasing an endpoint's deliveries, the statements
-//! that carry out each [`Transition`], and the release of probes. What to do is decided by
-//! [`crate::policy::circuit`]; this module only writes it down.
+//! The circuit breaker in the store: the statements that carry out each [`Transition`], a
+//! finished attempt's step of its endpoint's breaker ([`breaker_step`]) and the release of
+//! probes. What to do is decided by [`crate::policy::circuit`]; this module only writes it
+//! down, through [`Backend`]'s statements (holding and releasing deliveries among them).
 
-use crate::model::{
-    CircuitState, DeliveryId, EndpointId, EndpointStatus, HELD, Transition, now_ms,
-};
+use sqlx::Pool;
 
+use crate::model::{CircuitState, DeliveryId, EndpointId, EndpointStatus, Transition, now_ms};
+use crate::policy::circuit::{self as policy, FollowUp, Protection};
+use crate::policy::health::RunningStats;
+use crate::store::backend::Backend;
 use crate::store::{Db, StoreError, on_db};
-
-/// Releases an endpoint's held deliveries on the transaction `$tx`: the oldest due at `$now`,
-/// each next one `$spacing` ms later, so a backlog drains at the endpoint's rate limit. One
-/// statement; `UPDATE … FROM` with a window function works on both backends.
-macro_rules! spread_held {
-    ($tx:expr, $endpoint_id:expr, $now:expr, $spacing:expr) => {
-        sqlx::query(
-            "UPDATE kxp_deliveries SET next_attempt_at = $1 + s.rn * $2, updated_at = $1 \
-             FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) - 1 AS rn FROM kxp_deliveries \
-                   WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at = $4) AS s \
-             WHERE kxp_deliveries.id = s.id",
-        )
-        .bind($now)
-        .bind($spacing)
-        .bind($endpoint_id)
-        .bind($crate::model::HELD)
-        .execute(&mut *$tx)
-        .await
-    };
-}
-pub(crate) use spread_held;
-
-/// Holds every pending delivery of an endpoint on the transaction `$tx` (they keep their
-/// attempt counts; `spread_held!` releases them).
-macro_rules! hold_pending {
-    ($tx:expr, $endpoint_id:expr, $now:expr) => {
-        sqlx::query(
-            "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $2 \
-             WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at <> $1",
-        )
-        .bind($crate::model::HELD)
-        .bind($now)
-        .bind($endpoint_id)
-        .execute(&mut *$tx)
-        .await
-    };
-}
-pub(crate) use hold_pending;
 
 /// The endpoint columns the breaker reads, by the endpoint's id: once per endpoint and batch
 /// of finished attempts, and again after a change.
@@ -64,25 +29,6 @@ pub(crate) struct BreakerRow {
     pub rate_limit_per_second: Option<i64>,
 }
 
-/// [`BREAKER_ROW`] for every endpoint of `$1`, a JSON array of ids: SQLite's form and
-/// PostgreSQL's.
-pub(crate) const BREAKER_ROWS_SQLITE: &str = "SELECT id, status, circuit_state, circuit_failed_probes, \
-       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints WHERE id IN (SELECT value FROM json_each($1))";
-pub(crate) const BREAKER_ROWS_POSTGRES: &str = "SELECT id, status, circuit_state, circuit_failed_probes, \
-       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints \
-     WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb))";
-
-/// Reads the [`BreakerRow`] of `$endpoint_id` on the transaction `$tx`.
-macro_rules! breaker_row {
-    ($tx:expr, $endpoint_id:expr) => {
-        sqlx::query_as::<_, $crate::store::circuit::BreakerRow>($crate::store::circuit::BREAKER_ROW)
-            .bind($endpoint_id)
-            .fetch_one(&mut *$tx)
-            .await
-    };
-}
-pub(crate) use breaker_row;
-
 /// The statements that carry out each [`Transition`]; `$1` the endpoint, `$2` now, and for the
 /// two that open the circuit `$3` the next probe time. Each is conditional on the state it leaves, so two processes finishing
 /// attempts at once cannot both make the same change.
@@ -100,92 +46,53 @@ pub(crate) const DISABLE: &str = "UPDATE kxp_endpoints SET status = 'disabled', 
        circuit_failed_probes = 0, updated_at = $2 \
      WHERE id = $1 AND status = 'active'";
 
-/// The statement that makes `transition`, if it makes one: `$1` the endpoint, `$2` now, and
-/// for the two that open the circuit `$3` the next probe time.
-pub(crate) fn transition_sql(transition: Transition) -> Option<&'static str> {
-    match transition {
-        Transition::Stay => None,
-        Transition::Open => Some(OPEN),
-        Transition::Reopen => Some(REOPEN),
-        Transition::Close => Some(CLOSE),
-        Transition::Disable => Some(DISABLE),
-    }
-}
-
-/// Applies one finished attempt to its endpoint's breaker, on the transaction `$tx`: `$row`
-/// is the endpoint as the batch has left it so far (a `&mut BreakerRow`, read again after a
-/// change), `$stats` its running statistics with this attempt folded in. Asks the circuit
-/// policy what to do ([`decide`](crate::policy::circuit::decide),
-/// [`follow_up`](crate::policy::circuit::follow_up)) and writes it. Evaluates to
-/// `Result<Option<Transition>, sqlx::Error>`: the change made, if one was. A macro only because
-/// the statements must compile for each backend's transaction type.
-macro_rules! breaker_step {
-    ($tx:expr, $row:expr, $delivery_id:expr, $success:expr, $stats:expr, $now:expr, $protection:expr) => {{
-        async {
-            use $crate::policy::circuit::{self as policy, FollowUp};
-            let row: &mut $crate::store::circuit::BreakerRow = $row;
-            let before = row.circuit_state;
-            let after = policy::AfterAttempt {
-                state: before,
-                probe: row.circuit_probe_id.as_ref().map(|id| id.as_str()) == Some($delivery_id),
-                active: row.status == $crate::model::EndpointStatus::Active,
-                success: $success,
-                consecutive_failures: $stats.consecutive_failures,
-                failing_since: $stats.failing_since,
-            };
-            let transition = policy::decide($protection, &after, $now);
-            let changed = match $crate::store::circuit::transition_sql(transition) {
-                None => false,
-                Some(sql) => {
-                    let query = sqlx::query(sql).bind(&row.id).bind($now);
-                    let probe_at = policy::next_probe_at(
-                        $protection,
-                        transition,
-                        row.circuit_failed_probes,
-                        $now,
-                    );
-                    let query = match probe_at {
-                        Some(at) => query.bind(at),
-                        None => query,
-                    };
-                    query.execute(&mut *$tx).await?.rows_affected() == 1
-                }
-            };
-            let follow_up = policy::follow_up(
-                $protection,
-                transition,
-                changed,
-                before,
-                row.rate_limit_per_second,
-            );
-            match follow_up {
-                FollowUp::Nothing => {}
-                FollowUp::ReleaseHeld { spacing_ms } => {
-                    $crate::store::circuit::spread_held!($tx, &row.id, $now, spacing_ms)?;
-                }
-                FollowUp::HoldEndpoint => {
-                    $crate::store::circuit::hold_pending!($tx, &row.id, $now)?;
-                }
-                FollowUp::HoldDelivery => {
-                    sqlx::query(
-                        "UPDATE kxp_deliveries SET next_attempt_at = $1 \
-                         WHERE id = $2 AND status = 'pending'",
-                    )
-                    .bind($crate::model::HELD)
-                    .bind($delivery_id)
-                    .execute(&mut *$tx)
-                    .await?;
-                }
-            }
-            if changed {
-                *row = $crate::store::circuit::breaker_row!($tx, &row.id)?;
-            }
-            Ok::<_, sqlx::Error>(changed.then_some(transition))
+/// Applies one finished attempt to its endpoint's breaker, on the transaction `conn`: `row`
+/// is the endpoint as the batch has left it so far (read again after a change), `stats` its
+/// running statistics with this attempt folded in. Asks the circuit policy what to do
+/// ([`decide`](policy::decide), [`follow_up`](policy::follow_up)) and writes it. Answers the
+/// change made, if one was.
+pub(crate) async fn breaker_step<DB: Backend>(
+    conn: &mut DB::Connection,
+    row: &mut BreakerRow,
+    delivery_id: &str,
+    success: bool,
+    stats: &RunningStats,
+    now: i64,
+    protection: &Protection,
+) -> Result<Option<Transition>, sqlx::Error> {
+    let before = row.circuit_state;
+    let after = policy::AfterAttempt {
+        state: before,
+        probe: row.circuit_probe_id.as_ref().map(|id| id.as_str()) == Some(delivery_id),
+        active: row.status == EndpointStatus::Active,
+        success,
+        consecutive_failures: stats.consecutive_failures,
+        failing_since: stats.failing_since,
+    };
+    let transition = policy::decide(protection, &after, now);
+    let probe_at = policy::next_probe_at(protection, transition, row.circuit_failed_probes, now);
+    let changed = DB::transition(conn, transition, row.id.as_str(), now, probe_at).await?;
+    match policy::follow_up(
+        protection,
+        transition,
+        changed,
+        before,
+        row.rate_limit_per_second,
+    ) {
+        FollowUp::Nothing => {}
+        FollowUp::ReleaseHeld { spacing_ms } => {
+            DB::spread_held(conn, row.id.as_str(), now, spacing_ms).await?;
         }
-        .await
-    }};
+        FollowUp::HoldEndpoint => {
+            DB::hold_pending(conn, row.id.as_str(), now).await?;
+        }
+        FollowUp::HoldDelivery => DB::hold_delivery(conn, delivery_id).await?,
+    }
+    if changed {
+        *row = DB::breaker_row(conn, row.id.as_str()).await?;
+    }
+    Ok(changed.then_some(transition))
 }
-pub(crate) use breaker_step;
 
 impl Db {
     /// Moves every open circuit whose cool-down has passed to `half_open`, releasing one held
@@ -208,47 +115,10 @@ impl Db {
         });
         let mut released = 0;
         for endpoint_id in due {
-            let probe: Option<DeliveryId> = on_db!(self, |pool, begin| {
-                let mut tx = pool.begin_with(begin).await?;
-                // The state change comes first: on PostgreSQL it locks the row, so a second
-                // process doing the same finds the circuit half-open and changes nothing.
-                let moved = sqlx::query(
-                    "UPDATE kxp_endpoints SET circuit_state = 'half_open', updated_at = $2 \
-                     WHERE id = $1 AND circuit_state = 'open' AND circuit_probe_at <= $2 AND status = 'active'",
-                )
-                .bind(&endpoint_id)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                let probe = if moved == 1 {
-                    hold_pending!(tx, &endpoint_id, now)?;
-                    sqlx::query_scalar::<_, DeliveryId>(
-                        "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $1 WHERE id = \
-                         (SELECT id FROM kxp_deliveries WHERE endpoint_id = $2 AND status = 'pending' \
-                          AND next_attempt_at = $3 ORDER BY attempts, id LIMIT 1) RETURNING id",
-                    )
-                    .bind(now)
-                    .bind(&endpoint_id)
-                    .bind(HELD)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                } else {
-                    None
-                };
-                match &probe {
-                    Some(probe) => {
-                        sqlx::query("UPDATE kxp_endpoints SET circuit_probe_id = $1 WHERE id = $2")
-                            .bind(probe)
-                            .bind(&endpoint_id)
-                            .execute(&mut *tx)
-                            .await?;
-                        tx.commit().await?;
-                    }
-                    None => tx.rollback().await?,
-                }
-                probe
-            });
+            let probe = match self {
+                Db::Sqlite(pool) => release_probe(pool, endpoint_id.as_str(), now).await?,
+                Db::Postgres(pool) => release_probe(pool, endpoint_id.as_str(), now).await?,
+            };
             if let Some(probe) = probe {
                 tracing::info!(target: "kxp_sender::circuit", endpoint_id = %endpoint_id, delivery_id = %probe, "circuit half-open: probing");
                 released += 1;
@@ -256,4 +126,30 @@ impl Db {
         }
         Ok(released)
     }
+}
+
+/// Moves one endpoint's open circuit to `half_open` and releases its probe, in one write
+/// transaction; answers the probe (none: another process did it first, or nothing is held).
+async fn release_probe<DB: Backend>(
+    pool: &Pool<DB>,
+    endpoint_id: &str,
+    now: i64,
+) -> Result<Option<DeliveryId>, sqlx::Error> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    // The state change comes first: on PostgreSQL it locks the row, so a second process doing
+    // the same finds the circuit half-open and changes nothing.
+    let probe = if DB::half_open(&mut *tx, endpoint_id, now).await? == 1 {
+        DB::hold_pending(&mut *tx, endpoint_id, now).await?;
+        DB::release_probe(&mut *tx, endpoint_id, now).await?
+    } else {
+        None
+    };
+    match &probe {
+        Some(probe) => {
+            DB::set_probe(&mut *tx, probe.as_str(), endpoint_id).await?;
+            tx.commit().await?;
+        }
+        None => tx.rollback().await?,
+    }
+    Ok(probe)
 }

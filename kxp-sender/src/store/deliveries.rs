@@ -1,44 +1,13 @@
 //! The API's side of `kxp_deliveries` and `kxp_attempts`: listing, reading and replaying.
 
+use sqlx::Pool;
+
 use crate::model::{
     Attempt, Delivery, DeliveryFilter, DeliveryStatus, Endpoint, EndpointStatus, database_offset,
     new_id, now_ms,
 };
+use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
-
-/// Inserts a pending delivery created at `$now` and due at `$due` ([`HELD`] for a paused
-/// endpoint), with the `$sequence` number of the delivery it replays (`None` for a new one: the
-/// sequencer numbers it once it commits). A macro: the statement must compile for each
-/// backend's transaction type.
-macro_rules! insert_delivery {
-    ($tx:expr, $id:expr, $account_id:expr, $event_id:expr, $endpoint_id:expr, $now:expr, $due:expr, $sequence:expr) => {
-        sqlx::query(
-            "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at, sequence) \
-             VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5, $7)",
-        )
-        .bind($id)
-        .bind($account_id)
-        .bind($event_id)
-        .bind($endpoint_id)
-        .bind($now)
-        .bind($due)
-        .bind($sequence)
-        .execute(&mut *$tx)
-        .await
-    };
-}
-
-/// Links a replayed delivery to its replay.
-macro_rules! mark_replayed {
-    ($tx:expr, $old_id:expr, $new_id:expr) => {
-        sqlx::query("UPDATE kxp_deliveries SET replayed_by = $1 WHERE id = $2")
-            .bind($new_id)
-            .bind($old_id)
-            .execute(&mut *$tx)
-            .await
-    };
-}
-pub(crate) use insert_delivery;
 
 const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
      last_status, last_error, replayed_by, created_at, updated_at, sequence";
@@ -250,38 +219,12 @@ impl Db {
     ) -> Result<Delivery, StoreError> {
         let old = self.delivery(account_id, delivery_id).await?;
         let new_id = new_id("dlv");
-        let endpoint_sql = self.endpoint_shared_sql();
         let now = now_ms();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            let endpoint = sqlx::query_as::<_, Endpoint>(&endpoint_sql)
-                .bind(&old.endpoint_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let due = replay_due(endpoint.as_ref(), old.endpoint_id.as_str(), now)?;
-            insert_delivery!(
-                tx,
-                &new_id,
-                account_id,
-                &old.event_id,
-                &old.endpoint_id,
-                now,
-                due,
-                old.sequence
-            )?;
-            mark_replayed!(tx, &old.id, &new_id)?;
-            tx.commit().await?;
-        });
+        match self {
+            Db::Sqlite(pool) => replay_on(pool, account_id, &old, &new_id, now).await?,
+            Db::Postgres(pool) => replay_on(pool, account_id, &old, &new_id, now).await?,
+        }
         self.delivery(account_id, &new_id).await
-    }
-
-    /// An endpoint by id, read under [`share_lock`](Db::share_lock), for a transaction that
-    /// queues deliveries to it.
-    fn endpoint_shared_sql(&self) -> String {
-        format!(
-            "SELECT * FROM kxp_endpoints WHERE id = $1{}",
-            self.share_lock()
-        )
     }
 
     /// Replays every matching delivery of one endpoint (dead ones by default) that has not been
@@ -305,7 +248,6 @@ impl Db {
             until: Some(filter.until.map_or(start, |until| until.min(start))),
             dead_by: filter.dead_by,
         };
-        let endpoint_sql = self.endpoint_shared_sql();
         let mut queued = 0;
         let mut cursor: Option<String> = None;
         loop {
@@ -316,50 +258,82 @@ impl Db {
             cursor = Some(last.id.to_string());
             // Never before `start`, even if the clock steps back: the snapshot excludes these.
             let now = now_ms().max(start);
-            on_db!(self, |pool, begin| {
-                let mut tx = pool.begin_with(begin).await?;
-                let endpoint = sqlx::query_as::<_, Endpoint>(&endpoint_sql)
-                    .bind(endpoint_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let due = replay_due(endpoint.as_ref(), endpoint_id, now)?;
-                for old in page.iter().filter(|d| {
-                    d.replayed_by.is_none()
-                        && d.status != DeliveryStatus::Delivering
-                        && d.status != DeliveryStatus::Pending
-                }) {
-                    let new_id = new_id("dlv");
-                    // Claimed in the transaction: a delivery another bulk replay took since
-                    // the page was read (or that retention removed) is left alone, so each is
-                    // replayed once.
-                    let claimed = sqlx::query(
-                        "UPDATE kxp_deliveries SET replayed_by = $1 \
-                         WHERE id = $2 AND replayed_by IS NULL",
-                    )
-                    .bind(&new_id)
-                    .bind(&old.id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                    if claimed == 0 {
-                        continue;
-                    }
-                    insert_delivery!(
-                        tx,
-                        &new_id,
-                        account_id,
-                        &old.event_id,
-                        &old.endpoint_id,
-                        now,
-                        due,
-                        old.sequence
-                    )?;
-                    queued += 1;
+            queued += match self {
+                Db::Sqlite(pool) => replay_page(pool, account_id, endpoint_id, &page, now).await?,
+                Db::Postgres(pool) => {
+                    replay_page(pool, account_id, endpoint_id, &page, now).await?
                 }
-                tx.commit().await?;
-            });
+            };
         }
         Ok(queued)
+    }
+}
+
+/// [`Db::replay`] on one database: the replay of `old` as `new_id`, due by its endpoint's state.
+async fn replay_on<DB: Backend>(
+    pool: &Pool<DB>,
+    account_id: &str,
+    old: &Delivery,
+    new_id: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    let endpoint = DB::endpoint_shared(&mut *tx, old.endpoint_id.as_str()).await?;
+    let due = replay_due(endpoint.as_ref(), old.endpoint_id.as_str(), now)?;
+    DB::insert_delivery(&mut *tx, &replay_of(old, new_id, account_id, now, due)).await?;
+    DB::mark_replayed(&mut *tx, old.id.as_str(), new_id).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// One page of [`Db::replay_endpoint`] on one database, in one transaction; answers how many
+/// of its deliveries were replayed.
+async fn replay_page<DB: Backend>(
+    pool: &Pool<DB>,
+    account_id: &str,
+    endpoint_id: &str,
+    page: &[Delivery],
+    now: i64,
+) -> Result<u64, StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    let endpoint = DB::endpoint_shared(&mut *tx, endpoint_id).await?;
+    let due = replay_due(endpoint.as_ref(), endpoint_id, now)?;
+    let mut queued = 0;
+    for old in page.iter().filter(|d| {
+        d.replayed_by.is_none()
+            && d.status != DeliveryStatus::Delivering
+            && d.status != DeliveryStatus::Pending
+    }) {
+        let new_id = new_id("dlv");
+        // Claimed in the transaction: a delivery another bulk replay took since the page was
+        // read (or that retention removed) is left alone, so each is replayed once.
+        if !DB::claim_replay(&mut *tx, old.id.as_str(), &new_id).await? {
+            continue;
+        }
+        DB::insert_delivery(&mut *tx, &replay_of(old, &new_id, account_id, now, due)).await?;
+        queued += 1;
+    }
+    tx.commit().await?;
+    Ok(queued)
+}
+
+/// The delivery `id` that replays `old`, created at `now` and due at `due`, with `old`'s
+/// sequence number.
+fn replay_of<'a>(
+    old: &'a Delivery,
+    id: &'a str,
+    account_id: &'a str,
+    now: i64,
+    due: i64,
+) -> NewDelivery<'a> {
+    NewDelivery {
+        id,
+        account_id,
+        event_id: old.event_id.as_str(),
+        endpoint_id: old.endpoint_id.as_str(),
+        now,
+        due,
+        sequence: old.sequence,
     }
 }
 

@@ -2,31 +2,17 @@
 //! merchant makes (pause, resume, delete), each with what it does to the endpoint's deliveries
 //! in the same transaction.
 
+use sqlx::Pool;
+
 use crate::model::{
     Account, CircuitState, Created, Endpoint, EndpointChanges, EndpointStatus, NewEndpoint, new_id,
     new_key, new_secret, now_ms, public_key_of,
 };
 use crate::policy::circuit::{Protection, spacing_ms};
-use crate::store::circuit::{hold_pending, spread_held};
+use crate::store::backend::Backend;
 use crate::store::seal::KeyRing;
 use crate::store::secrets::stored_secret;
 use crate::store::{Db, StoreError, on_db};
-
-/// Runs the statement [`Db::lock_for_change`] gave (`$lock`, if any) for the account's endpoint
-/// on the transaction `$tx`. A macro: it must compile for each backend's transaction type.
-macro_rules! lock_for_change {
-    ($tx:expr, $lock:expr, $account_id:expr, $id:expr) => {
-        match $lock {
-            Some(sql) => sqlx::query(sql)
-                .bind($account_id)
-                .bind($id)
-                .execute(&mut *$tx)
-                .await
-                .map(|_| ()),
-            None => Ok(()),
-        }
-    };
-}
 
 impl Db {
     /// Creates an endpoint with a fresh secret; returns both.
@@ -263,28 +249,10 @@ impl Db {
         id: &str,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
-        // The endpoint row is locked for the change first (PostgreSQL; SQLite's write lock is
-        // already held), and ingestion and replays read the status under a key-share lock: no
-        // delivery can be queued by the old status after the deliveries below are moved.
-        let lock = self.lock_for_change();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            lock_for_change!(tx, lock, account_id, id)?;
-            let endpoint = sqlx::query_as::<_, Endpoint>(
-                "UPDATE kxp_endpoints SET status = $1, updated_at = $2 \
-                 WHERE account_id = $3 AND id = $4 AND status <> 'deleted' RETURNING *",
-            )
-            .bind("paused")
-            .bind(now)
-            .bind(account_id)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-            let moved = hold_pending!(tx, id, now)?.rows_affected();
-            tx.commit().await?;
-            Ok((endpoint, moved))
-        })
+        match self {
+            Db::Sqlite(pool) => pause_on(pool, account_id, id, now).await,
+            Db::Postgres(pool) => pause_on(pool, account_id, id, now).await,
+        }
     }
 
     /// Resumes one of the account's endpoints (paused, disabled, or active with an open
@@ -298,35 +266,10 @@ impl Db {
         protection: &Protection,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
-        let lock = self.lock_for_change();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            lock_for_change!(tx, lock, account_id, id)?;
-            let endpoint = sqlx::query_as::<_, Endpoint>(
-                "UPDATE kxp_endpoints SET status = 'active', circuit_state = 'closed', circuit_opened_at = NULL, \
-                 circuit_probe_at = NULL, circuit_probe_id = NULL, circuit_failed_probes = 0, updated_at = $1 \
-                 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING *",
-            )
-            .bind(now)
-            .bind(account_id)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-            // The breaker and auto-disable count from here: a resumed endpoint gets the full
-            // threshold and the full period again.
-            sqlx::query(
-                "UPDATE kxp_endpoint_stats SET failing_since = NULL, consecutive_failures = 0 \
-                 WHERE endpoint_id = $1",
-            )
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-            let spacing = spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
-            let moved = spread_held!(tx, id, now, spacing)?.rows_affected();
-            tx.commit().await?;
-            Ok((endpoint, moved))
-        })
+        match self {
+            Db::Sqlite(pool) => resume_on(pool, account_id, id, now, protection).await,
+            Db::Postgres(pool) => resume_on(pool, account_id, id, now, protection).await,
+        }
     }
 
     /// Deletes one of the account's endpoints (softly: the row stays for its deliveries'
@@ -335,40 +278,70 @@ impl Db {
     /// erased. Returns how many deliveries it ended.
     pub async fn delete_endpoint(&self, account_id: &str, id: &str) -> Result<u64, StoreError> {
         let now = now_ms();
-        let lock = self.lock_for_change();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            lock_for_change!(tx, lock, account_id, id)?;
-            let deleted = sqlx::query(
-                "UPDATE kxp_endpoints SET status = 'deleted', updated_at = $1 \
-                 WHERE account_id = $2 AND id = $3 AND status <> 'deleted'",
-            )
-            .bind(now)
-            .bind(account_id)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if deleted == 0 {
-                return Err(StoreError::NotFound);
-            }
-            let ended = sqlx::query(
-                "UPDATE kxp_deliveries SET status = 'dead', last_error = 'endpoint_deleted', \
-                 next_attempt_at = $1, updated_at = $1 WHERE endpoint_id = $2 AND status = 'pending'",
-            )
-            .bind(now)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            sqlx::query("DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(ended)
-        })
+        match self {
+            Db::Sqlite(pool) => delete_on(pool, account_id, id, now).await,
+            Db::Postgres(pool) => delete_on(pool, account_id, id, now).await,
+        }
     }
+}
+
+/// [`Db::pause_endpoint`] on one database. The endpoint row is locked for the change first
+/// ([`Backend::lock_for_change`]), and ingestion and replays read the status under a share
+/// lock: no delivery can be queued by the old status after the deliveries are moved.
+async fn pause_on<DB: Backend>(
+    pool: &Pool<DB>,
+    account_id: &str,
+    id: &str,
+    now: i64,
+) -> Result<(Endpoint, u64), StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    DB::lock_for_change(&mut *tx, account_id, id).await?;
+    let endpoint = DB::pause_endpoint(&mut *tx, account_id, id, now)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    let moved = DB::hold_pending(&mut *tx, id, now).await?;
+    tx.commit().await?;
+    Ok((endpoint, moved))
+}
+
+/// [`Db::resume_endpoint`] on one database.
+async fn resume_on<DB: Backend>(
+    pool: &Pool<DB>,
+    account_id: &str,
+    id: &str,
+    now: i64,
+    protection: &Protection,
+) -> Result<(Endpoint, u64), StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    DB::lock_for_change(&mut *tx, account_id, id).await?;
+    let endpoint = DB::resume_endpoint(&mut *tx, account_id, id, now)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    // The breaker and auto-disable count from here: a resumed endpoint gets the full threshold
+    // and the full period again.
+    DB::reset_failures(&mut *tx, id).await?;
+    let spacing = spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
+    let moved = DB::spread_held(&mut *tx, id, now, spacing).await?;
+    tx.commit().await?;
+    Ok((endpoint, moved))
+}
+
+/// [`Db::delete_endpoint`] on one database.
+async fn delete_on<DB: Backend>(
+    pool: &Pool<DB>,
+    account_id: &str,
+    id: &str,
+    now: i64,
+) -> Result<u64, StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    DB::lock_for_change(&mut *tx, account_id, id).await?;
+    if DB::delete_endpoint(&mut *tx, account_id, id, now).await? == 0 {
+        return Err(StoreError::NotFound);
+    }
+    let ended = DB::end_pending(&mut *tx, id, now).await?;
+    DB::erase_secrets(&mut *tx, id).await?;
+    tx.commit().await?;
+    Ok(ended)
 }
 
 /// Subscribed types as stored: a JSON array.

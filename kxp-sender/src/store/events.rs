@@ -4,118 +4,118 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use sqlx::Pool;
 
 use crate::model::{
     Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber, new_id, now_ms, rfc3339,
 };
-use crate::store::deliveries::insert_delivery;
+use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
 
-/// `SELECT` of an [`Event`]'s columns from `kxp_events`, then `$where`: a `&'static str`.
-macro_rules! select_event {
-    ($where:literal) => {
-        concat!(
-            "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
-             FROM kxp_events ",
-            $where
-        )
+/// The account's event by id: `$1` the account, `$2` the event.
+pub(crate) const EVENT_BY_ID: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+     FROM kxp_events WHERE account_id = $1 AND id = $2";
+
+/// Ingests `item` on the transaction `conn`, at `now`: the event, its tags and one delivery per
+/// subscribed endpoint, idempotent by key.
+async fn ingest_on<DB: Backend>(
+    conn: &mut DB::Connection,
+    item: &Ingest,
+    now: i64,
+) -> Result<Ingested, StoreError> {
+    if let Some(key) = &item.idempotency
+        && let Some(existing) = DB::event_by_key(conn, item.account.id.as_str(), key).await?
+    {
+        return Ok(existing.answers(item));
+    }
+    // The account's own only: a chosen id is unique within its account, so another account's
+    // event with the same id neither blocks this one nor shows it exists.
+    if let Some(id) = &item.id
+        && let Some(existing) = DB::event_by_id(conn, item.account.id.as_str(), id.as_str()).await?
+    {
+        return Ok(existing.answers(item));
+    }
+    let event = new_event(item, now)?;
+    DB::insert_event(conn, &event, item).await?;
+    if !item.tags.is_empty() {
+        let tags = serde_json::to_string(&item.tags)
+            .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
+        DB::insert_tags(conn, &event, tags).await?;
+    }
+    // A paused or disabled endpoint, or one whose circuit is open, gets its deliveries too,
+    // held: nothing is lost while it rests.
+    let endpoints = DB::subscribers(conn, item.account.id.as_str()).await?;
+    let mut due_to = Vec::new();
+    let takes = |e: &&Subscriber| match &item.only {
+        Some(only) => e.id == *only,
+        None => e.takes(&item.event_type, &item.api_version),
     };
+    for endpoint in endpoints.iter().filter(takes) {
+        let due = endpoint.due_for_new_delivery(now);
+        let delivery = NewDelivery {
+            id: &new_id("dlv"),
+            account_id: item.account.id.as_str(),
+            event_id: event.id.as_str(),
+            endpoint_id: endpoint.id.as_str(),
+            now,
+            due,
+            sequence: None,
+        };
+        DB::insert_delivery(conn, &delivery).await?;
+        if due <= now {
+            due_to.push(endpoint.id.clone());
+        }
+    }
+    Ok(Ingested::Created(event, due_to))
 }
 
-/// Ingests `$item` (an [`Ingest`]) on the transaction `$tx`, at `$now`: the event, its tags
-/// and one delivery per subscribed endpoint, idempotent by key. `$subscribers` reads the
-/// account's endpoints (under the key-share lock on PostgreSQL); `$tags` inserts the tags, all
-/// in one statement ([`Db::insert_tags_sql`]). Evaluates to `Result<Ingested, StoreError>`. A
-/// macro: it must compile for each backend's transaction type.
-macro_rules! ingest_on {
-    ($tx:expr, $item:expr, $now:expr, $subscribers:expr, $tags:expr) => {{
-        async {
-            let item: &Ingest = $item;
-            let now: i64 = $now;
-            if let Some(key) = &item.idempotency {
-                let existing = sqlx::query_as::<_, Event>(select_event!(
-                    "WHERE account_id = $1 AND idempotency_key = $2"
-                ))
-                .bind(&item.account.id)
-                .bind(key)
-                .fetch_optional(&mut *$tx)
-                .await?;
-                if let Some(existing) = existing {
-                    return Ok(existing.answers(item));
-                }
+/// [`Db::try_ingest`] on one database.
+async fn try_ingest_on<DB: Backend>(
+    pool: &Pool<DB>,
+    item: &Ingest,
+) -> Result<Ingested, StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    let ingested = ingest_on::<DB>(&mut *tx, item, now_ms()).await?;
+    tx.commit().await?;
+    Ok(ingested)
+}
+
+/// [`Db::ingest_many`] on one database.
+async fn ingest_many_on<DB: Backend>(
+    pool: &Pool<DB>,
+    batch: &[Ingest],
+) -> Result<Vec<Result<Ingested, StoreError>>, StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    let mut results = Vec::with_capacity(batch.len());
+    for item in batch {
+        let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
+        match ingest_on::<DB>(&mut *savepoint, item, now_ms()).await {
+            Ok(ingested) => {
+                savepoint.commit().await?;
+                results.push(Ok(ingested));
             }
-            if let Some(id) = &item.id {
-                // The account's own only: a chosen id is unique within its account, so another
-                // account's event with the same id neither blocks this one nor shows it exists.
-                let existing = sqlx::query_as::<_, Event>(select_event!(
-                    "WHERE account_id = $1 AND id = $2"
-                ))
-                .bind(&item.account.id)
-                .bind(id)
-                .fetch_optional(&mut *$tx)
-                .await?;
-                if let Some(existing) = existing {
-                    return Ok(existing.answers(item));
-                }
+            Err(e) => {
+                savepoint.rollback().await?;
+                results.push(Err(e));
             }
-            let event = new_event(item, now)?;
-            sqlx::query(
-                "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(&event.id)
-            .bind(&event.account_id)
-            .bind(&event.event_type)
-            .bind(&event.api_version)
-            .bind(&event.payload)
-            .bind(event.created_at)
-            .bind(&item.idempotency)
-            .bind(&event.request_hash)
-            .bind(&item.ordering_key)
-            .execute(&mut *$tx)
-            .await?;
-            if !item.tags.is_empty() {
-                let tags = serde_json::to_string(&item.tags)
-                    .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
-                sqlx::query($tags)
-                    .bind(&event.id)
-                    .bind(&event.account_id)
-                    .bind(event.created_at)
-                    .bind(tags)
-                    .execute(&mut *$tx)
-                    .await?;
-            }
-            // A paused or disabled endpoint, or one whose circuit is open, gets its deliveries
-            // too, held: nothing is lost while it rests.
-            let endpoints = sqlx::query_as::<_, Subscriber>($subscribers)
-                .bind(&item.account.id)
-                .fetch_all(&mut *$tx)
-                .await?;
-            let mut due_to = Vec::new();
-            let takes = |e: &&Subscriber| match &item.only {
-                Some(only) => e.id == *only,
-                None => e.takes(&item.event_type, &item.api_version),
-            };
-            for endpoint in endpoints.iter().filter(takes) {
-                let due = endpoint.due_for_new_delivery(now);
-                insert_delivery!(
-                    $tx,
-                    new_id("dlv"),
-                    &item.account.id,
-                    &event.id,
-                    &endpoint.id,
-                    now,
-                    due,
-                    None::<i64>
-                )?;
-                if due <= now {
-                    due_to.push(endpoint.id.clone());
-                }
-            }
-            Ok::<_, StoreError>(Ingested::Created(event, due_to))
         }
-        .await
-    }};
+    }
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// [`Db::ingest_together`] on one database.
+async fn ingest_together_on<DB: Backend>(
+    pool: &Pool<DB>,
+    batch: &[Ingest],
+) -> Result<Vec<Ingested>, StoreError> {
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    let mut results = Vec::with_capacity(batch.len());
+    for item in batch {
+        results.push(ingest_on::<DB>(&mut *tx, item, now_ms()).await?);
+    }
+    tx.commit().await?;
+    Ok(results)
 }
 
 impl Db {
@@ -138,14 +138,10 @@ impl Db {
     }
 
     async fn try_ingest(&self, item: &Ingest) -> Result<Ingested, StoreError> {
-        let subscribers = self.subscribers_sql();
-        let tags = self.insert_tags_sql();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            let ingested = ingest_on!(tx, item, now_ms(), &subscribers, tags)?;
-            tx.commit().await?;
-            Ok(ingested)
-        })
+        match self {
+            Db::Sqlite(pool) => try_ingest_on(pool, item).await,
+            Db::Postgres(pool) => try_ingest_on(pool, item).await,
+        }
     }
 
     /// Ingests a batch in one transaction, each item under its own savepoint: an item that
@@ -157,27 +153,10 @@ impl Db {
         &self,
         batch: &[Ingest],
     ) -> Result<Vec<Result<Ingested, StoreError>>, StoreError> {
-        let subscribers = self.subscribers_sql();
-        let tags = self.insert_tags_sql();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            let mut results = Vec::with_capacity(batch.len());
-            for item in batch {
-                let mut savepoint = sqlx::Acquire::begin(&mut tx).await?;
-                match ingest_on!(savepoint, item, now_ms(), &subscribers, tags) {
-                    Ok(ingested) => {
-                        savepoint.commit().await?;
-                        results.push(Ok(ingested));
-                    }
-                    Err(e) => {
-                        savepoint.rollback().await?;
-                        results.push(Err(e));
-                    }
-                }
-            }
-            tx.commit().await?;
-            Ok(results)
-        })
+        match self {
+            Db::Sqlite(pool) => ingest_many_on(pool, batch).await,
+            Db::Postgres(pool) => ingest_many_on(pool, batch).await,
+        }
     }
 
     /// Ingests a batch in one transaction without savepoints (they cost PostgreSQL two round
@@ -192,43 +171,11 @@ impl Db {
         if let [item] = batch {
             return Ok(vec![self.ingest(item).await]);
         }
-        let subscribers = self.subscribers_sql();
-        let tags = self.insert_tags_sql();
-        let ingested: Vec<Ingested> = on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            let mut results = Vec::with_capacity(batch.len());
-            for item in batch {
-                results.push(ingest_on!(tx, item, now_ms(), &subscribers, tags)?);
-            }
-            tx.commit().await?;
-            results
-        });
+        let ingested = match self {
+            Db::Sqlite(pool) => ingest_together_on(pool, batch).await?,
+            Db::Postgres(pool) => ingest_together_on(pool, batch).await?,
+        };
         Ok(ingested.into_iter().map(Ok).collect())
-    }
-
-    /// The statement that reads an account's subscribable endpoints for ingestion.
-    fn subscribers_sql(&self) -> String {
-        format!(
-            "SELECT id, status, circuit_state, event_types, api_version FROM kxp_endpoints \
-             WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled'){}",
-            self.share_lock()
-        )
-    }
-
-    /// The statement that stores an event's tags in one multi-row insert: `$1` the event, `$2`
-    /// its account, `$3` its `created_at`, `$4` the tags as a JSON array of strings (checked
-    /// and deduplicated by the API), taken apart in SQL.
-    fn insert_tags_sql(&self) -> &'static str {
-        match self {
-            Db::Sqlite(_) => {
-                "INSERT INTO kxp_event_tags (event_id, tag, account_id, created_at) \
-                 SELECT $1, value, $2, $3 FROM json_each($4)"
-            }
-            Db::Postgres(_) => {
-                "INSERT INTO kxp_event_tags (event_id, tag, account_id, created_at) \
-                 SELECT $1, t.tag, $2, $3 FROM jsonb_array_elements_text($4::jsonb) AS t(tag)"
-            }
-        }
     }
 
     /// A page of the account's events, newest first (by `created_at`, then id), with their
@@ -357,10 +304,11 @@ impl Db {
         item: &Ingest,
     ) -> Result<Option<Ingested>, StoreError> {
         let existing = on_db!(self, |pool, _begin| {
-            sqlx::query_as::<_, Event>(select_event!(
-                "WHERE account_id = $1 AND (idempotency_key = $2 OR id = $3) LIMIT 1"
-            ))
-            .bind(&item.account.id)
+            sqlx::query_as::<_, Event>(
+                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+                 FROM kxp_events WHERE account_id = $1 AND (idempotency_key = $2 OR id = $3) LIMIT 1",
+            )
+            .bind(item.account.id.as_str())
             .bind(&item.idempotency)
             .bind(&item.id)
             .fetch_optional(pool)
@@ -372,7 +320,7 @@ impl Db {
     /// One event of the account.
     pub async fn event(&self, account_id: &str, id: &str) -> Result<Event, StoreError> {
         on_db!(self, |pool, _begin| {
-            sqlx::query_as::<_, Event>(select_event!("WHERE account_id = $1 AND id = $2"))
+            sqlx::query_as::<_, Event>(EVENT_BY_ID)
                 .bind(account_id)
                 .bind(id)
                 .fetch_optional(pool)

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use sqlx::FromRow;
 
 use crate::model::{EndpointId, EventId, Secrets, now_ms};
-use crate::store::attempts::live_secrets;
+use crate::store::claim::live_secrets;
 use crate::store::{Db, StoreError, on_db};
 
 /// What the feed needs of an endpoint: what authenticates a request, and how items are signed

@@ -1,19 +1,31 @@
 //! The store: every SQL statement the sender runs, and nothing else. SQLite (a file, WAL,
-//! nothing to install) or PostgreSQL (for several `kxp serve` processes side by side), behind
-//! one enum so each query is written once, for both backends (see `on_db!`), except the
-//! claim, which differs in how PostgreSQL skips rows other workers hold.
+//! nothing to install) or PostgreSQL (for several `kxp serve` processes side by side). [`Db`]
+//! is an enum of the two pools; each of its methods dispatches once to the backend it holds.
 //!
-//! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's sign-ins), [`endpoints`], [`secrets`] (sealed at rest by [`seal`]), [`events`],
-//! [`deliveries`] (the API's side), [`attempts`] (the worker's side: claim, record, release),
-//! [`circuit`], [`health`], [`notifications`], [`schemas`], [`retention`], [`metrics`],
-//! [`sequence`] (each endpoint's numbering), [`feed`] (the catch-up feed's reads). What to
-//! write is decided by the model's rules and the pure [`policy`](crate::policy) functions,
-//! which the store calls inside its transactions; no other module holds SQL.
+//! Two shapes, by size. The transactions of several statements (recording attempts,
+//! ingestion, the breaker, notices, replays, endpoint changes) are generic functions over
+//! [`backend::Backend`], a sealed trait implemented for `sqlx::Sqlite` and `sqlx::Postgres` by
+//! one generator, one method per statement, with what differs between the databases (how a
+//! write transaction begins, the share lock, JSON functions, the batched writes) as its
+//! parameters: their logic is written and compiled once, and each statement is type-checked
+//! where it is written. Single statements on the pool are written once inside `on_db!`, which
+//! only picks the pool (and the `BEGIN` of [`backend::Backend`]); the claim is written out per
+//! backend, as PostgreSQL's is one statement that skips rows other workers hold.
+//!
+//! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's
+//! sign-ins), [`endpoints`], [`secrets`] (sealed at rest by [`seal`]), [`events`],
+//! [`deliveries`] (the API's side), [`claim`] (the worker's claim, release and reclaim of
+//! expired leases), [`record`] (finished attempts, in batches), [`circuit`], [`health`],
+//! [`notifications`], [`schemas`], [`retention`], [`metrics`], [`sequence`] (each endpoint's
+//! numbering), [`feed`] (the catch-up feed's reads). What to write is decided by the model's
+//! rules and the pure [`policy`](crate::policy) functions, which the store calls inside its
+//! transactions; no other module holds SQL.
 
 mod accounts;
-mod attempts;
 mod audit;
+mod backend;
 pub(crate) mod circuit;
+mod claim;
 pub(crate) mod deliveries;
 mod endpoints;
 mod events;
@@ -22,6 +34,7 @@ pub(crate) mod health;
 mod metrics;
 pub(crate) mod notifications;
 mod operators;
+mod record;
 mod retention;
 mod schemas;
 pub mod seal;
@@ -64,22 +77,21 @@ pub enum Db {
 }
 
 /// Runs `$body` with `$pool` bound to the backend's pool and `$begin` to the statement that opens
-/// a write transaction there. The body is compiled once per backend, so the SQL it holds must
-/// suit both (placeholders are `$1`, `$2`, … in both).
+/// a write transaction there ([`Backend::BEGIN`](backend::Backend::BEGIN)). The body is
+/// compiled once per backend, so the SQL it holds must suit both (placeholders are `$1`, `$2`,
+/// … in both); a transaction of several statements is a generic function over
+/// [`backend::Backend`] instead.
 macro_rules! on_db {
     ($db:expr, |$pool:ident, $begin:ident| $body:expr) => {
         match $db {
             $crate::store::Db::Sqlite($pool) => {
-                // BEGIN IMMEDIATE: a deferred transaction that reads first and writes later can
-                // fail with SQLITE_BUSY when two of them race to upgrade; taking the write lock
-                // up front makes them queue on the busy timeout instead.
                 #[allow(unused_variables)]
-                let $begin = "BEGIN IMMEDIATE";
+                let $begin = <sqlx::Sqlite as $crate::store::backend::Backend>::BEGIN;
                 $body
             }
             $crate::store::Db::Postgres($pool) => {
                 #[allow(unused_variables)]
-                let $begin = "BEGIN";
+                let $begin = <sqlx::Postgres as $crate::store::backend::Backend>::BEGIN;
                 $body
             }
         }
@@ -193,38 +205,6 @@ impl Db {
     /// Closes every connection.
     pub async fn close(&self) {
         on_db!(self, |pool, _begin| pool.close().await);
-    }
-
-    /// `FOR SHARE` on PostgreSQL, for a read of an endpoint whose answer decides what a
-    /// transaction writes (ingestion and replays queue deliveries by its status and circuit:
-    /// held or due). It waits for any uncommitted change of the row — a pause, resume or delete
-    /// ([`Db::lock_for_change`]), or a breaker transition that holds or releases the endpoint's
-    /// deliveries — and holds the next one off until commit, so a new delivery is never queued
-    /// by a state that is being left (held on a circuit that is closing, due on one that is
-    /// opening). It does not conflict with itself or with recording attempts (`FOR KEY SHARE`),
-    /// and the breaker writes the row only on transitions, so events and attempts of one
-    /// endpoint do not wait for each other. (On SQLite the write transaction already holds the
-    /// lock.)
-    fn share_lock(&self) -> &'static str {
-        match self {
-            Db::Sqlite(_) => "",
-            Db::Postgres(_) => " FOR SHARE",
-        }
-    }
-
-    /// The statement that locks one of the account's endpoints (`$1` the account, `$2` the
-    /// endpoint) for a change of its status before the change: `FOR UPDATE` on PostgreSQL,
-    /// which waits for every ingestion, replay and batch of attempts holding the row under
-    /// [`share_lock`](Db::share_lock), so none of them can queue or record by the old status
-    /// after the change moves the endpoint's deliveries. `None` on SQLite, whose write
-    /// transaction already excludes them.
-    fn lock_for_change(&self) -> Option<&'static str> {
-        match self {
-            Db::Sqlite(_) => None,
-            Db::Postgres(_) => {
-                Some("SELECT 1 FROM kxp_endpoints WHERE account_id = $1 AND id = $2 FOR UPDATE")
-            }
-        }
     }
 }
 

@@ -1,8 +1,10 @@
 //! `kxp_notifications`: the outbox of operational notices. A notice is queued in the
-//! transaction of the state change it announces (`queue_notices!`), so each change is announced
+//! transaction of the state change it announces ([`queue_notices`]), so each change is announced
 //! exactly once; the notifier claims due rows under a lease and records each try.
 
 use crate::model::{NoticeNext, Notification, now_ms};
+use crate::policy::notice;
+use crate::store::backend::{Backend, NewNotice};
 use crate::store::seal::KeyRing;
 use crate::store::secrets::open_ops_secret;
 use crate::store::{Db, StoreError, on_db};
@@ -15,48 +17,38 @@ pub(crate) const NOTICE_FACTS: &str = "SELECT p.id AS endpoint_id, p.account_id,
      FROM kxp_endpoints p JOIN kxp_accounts a ON a.id = p.account_id \
      LEFT JOIN kxp_endpoint_stats s ON s.endpoint_id = p.id WHERE p.id = $1";
 
-/// Writes the notice `$kind` about the endpoint `$endpoint_id` to the outbox on the transaction
-/// `$tx`, one row per configured channel. Evaluates to `Result<usize, sqlx::Error>`: the rows
-/// written (0 when the account configured no channel: the change is still logged).
-macro_rules! queue_notices {
-    ($tx:expr, $kind:expr, $endpoint_id:expr, $now:expr) => {{
-        async {
-            let facts = sqlx::query_as::<_, $crate::model::NoticeFacts>($crate::store::notifications::NOTICE_FACTS)
-                .bind($endpoint_id)
-                .fetch_one(&mut *$tx)
-                .await?;
-            let (event_id, payload) = $crate::policy::notice::envelope(&facts, $kind, $now);
-            let channels = $crate::policy::notice::channels(&facts);
-            for (channel, target) in &channels {
-                sqlx::query(
-                    "INSERT INTO kxp_notifications (id, account_id, endpoint_id, kind, channel, target, \
-                     event_id, payload, status, attempts, next_attempt_at, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $9, $9)",
-                )
-                .bind($crate::model::new_id("ntf"))
-                .bind(&facts.account_id)
-                .bind(&facts.endpoint_id)
-                .bind($kind)
-                .bind(*channel)
-                .bind(*target)
-                .bind(&event_id)
-                .bind(&payload)
-                .bind($now)
-                .execute(&mut *$tx)
-                .await?;
-            }
-            if channels.is_empty() {
-                tracing::warn!(
-                    target: "kxp_sender", endpoint_id = %facts.endpoint_id, account_id = %facts.account_id,
-                    kind = $kind, "the account has no ops URL or contact address: nobody is notified"
-                );
-            }
-            Ok::<_, sqlx::Error>(channels.len())
-        }
-        .await
-    }};
+/// Writes the notice `kind` about the endpoint `endpoint_id` to the outbox on the transaction
+/// `conn`, one row per configured channel. Answers the rows written (0 when the account
+/// configured no channel: the change is still logged).
+pub(crate) async fn queue_notices<DB: Backend>(
+    conn: &mut DB::Connection,
+    kind: &str,
+    endpoint_id: &str,
+    now: i64,
+) -> Result<usize, sqlx::Error> {
+    let facts = DB::notice_facts(conn, endpoint_id).await?;
+    let (event_id, payload) = notice::envelope(&facts, kind, now);
+    let channels = notice::channels(&facts);
+    for (channel, target) in &channels {
+        let notice = NewNotice {
+            facts: &facts,
+            kind,
+            channel,
+            target,
+            event_id: event_id.as_str(),
+            payload: &payload,
+            now,
+        };
+        DB::insert_notice(conn, &notice).await?;
+    }
+    if channels.is_empty() {
+        tracing::warn!(
+            target: "kxp_sender", endpoint_id = %facts.endpoint_id, account_id = %facts.account_id,
+            kind = kind, "the account has no ops URL or contact address: nobody is notified"
+        );
+    }
+    Ok(channels.len())
 }
-pub(crate) use queue_notices;
 
 const NOTIFICATION_COLUMNS: &str = "id, account_id, endpoint_id, kind, channel, target, event_id, payload, status, attempts, last_error, created_at";
 

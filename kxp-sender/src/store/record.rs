@@ -1,0 +1,203 @@
+//! Recording finished attempts, in batches: each delivery row and attempt row (only while the
+//! worker still holds the delivery's lease), then the endpoints' statistics, breakers and any
+//! notification, in one transaction. The statements are [`Backend`]'s; the folding, ordering
+//! and policy calls are written here once, for both databases.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use sqlx::Pool;
+
+use crate::model::{EndpointId, FinishAttempt, Finished, NextState, now_ms};
+use crate::policy::circuit::Protection;
+use crate::policy::health::{HourTally, RunningStats, hour_of};
+use crate::store::backend::Backend;
+use crate::store::circuit::{BreakerRow, breaker_step};
+use crate::store::claim::ENDPOINT_DELETED;
+use crate::store::health::{hourly_json, stats_json};
+use crate::store::notifications::queue_notices;
+use crate::store::{Db, StoreError};
+
+/// One finished attempt as its delivery row records it.
+pub(crate) struct Finishing<'a> {
+    /// The delivery's new status: `delivered`, `pending` (a retry) or `dead`.
+    pub status: &'static str,
+    /// Its next try (a retry), else the time it ended.
+    pub next_at: i64,
+    /// The HTTP status, if a response came.
+    pub status_code: Option<i64>,
+    /// What went wrong, if anything.
+    pub error: Option<&'a str>,
+}
+
+impl<'a> Finishing<'a> {
+    fn of(item: &FinishAttempt, error: Option<&'a str>, now: i64) -> Finishing<'a> {
+        let (status, next_at) = match item.next {
+            NextState::Delivered => ("delivered", now),
+            NextState::RetryAt(at) => ("pending", at),
+            NextState::Dead => ("dead", now),
+        };
+        Finishing {
+            status,
+            next_at,
+            status_code: item.record.status_code.map(i64::from),
+            error,
+        }
+    }
+}
+
+impl Db {
+    /// Records a batch of finished attempts in one transaction, each only if its `owner` still
+    /// holds the delivery's lease ([`Finished::LeaseLost`] otherwise: that item writes nothing,
+    /// and the worker that took over stands; the others are recorded all the same). Per
+    /// endpoint of the batch, once: its statistics (locked, folded in order, written back) and
+    /// its hourly tally; its circuit breaker sees the attempts one by one, in order, each with
+    /// the statistics as of that attempt, and queues the notification a state change calls for.
+    /// (Every delivery row of the batch is written before the breaker steps, and the batch has
+    /// one time: the end states are those of recording the attempts one at a time.) Answers
+    /// one [`Finished`] per item, in order.
+    ///
+    /// One commit for the whole batch is what makes delivery fast: a commit waits for the disk,
+    /// and on PostgreSQL each endpoint's rows are locked once per batch instead of once per
+    /// attempt.
+    pub async fn finish_attempts(
+        &self,
+        batch: &[FinishAttempt],
+        protection: &Protection,
+    ) -> Result<Vec<Finished>, StoreError> {
+        Ok(match self {
+            Db::Sqlite(pool) => finish(pool, batch, protection).await?,
+            Db::Postgres(pool) => finish(pool, batch, protection).await?,
+        })
+    }
+}
+
+/// [`Db::finish_attempts`] on one database.
+async fn finish<DB: Backend>(
+    pool: &Pool<DB>,
+    batch: &[FinishAttempt],
+    protection: &Protection,
+) -> Result<Vec<Finished>, sqlx::Error> {
+    let now = now_ms();
+    let errors: Vec<Option<String>> = batch
+        .iter()
+        .map(|f| f.record.error.as_ref().map(ToString::to_string))
+        .collect();
+    let finishing: Vec<Finishing> = batch
+        .iter()
+        .zip(&errors)
+        .map(|(item, error)| Finishing::of(item, error.as_deref(), now))
+        .collect();
+    let mut tx = pool.begin_with(DB::BEGIN).await?;
+    let recorded = DB::finish_deliveries(&mut *tx, batch, &finishing, now).await?;
+    let results =
+        record_endpoints::<DB>(&mut *tx, batch, &errors, &recorded, now, protection).await?;
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// What a batch's finished attempts do to their endpoints, on the transaction `conn`, once the
+/// delivery and attempt rows are written (`recorded[i]`: item `i` still held its lease): the
+/// statistics of every endpoint touched are locked and read in one statement, and their
+/// breakers in another; then, per endpoint, each attempt in order is folded into the
+/// statistics and steps the breaker (SQL only on a transition, with the notices it calls for);
+/// then all statistics and hourly tallies are written in one statement each. Answers one
+/// [`Finished`] per item.
+async fn record_endpoints<DB: Backend>(
+    conn: &mut DB::Connection,
+    batch: &[FinishAttempt],
+    errors: &[Option<String>],
+    recorded: &[bool],
+    now: i64,
+    protection: &Protection,
+) -> Result<Vec<Finished>, sqlx::Error> {
+    let mut results = vec![Finished::LeaseLost; batch.len()];
+    let mut touched: Vec<&EndpointId> = (0..batch.len())
+        .filter(|&i| recorded[i])
+        .map(|i| &batch[i].endpoint_id)
+        .collect();
+    touched.sort_unstable();
+    touched.dedup();
+    if touched.is_empty() {
+        return Ok(results);
+    }
+    let ids = serde_json::to_string(&touched).unwrap_or_else(|_| "[]".to_owned());
+    let mut stats: BTreeMap<EndpointId, RunningStats> = DB::lock_stats(conn, &ids, now)
+        .await?
+        .into_iter()
+        .map(|row| (row.endpoint_id.clone(), RunningStats::from(row)))
+        .collect();
+    let mut rows: BTreeMap<EndpointId, BreakerRow> = DB::breaker_rows(conn, &ids)
+        .await?
+        .into_iter()
+        .map(|row| (row.id.clone(), row))
+        .collect();
+    let mut tallies: BTreeMap<EndpointId, HourTally> = BTreeMap::new();
+    // Endpoint by endpoint in id order (a breaker's transition locks its row: two batches take
+    // such locks in the same order), each endpoint's attempts in order.
+    let mut order: Vec<usize> = (0..batch.len()).filter(|&i| recorded[i]).collect();
+    order.sort_by_key(|&i| (&batch[i].endpoint_id, i));
+    for i in order {
+        let item = &batch[i];
+        let endpoint = &item.endpoint_id;
+        let (Some(stats), Some(row)) = (stats.get_mut(endpoint), rows.get_mut(endpoint)) else {
+            continue;
+        };
+        let success = errors[i].is_none();
+        stats.record(now, errors[i].as_deref());
+        tallies
+            .entry(endpoint.clone())
+            .or_default()
+            .add(success, item.record.duration_ms);
+        let changed = breaker_step::<DB>(
+            conn,
+            row,
+            item.delivery_id.as_str(),
+            success,
+            stats,
+            now,
+            protection,
+        )
+        .await?;
+        let mut notices = 0;
+        if let Some(kind) = changed.and_then(|t| t.notice()) {
+            // The notice quotes the statistics: they go down first.
+            DB::write_stats(conn, stats_json(std::iter::once((endpoint, &*stats))), now).await?;
+            notices = queue_notices::<DB>(conn, kind, endpoint.as_str(), now).await?;
+        }
+        results[i] = Finished::Recorded {
+            transition: changed,
+            notices,
+        };
+    }
+    DB::write_stats(conn, stats_json(stats.iter()), now).await?;
+    DB::add_hourly(conn, hourly_json(hour_of(now), tallies.iter())).await?;
+    Ok(results)
+}
+
+/// Records an attempt's outcome on its delivery ([`Db::finish_attempts`] on SQLite, one delivery
+/// at a time): `$1` the new status, … `$8` the delivery, `$9` the lease owner. A retry for an endpoint deleted during the
+/// attempt ends the delivery instead. Built once: it runs with every attempt.
+pub(crate) static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE kxp_deliveries SET status = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'dead' ELSE $1 END, \
+         attempts = $2, first_attempt_at = COALESCE(first_attempt_at, $3), \
+         next_attempt_at = $4, lease_until = NULL, lease_owner = NULL, last_status = $5, \
+         last_error = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE $6 END, updated_at = $7 \
+         WHERE id = $8 AND lease_owner = $9 AND status = 'delivering'"
+    )
+});
+
+/// [`FINISH_ATTEMPT`] for a whole batch, on PostgreSQL: `$1`… `$8` the batch's columns as
+/// arrays (delivery, status, attempt, started at, next at, HTTP status, error, lease owner),
+/// `$9` now. Each row is checked against its own lease; returns the deliveries it recorded.
+pub(crate) const FINISH_ATTEMPTS_POSTGRES: &str = "UPDATE kxp_deliveries d SET \
+       status = CASE WHEN u.status = 'pending' AND p.status = 'deleted' THEN 'dead' ELSE u.status END, \
+       attempts = u.attempt, first_attempt_at = COALESCE(d.first_attempt_at, u.started_at), \
+       next_attempt_at = u.next_at, lease_until = NULL, lease_owner = NULL, last_status = u.status_code, \
+       last_error = CASE WHEN u.status = 'pending' AND p.status = 'deleted' THEN 'endpoint_deleted' ELSE u.error END, \
+       updated_at = $9 \
+     FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::text[]) \
+       AS u(id, status, attempt, started_at, next_at, status_code, error, owner), kxp_endpoints p \
+     WHERE d.id = u.id AND d.lease_owner = u.owner AND d.status = 'delivering' AND p.id = d.endpoint_id \
+     RETURNING d.id";
