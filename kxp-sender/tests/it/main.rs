@@ -32,6 +32,7 @@ mod replay;
 mod retention;
 mod rotation;
 mod rotation_confirmed;
+mod schema_parity;
 mod schemas;
 mod sealed_secrets;
 mod sequence;
