@@ -298,6 +298,44 @@ mod tests {
     }
 
     #[test]
+    fn what_no_retry_cures_is_rejected_and_the_rest_is_held() {
+        let reason = |error: Error| match Refused::of(&error) {
+            Refused::For(reason) => Some(reason),
+            Refused::Backlog | Refused::Store => None,
+        };
+        assert_eq!(
+            reason(Error::InvalidJson(String::new())),
+            Some(RejectReason::InvalidJson)
+        );
+        assert_eq!(
+            reason(Error::invalid("")),
+            Some(RejectReason::InvalidRequest)
+        );
+        assert_eq!(
+            reason(Error::TooLarge(String::new())),
+            Some(RejectReason::PayloadTooLarge)
+        );
+        assert_eq!(
+            reason(Error::SchemaViolation {
+                path: String::new(),
+                message: String::new()
+            }),
+            Some(RejectReason::SchemaViolation)
+        );
+        assert_eq!(
+            reason(Error::KeyReused),
+            Some(RejectReason::IdempotencyKeyReused)
+        );
+        assert!(matches!(
+            Refused::of(&Error::BacklogFull(String::new())),
+            Refused::Backlog
+        ));
+        for held in [Error::Unavailable, Error::Sealed, Error::NotFound] {
+            assert!(matches!(Refused::of(&held), Refused::Store), "{held:?}");
+        }
+    }
+
+    #[test]
     fn a_body_over_the_limit_is_refused_by_its_length_before_any_parse() {
         // Not JSON at all: were it parsed first, it would be `invalid_json`.
         let body = b"not json ".repeat((1000 + REQUEST_OVERHEAD) / 9 + 1);
