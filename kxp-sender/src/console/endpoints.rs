@@ -1,9 +1,9 @@
 //! The endpoints of an account: the list with their health, registration (through the
-//! service's [`register`](crate::app::register), as the API's, so the same checks and the same
-//! challenge apply), and each endpoint's actions (through the service too). A new secret is
-//! never in the answer to the form that made it: the POST keeps it as the session's one-time
-//! message and redirects, and the endpoint's page shows it once (a reload shows nothing, and
-//! never posts the form again).
+//! service's [`register`], as the API's, so the same checks and the same challenge apply), and
+//! each endpoint's actions (through the service too). A new secret is never in the answer to
+//! the form that made it: the POST keeps it as the session's one-time message and redirects,
+//! and the endpoint's page shows it once (a reload shows nothing, and never posts the form
+//! again).
 
 use axum::Form;
 use axum::extract::{Path, State};
@@ -329,9 +329,8 @@ pub(super) async fn edit_form(
     )))
 }
 
-/// `POST …/endpoints/{endpoint}/edit`: saves the settings through the service's
-/// [`change`](crate::app::change), as the API's (a new URL is challenged), or shows the form
-/// again with why not.
+/// `POST …/endpoints/{endpoint}/edit`: saves the settings through the service's [`change`],
+/// as the API's (a new URL is challenged), or shows the form again with why not.
 pub(super) async fn edit(
     State(state): State<AppState>,
     scope: InAccount,

@@ -6,7 +6,7 @@
 //! One file per resource ([`endpoints`], [`endpoint_actions`], [`events`], [`deliveries`],
 //! [`schemas`], [`account`], [`accounts`], [`portal_links`], [`notifications`], [`health`]), each holding its handlers and the
 //! request and view structs it reads and writes; [`errors`], [`auth`] and [`pagination`] are
-//! what they share, and [`openapi`] describes it all. Handlers parse the request, call the
+//! what they share, and [`openapi`](mod@openapi) describes it all. Handlers parse the request, call the
 //! service ([`crate::app`]: its use cases, its checks, its views of the store's rows) or, for
 //! plain reads, the store, and shape the answer; [`errors`] turns the service's
 //! [`Error`](crate::app::Error) into the API's status, code and body. No SQL and no policy
