@@ -25,10 +25,11 @@
 //!
 //! # Layers
 //!
-//! The crate is six layers, and **imports point one way**, from the later to the earlier:
-//! `model` ← `policy` ← `store` ← `engine` ← `http` ← `ingest`, `console` ← this root. A layer
-//! never imports one after it, so a change to the API cannot reach the SQL, and the breaker's rules can be read
-//! (and tested) without a database.
+//! The crate is seven layers, and **imports point one way**, from the later to the earlier:
+//! `model` ← `policy` ← `store` ← `engine` ← `app` ← `http`, `console`, `ingest` ← this root.
+//! A layer never imports one after it, and the three front ends never import each other: a
+//! change to the API cannot reach the SQL, the console and the broker sources never depend on
+//! HTTP's codes, and the breaker's rules can be read (and tested) without a database.
 //!
 //! - **model** — plain data: the rows the store returns ([`Endpoint`], [`Delivery`], …), typed
 //!   ids ([`EndpointId`], [`DeliveryId`], …), the states rows move through
@@ -47,22 +48,31 @@
 //!   between processes (PostgreSQL), the notifier, the purger, this process's metrics, the
 //!   schema validator cache, and the pieces they send with: the address guard, the one guarded
 //!   HTTP client, SMTP. Everything they share is built once at [`start`] from the [`Config`].
+//! - **app** — the service: the use cases every front end shares (taking an event in,
+//!   registering and changing an endpoint) with every check they make, the state they share,
+//!   the domain limits ([`MAX_TIMEOUT`], [`MAX_URL`], …), the views of the store's rows as
+//!   [`kxp_api`]'s types, and one error enum in the service's own words, which each front end
+//!   turns into its own answer. No HTTP, no SQL.
 //! - **http** — the API, one file per resource (endpoints, events, deliveries, schemas, account,
 //!   notifications, health and metrics) plus the errors, authentication and pagination they
-//!   share. Handlers parse and check, call the store, and shape the answer.
+//!   share. Handlers parse the request, call the service (or the store, for plain reads), and
+//!   shape the answer; the service's errors become the API's status, code and body here.
 //! - **ingest** — the broker sources of `kxp serve --ingest` ([`IngestSource`]): a RabbitMQ
 //!   queue or a JetStream stream consumed by one task per source, each message taken in through
-//!   the API's own acceptance of `POST /v1/events` and acknowledged only once stored; the
-//!   broker's message id is the idempotency key, so a redelivery answers the first event. What
-//!   the consumers report (state, lag, counters) lives in `engine`, for `/healthz` and
-//!   `/metrics`.
+//!   the service's acceptance of an event (the one `POST /v1/events` uses) and acknowledged
+//!   only once stored; whether a refused message is held, retried or rejected follows the
+//!   service's error. The broker's message id is the idempotency key, so a redelivery answers
+//!   the first event. What the consumers report (state, lag, counters) lives in `engine`, for
+//!   `/healthz` and `/metrics`.
 //! - **console** — the HTML pages for people under `/console` (and `/`, which redirects
 //!   there): sign-in by a one-time portal link (`POST /v1/portal-links`) or an operator key,
 //!   server-side sessions in a cookie, CSRF tokens on every form, strict security headers. It
-//!   shares the API's state; its refusals are pages, never the API's JSON errors.
+//!   shares the service's state and use cases; its refusals are pages, never the API's JSON
+//!   errors.
 //!
 //! The modules are private: the items below are the whole public interface.
 
+mod app;
 mod console;
 mod engine;
 mod http;
@@ -73,16 +83,16 @@ mod server;
 mod store;
 
 // The public interface.
+pub use app::{DEFAULT_LINK_TTL, MAX_LINK_TTL, MAX_UNUSED_PORTAL_LINKS};
+pub use app::{
+    DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,
+    MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, REQUEST_OVERHEAD,
+};
 pub use engine::config::Config;
 pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
 pub use engine::mail::MailError;
 pub use engine::sources::{DEFAULT_PREFETCH, IngestSource, IngestUrlError, MAX_PREFETCH};
-pub use http::FEED_RATE_LIMIT;
-pub use http::{DEFAULT_LINK_TTL, MAX_LINK_TTL, MAX_UNUSED_PORTAL_LINKS};
-pub use http::{
-    DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,
-    MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, REQUEST_OVERHEAD, openapi,
-};
+pub use http::{FEED_RATE_LIMIT, openapi};
 /// The API server's bounds ([`Config::api_limits`]): the receivers' server, from kxp-axum.
 pub use kxp_axum::ServeLimits;
 pub use model::{
@@ -101,4 +111,4 @@ pub use policy::schedule::{
 };
 pub use server::{Server, StartError, start};
 pub use store::seal::{KeyRing, KeyRingError, OpenError, SECRETS_KEY_ENV, generate_key_line};
-pub use store::{Db, Purged, StoreError, open_secret, redact_passwords};
+pub use store::{Db, Purged, StoreConflict, StoreError, open_secret, redact_passwords};

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use crate::app::{self, AppState};
 use crate::console::{self, SignInKey};
 use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
@@ -19,7 +20,7 @@ use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
 use crate::engine::sources::{SourceStatus, Sources};
 use crate::engine::{announce, notifier, retention, worker};
-use crate::http::{self, AppState};
+use crate::http;
 use crate::ingest;
 use crate::model::{KeyKind, set_database_offset};
 use crate::store::{Db, StoreError};
@@ -228,7 +229,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
             stopped.clone(),
         ));
         // In-flight attempts end by their own timeouts; wait that long before putting back.
-        let grace = http::MAX_TIMEOUT + Duration::from_secs(1);
+        let grace = app::MAX_TIMEOUT + Duration::from_secs(1);
         let workers = worker::run(db.clone(), shared.clone(), stopped, grace);
         tokio::spawn(async move {
             workers.await;

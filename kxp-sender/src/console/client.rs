@@ -19,8 +19,8 @@ use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 
+use crate::app::AppState;
 use crate::engine::guard::Cidr;
-use crate::http::AppState;
 
 /// The header a reverse proxy names the client in.
 const FORWARDED_FOR: &str = "x-forwarded-for";

@@ -13,7 +13,7 @@ use super::endpoints::{not_found, page};
 use super::error::ConsoleError;
 use super::pages::{self, DeadLetters};
 use super::scope::InAccount;
-use crate::http::AppState;
+use crate::app::{self, AppState, Error};
 use crate::model::{DeliveryFilter, Endpoint, now_ms};
 use crate::store::StoreError;
 
@@ -211,23 +211,18 @@ pub(super) async fn replay_all(
     };
     let mut queued = 0;
     for endpoint in endpoints {
-        let replayed = state
-            .db
-            .replay_endpoint(account, endpoint.id.as_str(), &filter)
-            .await;
-        queued += match replayed {
+        queued += match app::replay_endpoint(&state, &scope.account, endpoint.id.as_str(), &filter)
+            .await
+        {
             Ok(queued) => queued,
             // Deleted since the count: nothing can be replayed to it, the others still are.
-            Err(StoreError::NotFound | StoreError::Conflict { .. }) => 0,
+            Err(Error::NotFound | Error::Conflict { .. }) => 0,
             Err(e) => return Err(e.into()),
         };
     }
     tracing::info!(target: "kxp_sender", queued, "dead deliveries replayed from the console");
     let action = format!("dead_letters.replay ({queued} queued)");
     scope.audit(&state, &action, form.endpoint.as_deref()).await;
-    if queued > 0 {
-        state.shared.wake_workers();
-    }
     let narrow = form
         .endpoint
         .map(|e| format!("&endpoint={e}"))

@@ -1,8 +1,9 @@
-//! The endpoints of an account: the list with their health, registration (through the API's
-//! own [`register`](crate::http::register), so the same checks and the same challenge apply),
-//! and each endpoint's actions. A new secret is never in the answer to the form that made it:
-//! the POST keeps it as the session's one-time message and redirects, and the endpoint's page
-//! shows it once (a reload shows nothing, and never posts the form again).
+//! The endpoints of an account: the list with their health, registration (through the
+//! service's [`register`], as the API's, so the same checks and the same challenge apply), and
+//! each endpoint's actions (through the service too). A new secret is never in the answer to
+//! the form that made it: the POST keeps it as the session's one-time message and redirects,
+//! and the endpoint's page shows it once (a reload shows nothing, and never posts the form
+//! again).
 
 use axum::Form;
 use axum::extract::{Path, State};
@@ -13,8 +14,9 @@ use super::error::ConsoleError;
 use super::pages::{self, DeleteConfirm, EndpointForm, EndpointRow, FormFor, Frame, NewSecret};
 use super::scope::{Checked, InAccount};
 use super::sign_in::SIGNED_IN;
-use crate::http::{AppState, DEFAULT_OVERLAP, change, endpoint_details, register};
-use crate::model::{Ingest, Ingested, ms};
+use crate::app::views::endpoint_details;
+use crate::app::{self, AppState, DEFAULT_OVERLAP, Error, change, register};
+use crate::model::{Ingest, Ingested};
 use crate::store::StoreError;
 use crate::store::seal::{open_stored, to_stored};
 
@@ -133,7 +135,7 @@ pub(super) async fn create(
             Ok(Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response())
         }
         Err(refused) => {
-            let why = refused.message().to_owned();
+            let why = refused.to_string();
             refuse(why, state, scope, form).await
         }
     }
@@ -327,9 +329,8 @@ pub(super) async fn edit_form(
     )))
 }
 
-/// `POST …/endpoints/{endpoint}/edit`: saves the settings through the API's own
-/// [`change`](crate::http::change) (a new URL is challenged), or shows the form again with why
-/// not.
+/// `POST …/endpoints/{endpoint}/edit`: saves the settings through the service's [`change`],
+/// as the API's (a new URL is challenged), or shows the form again with why not.
 pub(super) async fn edit(
     State(state): State<AppState>,
     scope: InAccount,
@@ -351,7 +352,7 @@ pub(super) async fn edit(
             Ok(back_to(&scope, &id))
         }
         Err(refused) => {
-            let why = refused.message().to_owned();
+            let why = refused.to_string();
             refuse_edit(&state, &scope, &endpoint, form, &why).await
         }
     }
@@ -381,11 +382,7 @@ pub(super) async fn pause(
     State(state): State<AppState>,
     Checked { scope, id }: Checked,
 ) -> Result<Response, ConsoleError> {
-    let (_, held) = state
-        .db
-        .pause_endpoint(scope.account.id.as_str(), &id)
-        .await
-        .map_err(not_found)?;
+    let (_, held) = app::pause(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused from the console");
     scope.audit(&state, "endpoint.pause", Some(&id)).await;
     Ok(back_to(&scope, &id))
@@ -396,17 +393,9 @@ pub(super) async fn resume(
     State(state): State<AppState>,
     Checked { scope, id }: Checked,
 ) -> Result<Response, ConsoleError> {
-    let protection = &state.shared.config.protection;
-    let (_, due) = state
-        .db
-        .resume_endpoint(scope.account.id.as_str(), &id, protection)
-        .await
-        .map_err(not_found)?;
+    let (_, due) = app::resume(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed from the console");
     scope.audit(&state, "endpoint.resume", Some(&id)).await;
-    if due > 0 {
-        state.shared.wake_workers();
-    }
     Ok(back_to(&scope, &id))
 }
 
@@ -416,7 +405,7 @@ pub(super) async fn rotate(
     State(state): State<AppState>,
     checked: Checked,
 ) -> Result<Response, ConsoleError> {
-    rotate_secret(&state, checked, None).await
+    rotate_with(&state, checked, None).await
 }
 
 /// `POST …/endpoints/{endpoint}/rotate-when-confirmed`: [`rotate`], the old secrets stopping
@@ -426,32 +415,30 @@ pub(super) async fn rotate_when_confirmed(
     State(state): State<AppState>,
     checked: Checked,
 ) -> Result<Response, ConsoleError> {
-    rotate_secret(&state, checked, Some(DEFAULT_CONFIRMATIONS)).await
+    rotate_with(&state, checked, Some(DEFAULT_CONFIRMATIONS)).await
 }
 
-async fn rotate_secret(
+/// Rotates through the service's [`rotate_secret`](app::rotate_secret); a refusal is shown
+/// as a page.
+async fn rotate_with(
     state: &AppState,
     Checked { scope, id }: Checked,
     confirmations: Option<u32>,
 ) -> Result<Response, ConsoleError> {
-    let account = scope.account.id.as_str();
-    let rotated = match state
-        .db
-        .rotate_secret(
-            account,
-            &id,
-            ms(DEFAULT_OVERLAP),
-            confirmations,
-            state.shared.config.secrets_key.as_ref(),
-            None,
-        )
-        .await
+    let rotated = match app::rotate_secret(
+        state,
+        &scope.account,
+        &id,
+        DEFAULT_OVERLAP,
+        confirmations,
+    )
+    .await
     {
         Ok(rotated) => rotated,
-        Err(StoreError::Conflict { message, .. }) => {
+        Err(Error::Conflict { message, .. }) => {
             return Ok(refused("The secret was not rotated", &message));
         }
-        Err(e) => return Err(not_found(e)),
+        Err(e) => return Err(e.into()),
     };
     tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint secret rotated from the console");
     // An endpoint that signs with Ed25519 only has no secret to show: its page lists the new
@@ -543,11 +530,7 @@ pub(super) async fn delete(
     State(state): State<AppState>,
     Checked { scope, id }: Checked,
 ) -> Result<Response, ConsoleError> {
-    let ended = state
-        .db
-        .delete_endpoint(scope.account.id.as_str(), &id)
-        .await
-        .map_err(not_found)?;
+    let ended = app::delete(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,
         "endpoint deleted from the console");
     scope.audit(&state, "endpoint.delete", Some(&id)).await;

@@ -1,11 +1,13 @@
 //! Why the console refused a request, each with its status and its page. The JSON API's errors
-//! ([`ApiError`](crate::http::ApiError)) never appear here, nor these under `/v1`.
+//! never appear here, nor these under `/v1`; a use case's refusal ([`crate::app::Error`]) is
+//! shown on the form that asked, in its own words.
 
 use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 
 use super::pages;
+use crate::app::Error;
 use crate::store::StoreError;
 
 /// A refused console request.
@@ -30,12 +32,35 @@ pub(crate) enum ConsoleError {
     NotFound,
     /// The database failed: 503.
     Store(StoreError),
+    /// A use case could not finish (its database failed): 503.
+    Service(Error),
 }
 
 impl From<StoreError> for ConsoleError {
     fn from(e: StoreError) -> ConsoleError {
         ConsoleError::Store(e)
     }
+}
+
+/// A use case's "not found" is the console's 404 page; what else it did not finish, its 503.
+/// (The refusals a form explains, such as a conflict, are shown by the page that asked.)
+impl From<Error> for ConsoleError {
+    fn from(e: Error) -> ConsoleError {
+        match e {
+            Error::NotFound => ConsoleError::NotFound,
+            other => ConsoleError::Service(other),
+        }
+    }
+}
+
+/// The 503 page of a failed database (or use case), `error` logged.
+fn unavailable(error: &dyn std::fmt::Display) -> (StatusCode, &'static str, &'static str) {
+    tracing::error!(target: "kxp_sender", error = %error, "a console page failed");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Unavailable",
+        "The console cannot reach its database just now. Try again shortly.",
+    )
 }
 
 impl IntoResponse for ConsoleError {
@@ -76,14 +101,8 @@ impl IntoResponse for ConsoleError {
                 "Not found",
                 "There is no such page in the console.",
             ),
-            ConsoleError::Store(e) => {
-                tracing::error!(target: "kxp_sender", error = %e, "a console page failed");
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Unavailable",
-                    "The console cannot reach its database just now. Try again shortly.",
-                )
-            }
+            ConsoleError::Store(e) => unavailable(&e),
+            ConsoleError::Service(e) => unavailable(&e),
         };
         let mut response =
             (status, Html(pages::message(title, text).into_string())).into_response();

@@ -10,7 +10,7 @@ use super::endpoints::{not_found, page};
 use super::error::ConsoleError;
 use super::pages::{self, DeliveryView, Found, SearchForm};
 use super::scope::{Checked, InAccount};
-use crate::http::AppState;
+use crate::app::{self, AppState, Error};
 use crate::model::{DeliveryFilter, EventFilter, parse_rfc3339};
 use crate::store::StoreError;
 
@@ -228,17 +228,16 @@ pub(super) async fn replay(
     State(state): State<AppState>,
     Checked { scope, id }: Checked,
 ) -> Result<Response, ConsoleError> {
-    let replayed = match state.db.replay(scope.account.id.as_str(), &id).await {
+    let replayed = match app::replay(&state, &scope.account, &id).await {
         Ok(replayed) => replayed,
-        Err(StoreError::Conflict { message, .. }) => {
+        Err(Error::Conflict { message, .. }) => {
             return Ok(super::endpoints::refused("Not replayed", &message));
         }
-        Err(e) => return Err(not_found(e)),
+        Err(e) => return Err(e.into()),
     };
     tracing::info!(target: "kxp_sender", delivery_id = %id, replay = %replayed.id,
         "delivery replayed from the console");
     scope.audit(&state, "delivery.replay", Some(&id)).await;
-    state.shared.wake_workers();
     let to = scope.url(&format!("/events/{}#{}", replayed.event_id, replayed.id));
     Ok(Redirect::to(&to).into_response())
 }

@@ -41,7 +41,7 @@ pub(crate) use sign_in_token::SignInKey;
 use error::ConsoleError;
 use session::Signed;
 
-use crate::http::AppState;
+use crate::app::AppState;
 
 /// The console's stylesheet, embedded: nothing is fetched from the network.
 const STYLESHEET: &str = include_str!("console.css");

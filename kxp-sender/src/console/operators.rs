@@ -10,7 +10,7 @@ use super::endpoints::page;
 use super::error::ConsoleError;
 use super::pages;
 use super::session::Signed;
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::model::{Operator, SignedIn};
 
 /// Rows per page of the logs.

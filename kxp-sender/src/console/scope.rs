@@ -9,7 +9,7 @@ use axum::http::request::Parts;
 
 use super::error::ConsoleError;
 use super::session::{CsrfForm, Signed};
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::model::{Account, Actor, NewAudit, SignedIn};
 
 /// A signed-in request about one account the session may see.

@@ -9,7 +9,7 @@ use subtle::ConstantTimeEq;
 
 use super::cookies;
 use super::error::ConsoleError;
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::model::Session;
 
 /// A request with a live session: without one, the handler is not run and the browser is sent

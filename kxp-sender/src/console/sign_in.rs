@@ -28,7 +28,7 @@ use super::cookies::{self, SESSION, SIGN_IN, SIGN_IN_PATH};
 use super::error::ConsoleError;
 use super::pages;
 use super::session::{CsrfForm, Signed};
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::model::{KeyKind, Session};
 use crate::policy::session::ABSOLUTE_EXPIRY_MS;
 use crate::policy::sign_in::{Attempt, MAX_CLIENTS, MAX_FAILURES, SignInLimiter, WINDOW};

@@ -71,8 +71,8 @@ fn unshare(e: std::sync::Arc<StoreError>) -> StoreError {
         Ok(e) => e,
         Err(shared) => match &*shared {
             StoreError::NotFound => StoreError::NotFound,
-            StoreError::Conflict { code, message } => StoreError::Conflict {
-                code: code.clone(),
+            StoreError::Conflict { kind, message } => StoreError::Conflict {
+                kind: *kind,
                 message: message.clone(),
             },
             StoreError::Database(e) => StoreError::Database(sqlx::Error::Protocol(e.to_string())),

@@ -25,7 +25,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use kxp_api::{ErrorCode, SourceHealth};
+use kxp_api::SourceHealth;
 
 use crate::engine::subjects;
 use crate::model::AccountId;
@@ -477,19 +477,6 @@ impl RejectReason {
             RejectReason::AccountNotAllowed => "account_not_allowed",
             RejectReason::IdempotencyKeyReused => "idempotency_key_reused",
         }
-    }
-
-    /// The reason for an API error that no retry can cure; `None` for the others
-    /// (`backlog_full`, `store_unavailable`: the message is held and tried again).
-    pub(crate) fn of(code: &ErrorCode) -> Option<RejectReason> {
-        Some(match code {
-            ErrorCode::InvalidJson => RejectReason::InvalidJson,
-            ErrorCode::InvalidRequest => RejectReason::InvalidRequest,
-            ErrorCode::SchemaViolation => RejectReason::SchemaViolation,
-            ErrorCode::PayloadTooLarge => RejectReason::PayloadTooLarge,
-            ErrorCode::IdempotencyKeyReused => RejectReason::IdempotencyKeyReused,
-            _ => return None,
-        })
     }
 }
 

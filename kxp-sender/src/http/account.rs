@@ -4,8 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use kxp_api::{Account, AccountPatch, AccountUpdated};
 
-use super::checks::{check_account_name, check_name, check_url};
 use super::{ApiBody, ApiError, AppState, Authed, parse};
+use crate::app::checks::{check_account_name, check_name, check_url};
 use crate::engine::mail;
 use crate::model::AccountChanges;
 

@@ -8,9 +8,9 @@ use axum::response::{IntoResponse, Response};
 use kxp_api::{Account, AccountCreated, NewAccount, Page, Secret};
 
 use super::auth::AsOperator;
-use super::checks::check_account_name;
 use super::pagination::{PageParams, page};
 use super::{ApiBody, ApiError, ApiQuery, AppState, parse};
+use crate::app::checks::check_account_name;
 
 /// Creates an account. The answer holds its API key, which no other answer shows: the server
 /// keeps only its SHA-256 hash. An account key answers 401 here.

@@ -9,9 +9,9 @@ use kxp_api::{Attempt, Delivery, Page};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::checks::parse_time;
 use super::pagination::{PageParams, page, whole};
 use super::{ApiError, ApiQuery, AppState, Authed};
+use crate::app::{self, checks::parse_time};
 use crate::model::DeliveryFilter;
 
 /// Which deliveries to list.
@@ -130,7 +130,6 @@ pub(super) async fn replay_delivery(
     Authed(account): Authed,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let delivery = state.db.replay(account.id.as_str(), &id).await?;
-    state.shared.wake_workers();
+    let delivery = app::replay(&state, &account, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(Delivery::from(delivery))).into_response())
 }

@@ -10,9 +10,10 @@ use kxp_api::{
     MAX_CONFIRMATIONS, PublicKeys, ReplayQueued, RotateSecret, SecretRotated,
 };
 
-use super::checks::parse_overlap;
 use super::deliveries::filter;
-use super::{ApiBody, ApiError, AppState, Authed, DEFAULT_OVERLAP, parse, views};
+use super::{ApiBody, ApiError, AppState, Authed, parse};
+use crate::app::checks::parse_overlap;
+use crate::app::{self, DEFAULT_OVERLAP, views};
 use crate::model::ms;
 
 /// Pauses an endpoint: its deliveries are held (still pending, no attempt spent) until it is
@@ -25,7 +26,7 @@ pub(super) async fn pause_endpoint(
     Authed(account): Authed,
     Path(id): Path<String>,
 ) -> Result<Json<Endpoint>, ApiError> {
-    let (endpoint, held) = state.db.pause_endpoint(account.id.as_str(), &id).await?;
+    let (endpoint, held) = app::pause(&state, &account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused");
     Ok(Json(Endpoint::from(endpoint)))
 }
@@ -40,14 +41,8 @@ pub(super) async fn resume_endpoint(
     Authed(account): Authed,
     Path(id): Path<String>,
 ) -> Result<Json<Endpoint>, ApiError> {
-    let (endpoint, due) = state
-        .db
-        .resume_endpoint(account.id.as_str(), &id, &state.shared.config.protection)
-        .await?;
+    let (endpoint, due) = app::resume(&state, &account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed");
-    if due > 0 {
-        state.shared.wake_workers();
-    }
     Ok(Json(Endpoint::from(endpoint)))
 }
 
@@ -80,17 +75,7 @@ pub(super) async fn rotate_secret(
         Some(text) => parse_overlap(text)?,
     };
     let confirmations = confirmations(&request)?;
-    let rotated = state
-        .db
-        .rotate_secret(
-            account.id.as_str(),
-            &id,
-            ms(overlap),
-            confirmations,
-            state.shared.config.secrets_key.as_ref(),
-            None,
-        )
-        .await?;
+    let rotated = app::rotate_secret(&state, &account, &id, overlap, confirmations).await?;
     tracing::info!(
         target: "kxp_sender", endpoint_id = %id, overlap_ms = ms(overlap),
         confirmations, "endpoint secret rotated"
@@ -155,13 +140,7 @@ pub(super) async fn replay_endpoint(
         request.since.as_ref().map(|t| t.as_str()),
         request.until.as_ref().map(|t| t.as_str()),
     )?;
-    let queued = state
-        .db
-        .replay_endpoint(account.id.as_str(), &id, &filter)
-        .await?;
-    if queued > 0 {
-        state.shared.wake_workers();
-    }
+    let queued = app::replay_endpoint(&state, &account, &id, &filter).await?;
     Ok((StatusCode::ACCEPTED, Json(ReplayQueued { queued })).into_response())
 }
 

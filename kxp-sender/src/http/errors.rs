@@ -1,6 +1,6 @@
 //! The API's errors: [`kxp_api::ErrorBody`] (`{"error": "<code>", "message": "…"}`) with the
-//! status its [`ErrorCode`] fixes, the JSON body parser that produces them, and the extractors
-//! and fallbacks that make axum's own refusals (an unreadable query, a body over the limit, a
+//! status its [`ErrorCode`] fixes, the service's [`Error`]s in that form, and the extractors and
+//! fallbacks that make axum's own refusals (an unreadable query, a body over the limit, a
 //! wrong method, an unknown path) answer in the same form.
 
 use axum::Json;
@@ -11,10 +11,11 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{ErrorBody, ErrorCode};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::store::StoreError;
+use crate::app::Error;
+use crate::engine::backlog::RETRY_AFTER_SECS;
+use crate::store::{StoreConflict, StoreError};
 
 /// An API error: one of the vocabulary's codes and a message for people.
 #[derive(Debug)]
@@ -43,16 +44,6 @@ impl ApiError {
     pub(crate) fn retry_after(mut self, seconds: u64) -> ApiError {
         self.retry_after = Some(seconds);
         self
-    }
-
-    /// The code: what the broker sources decide on (hold, retry or reject a message).
-    pub(crate) fn code(&self) -> &ErrorCode {
-        &self.body.error
-    }
-
-    /// The message for people.
-    pub(crate) fn message(&self) -> &str {
-        &self.body.message
     }
 
     /// With `sequence_purged`: the next number the feed holds, and its MAC.
@@ -86,38 +77,44 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
-        match error {
-            StoreError::NotFound => ApiError::new(ErrorCode::NotFound, "no such resource"),
-            StoreError::Conflict { code, message } => ApiError::new(code, message),
-            StoreError::Database(e) => {
-                tracing::error!(target: "kxp_sender", error = %e, "database error in the API");
-                ApiError::new(
-                    ErrorCode::StoreUnavailable,
-                    "the database is unavailable; retry",
-                )
-            }
-            StoreError::Sealed(e) => {
-                tracing::error!(target: "kxp_sender", error = %e, "a stored secret does not open");
-                ApiError::new(
-                    ErrorCode::StoreUnavailable,
-                    "a stored secret does not open with this server's key ring; the operator must fix KXP_SECRETS_KEY",
-                )
-            }
-        }
+        ApiError::from(Error::from(error))
     }
 }
 
-/// Reads a JSON body: 400 `invalid_json` when it is not JSON, 422 `invalid_request` when it
-/// is JSON of the wrong shape.
-pub(crate) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        let code = if e.is_data() {
-            ErrorCode::InvalidRequest
-        } else {
-            ErrorCode::InvalidJson
+/// The service's refusals as the API answers them: each kind fixes the code (and so the
+/// status); the message is the service's.
+impl From<Error> for ApiError {
+    fn from(error: Error) -> ApiError {
+        let code = match &error {
+            Error::NotFound => ErrorCode::NotFound,
+            Error::InvalidJson(_) => ErrorCode::InvalidJson,
+            Error::Invalid(_) => ErrorCode::InvalidRequest,
+            Error::TooLarge(_) => ErrorCode::PayloadTooLarge,
+            Error::SchemaViolation { .. } => ErrorCode::SchemaViolation,
+            Error::KeyReused => ErrorCode::IdempotencyKeyReused,
+            Error::TooManyEndpoints(_) => ErrorCode::TooManyEndpoints,
+            Error::BlockedAddress(_) => ErrorCode::BlockedAddress,
+            Error::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
+            Error::Conflict { kind, .. } => match kind {
+                StoreConflict::EndpointDeleted => ErrorCode::EndpointDeleted,
+                StoreConflict::TooManySecrets => ErrorCode::TooManySecrets,
+                StoreConflict::SharedSecretRetired => ErrorCode::InvalidRequest,
+            },
+            Error::InvalidTtl => ErrorCode::InvalidTtl,
+            Error::TooManyPortalLinks { .. } => ErrorCode::TooManyPortalLinks,
+            Error::BacklogFull(_) => ErrorCode::BacklogFull,
+            Error::Unavailable | Error::Sealed => ErrorCode::StoreUnavailable,
         };
-        ApiError::new(code, e.to_string())
-    })
+        let message = error.to_string();
+        match error {
+            Error::SchemaViolation { path, .. } => ApiError::new(code, message).at(path),
+            Error::BacklogFull(_) => ApiError::new(code, message).retry_after(RETRY_AFTER_SECS),
+            Error::TooManyPortalLinks { retry_after } => {
+                ApiError::new(code, message).retry_after(retry_after)
+            }
+            _ => ApiError::new(code, message),
+        }
+    }
 }
 
 /// The query string as a `T`, or 400 `invalid_query` naming what could not be read.

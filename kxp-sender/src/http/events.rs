@@ -1,24 +1,20 @@
-//! `/v1/events`: ingestion (schema check, tags, `Idempotency-Key`), reading an event back,
-//! and listing events (by tag, type and time).
+//! `/v1/events`: ingestion (the service's [`accept`], behind the `Idempotency-Key` header),
+//! reading an event back, and listing events (by tag, type and time).
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kxp_api::{
-    ErrorCode, Event, EventId, EventSummary, MAX_TAGS, NewEvent, Page, is_event_id,
-    is_ordering_key, is_tag,
-};
+use kxp_api::{ErrorCode, Event, EventSummary, NewEvent, Page, is_tag};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use utoipa::IntoParams;
 
-use super::checks::{check_name, check_unicode, parse_time};
 use super::pagination::{PageParams, page};
-use super::views::time;
-use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, parse};
-use crate::engine::backlog::{Admission, RETRY_AFTER_SECS};
-use crate::model::{Account, EventFilter, EventListed, Ingest, Ingested, sha256_hex};
+use super::{ApiBody, ApiError, ApiQuery, AppState, Authed};
+use crate::app::checks::parse_time;
+use crate::app::views::time;
+use crate::app::{TAG_RULE, accept, is_idempotency_key};
+use crate::model::{EventFilter, EventListed};
 
 /// Emits an event: stored with one delivery per subscribed endpoint, in one transaction,
 /// before this answers. The answer is the envelope exactly as receivers will get it. With an
@@ -65,182 +61,6 @@ pub(super) async fn create_event(
     };
     let accepted = accept(&state, &account, &body, key).await?;
     Ok((StatusCode::ACCEPTED, raw_json(accepted.payload)).into_response())
-}
-
-/// Whether `key` can be an idempotency key: 1 to 255 printable ASCII characters.
-pub(crate) fn is_idempotency_key(key: &str) -> bool {
-    (1..=255).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic())
-}
-
-/// An event taken in by [`accept`].
-pub(crate) struct Accepted {
-    /// The envelope, byte for byte as receivers get it.
-    pub payload: String,
-    /// Whether this call stored it (false: an earlier request with the same idempotency key
-    /// did).
-    pub created: bool,
-}
-
-/// Takes in one event from `body` (what `POST /v1/events` is sent) for `account`, idempotent
-/// on `key` ([`is_idempotency_key`]): every check of the API, the backlog's backpressure
-/// (503 `backlog_full`, nothing stored), then the store. The API and the broker sources both
-/// come through here, so a message on a queue is held to exactly what a request is.
-pub(crate) async fn accept(
-    state: &AppState,
-    account: &Account,
-    body: &[u8],
-    key: Option<&str>,
-) -> Result<Accepted, ApiError> {
-    let new: NewEvent = parse(body)?;
-    check_name("type", &new.event_type, 128)?;
-    let data = new.data.as_raw().get();
-    let limit = state.shared.config.max_event_data;
-    if data.len() > limit {
-        return Err(ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "data is {} bytes of JSON; this server's limit is {limit} (receivers accept \
-                 bodies up to 1 MiB by default)",
-                data.len()
-            ),
-        ));
-    }
-    check_unicode("data", data)?;
-    let api_version = new
-        .api_version
-        .unwrap_or_else(|| account.default_api_version.clone());
-    check_name("api_version", &api_version, 64)?;
-    let tags = check_tags(&new.tags)?;
-    if let Some(key) = &new.ordering_key
-        && !is_ordering_key(key)
-    {
-        return Err(ApiError::invalid(
-            "ordering_key must be 1 to 128 printable ASCII characters without spaces (`!` to \
-             `~`), such as pay_123",
-        ));
-    }
-    if let Some(violation) = check_schema(
-        state,
-        account,
-        &new.event_type,
-        &api_version,
-        new.data.as_raw(),
-    )
-    .await?
-    {
-        return Err(violation);
-    }
-    let item = Ingest {
-        account: account.clone(),
-        event_type: new.event_type.clone(),
-        api_version: api_version.clone(),
-        data: new.data.as_raw().to_owned(),
-        idempotency: key.map(str::to_owned),
-        id: new.id.as_ref().map(check_event_id).transpose()?,
-        request_hash: sha256_hex(body),
-        tags,
-        ordering_key: new.ordering_key.clone(),
-        only: None,
-    };
-    let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {
-        Admission::Admit => state.shared.ingester.ingest(item).await?,
-        Admission::Full(due) => {
-            let before = if item.idempotency.is_some() || item.id.is_some() {
-                state.db.ingested_before(&item).await?
-            } else {
-                None
-            };
-            before.ok_or_else(|| {
-                state.shared.metrics.ingest_refused();
-                ApiError::new(
-                    ErrorCode::BacklogFull,
-                    format!(
-                        "{due} deliveries of this account are due and waiting (limit {}); \
-                         nothing was stored, retry later",
-                        state.shared.backlog.limit()
-                    ),
-                )
-                .retry_after(RETRY_AFTER_SECS)
-            })?
-        }
-    };
-    match ingested {
-        Ingested::Created(event, due_to) => {
-            state.shared.metrics.event_ingested();
-            state.shared.backlog.queued(&account.id, due_to.len());
-            state.shared.wake_for(due_to);
-            Ok(Accepted {
-                payload: event.payload,
-                created: true,
-            })
-        }
-        Ingested::Replayed(event) => Ok(Accepted {
-            payload: event.payload,
-            created: false,
-        }),
-        Ingested::KeyReused => Err(ApiError::new(
-            ErrorCode::IdempotencyKeyReused,
-            "this Idempotency-Key or event id was used with a different request",
-        )),
-    }
-}
-
-/// The id a producer chose for its event, checked ([`is_event_id`]).
-fn check_event_id(id: &EventId) -> Result<EventId, ApiError> {
-    if is_event_id(id.as_str()) {
-        Ok(id.clone())
-    } else {
-        Err(ApiError::invalid(
-            "id must be a UUID in lowercase hyphenated form (such as \
-             6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62), not the nil UUID",
-        ))
-    }
-}
-
-/// An event's `tags`, checked: at most [`MAX_TAGS`] entries, each a tag ([`is_tag`]: 1 to
-/// [`MAX_TAG_LEN`](kxp_api::MAX_TAG_LEN) printable ASCII characters without spaces); returned
-/// sorted, each once.
-fn check_tags(tags: &[String]) -> Result<Vec<String>, ApiError> {
-    if tags.len() > MAX_TAGS {
-        return Err(ApiError::invalid(format!(
-            "tags holds {} entries; an event has at most {MAX_TAGS}",
-            tags.len()
-        )));
-    }
-    if let Some(at) = tags.iter().position(|tag| !is_tag(tag)) {
-        return Err(ApiError::invalid(format!("tags[{at}] {TAG_RULE}")));
-    }
-    let mut tags = tags.to_vec();
-    tags.sort();
-    tags.dedup();
-    Ok(tags)
-}
-
-/// What a tag must be, for error messages (the value itself is never quoted: it may hold
-/// control characters).
-const TAG_RULE: &str = "must be 1 to 64 printable ASCII characters without spaces \
-     (`!` to `~`), such as order:1234";
-
-/// Checks `data` against the schema registered for its type and version, if any: the 400
-/// `schema_violation` error when it does not fit.
-pub(super) async fn check_schema(
-    state: &AppState,
-    account: &Account,
-    event_type: &str,
-    api_version: &str,
-    data: &RawValue,
-) -> Result<Option<ApiError>, ApiError> {
-    let violation = state
-        .schemas
-        .check(&state.db, &account.id, event_type, api_version, data)
-        .await?;
-    Ok(violation.map(|v| {
-        let message = format!(
-            "data{} does not match the schema of {event_type} {api_version}: {}",
-            v.path, v.message
-        );
-        ApiError::new(ErrorCode::SchemaViolation, message).at(v.path)
-    }))
 }
 
 /// The stored envelope, sent as it is: the API shows exactly what receivers get.

@@ -5,13 +5,12 @@
 //!
 //! One file per resource ([`endpoints`], [`endpoint_actions`], [`events`], [`deliveries`],
 //! [`schemas`], [`account`], [`accounts`], [`portal_links`], [`notifications`], [`health`]), each holding its handlers and the
-//! request and view structs it reads and writes; [`errors`], [`auth`], [`pagination`] and
-//! [`checks`] are what they share; [`views`] turns the store's rows into [`kxp_api`]'s
-//! types, and [`openapi`] describes it all. Handlers parse and check, call the store, and shape the
-//! answer: no SQL and no policy here.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! request and view structs it reads and writes; [`errors`], [`auth`] and [`pagination`] are
+//! what they share, and [`openapi`](mod@openapi) describes it all. Handlers parse the request, call the
+//! service ([`crate::app`]: its use cases, its checks, its views of the store's rows) or, for
+//! plain reads, the store, and shape the answer; [`errors`] turns the service's
+//! [`Error`](crate::app::Error) into the API's status, code and body. No SQL and no policy
+//! here.
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -21,7 +20,6 @@ mod account;
 mod accounts;
 mod audit;
 mod auth;
-mod checks;
 mod deliveries;
 mod endpoint_actions;
 mod endpoints;
@@ -34,73 +32,15 @@ mod openapi;
 mod pagination;
 mod portal_links;
 mod schemas;
-mod views;
 
 pub(crate) use auth::Authed;
-pub(crate) use endpoints::{change, register};
 pub use errors::ApiError;
-use errors::{ApiBody, ApiQuery, parse};
-pub(crate) use events::{accept, is_idempotency_key};
+use errors::{ApiBody, ApiQuery};
 pub use feed::FEED_RATE_LIMIT;
 pub use openapi::document as openapi;
-pub use portal_links::{DEFAULT_LINK_TTL, MAX_LINK_TTL, MAX_UNUSED_PORTAL_LINKS};
-pub(crate) use views::endpoint_details;
 
-use crate::engine::config::Shared;
-use crate::engine::schemas::SchemaCache;
-use crate::store::Db;
-
-/// What the handlers share.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    /// The database.
-    pub db: Db,
-    /// The configuration, the guarded client, the counters and the wake-ups, built once.
-    pub shared: Arc<Shared>,
-    /// Compiled event schemas.
-    pub schemas: Arc<SchemaCache>,
-}
-
-/// The longest per-endpoint timeout: long enough for a receiver on another continent.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The shortest per-endpoint timeout.
-pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// The longest overlap of a secret rotation: a week to deploy the new secret everywhere. A
-/// secret that stays valid longer is not rotated, only shared.
-pub const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-
-/// The overlap of a rotation that names none.
-pub const DEFAULT_OVERLAP: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The highest `rate_limit_per_second` an endpoint can be given.
-pub const MAX_RATE_LIMIT: i64 = 10_000;
-
-/// The longest endpoint URL, in bytes: browsers' practical limit, and far above any webhook
-/// route.
-pub const MAX_URL: usize = 2048;
-
-/// The longest endpoint description, in bytes.
-pub const MAX_DESCRIPTION: usize = 512;
-
-/// The most event type patterns an endpoint subscribes with.
-pub const MAX_EVENT_TYPES: usize = 64;
-
-/// The most endpoints an account can have (deleted ones do not count).
-pub const MAX_ENDPOINTS: u64 = 500;
-
-/// The default largest `data` of an event ([`Config::max_event_data`]), in bytes of JSON: with
-/// the envelope around it (a few hundred bytes) and room for later encodings (base64 of an
-/// encrypted body is 4/3 of it), the body delivered stays under the 1 MiB that receivers accept
-/// by default.
-///
-/// [`Config::max_event_data`]: crate::Config::max_event_data
-pub const MAX_EVENT_DATA: usize = 512 * 1024;
-
-/// What a request body may hold beyond the event's `data` (its type and version; a JSON
-/// Schema): the body limit is the event limit plus this. Larger bodies are answered 413 unread.
-pub const REQUEST_OVERHEAD: usize = 64 * 1024;
+use crate::app::checks::parse;
+use crate::app::{AppState, REQUEST_OVERHEAD};
 
 /// The router: `/v1/…`, and `/healthz`.
 pub fn app(state: AppState) -> Router {

@@ -7,16 +7,16 @@ use axum::response::{IntoResponse, Response};
 use kxp_api::{ErrorCode, Page, Schema, SchemaDeleted};
 use serde_json::Value;
 
-use super::checks::check_name;
 use super::pagination::whole;
 use super::{ApiBody, ApiError, AppState, Authed, parse};
+use crate::app::checks::check_name;
 
 /// The largest schema document accepted.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 
 pub(super) fn schema_key(event_type: &str, api_version: &str) -> Result<(), ApiError> {
     check_name("type", event_type, 128)?;
-    check_name("api_version", api_version, 64)
+    Ok(check_name("api_version", api_version, 64)?)
 }
 
 /// Registers (or replaces) the JSON Schema that events of this type and version must match;

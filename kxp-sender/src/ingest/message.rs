@@ -1,14 +1,13 @@
 //! One message, whatever its broker: its account, its idempotency key, and what becomes of it
-//! ([`Verdict`]) once it has been through the API's own acceptance.
+//! ([`Verdict`]) once it has been through the service's [`accept`], which `POST /v1/events`
+//! uses too.
 
 use std::time::Duration;
 
-use kxp_api::ErrorCode;
-
 use super::{Run, stopping};
+use crate::app::{AppState, Error, REQUEST_OVERHEAD, accept, is_idempotency_key};
 use crate::engine::backlog::RETRY_AFTER_SECS;
 use crate::engine::sources::{AccountHeader, IngestSource, RejectReason, SourceStatus};
-use crate::http::{AppState, REQUEST_OVERHEAD, accept, is_idempotency_key};
 use crate::model::{Account, sha256_hex};
 
 /// The longest wait between two tries of a message the database could not take.
@@ -99,7 +98,7 @@ pub(super) async fn take<K: FnOnce() -> String>(
             Some(account) => accept(state, account, message.body, Some(&key))
                 .await
                 .map(|accepted| status.accepted(accepted.created))
-                .map_err(|e| (e.code().clone(), e.message().to_owned())),
+                .map_err(|e| (Refused::of(&e), e.to_string())),
             None => match resolve(state, source, message.account).await {
                 Ok(found) => {
                     account = Some(found);
@@ -108,29 +107,53 @@ pub(super) async fn take<K: FnOnce() -> String>(
                 Err(Resolved::Rejected(reason, detail)) => {
                     return rejected(status, reason, detail);
                 }
-                Err(Resolved::Unavailable(detail)) => Err((ErrorCode::StoreUnavailable, detail)),
+                Err(Resolved::Unavailable(detail)) => Err((Refused::Store, detail)),
             },
         };
-        let (code, detail) = match tried {
+        let (refused, detail) = match tried {
             Ok(()) => return Verdict::Accepted,
             Err(failure) => failure,
         };
-        if let Some(reason) = RejectReason::of(&code) {
-            return rejected(status, reason, detail);
-        }
-        let pause = if code == ErrorCode::BacklogFull {
-            Duration::from_secs(RETRY_AFTER_SECS)
-        } else {
-            tracing::warn!(target: "kxp_sender", source = %status.name, error = %detail,
-                "broker source: the message could not be stored; holding it and trying again");
-            store_wait = (store_wait * 2).min(MAX_STORE_RETRY);
-            store_wait
+        let pause = match refused {
+            Refused::For(reason) => return rejected(status, reason, detail),
+            Refused::Backlog => Duration::from_secs(RETRY_AFTER_SECS),
+            Refused::Store => {
+                tracing::warn!(target: "kxp_sender", source = %status.name, error = %detail,
+                    "broker source: the message could not be stored; holding it and trying again");
+                store_wait = (store_wait * 2).min(MAX_STORE_RETRY);
+                store_wait
+            }
         };
         held.hold().await;
         tokio::select! {
             () = stopping(&mut stopped) => return Verdict::Abandoned,
             () = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+/// What becomes of a message the service did not take in.
+enum Refused {
+    /// No retry can cure it: reject it, for this reason.
+    For(RejectReason),
+    /// The account's backlog is full: hold it for the `Retry-After` the API would give.
+    Backlog,
+    /// The database could not take it (or say whose it is): hold it, backing off.
+    Store,
+}
+
+impl Refused {
+    /// What the service's refusal of a message's event means for the message.
+    fn of(error: &Error) -> Refused {
+        Refused::For(match error {
+            Error::InvalidJson(_) => RejectReason::InvalidJson,
+            Error::Invalid(_) => RejectReason::InvalidRequest,
+            Error::SchemaViolation { .. } => RejectReason::SchemaViolation,
+            Error::TooLarge(_) => RejectReason::PayloadTooLarge,
+            Error::KeyReused => RejectReason::IdempotencyKeyReused,
+            Error::BacklogFull(_) => return Refused::Backlog,
+            _ => return Refused::Store,
+        })
     }
 }
 
@@ -272,6 +295,44 @@ mod tests {
         assert_eq!(key(Some(&long), "amqp", || unreachable!()), hashed);
         assert_eq!(key(None, "nats", || "S:1:7".to_owned()), "nats:S:1:7");
         assert!(key(Some("with space"), "amqp", || unreachable!()).starts_with("amqp-id:"));
+    }
+
+    #[test]
+    fn what_no_retry_cures_is_rejected_and_the_rest_is_held() {
+        let reason = |error: Error| match Refused::of(&error) {
+            Refused::For(reason) => Some(reason),
+            Refused::Backlog | Refused::Store => None,
+        };
+        assert_eq!(
+            reason(Error::InvalidJson(String::new())),
+            Some(RejectReason::InvalidJson)
+        );
+        assert_eq!(
+            reason(Error::invalid("")),
+            Some(RejectReason::InvalidRequest)
+        );
+        assert_eq!(
+            reason(Error::TooLarge(String::new())),
+            Some(RejectReason::PayloadTooLarge)
+        );
+        assert_eq!(
+            reason(Error::SchemaViolation {
+                path: String::new(),
+                message: String::new()
+            }),
+            Some(RejectReason::SchemaViolation)
+        );
+        assert_eq!(
+            reason(Error::KeyReused),
+            Some(RejectReason::IdempotencyKeyReused)
+        );
+        assert!(matches!(
+            Refused::of(&Error::BacklogFull(String::new())),
+            Refused::Backlog
+        ));
+        for held in [Error::Unavailable, Error::Sealed, Error::NotFound] {
+            assert!(matches!(Refused::of(&held), Refused::Store), "{held:?}");
+        }
     }
 
     #[test]

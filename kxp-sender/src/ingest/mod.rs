@@ -21,8 +21,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::app::AppState;
 use crate::engine::sources::{Broker, IngestSource, SourceStatus};
-use crate::http::AppState;
 use crate::store::redact_passwords;
 
 mod amqp;

@@ -345,7 +345,7 @@ fn replay_due(endpoint: Option<&Endpoint>, endpoint_id: &str, now: i64) -> Resul
             Ok(endpoint.due_for_new_delivery(now))
         }
         _ => Err(StoreError::Conflict {
-            code: kxp_api::ErrorCode::EndpointDeleted,
+            kind: super::StoreConflict::EndpointDeleted,
             message: format!("endpoint {endpoint_id} was deleted: nothing can be delivered to it"),
         }),
     }

@@ -222,8 +222,8 @@ pub enum StoreError {
     /// too many): nothing was written.
     #[error("{message}")]
     Conflict {
-        /// The API's `error` code for it.
-        code: kxp_api::ErrorCode,
+        /// Which contradiction: what the callers decide on (the API picks its code by it).
+        kind: StoreConflict,
         /// What is wrong, and what to do instead.
         message: String,
     },
@@ -231,6 +231,19 @@ pub enum StoreError {
     /// the key id it needs, never the secret).
     #[error("{0}")]
     Sealed(#[from] seal::OpenError),
+}
+
+/// The contradictions [`StoreError::Conflict`] names: the store's own words, which the service
+/// layer maps to the API's (the store knows nothing of HTTP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreConflict {
+    /// The endpoint was deleted: nothing can be delivered to it any more.
+    EndpointDeleted,
+    /// One more secret or key would be more than a signature carries.
+    TooManySecrets,
+    /// An endpoint that signs with Ed25519 only cannot take up a shared secret again.
+    SharedSecretRetired,
 }
 
 /// Replaces the credentials of every URL in `text`: the whole user part when it is a lone

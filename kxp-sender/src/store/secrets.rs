@@ -102,7 +102,7 @@ impl Db {
     /// with Ed25519 (one of each for `both`). The secrets and keys it had stop signing
     /// `overlap_ms` from now (never later than they were already due to), and meanwhile every
     /// delivery carries one `v1` per live secret and one `v1a` per live key, newest first.
-    /// Refused with [`StoreError::Conflict`] `too_many_secrets` when the endpoint would have more
+    /// Refused with [`StoreError::Conflict`] `TooManySecrets` when the endpoint would have more
     /// than [`kxp_verify::MAX_SECRETS`] live secrets (or keys): one more could not be signed
     /// with.
     ///
@@ -170,7 +170,7 @@ impl Db {
                 if kept_of_kind + 1 > kxp_verify::MAX_SECRETS {
                     let soonest = of_kind.iter().min().copied().unwrap_or(now);
                     return Err(StoreError::Conflict {
-                        code: kxp_api::ErrorCode::TooManySecrets,
+                        kind: super::StoreConflict::TooManySecrets,
                         message: format!(
                             "endpoint {id} already has {} live {}, the most a signature carries; \
                              the oldest stops signing at {}: rotate after that, or with \
@@ -231,7 +231,7 @@ impl Db {
     /// `ed25519` or `hmac`) ends that kind's secrets or keys now, so whoever still holds a
     /// dropped HMAC secret can no longer forge. Taking up HMAC again would need a new secret,
     /// shown once, which a change cannot answer: refused with [`StoreError::Conflict`]
-    /// `invalid_request` (register a new endpoint instead).
+    /// `SharedSecretRetired` (register a new endpoint instead).
     pub async fn change_signing(
         &self,
         account_id: &str,
@@ -254,7 +254,7 @@ impl Db {
             let from = kxp_api::Signing::parse(&from);
             if to.hmac() && !from.hmac() {
                 return Err(StoreError::Conflict {
-                    code: kxp_api::ErrorCode::InvalidRequest,
+                    kind: super::StoreConflict::SharedSecretRetired,
                     message: format!(
                         "endpoint {id} signs with ed25519 only and cannot take up a shared secret \
                          again (it would have to be shown once): register a new endpoint"

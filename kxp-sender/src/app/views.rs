@@ -11,7 +11,7 @@ use crate::model::{
 };
 
 /// A time in the store (Unix milliseconds) as the API writes it.
-pub(super) fn time(ms: i64) -> Timestamp {
+pub(crate) fn time(ms: i64) -> Timestamp {
     Timestamp::from_unix_ms(ms)
 }
 

@@ -1,13 +1,15 @@
-//! Checks of request fields shared by several resources: names, URLs (with the address
-//! guard), timeouts, rate limits, event type patterns, times and durations.
+//! Checks of what a use case is given, shared by the use cases and the API's other handlers:
+//! JSON bodies, names, URLs (with the address guard), timeouts, rate limits, event type
+//! patterns, times and durations. Each refuses with the service's [`Error`], in words for
+//! people that name the field.
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
-use kxp_api::ErrorCode;
+use serde::Deserialize;
 
 use super::{
-    ApiError, MAX_DESCRIPTION, MAX_EVENT_TYPES, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL,
+    Error, MAX_DESCRIPTION, MAX_EVENT_TYPES, MAX_OVERLAP, MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL,
     MIN_TIMEOUT,
 };
 use crate::engine::config::Shared;
@@ -15,29 +17,38 @@ use crate::engine::guard::Blocked;
 use crate::model::parse_rfc3339;
 use crate::policy::schedule::parse_duration;
 
+/// Reads a JSON body: [`Error::InvalidJson`] when it is not JSON, [`Error::Invalid`] when it
+/// is JSON of the wrong shape (the message says where).
+pub(crate) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| match e.is_data() {
+        true => Error::Invalid(e.to_string()),
+        false => Error::InvalidJson(e.to_string()),
+    })
+}
+
 /// An account's name: 1 to 256 bytes (a new account's, or a changed one).
-pub(super) fn check_account_name(name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_account_name(name: &str) -> Result<(), Error> {
     if name.is_empty() || name.len() > 256 {
-        return Err(ApiError::invalid("name must be 1 to 256 bytes"));
+        return Err(Error::invalid("name must be 1 to 256 bytes"));
     }
     Ok(())
 }
 
-pub(super) fn check_description(description: &str) -> Result<(), ApiError> {
+pub(crate) fn check_description(description: &str) -> Result<(), Error> {
     if description.len() > MAX_DESCRIPTION {
-        return Err(ApiError::invalid(format!(
+        return Err(Error::invalid(format!(
             "description must be at most {MAX_DESCRIPTION} bytes"
         )));
     }
     Ok(())
 }
 
-pub(super) fn check_timeout(ms: u64) -> Result<Duration, ApiError> {
+pub(crate) fn check_timeout(ms: u64) -> Result<Duration, Error> {
     let timeout = Duration::from_millis(ms);
     if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&timeout) {
         Ok(timeout)
     } else {
-        Err(ApiError::invalid(format!(
+        Err(Error::invalid(format!(
             "timeout_ms must be between {} and {}",
             MIN_TIMEOUT.as_millis(),
             MAX_TIMEOUT.as_millis()
@@ -47,36 +58,34 @@ pub(super) fn check_timeout(ms: u64) -> Result<Duration, ApiError> {
 
 /// A merchant's `encryption_jwk`, checked by kxp-jwe (a public P-256 or X25519 key for
 /// `ECDH-ES+A256KW`), as the endpoint stores it: normalized.
-pub(super) fn check_encryption_jwk(jwk: &serde_json::Value) -> Result<String, ApiError> {
+pub(crate) fn check_encryption_jwk(jwk: &serde_json::Value) -> Result<String, Error> {
     kxp_jwe::EncryptionKey::from_jwk(&jwk.to_string())
         .map(|key| key.to_jwk().to_string())
-        .map_err(|e| ApiError::invalid(format!("encryption_jwk ({}): {e}", e.code())))
+        .map_err(|e| Error::invalid(format!("encryption_jwk ({}): {e}", e.code())))
 }
 
 /// `signing` and `format` name values this server knows (they parse to `Unknown` otherwise,
 /// so that answers from a newer server still read).
-pub(super) fn check_choices(
+pub(crate) fn check_choices(
     signing: Option<&kxp_api::Signing>,
     format: Option<&kxp_api::Format>,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     if signing.is_some_and(|s| !s.is_known()) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "signing is \"hmac\", \"ed25519\" or \"both\"",
         ));
     }
     if format.is_some_and(|f| !f.is_known()) {
-        return Err(ApiError::invalid(
-            "format is \"kxp\" or \"standard-webhooks\"",
-        ));
+        return Err(Error::invalid("format is \"kxp\" or \"standard-webhooks\""));
     }
     Ok(())
 }
 
-pub(super) fn check_rate_limit(limit: i64) -> Result<(), ApiError> {
+pub(crate) fn check_rate_limit(limit: i64) -> Result<(), Error> {
     if (1..=MAX_RATE_LIMIT).contains(&limit) {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!(
+        Err(Error::invalid(format!(
             "rate_limit_per_second must be between 1 and {MAX_RATE_LIMIT} (null for no limit)"
         )))
     }
@@ -86,43 +95,40 @@ pub(super) fn check_rate_limit(limit: i64) -> Result<(), ApiError> {
 /// mode); an IP-literal host must pass the address guard, and so must loopback names
 /// (`localhost`, `*.localhost`). Other host names are checked when resolved, at every attempt:
 /// what a name resolves to today says nothing about tomorrow.
-pub(super) fn check_url(text: &str, shared: &Shared) -> Result<reqwest::Url, ApiError> {
+pub(crate) fn check_url(text: &str, shared: &Shared) -> Result<reqwest::Url, Error> {
     if text.len() > MAX_URL {
-        return Err(ApiError::invalid(format!(
+        return Err(Error::invalid(format!(
             "url must be at most {MAX_URL} bytes"
         )));
     }
-    let url = reqwest::Url::parse(text).map_err(|e| ApiError::invalid(format!("url: {e}")))?;
+    let url = reqwest::Url::parse(text).map_err(|e| Error::invalid(format!("url: {e}")))?;
     match url.scheme() {
         "https" => {}
         "http" if shared.config.dev => {}
         "http" => {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "url must be https:// (http:// is accepted only with `kxp serve --dev`)",
             ));
         }
         other => {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "url scheme `{other}` is not http(s)"
             )));
         }
     }
     let Some(host) = url.host_str() else {
-        return Err(ApiError::invalid("url has no host"));
+        return Err(Error::invalid("url has no host"));
     };
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "url must not carry credentials; authenticate with the signature",
         ));
     }
     let blocked = |blocked: Blocked| {
-        ApiError::new(
-            ErrorCode::BlockedAddress,
-            format!(
-                "url host {blocked}; deliveries never go there (an operator can allow a range \
+        Error::BlockedAddress(format!(
+            "url host {blocked}; deliveries never go there (an operator can allow a range \
                  with `kxp serve --allow-address CIDR`; `--dev` allows loopback)"
-            ),
-        )
+        ))
     };
     shared.guard().check_url(&url).map_err(blocked)?;
     // Loopback names (RFC 6761) resolve to this machine wherever they are used: refuse them
@@ -132,27 +138,24 @@ pub(super) fn check_url(text: &str, shared: &Shared) -> Result<reqwest::Url, Api
         let v4 = shared.guard().check(IpAddr::from([127, 0, 0, 1]));
         let v6 = shared.guard().check(IpAddr::from(Ipv6Addr::LOCALHOST));
         if let (Err(refused), Err(_)) = (v4, v6) {
-            return Err(ApiError::new(
-                ErrorCode::BlockedAddress,
-                format!(
-                    "url host `{host}` is this machine ({}), accepted only with `kxp serve --dev` \
+            return Err(Error::BlockedAddress(format!(
+                "url host `{host}` is this machine ({}), accepted only with `kxp serve --dev` \
                      or an `--allow-address` covering it",
-                    refused.range()
-                ),
-            ));
+                refused.range()
+            )));
         }
     }
     Ok(url)
 }
 
-pub(super) fn check_event_types(types: &[String]) -> Result<(), ApiError> {
+pub(crate) fn check_event_types(types: &[String]) -> Result<(), Error> {
     if types.is_empty() {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "event_types must not be empty (use [\"*\"] for every type)",
         ));
     }
     if types.len() > MAX_EVENT_TYPES {
-        return Err(ApiError::invalid(format!(
+        return Err(Error::invalid(format!(
             "event_types holds at most {MAX_EVENT_TYPES} patterns (`payment.*` covers a family)"
         )));
     }
@@ -164,7 +167,7 @@ pub(super) fn check_event_types(types: &[String]) -> Result<(), ApiError> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
         if !ok {
-            return Err(ApiError::invalid(format!(
+            return Err(Error::invalid(format!(
                 "event type pattern `{t}` is not letters, digits, . _ - with an optional trailing *"
             )));
         }
@@ -172,7 +175,7 @@ pub(super) fn check_event_types(types: &[String]) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub(super) fn check_name(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+pub(crate) fn check_name(field: &str, value: &str, max: usize) -> Result<(), Error> {
     let ok = !value.is_empty()
         && value.len() <= max
         && value
@@ -181,30 +184,30 @@ pub(super) fn check_name(field: &str, value: &str, max: usize) -> Result<(), Api
     if ok {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!(
+        Err(Error::invalid(format!(
             "{field} must be 1 to {max} letters, digits, . _ -"
         )))
     }
 }
 
 /// A rotation's `overlap`: a duration of at most [`MAX_OVERLAP`].
-pub(super) fn parse_overlap(text: &str) -> Result<Duration, ApiError> {
+pub(crate) fn parse_overlap(text: &str) -> Result<Duration, Error> {
     let overlap = parse_duration(text).map_err(|_| {
-        ApiError::invalid(format!(
+        Error::invalid(format!(
             "overlap `{text}` is not a duration such as 30m, 24h or 0s"
         ))
     })?;
     if overlap > MAX_OVERLAP {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             "overlap must be at most 7d: a secret kept valid longer is not rotated",
         ));
     }
     Ok(overlap)
 }
 
-pub(super) fn parse_time(text: &str) -> Result<i64, ApiError> {
+pub(crate) fn parse_time(text: &str) -> Result<i64, Error> {
     parse_rfc3339(text).ok_or_else(|| {
-        ApiError::invalid(format!(
+        Error::invalid(format!(
             "`{text}` is not an RFC 3339 time such as 2026-11-30T01:02:03Z"
         ))
     })
@@ -213,9 +216,9 @@ pub(super) fn parse_time(text: &str) -> Result<i64, ApiError> {
 /// Refuses JSON whose strings hold a lone UTF-16 surrogate escape (`"\\ud800"` without its pair):
 /// valid JSON syntax, but no character, so every receiver's parser refuses the event later and
 /// its deliveries would only die. `json` must already be valid JSON (a `RawValue`).
-pub(super) fn check_unicode(field: &str, json: &str) -> Result<(), ApiError> {
+pub(crate) fn check_unicode(field: &str, json: &str) -> Result<(), Error> {
     let refused = || {
-        ApiError::invalid(format!(
+        Error::invalid(format!(
             "{field} holds a lone surrogate escape (\\ud800-\\udfff without its pair): not a \
              character, and receivers refuse it"
         ))

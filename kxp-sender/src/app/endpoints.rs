@@ -1,0 +1,252 @@
+//! What is done to an endpoint: registering and changing it, with every check of `POST
+//! /v1/endpoints` and `PATCH /v1/endpoints/{id}` and the endpoint challenge last (the only one
+//! that connects); pausing, resuming, deleting it; rotating its secret. The API and the
+//! console's forms and buttons all come through here.
+
+use std::time::Duration;
+
+use kxp_api::{Endpoint, EndpointCreated, EndpointPatch, NewEndpoint, Secret};
+
+use super::checks::{
+    check_choices, check_description, check_encryption_jwk, check_event_types, check_name,
+    check_rate_limit, check_timeout, check_url,
+};
+use super::views::public_key;
+use super::{AppState, DEFAULT_OVERLAP, Error, MAX_ENDPOINTS};
+use crate::engine::config::Shared;
+use crate::engine::dispatch;
+use crate::model::{Account, EndpointChanges, NewEndpoint as StoredEndpoint, Rotated, ms};
+
+/// Registers an endpoint for `account` with every check of `POST /v1/endpoints`, the
+/// challenge last (the only one that connects): the API and the console's form both come
+/// through here. The answer holds the signing secret, to be shown once.
+pub(crate) async fn register(
+    state: &AppState,
+    account: &Account,
+    new: NewEndpoint,
+) -> Result<EndpointCreated, Error> {
+    if state.db.endpoint_count(account.id.as_str()).await? >= MAX_ENDPOINTS {
+        return Err(Error::TooManyEndpoints(format!(
+            "an account has at most {MAX_ENDPOINTS} endpoints; delete one first"
+        )));
+    }
+    let rate_limit = new.rate_limit_per_second.map(i64::from);
+    let url = check_url(&new.url, &state.shared)?;
+    let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);
+    check_event_types(&event_types)?;
+    let description = new.description.unwrap_or_default();
+    check_description(&description)?;
+    let timeout = match new.timeout_ms {
+        None => state.shared.config.delivery_timeout,
+        Some(ms) => check_timeout(ms)?,
+    };
+    if let Some(version) = &new.api_version {
+        check_name("api_version", version, 64)?;
+    }
+    if let Some(limit) = rate_limit {
+        check_rate_limit(limit)?;
+    }
+    check_choices(new.signing.as_ref(), new.format.as_ref())?;
+    let encryption_jwk = new
+        .encryption_jwk
+        .as_ref()
+        .map(check_encryption_jwk)
+        .transpose()?;
+    if !new.skip_challenge {
+        challenge(&state.shared, &url, timeout).await?;
+    }
+    let created = state
+        .db
+        .create_endpoint_with(
+            account,
+            &StoredEndpoint {
+                url: url.as_str(),
+                event_types: &event_types,
+                description: &description,
+                timeout_ms: ms(timeout),
+                api_version: new.api_version.as_deref(),
+                rate_limit_per_second: rate_limit,
+                signing: new.signing.clone().unwrap_or_default(),
+                format: new.format.clone().unwrap_or_default(),
+                encryption_jwk,
+            },
+            state.shared.config.secrets_key.as_ref(),
+        )
+        .await?;
+    Ok(EndpointCreated {
+        endpoint: Endpoint::from(created.endpoint),
+        secret: created.secret.map(Secret::from),
+        public_key: created.public_key.as_ref().map(public_key),
+    })
+}
+
+/// Runs the endpoint challenge ([`dispatch::challenge`]) against `url`; a failure is
+/// [`Error::ChallengeFailed`] saying what came back.
+async fn challenge(shared: &Shared, url: &reqwest::Url, timeout: Duration) -> Result<(), Error> {
+    dispatch::challenge(&shared.client, url.as_str(), timeout)
+        .await
+        .map_err(|why| {
+            Error::ChallengeFailed(format!(
+                "the endpoint challenge of {url} failed: {why}. The endpoint must answer \
+                     `GET <url>?challenge=<token>` with a 2xx and the token as the whole body, \
+                     as kxp receivers (kxp-axum, kxp-actix) do; send \"skip_challenge\": true \
+                     to register it without the check"
+            ))
+        })
+}
+
+/// Changes one of `account`'s endpoints with every check of `PATCH /v1/endpoints/{id}` (a new
+/// URL is challenged, last, unless `skip_challenge`): the API and the console's edit form both
+/// come through here. A new `format` is a rotation into it, with the default overlap; its
+/// result comes back beside the endpoint.
+pub(crate) async fn change(
+    state: &AppState,
+    account: &Account,
+    id: &str,
+    patch: EndpointPatch,
+) -> Result<(crate::model::Endpoint, Option<Rotated>), Error> {
+    let rate_limit = patch
+        .rate_limit_per_second
+        .into_option()
+        .map(|r| r.map(i64::from));
+    let api_version = patch.api_version.into_option();
+    let url = patch
+        .url
+        .as_deref()
+        .map(|url| check_url(url, &state.shared))
+        .transpose()?;
+    if let Some(types) = &patch.event_types {
+        check_event_types(types)?;
+    }
+    if let Some(description) = &patch.description {
+        check_description(description)?;
+    }
+    let timeout = patch.timeout_ms.map(check_timeout).transpose()?;
+    if let Some(Some(version)) = &api_version {
+        check_name("api_version", version, 64)?;
+    }
+    if let Some(Some(limit)) = rate_limit {
+        check_rate_limit(limit)?;
+    }
+    check_choices(patch.signing.as_ref(), patch.format.as_ref())?;
+    let encryption_jwk = patch
+        .encryption_jwk
+        .clone()
+        .into_option()
+        .map(|jwk| jwk.as_ref().map(check_encryption_jwk).transpose())
+        .transpose()?;
+    let current = state.db.endpoint(account.id.as_str(), id).await?;
+    if let Some(url) = &url
+        && url.as_str() != current.url
+        && !patch.skip_challenge
+    {
+        let timeout = timeout.unwrap_or_else(|| {
+            Duration::from_millis(u64::try_from(current.timeout_ms).unwrap_or(5000))
+        });
+        challenge(&state.shared, url, timeout).await?;
+    }
+    let new_format = patch
+        .format
+        .as_ref()
+        .filter(|format| format.as_str() != current.format);
+    if new_format.is_some() && patch.signing.is_some() {
+        // Each is its own transaction: together, a refused rotation would leave the signing
+        // change made.
+        return Err(Error::invalid(
+            "change signing and format in two requests: a change of format is a rotation",
+        ));
+    }
+    let ring = state.shared.config.secrets_key.as_ref();
+    if let Some(signing) = &patch.signing {
+        state
+            .db
+            .change_signing(account.id.as_str(), id, signing, ring)
+            .await?;
+    }
+    let rotated = match new_format {
+        Some(format) => {
+            let overlap = ms(DEFAULT_OVERLAP);
+            let rotated = state
+                .db
+                .rotate_secret(account.id.as_str(), id, overlap, None, ring, Some(format))
+                .await?;
+            tracing::info!(
+                target: "kxp_sender", endpoint_id = %id, format = %format, overlap_ms = overlap,
+                "endpoint format changed: both formats sign until the overlap ends"
+            );
+            Some(rotated)
+        }
+        None => None,
+    };
+    let changes = EndpointChanges {
+        url: url.map(String::from),
+        event_types: patch.event_types,
+        description: patch.description,
+        timeout_ms: timeout.map(ms),
+        api_version,
+        rate_limit_per_second: rate_limit,
+        encryption_jwk,
+    };
+    let endpoint = state
+        .db
+        .update_endpoint(account.id.as_str(), id, &changes)
+        .await?;
+    Ok((endpoint, rotated))
+}
+
+/// Gives one of `account`'s endpoints a new secret (and a new key if it signs with Ed25519);
+/// the ones it had sign on for `overlap`, or until `confirmations` deliveries in a row were
+/// verified with the new one. One rotation too many is a [`Conflict`](Error::Conflict).
+pub(crate) async fn rotate_secret(
+    state: &AppState,
+    account: &Account,
+    id: &str,
+    overlap: Duration,
+    confirmations: Option<u32>,
+) -> Result<Rotated, Error> {
+    let ring = state.shared.config.secrets_key.as_ref();
+    Ok(state
+        .db
+        .rotate_secret(
+            account.id.as_str(),
+            id,
+            ms(overlap),
+            confirmations,
+            ring,
+            None,
+        )
+        .await?)
+}
+
+/// Pauses one of `account`'s endpoints: its deliveries are held (still pending, no attempt
+/// spent) until it is resumed. Returns it, and how many deliveries were held.
+pub(crate) async fn pause(
+    state: &AppState,
+    account: &Account,
+    id: &str,
+) -> Result<(crate::model::Endpoint, u64), Error> {
+    Ok(state.db.pause_endpoint(account.id.as_str(), id).await?)
+}
+
+/// Resumes one of `account`'s paused or disabled endpoints: its circuit closes, and the
+/// workers are woken for its deliveries now due. Returns it, and how many are due.
+pub(crate) async fn resume(
+    state: &AppState,
+    account: &Account,
+    id: &str,
+) -> Result<(crate::model::Endpoint, u64), Error> {
+    let (endpoint, due) = state
+        .db
+        .resume_endpoint(account.id.as_str(), id, &state.shared.config.protection)
+        .await?;
+    if due > 0 {
+        state.shared.wake_workers();
+    }
+    Ok((endpoint, due))
+}
+
+/// Deletes one of `account`'s endpoints; its unfinished deliveries become dead with
+/// `endpoint_deleted`. Returns how many.
+pub(crate) async fn delete(state: &AppState, account: &Account, id: &str) -> Result<u64, Error> {
+    Ok(state.db.delete_endpoint(account.id.as_str(), id).await?)
+}

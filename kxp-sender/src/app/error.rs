@@ -1,0 +1,101 @@
+//! Why a use case refused: one enum in the service's own words. Its `Display` is the message
+//! for people, the same whoever shows it; the API turns a kind into its status and code, the
+//! console into a page, a broker source into holding, retrying or rejecting a message.
+
+use super::MAX_UNUSED_PORTAL_LINKS;
+use crate::store::{StoreConflict, StoreError};
+
+/// Why a use case refused, or could not finish. Nothing was stored.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// The resource does not exist for this account (another account's ids look the same).
+    #[error("no such resource")]
+    NotFound,
+    /// The body is not JSON at all.
+    #[error("{0}")]
+    InvalidJson(String),
+    /// A field is missing, of the wrong kind, or out of bounds; the message names it.
+    #[error("{0}")]
+    Invalid(String),
+    /// The event's `data` is over this server's limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The event's `data` does not fit the schema registered for its type and version.
+    #[error("{message}")]
+    SchemaViolation {
+        /// Where in `data` (a JSON pointer).
+        path: String,
+        /// What is wrong there, for people.
+        message: String,
+    },
+    /// The idempotency key (or the event id) was used with another request.
+    #[error("this Idempotency-Key or event id was used with a different request")]
+    KeyReused,
+    /// The account has as many endpoints as it may.
+    #[error("{0}")]
+    TooManyEndpoints(String),
+    /// The URL's host is one deliveries never go to.
+    #[error("{0}")]
+    BlockedAddress(String),
+    /// The endpoint did not answer its challenge.
+    #[error("{0}")]
+    ChallengeFailed(String),
+    /// The request contradicts the row's state ([`StoreConflict`] says which).
+    #[error("{message}")]
+    Conflict {
+        /// Which contradiction.
+        kind: StoreConflict,
+        /// What is wrong, and what to do instead.
+        message: String,
+    },
+    /// A portal link's lifetime is not 1 s to [`MAX_LINK_TTL`](super::MAX_LINK_TTL).
+    #[error("`ttl_seconds` must be 1 to 86400 (24 hours)")]
+    InvalidTtl,
+    /// The account has as many unused portal links as it may.
+    #[error(
+        "this account has {MAX_UNUSED_PORTAL_LINKS} unused portal links that have not expired; \
+         use one, or retry when the first expires"
+    )]
+    TooManyPortalLinks {
+        /// Seconds until the first of them expires, freeing a place.
+        retry_after: u64,
+    },
+    /// The account's due backlog is full: nothing was stored, retry after
+    /// [`RETRY_AFTER_SECS`](crate::engine::backlog::RETRY_AFTER_SECS).
+    #[error("{0}")]
+    BacklogFull(String),
+    /// The database failed or is unreachable: retry.
+    #[error("the database is unavailable; retry")]
+    Unavailable,
+    /// A stored secret does not open with this server's key ring: the operator must act.
+    #[error(
+        "a stored secret does not open with this server's key ring; the operator must fix KXP_SECRETS_KEY"
+    )]
+    Sealed,
+}
+
+impl Error {
+    /// A field that is not acceptable, `message` naming it.
+    pub(crate) fn invalid(message: impl Into<String>) -> Error {
+        Error::Invalid(message.into())
+    }
+}
+
+/// The store's failures in the service's words; the details of a database failure or of a
+/// secret that does not open are logged here, never shown.
+impl From<StoreError> for Error {
+    fn from(error: StoreError) -> Error {
+        match error {
+            StoreError::NotFound => Error::NotFound,
+            StoreError::Conflict { kind, message } => Error::Conflict { kind, message },
+            StoreError::Database(e) => {
+                tracing::error!(target: "kxp_sender", error = %e, "database error in the API");
+                Error::Unavailable
+            }
+            StoreError::Sealed(e) => {
+                tracing::error!(target: "kxp_sender", error = %e, "a stored secret does not open");
+                Error::Sealed
+            }
+        }
+    }
+}
