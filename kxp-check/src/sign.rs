@@ -39,6 +39,10 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 /// `bytes` random bytes from the OS, as lowercase hex.
+#[expect(
+    clippy::expect_used,
+    reason = "the operating system's random number generator failing is a platform fault no caller can handle"
+)]
 pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buffer = vec![0u8; bytes];
     // With no OS randomness there is no unguessable forgery, token or id to make.

@@ -286,7 +286,7 @@ macro_rules! layer {
 
 impl Settings {
     /// Reads a settings file; unknown keys are refused with their name.
-    pub fn from_file(path: &Path) -> Result<Settings, ConfigError> {
+    pub(crate) fn from_file(path: &Path) -> Result<Settings, ConfigError> {
         let shown = path.display().to_string();
         let text = fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: shown.clone(),
@@ -310,7 +310,7 @@ impl Settings {
     }
 
     /// `self` where it says something, `lower` elsewhere.
-    pub fn over(self, lower: Settings) -> Settings {
+    pub(crate) fn over(self, lower: Settings) -> Settings {
         let high = self;
         layer!(high over lower: database_url, listen, public_url, dev, api_only, allow_address, trusted_proxy, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
@@ -320,12 +320,12 @@ impl Settings {
     }
 
     /// Whether logs are JSON lines.
-    pub fn json_logs(&self) -> bool {
+    pub(crate) fn json_logs(&self) -> bool {
         self.json_logs.unwrap_or(false)
     }
 
     /// The sender's configuration: the defaults, with what these settings say on top.
-    pub fn to_config(&self) -> Result<Config, ConfigError> {
+    pub(crate) fn to_config(&self) -> Result<Config, ConfigError> {
         let d = Config::default();
         let p = Protection::default();
         let schedule = self.retry_schedule.clone().unwrap_or(d.schedule.clone());
@@ -419,7 +419,7 @@ impl Settings {
 
     /// Every setting of `config`, in the file's form, with secrets redacted: what
     /// `--print-config` shows.
-    pub fn effective(config: &Config, json_logs: bool) -> Settings {
+    pub(crate) fn effective(config: &Config, json_logs: bool) -> Settings {
         Settings {
             database_url: Some(redact_passwords(&config.database_url)),
             listen: Some(config.listen),
@@ -460,7 +460,7 @@ impl Settings {
     }
 
     /// The settings as a TOML file.
-    pub fn to_toml(&self) -> String {
+    pub(crate) fn to_toml(&self) -> String {
         // Serialising plain strings, numbers and arrays cannot fail.
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot show the settings: {e}\n"))
     }
@@ -512,7 +512,7 @@ mod text {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<T: Display, S: Serializer>(
+    pub(super) fn serialize<T: Display, S: Serializer>(
         value: &Option<T>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
@@ -522,7 +522,7 @@ mod text {
         }
     }
 
-    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    pub(super) fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
     where
         T: FromStr<Err: Display>,
         D: Deserializer<'de>,
@@ -540,7 +540,7 @@ mod text_list {
     use serde::ser::SerializeSeq;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<T: Display, S: Serializer>(
+    pub(super) fn serialize<T: Display, S: Serializer>(
         value: &Option<Vec<T>>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
@@ -554,7 +554,7 @@ mod text_list {
         seq.end()
     }
 
-    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<Vec<T>>, D::Error>
+    pub(super) fn deserialize<'de, T, D>(d: D) -> Result<Option<Vec<T>>, D::Error>
     where
         T: FromStr<Err: Display>,
         D: Deserializer<'de>,

@@ -94,6 +94,10 @@ struct Opened<'a> {
 
 /// The envelope `payload` with its `data` encrypted to `key`: what a sender delivers to an
 /// endpoint that registered an encryption key. The other fields keep their bytes.
+#[expect(
+    clippy::expect_used,
+    reason = "raw JSON values and strings always serialize"
+)]
 pub fn seal_envelope(key: &EncryptionKey, payload: &str) -> Result<String, EnvelopeError> {
     let plain: Plain<'_> = serde_json::from_str(payload)
         .map_err(|_| EnvelopeError::NotAnEnvelope("id, type, api_version, created_at and data"))?;
@@ -111,6 +115,7 @@ pub fn seal_envelope(key: &EncryptionKey, payload: &str) -> Result<String, Envel
 /// producer sent it: what a receiver hands its handler once the signature verified. An
 /// envelope without `data_jwe` is refused: a receiver that expects encryption must not take a
 /// plaintext event as if it had been encrypted.
+#[expect(clippy::expect_used, reason = "raw JSON values always serialize")]
 pub fn open_envelope(
     key: &DecryptionKey,
     body: &[u8],

@@ -28,6 +28,10 @@ impl EncryptionKey {
     /// Keys are checked when read ([`EncryptionKey::from_jwk`] refuses small-order X25519
     /// keys), so this does not fail with a key this crate read; it still answers an error
     /// rather than panicking should the agreement ever give no secret.
+    #[expect(
+        clippy::expect_used,
+        reason = "the key sizes are fixed by the types, and a webhook body is far under A256GCM's 64 GiB"
+    )]
     pub fn encrypt(&self, plaintext: &[u8]) -> Result<String, JweError> {
         let ephemeral = Scalar::random(self.curve());
         let mut header = Map::new();
@@ -158,6 +162,10 @@ fn concat_kdf(z: &[u8; 32], apu: &[u8], apv: &[u8]) -> Zeroizing<[u8; 32]> {
     key
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "the operating system's random number generator failing is a platform fault no caller can handle"
+)]
 fn random<const N: usize>() -> [u8; N] {
     let mut bytes = [0u8; N];
     // With no OS randomness there is nothing sensible left to do but stop.

@@ -254,6 +254,10 @@ pub(crate) enum Scalar {
 
 impl Scalar {
     /// A new private key on `curve`, from the OS CSPRNG.
+    #[expect(
+        clippy::expect_used,
+        reason = "the operating system's random number generator failing is a platform fault no caller can handle"
+    )]
     pub(crate) fn random(curve: Curve) -> Scalar {
         loop {
             let mut bytes = Zeroizing::new([0u8; 32]);

@@ -3,7 +3,7 @@
 //! kxp-jwe encrypts, and kxp-jwe decrypts what each encrypts, and refuses what they make with
 //! another `alg`, `enc` or `zip`.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};

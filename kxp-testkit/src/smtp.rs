@@ -21,6 +21,9 @@
 //! # }
 //! ```
 
+// A test fixture: a sink that cannot bind or read what it was sent fails the test that uses it.
+#![expect(clippy::expect_used)]
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;

@@ -19,6 +19,9 @@
 //! (loudly) elsewhere, unless `KXP_REQUIRE_GO=1` says it must run: `.ci/run` installs Go and sets
 //! it, so CI never skips the Go snippet.
 
+// Helpers outside #[test] functions expect too: in a test, a panic is the failure report.
+#![allow(clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::path::{Path, PathBuf};

@@ -21,13 +21,13 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Which example receiver.
 #[derive(Debug, Clone, Copy)]
-pub enum Bin {
+pub(crate) enum Bin {
     Axum,
     Actix,
 }
 
 impl Bin {
-    pub fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Bin::Axum => env!("CARGO_BIN_EXE_axum-receiver"),
             Bin::Actix => env!("CARGO_BIN_EXE_actix-receiver"),
@@ -80,19 +80,19 @@ impl ReceiverUnderTest for Bin {
 
 /// A fresh directory under the system's temporary directory, removed on drop: a receiver's
 /// working directory.
-pub struct TempDir(SqliteFile);
+pub(crate) struct TempDir(SqliteFile);
 
 impl TempDir {
-    pub fn new() -> TempDir {
+    pub(crate) fn new() -> TempDir {
         TempDir(SqliteFile::new("kxp-receiver.db"))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.0.dir()
     }
 
     /// The database the receivers use by default: `kxp-receiver.db` in their working directory.
-    pub fn default_database(&self) -> String {
+    pub(crate) fn default_database(&self) -> String {
         self.0.url().to_owned()
     }
 }
@@ -125,7 +125,7 @@ impl Output {
 
 /// A receiver process. Dropping it kills it (SIGKILL) and reaps it, so no test, passing or
 /// failing, leaves one behind.
-pub struct Running {
+pub(crate) struct Running {
     child: Child,
     /// `http://127.0.0.1:<port>`.
     pub base: String,
@@ -140,7 +140,7 @@ pub struct Running {
 impl Running {
     /// Starts `bin` in `dir` on a free port, with only `env` (plus `KXP_LISTEN`) in its
     /// environment, and waits for its start-up line.
-    pub async fn start(bin: Bin, dir: &Path, env: &[(&str, &str)]) -> Running {
+    pub(crate) async fn start(bin: Bin, dir: &Path, env: &[(&str, &str)]) -> Running {
         let listen = format!("127.0.0.1:{}", free_port());
         let mut command = Command::new(bin.path());
         command
@@ -187,7 +187,7 @@ impl Running {
     }
 
     /// The lines written to stdout so far.
-    pub fn stdout(&self) -> Vec<String> {
+    pub(crate) fn stdout(&self) -> Vec<String> {
         self.stdout.lines()
     }
 
@@ -306,7 +306,7 @@ enum Database {
 }
 
 /// A payment row as the receiver stored it: event id, amount, currency.
-pub type PaymentRow = (String, Option<i64>, Option<String>);
+pub(crate) type PaymentRow = (String, Option<i64>, Option<String>);
 
 const PAYMENTS: &str = "SELECT event_id, amount, currency FROM payments ORDER BY id";
 
@@ -346,12 +346,12 @@ impl Database {
 }
 
 /// The `payments` rows of the SQLite database at `url`.
-pub async fn sqlite_payments(url: &str) -> Vec<PaymentRow> {
+pub(crate) async fn sqlite_payments(url: &str) -> Vec<PaymentRow> {
     Database::Sqlite(url.to_owned()).payments().await
 }
 
 /// Runs `bin` in `dir` with only `env`, to its end (at most 30 s): its exit status and stderr.
-pub fn run_to_exit(bin: Bin, dir: &Path, env: &[(&str, &str)]) -> (ExitStatus, String) {
+pub(crate) fn run_to_exit(bin: Bin, dir: &Path, env: &[(&str, &str)]) -> (ExitStatus, String) {
     let mut child = Command::new(bin.path())
         .current_dir(dir)
         .env_clear()

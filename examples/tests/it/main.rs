@@ -4,7 +4,7 @@
 //! environment, its working directory).
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 /// Instantiates each named scenario of the calling module for both receivers.
 macro_rules! both_binaries {

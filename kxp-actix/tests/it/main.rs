@@ -2,7 +2,7 @@
 //! suite of `kxp_testkit::conformance`, and what only this adapter's API can get wrong.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api;
 mod conformance;

@@ -23,7 +23,7 @@ use kxp_verify::{Secret, Verifier};
 const LEASE: Duration = Duration::from_secs(60);
 
 /// A running actix-web server: its base URL and the log lines it wrote. Stopped when dropped.
-pub struct Server {
+pub(crate) struct Server {
     pub base: String,
     pub logs: CapturedLogs,
     handle: ServerHandle,
@@ -37,7 +37,7 @@ impl Drop for Server {
 }
 
 /// Serves the app `routes` configures, with one worker thread, on 127.0.0.1:0.
-pub fn serve<F>(routes: F) -> Server
+pub(crate) fn serve<F>(routes: F) -> Server
 where
     F: Fn(&mut web::ServiceConfig) + Send + Clone + 'static,
 {
@@ -69,12 +69,12 @@ where
 }
 
 /// kxp-actix with its handler in one dedup mode.
-pub struct Actix(pub Mode);
+pub(crate) struct Actix(pub Mode);
 
 /// The `data` the handler reads, typed.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(default)]
-pub struct Payment {
+pub(crate) struct Payment {
     amount: Option<i64>,
     currency: Option<String>,
 }
@@ -89,13 +89,13 @@ struct AppState {
     effects: Arc<Mutex<Vec<Effect>>>,
 }
 
-pub struct Running {
+pub(crate) struct Running {
     server: Server,
     state: AppState,
 }
 
 /// A [`Receiver`] for `config`: secrets, clock, tolerance, body limit.
-pub fn receiver_for(config: &Config) -> Receiver {
+pub(crate) fn receiver_for(config: &Config) -> Receiver {
     let secrets = config.secrets.iter().map(|s| Secret::new(s).unwrap());
     let mut receiver =
         Receiver::new(Verifier::with_secrets(secrets).unwrap()).body_limit(config.body_limit);

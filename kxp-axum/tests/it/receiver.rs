@@ -24,12 +24,12 @@ use kxp_verify::{Secret, Verifier};
 const LEASE: Duration = Duration::from_secs(60);
 
 /// kxp-axum with its handler in one dedup mode.
-pub struct Axum(pub Mode);
+pub(crate) struct Axum(pub Mode);
 
 /// The `data` the handler reads, typed.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(default)]
-pub struct Payment {
+pub(crate) struct Payment {
     amount: Option<i64>,
     currency: Option<String>,
 }
@@ -44,7 +44,7 @@ struct App {
     effects: Arc<Mutex<Vec<Effect>>>,
 }
 
-pub struct Running {
+pub(crate) struct Running {
     url: String,
     logs: CapturedLogs,
     app: App,
@@ -58,7 +58,7 @@ impl Drop for Running {
 }
 
 /// A [`Receiver`] for `config`: secrets, clock, tolerance, body limit.
-pub fn receiver_for(config: &Config) -> Receiver {
+pub(crate) fn receiver_for(config: &Config) -> Receiver {
     let secrets = config.secrets.iter().map(|s| Secret::new(s).unwrap());
     let mut receiver =
         Receiver::new(Verifier::with_secrets(secrets).unwrap()).body_limit(config.body_limit);

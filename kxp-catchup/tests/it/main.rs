@@ -4,7 +4,7 @@
 //! processed exactly once with no replay from the sender.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod actix;
 mod feed_integrity;

@@ -14,17 +14,17 @@ use kxp_testkit::confine::Tmpfs;
 use sqlx::Connection;
 
 /// The argument that makes the test binary print a SQLite ledger (its path follows) and exit.
-pub const READ_LEDGER: &str = "--read-ledger";
+pub(crate) const READ_LEDGER: &str = "--read-ledger";
 
 /// Where the receiver's database is.
-pub enum Ledger {
+pub(crate) enum Ledger {
     Sqlite(PathBuf),
     Postgres(String),
 }
 
 /// One event's rows.
 #[derive(Debug, Clone, Copy)]
-pub struct Processed {
+pub(crate) struct Processed {
     pub times: i64,
     /// Wall-clock milliseconds of its first row.
     pub first_ms: i64,
@@ -33,7 +33,10 @@ pub struct Processed {
 impl Ledger {
     /// Every event processed so far, read from inside `disk` when the database is on it; or
     /// why the table could not be read (the database may be down: a fault the suite causes).
-    pub async fn read(&self, disk: Option<&Tmpfs>) -> Result<HashMap<String, Processed>, String> {
+    pub(crate) async fn read(
+        &self,
+        disk: Option<&Tmpfs>,
+    ) -> Result<HashMap<String, Processed>, String> {
         match (self, disk) {
             (Ledger::Sqlite(path), Some(disk)) => {
                 let mut reader = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
@@ -55,7 +58,7 @@ impl Ledger {
     }
 
     /// [`Ledger::read`] in this process: the rows, one `id times first_ms` line each.
-    pub async fn print(&self) -> Result<(), sqlx::Error> {
+    pub(crate) async fn print(&self) -> Result<(), sqlx::Error> {
         for (id, p) in self.read_here().await? {
             println!("{id} {} {}", p.times, p.first_ms);
         }

@@ -24,7 +24,7 @@
 //! failure. Every wait is bounded, so the suite ends in a few minutes either way.
 
 // In a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ledger;
 mod processes;

@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 use kxp_testkit::confine::{Confined, Tmpfs};
 
 /// The file limit of both processes: what a service on a default systemd unit gets.
-pub const FILE_LIMIT: u32 = 1024;
+pub(crate) const FILE_LIMIT: u32 = 1024;
 /// The sender's API key of the healthy account.
-pub const KEY: &str = "kxp_fault_suite_key";
+pub(crate) const KEY: &str = "kxp_fault_suite_key";
 /// How long a process may take to start on a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A free port on 127.0.0.1: bound, read, released.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -88,14 +88,14 @@ fn wait_for_port(port: u16, what: &str) {
 }
 
 /// `kxp serve`, restartable on the same port and database.
-pub struct Sender {
+pub(crate) struct Sender {
     pub port: u16,
     pub database_url: String,
     process: Restartable,
 }
 
 impl Sender {
-    pub fn new(database_url: String) -> Sender {
+    pub(crate) fn new(database_url: String) -> Sender {
         Sender {
             port: free_port(),
             database_url,
@@ -103,7 +103,7 @@ impl Sender {
         }
     }
 
-    pub fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -126,7 +126,7 @@ impl Sender {
     }
 
     /// Starts it and waits until it listens.
-    pub fn start(&mut self, disk: Option<&Tmpfs>) {
+    pub(crate) fn start(&mut self, disk: Option<&Tmpfs>) {
         let mut process = spawn(&self.command(), disk, Stdio::piped());
         let stdout = process.child().stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
@@ -141,17 +141,17 @@ impl Sender {
     }
 
     /// SIGKILL, and waits for the process to be gone.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.process.kill();
     }
 
     /// Whether the process is still running (it has not exited on its own).
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         self.process.alive()
     }
 
     /// `kxp accounts create` on its database (in `disk` when given): the new account's key.
-    pub fn create_account(&self, name: &str, disk: Option<&Tmpfs>) -> String {
+    pub(crate) fn create_account(&self, name: &str, disk: Option<&Tmpfs>) -> String {
         let mut create = Command::new(env!("CARGO_BIN_EXE_kxp"));
         create
             .args(["accounts", "create", "--json", "--name", name])
@@ -170,7 +170,7 @@ impl Sender {
 
 /// The axum example receiver: verifies, and records each payment once through kxp-dedup in
 /// the transaction of its `payments` row.
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub port: u16,
     pub database_url: String,
     secret: String,
@@ -178,7 +178,7 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    pub fn new(port: u16, database_url: String, secret: String) -> Receiver {
+    pub(crate) fn new(port: u16, database_url: String, secret: String) -> Receiver {
         Receiver {
             port,
             database_url,
@@ -188,7 +188,7 @@ impl Receiver {
     }
 
     /// Starts it and waits until it listens.
-    pub fn start(&mut self, disk: Option<&Tmpfs>) {
+    pub(crate) fn start(&mut self, disk: Option<&Tmpfs>) {
         let mut receiver = Command::new(receiver_binary());
         receiver
             .env("KXP_LISTEN", format!("127.0.0.1:{}", self.port))
@@ -200,12 +200,12 @@ impl Receiver {
     }
 
     /// SIGKILL, and waits for the process to be gone.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.process.kill();
     }
 
     /// Whether the process is still running.
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         self.process.alive()
     }
 }
@@ -225,7 +225,7 @@ fn receiver_binary() -> PathBuf {
 
 /// A PostgreSQL instance of the suite's own: `initdb` into a temporary directory, on a port of
 /// its own, so restarting it disturbs no other test. Stopped when dropped.
-pub struct Postgres {
+pub(crate) struct Postgres {
     bin: PathBuf,
     data: PathBuf,
     _dir: tempfile::TempDir,
@@ -238,7 +238,7 @@ pub struct Postgres {
 impl Postgres {
     /// A new instance, started; `None` (after saying why on stderr) where PostgreSQL's server
     /// programs are not installed.
-    pub fn start() -> Option<Postgres> {
+    pub(crate) fn start() -> Option<Postgres> {
         let Some(bin) = server_bindir() else {
             eprintln!(
                 "SKIPPED (PostgreSQL restart): no initdb under /usr/lib/postgresql/*/bin \
@@ -281,12 +281,12 @@ impl Postgres {
         Some(postgres)
     }
 
-    pub fn url(&self, database: &str) -> String {
+    pub(crate) fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
 
     /// `pg_ctl start`, waiting until it accepts connections.
-    pub fn up(&self) {
+    pub(crate) fn up(&self) {
         let options = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c max_connections=200",
             self.port
@@ -307,7 +307,7 @@ impl Postgres {
 
     /// `pg_ctl stop -m immediate`: every backend killed at once, as in a crash; recovery
     /// replays the WAL at the next start.
-    pub fn crash(&self) {
+    pub(crate) fn crash(&self) {
         let stopped = self
             .program("pg_ctl")
             .arg("-D")

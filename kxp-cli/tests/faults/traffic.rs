@@ -15,7 +15,7 @@ use crate::Rng;
 
 /// Wall-clock milliseconds: the one clock the suite, the receiver's `recorded_at` and the
 /// hanging endpoints share.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
@@ -24,7 +24,7 @@ pub fn now_ms() -> i64 {
 
 /// An event the sender acknowledged (202): it owes a delivery of it.
 #[derive(Debug, Clone)]
-pub struct Acked {
+pub(crate) struct Acked {
     pub id: String,
     /// When the acknowledgement arrived.
     pub at_ms: i64,
@@ -39,14 +39,14 @@ struct Counts {
 /// Clients emitting `payment.succeeded` events one after another, each at a seeded pace (20 to
 /// 80 ms apart: some 35 events a second from two), until stopped; a refused or cut-off request
 /// is counted and the next one follows.
-pub struct Emitter {
+pub(crate) struct Emitter {
     stop: Arc<AtomicBool>,
     counts: Arc<Counts>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Emitter {
-    pub fn start(base: &str, key: &str, clients: usize, rng: &mut Rng) -> Emitter {
+    pub(crate) fn start(base: &str, key: &str, clients: usize, rng: &mut Rng) -> Emitter {
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Counts::default());
         let tasks = (0..clients)
@@ -87,17 +87,17 @@ impl Emitter {
     }
 
     /// The events acknowledged so far.
-    pub fn acked(&self) -> Vec<Acked> {
+    pub(crate) fn acked(&self) -> Vec<Acked> {
         self.counts.acked.lock().unwrap().clone()
     }
 
     /// Requests refused or cut off so far.
-    pub fn refused(&self) -> usize {
+    pub(crate) fn refused(&self) -> usize {
         self.counts.refused.load(Ordering::SeqCst)
     }
 
     /// Stops emitting; every acknowledged event.
-    pub async fn stop(self) -> Vec<Acked> {
+    pub(crate) async fn stop(self) -> Vec<Acked> {
         self.stop.store(true, Ordering::SeqCst);
         let acked = self.counts.clone();
         for task in self.tasks {
@@ -109,7 +109,7 @@ impl Emitter {
 
 /// Connections opened to a server and left idle, or sending a request header a line a second
 /// (slowloris), until released.
-pub struct Flood {
+pub(crate) struct Flood {
     /// Connections that were established.
     pub opened: usize,
     closed: Arc<AtomicUsize>,
@@ -117,7 +117,7 @@ pub struct Flood {
 }
 
 impl Flood {
-    pub async fn open(port: u16, idle: usize, slow: usize) -> Flood {
+    pub(crate) async fn open(port: u16, idle: usize, slow: usize) -> Flood {
         let closed = Arc::new(AtomicUsize::new(0));
         let connecting: Vec<_> = (0..idle + slow)
             .map(|n| {
@@ -146,12 +146,12 @@ impl Flood {
     }
 
     /// Connections the server has closed so far (its header-read timeout).
-    pub fn closed_by_server(&self) -> usize {
+    pub(crate) fn closed_by_server(&self) -> usize {
         self.closed.load(Ordering::SeqCst)
     }
 
     /// Closes every connection still open.
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         for task in self.tasks {
             task.abort();
         }
@@ -193,7 +193,7 @@ async fn hold(mut stream: TcpStream, slow: bool, closed: Arc<AtomicUsize>) {
 
 /// Endpoints that accept every connection, read the request and never answer: the sender can
 /// only time out. Records when it first does (the sender closing a connection).
-pub struct Hanging {
+pub(crate) struct Hanging {
     pub port: u16,
     accepted: Arc<AtomicUsize>,
     first_close_ms: Arc<Mutex<Option<i64>>>,
@@ -201,7 +201,7 @@ pub struct Hanging {
 }
 
 impl Hanging {
-    pub async fn start() -> Hanging {
+    pub(crate) async fn start() -> Hanging {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -228,17 +228,17 @@ impl Hanging {
         }
     }
 
-    pub fn url(&self, n: usize) -> String {
+    pub(crate) fn url(&self, n: usize) -> String {
         format!("http://127.0.0.1:{}/hang/{n}", self.port)
     }
 
     /// Connections accepted so far: deliveries that started.
-    pub fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
 
     /// When the sender first gave up on one (its timeout), if it has.
-    pub fn first_close_ms(&self) -> Option<i64> {
+    pub(crate) fn first_close_ms(&self) -> Option<i64> {
         *self.first_close_ms.lock().unwrap()
     }
 }

@@ -1,7 +1,7 @@
 //! Integration tests of the `kxp` binary, run as a real process.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod accounts;
 mod admin;

@@ -6,7 +6,7 @@
 //! test says SKIPPED on stderr and passes).
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 /// Instantiates each named scenario of the calling module for both backends.
 macro_rules! both_backends {

@@ -4,7 +4,7 @@
 //! share a PostgreSQL outbox without a second event.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 

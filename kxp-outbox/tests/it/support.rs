@@ -20,7 +20,7 @@ use serde_json::json;
 const KEY: &str = "kxp_outbox_test_key";
 
 /// A running sender.
-pub struct Sender {
+pub(crate) struct Sender {
     pub base: String,
     /// Kept so the server runs as long as the value lives.
     _server: Server,
@@ -30,7 +30,7 @@ pub struct Sender {
 
 impl Sender {
     /// A sender in development mode on a fresh SQLite file, retrying at once, `tweak`ed.
-    pub async fn start(tweak: impl FnOnce(&mut Config)) -> Sender {
+    pub(crate) async fn start(tweak: impl FnOnce(&mut Config)) -> Sender {
         let dir = Arc::new(tempfile::tempdir().unwrap());
         let url = format!("sqlite://{}", dir.path().join("kxp.db").display());
         Sender::on(url, dir, tweak).await
@@ -65,21 +65,21 @@ impl Sender {
     }
 
     /// A second server on the same database, with workers and default limits.
-    pub async fn restart_with_workers(&self) -> Sender {
+    pub(crate) async fn restart_with_workers(&self) -> Sender {
         Sender::on(self.database_url.clone(), self._dir.clone(), |_| {}).await
     }
 
-    pub fn client(&self) -> kxp_api::Client {
+    pub(crate) fn client(&self) -> kxp_api::Client {
         self.client_at(&self.base)
     }
 
     /// A client of this sender's account that calls `base` (a proxy in front of it).
-    pub fn client_at(&self, base: &str) -> kxp_api::Client {
+    pub(crate) fn client_at(&self, base: &str) -> kxp_api::Client {
         kxp_api::Client::new(base, KEY).unwrap()
     }
 
     /// Subscribes `url` to every event.
-    pub async fn endpoint(&self, url: &str) {
+    pub(crate) async fn endpoint(&self, url: &str) {
         let new: kxp_api::NewEndpoint =
             serde_json::from_value(json!({"url": url, "skip_challenge": true})).unwrap();
         self.client().create_endpoint(&new).await.unwrap();
@@ -87,13 +87,13 @@ impl Sender {
 }
 
 /// A receiver answering 200 to everything, recording each delivery's event id.
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub url: String,
     seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl Receiver {
-    pub async fn start() -> Receiver {
+    pub(crate) async fn start() -> Receiver {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let app = Router::new()
             .fallback(
@@ -110,16 +110,16 @@ impl Receiver {
         Receiver { url, seen }
     }
 
-    pub fn event_ids(&self) -> BTreeSet<String> {
+    pub(crate) fn event_ids(&self) -> BTreeSet<String> {
         self.seen.lock().unwrap().iter().cloned().collect()
     }
 
-    pub fn deliveries(&self) -> usize {
+    pub(crate) fn deliveries(&self) -> usize {
         self.seen.lock().unwrap().len()
     }
 
     /// Waits (at most 30 s) until `n` distinct events arrived.
-    pub async fn wait_for(&self, n: usize) {
+    pub(crate) async fn wait_for(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.event_ids().len() < n {
             assert!(
@@ -138,7 +138,7 @@ impl Receiver {
 /// of the sender's answer: a hand-off the sender took whose answer never came back. It can
 /// also answer requests itself, 503 with a `Retry-After` of its choosing, as a gateway in
 /// maintenance does.
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub url: String,
     lose: Arc<AtomicBool>,
     forwarded: Arc<AtomicUsize>,
@@ -156,7 +156,7 @@ struct ProxyState {
 }
 
 impl Proxy {
-    pub async fn start(target: &str) -> Proxy {
+    pub(crate) async fn start(target: &str) -> Proxy {
         let state = ProxyState {
             target: target.to_owned(),
             http: reqwest::Client::new(),
@@ -176,15 +176,15 @@ impl Proxy {
     }
 
     /// Answers the next `n` requests 503 with `Retry-After: <retry_after>`, passing none on.
-    pub fn unavailable(&self, n: usize, retry_after: &str) {
+    pub(crate) fn unavailable(&self, n: usize, retry_after: &str) {
         *self.unavailable.lock().unwrap() = Some((n, retry_after.to_owned()));
     }
 
-    pub fn lose_answers(&self, lose: bool) {
+    pub(crate) fn lose_answers(&self, lose: bool) {
         self.lose.store(lose, Ordering::SeqCst);
     }
 
-    pub fn forwarded(&self) -> usize {
+    pub(crate) fn forwarded(&self) -> usize {
         self.forwarded.load(Ordering::SeqCst)
     }
 }
@@ -245,7 +245,7 @@ async fn serve(app: Router) -> String {
 }
 
 /// A producer's database on a temporary SQLite file, with the outbox table.
-pub async fn sqlite_outbox() -> (tempfile::TempDir, SqlitePool) {
+pub(crate) async fn sqlite_outbox() -> (tempfile::TempDir, SqlitePool) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!(
         "sqlite://{}?mode=rwc",
@@ -257,7 +257,7 @@ pub async fn sqlite_outbox() -> (tempfile::TempDir, SqlitePool) {
 }
 
 /// Emits `n` `payment.succeeded` events, each in its own committed transaction; their ids.
-pub async fn emit_payments<DB: Backend>(pool: &Pool<DB>, n: usize) -> BTreeSet<String> {
+pub(crate) async fn emit_payments<DB: Backend>(pool: &Pool<DB>, n: usize) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     for i in 0..n {
         let mut tx = pool.begin().await.unwrap();
@@ -269,7 +269,7 @@ pub async fn emit_payments<DB: Backend>(pool: &Pool<DB>, n: usize) -> BTreeSet<S
 }
 
 /// The event ids in the outbox.
-pub async fn outbox_ids(pool: &SqlitePool) -> BTreeSet<String> {
+pub(crate) async fn outbox_ids(pool: &SqlitePool) -> BTreeSet<String> {
     sqlx::query_scalar::<_, String>("SELECT event_id FROM kxp_outbox")
         .fetch_all(pool)
         .await
@@ -280,7 +280,7 @@ pub async fn outbox_ids(pool: &SqlitePool) -> BTreeSet<String> {
 
 /// Runs passes until the outbox has nothing waiting (at most 60 s), sleeping the waits the
 /// passes ask for.
-pub async fn drain<DB: Backend>(relay: &Relay<DB>) {
+pub(crate) async fn drain<DB: Backend>(relay: &Relay<DB>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while relay.waiting().await.unwrap() > 0 {
         assert!(Instant::now() < deadline, "the outbox did not drain");

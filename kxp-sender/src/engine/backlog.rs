@@ -87,7 +87,7 @@ impl Backlog {
                     account.clone(),
                     Counted {
                         due,
-                        at: Instant::now(),
+                        at: crate::model::instant(),
                     },
                 );
                 due

@@ -6,7 +6,7 @@
 //! by the client's resolver, which connects only to the addresses it checked. A refused
 //! address fails the attempt with `blocked_address`, and nothing is sent.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -128,7 +128,7 @@ pub fn client(guard: AddressGuard) -> Result<GuardedClient, reqwest::Error> {
 /// Sends one attempt and says how it went: the status line must come within `request.timeout`
 /// (redirects included); then at most [`SNIPPET_WAIT`] more for the start of the body.
 pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Duration) {
-    let started = Instant::now();
+    let started = crate::model::instant();
     let outcome = match tokio::time::timeout(request.timeout, follow(client, request)).await {
         Ok(Answer::Done(outcome)) => outcome,
         Ok(Answer::Delivered(response)) => Outcome::Delivered {
@@ -386,9 +386,7 @@ pub(crate) fn signature_headers(
             "the endpoint has no live secret or key that can sign (see the server's log)",
         ));
     }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let t = crate::model::unix_seconds();
     let body = payload.as_bytes();
     let mut headers = Vec::with_capacity(4);
     if !kxp.is_empty() {
@@ -452,7 +450,7 @@ async fn rejected(response: reqwest::Response) -> Outcome {
 /// form is ignored, and the schedule's own delay applies.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
-    retry_after_from(value, time::OffsetDateTime::now_utc())
+    retry_after_from(value, crate::model::utc_now())
 }
 
 /// [`retry_after`] with the clock passed in. A date in the past asks for no extra delay.

@@ -92,7 +92,7 @@ impl InFlight {
     /// free concurrency and its rate tokens. Endpoints not listed may take
     /// [`default_cap`](InFlight::default_cap).
     fn caps(&mut self) -> Vec<(String, usize)> {
-        let now = tokio::time::Instant::now();
+        let now = crate::model::tokio_instant();
         self.limits.retain(|id, (_, used)| {
             now.saturating_duration_since(*used) < IDLE_LIMIT || self.per_endpoint.contains_key(id)
         });
@@ -196,9 +196,9 @@ impl InFlight {
         let (adaptive, used) = self
             .limits
             .entry(endpoint_id.clone())
-            .or_insert_with(|| (Adaptive::new(ceiling), tokio::time::Instant::now()));
+            .or_insert_with(|| (Adaptive::new(ceiling), crate::model::tokio_instant()));
         adaptive.observe(signal);
-        *used = tokio::time::Instant::now();
+        *used = crate::model::tokio_instant();
     }
 }
 
@@ -234,7 +234,7 @@ pub(crate) async fn run(
     let (recorder, recording) =
         Recorder::start(db.clone(), config.protection.clone(), shared.gate.clone());
     let mut tasks = JoinSet::new();
-    let mut last_reclaim = tokio::time::Instant::now();
+    let mut last_reclaim = crate::model::tokio_instant();
     let mut last_scan: Option<tokio::time::Instant> = None;
     // Housekeeping (expired leases, due probes) runs this often; tests with millisecond
     // schedules poll faster, and housekeeping keeps pace with them.
@@ -269,13 +269,13 @@ pub(crate) async fn run(
         if last_reclaim.elapsed() >= housekeeping {
             reclaim(&db).await;
             probe(&db).await;
-            last_reclaim = tokio::time::Instant::now();
+            last_reclaim = crate::model::tokio_instant();
         }
         let free = permits.available_permits();
         let mut claimed = Vec::new();
         let mut with_work: HashSet<AccountId> = HashSet::new();
         if free > 0 {
-            last_claim = Some(tokio::time::Instant::now());
+            last_claim = Some(crate::model::tokio_instant());
             let (ready, mut caps, default_cap, mut accounts, work, held) = {
                 let mut state = lock(&in_flight);
                 let mut ready = std::mem::take(&mut state.ready);
@@ -308,7 +308,7 @@ pub(crate) async fn run(
                 || last_scan
                     .is_none_or(|at: tokio::time::Instant| at.elapsed() >= config.poll_interval);
             if scan {
-                last_scan = Some(tokio::time::Instant::now());
+                last_scan = Some(crate::model::tokio_instant());
                 // Every endpoint's new deliveries are numbered, held ones (paused endpoints)
                 // and other processes' too: the feed lists them by number.
                 number(&db, &shared, None).await;
@@ -432,7 +432,7 @@ pub(crate) async fn run(
                     && state.limiter.try_take(
                         job.endpoint_id.as_str(),
                         rate,
-                        tokio::time::Instant::now(),
+                        crate::model::tokio_instant(),
                     );
                 if admitted {
                     *state

@@ -40,5 +40,8 @@ pub use operator::Operator;
 pub use schema::Schema;
 pub use session::{PortalScope, Session, SignedIn};
 pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
-pub(crate) use time::{database_offset, offset_from, set_database_offset, system_ms};
+pub(crate) use time::{
+    database_offset, instant, offset_from, set_database_offset, system_ms, tokio_instant,
+    unix_seconds, utc_now,
+};
 pub use time::{ms, now_ms, parse_rfc3339, rfc3339};

@@ -1,4 +1,11 @@
-//! Time as the sender stores it: Unix milliseconds, by one clock, shown as RFC 3339.
+//! Time as the sender stores it: Unix milliseconds, by one clock, shown as RFC 3339, and the
+//! only place the crate reads a clock. `kxp-sender/clippy.toml` forbids the clock functions
+//! everywhere else, so what time a decision sees can always be traced here (and tokio's test
+//! clock pauses every timer that goes through [`tokio_instant`]).
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the one module that reads the clocks"
+)]
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -21,6 +28,29 @@ pub(crate) fn system_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Unix seconds by this machine's clock: a signature's `t`, which the receiver compares with
+/// its own clock (never the database's).
+pub(crate) fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// This machine's time, as a date: what an HTTP date (`Retry-After`) is measured from.
+pub(crate) fn utc_now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+/// The monotonic clock, for how long something took or since when a count holds.
+pub(crate) fn instant() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// The monotonic clock as tokio's timers read it (paused in tests that pause time).
+pub(crate) fn tokio_instant() -> tokio::time::Instant {
+    tokio::time::Instant::now()
 }
 
 /// The database's clock read between `before` and `after` (this machine's, in ms), as an offset:

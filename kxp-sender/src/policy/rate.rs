@@ -87,7 +87,7 @@ mod tests {
     #[test]
     fn the_bucket_allows_a_burst_then_the_rate() {
         let mut limiter = RateLimiter::default();
-        let start = Instant::now();
+        let start = crate::model::tokio_instant();
         let taken = (0..20)
             .filter(|_| limiter.try_take("ep", Some(5), start))
             .count();

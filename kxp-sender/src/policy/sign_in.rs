@@ -181,7 +181,7 @@ mod tests {
     #[test]
     fn the_21st_attempt_within_a_minute_waits_until_the_oldest_failure_is_a_minute_old() {
         let mut limiter = SignInLimiter::default();
-        let start = Instant::now();
+        let start = crate::model::tokio_instant();
         let ip = v4(0xcb00_7107);
         for n in 0..MAX_FAILURES as u64 {
             counted(limiter.attempt(ip, start + Duration::from_secs(n)));
@@ -219,7 +219,7 @@ mod tests {
     #[test]
     fn forgiven_attempts_do_not_count_and_attempts_at_once_are_held_to_the_limit() {
         let mut limiter = SignInLimiter::default();
-        let now = Instant::now();
+        let now = crate::model::tokio_instant();
         let ip = v4(7);
         // Signed in, or refused for their CSRF token: forgiven, however many.
         for _ in 0..3 * MAX_FAILURES {
@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn an_ipv6_host_counts_as_its_slash_64_and_a_mapped_ipv4_as_itself() {
         let mut limiter = SignInLimiter::default();
-        let now = Instant::now();
+        let now = crate::model::tokio_instant();
         for n in 0..MAX_FAILURES as u16 {
             let ip = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, n, n, n, n));
             counted(limiter.attempt(ip, now));
@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn a_flood_of_distinct_addresses_never_grows_the_table_past_its_bound() {
         let mut limiter = SignInLimiter::default();
-        let start = Instant::now();
+        let start = crate::model::tokio_instant();
         for n in 0..MAX_CLIENTS as u32 {
             counted(limiter.attempt(v4(n), start));
         }

@@ -12,7 +12,7 @@
 //!   (`endpoints.rs`, `events.rs`, `dead_letters.rs`, …) and a line in `accessibility.rs`.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod accessibility;
 mod app;

@@ -1,7 +1,7 @@
 //! Integration tests of the sender library: a real server on 127.0.0.1, real receivers.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api_errors;
 mod backpressure;

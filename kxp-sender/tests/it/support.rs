@@ -16,7 +16,7 @@ use kxp_sender::{Config, Schedule, Server};
 use serde_json::{Value, json};
 
 /// A running sender and an API client holding its key.
-pub struct Sender {
+pub(crate) struct Sender {
     pub server: Server,
     pub api: Api,
     pub database_url: String,
@@ -25,11 +25,11 @@ pub struct Sender {
 
 /// Starts a sender in development mode with `schedule` (jitter 0 unless the schedule says
 /// otherwise) on a fresh SQLite file.
-pub async fn sender(schedule: &str) -> Sender {
+pub(crate) async fn sender(schedule: &str) -> Sender {
     sender_with(schedule, |_| {}).await
 }
 
-pub async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sender {
+pub(crate) async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sender {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config {
         database_url: format!("sqlite://{}", dir.path().join("kxp.db").display()),
@@ -65,7 +65,7 @@ pub async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config)) -> Sen
 /// A client of the sender's API, holding one account's key: the typed client for what the
 /// tests do on the way to what they check, and [`Api::call`] for raw HTTP.
 #[derive(Clone, Debug)]
-pub struct Api {
+pub(crate) struct Api {
     pub base: String,
     pub key: String,
     /// Raw HTTP, for requests the typed client cannot (or must not) make.
@@ -76,7 +76,7 @@ pub struct Api {
 
 impl Api {
     /// A client of the server at `base` calling with `key`.
-    pub fn new(base: String, key: &str) -> Api {
+    pub(crate) fn new(base: String, key: &str) -> Api {
         Api {
             client: kxp_api::Client::new(&base, key).unwrap(),
             base,
@@ -87,7 +87,7 @@ impl Api {
 
     /// The same server with another account's key. (Not `Api { key, ..api }`: the typed
     /// client would keep the old key.)
-    pub fn with_key(&self, key: &str) -> Api {
+    pub(crate) fn with_key(&self, key: &str) -> Api {
         Api::new(self.base.clone(), key)
     }
 
@@ -95,7 +95,7 @@ impl Api {
     /// tests only (error statuses and bodies, bad JSON, bad auth, wrong methods, headers the
     /// typed client does not send): everything else goes through [`Api::client`], so every
     /// test also proves kxp-api's types read the server's real answers.
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut request = self
             .http
@@ -116,7 +116,7 @@ impl Api {
     /// Creates an endpoint for `url`; returns (id, secret). The scripted receivers do not
     /// answer the endpoint challenge, so it is skipped unless `extra` says
     /// `"skip_challenge": false`. `extra` holds more fields of [`kxp_api::NewEndpoint`].
-    pub async fn endpoint(&self, url: &str, extra: Value) -> (String, String) {
+    pub(crate) async fn endpoint(&self, url: &str, extra: Value) -> (String, String) {
         let mut body = json!({"url": url, "skip_challenge": true});
         if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
             body.extend(extra.clone());
@@ -134,7 +134,7 @@ impl Api {
     }
 
     /// Emits an event; returns its id.
-    pub async fn emit(&self, event_type: &str, data: Value) -> String {
+    pub(crate) async fn emit(&self, event_type: &str, data: Value) -> String {
         let event = kxp_api::NewEvent::new(event_type, &data).unwrap();
         let event = self
             .client
@@ -145,7 +145,7 @@ impl Api {
     }
 
     /// The deliveries of an event, as typed.
-    pub async fn typed_deliveries_of(&self, event_id: &str) -> Vec<kxp_api::Delivery> {
+    pub(crate) async fn typed_deliveries_of(&self, event_id: &str) -> Vec<kxp_api::Delivery> {
         self.client
             .event_deliveries(&event_id.into())
             .await
@@ -154,12 +154,12 @@ impl Api {
     }
 
     /// The deliveries of an event.
-    pub async fn deliveries_of(&self, event_id: &str) -> Vec<Value> {
+    pub(crate) async fn deliveries_of(&self, event_id: &str) -> Vec<Value> {
         values(self.typed_deliveries_of(event_id).await)
     }
 
     /// Polls until the event's latest delivery reaches `status`, for at most `within`.
-    pub async fn wait_for(&self, event_id: &str, status: &str, within: Duration) -> Value {
+    pub(crate) async fn wait_for(&self, event_id: &str, status: &str, within: Duration) -> Value {
         let start = Instant::now();
         loop {
             let deliveries = self.typed_deliveries_of(event_id).await;
@@ -177,7 +177,7 @@ impl Api {
     }
 
     /// The attempts of a delivery.
-    pub async fn attempts(&self, delivery_id: &str) -> Vec<Value> {
+    pub(crate) async fn attempts(&self, delivery_id: &str) -> Vec<Value> {
         let page = self
             .client
             .delivery_attempts(&delivery_id.into())
@@ -188,7 +188,7 @@ impl Api {
 }
 
 /// Typed answers as JSON values, for the assertions written against JSON.
-pub fn values<T: serde::Serialize>(items: Vec<T>) -> Vec<Value> {
+pub(crate) fn values<T: serde::Serialize>(items: Vec<T>) -> Vec<Value> {
     items
         .iter()
         .map(|item| serde_json::to_value(item).unwrap())
@@ -196,18 +196,18 @@ pub fn values<T: serde::Serialize>(items: Vec<T>) -> Vec<Value> {
 }
 
 /// A typed answer as a JSON value, for the assertions written against JSON.
-pub fn value<T: serde::Serialize>(item: &T) -> Value {
+pub(crate) fn value<T: serde::Serialize>(item: &T) -> Value {
     serde_json::to_value(item).unwrap()
 }
 
 /// A typed request written as JSON (as the API documents it).
-pub fn typed<T: serde::de::DeserializeOwned>(body: Value) -> T {
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(body: Value) -> T {
     serde_json::from_value(body.clone()).unwrap_or_else(|e| panic!("{body}: {e}"))
 }
 
 /// How a scripted receiver answers one request.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub(crate) enum Reply {
     Status(u16),
     RetryAfter(u16, u64),
     /// `Retry-After` as written (an HTTP-date).
@@ -218,21 +218,21 @@ pub enum Reply {
 
 /// One request as a receiver saw it.
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub headers: HeaderMap,
     pub body: Bytes,
     pub at: Instant,
 }
 
 impl Seen {
-    pub fn header(&self, name: &str) -> String {
+    pub(crate) fn header(&self, name: &str) -> String {
         self.headers
             .get(name)
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default()
     }
 
-    pub fn event_id(&self) -> String {
+    pub(crate) fn event_id(&self) -> String {
         serde_json::from_slice::<Value>(&self.body).unwrap()["id"]
             .as_str()
             .unwrap()
@@ -251,13 +251,13 @@ struct Script {
 /// A receiver on 127.0.0.1 that answers from a script (then 200 once the script runs out, or
 /// what [`Receiver::answer_rest_with`] says) and records every request.
 #[derive(Clone)]
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub url: String,
     script: Script,
 }
 
 impl Receiver {
-    pub async fn start(replies: Vec<Reply>) -> Receiver {
+    pub(crate) async fn start(replies: Vec<Reply>) -> Receiver {
         let script = Script {
             replies: Arc::new(Mutex::new(replies.into())),
             ..Script::default()
@@ -272,12 +272,12 @@ impl Receiver {
         }
     }
 
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.script.seen.lock().unwrap().clone()
     }
 
     /// Answers `status` to every request once the script has run out (an outage, or its end).
-    pub fn answer_rest_with(&self, status: u16) {
+    pub(crate) fn answer_rest_with(&self, status: u16) {
         *self.script.rest.lock().unwrap() = Some(status);
     }
 }
@@ -322,7 +322,7 @@ async fn answer(State(script): State<Script>, headers: HeaderMap, body: Bytes) -
 }
 
 /// Verifies a request as a kxp receiver would, with `secret`.
-pub fn verifies(seen: &Seen, secret: &str) -> bool {
+pub(crate) fn verifies(seen: &Seen, secret: &str) -> bool {
     let verifier = kxp_verify::Verifier::from_secret_list(secret).unwrap();
     verifier
         .verify_now(&seen.header("x-kxp-signature"), &seen.body)
@@ -331,7 +331,7 @@ pub fn verifies(seen: &Seen, secret: &str) -> bool {
 
 /// Verifies a request as a Standard Webhooks receiver would, with `verifier`: whether its
 /// `webhook-*` headers pass.
-pub fn verifies_standard(seen: &Seen, verifier: &kxp_verify::Verifier) -> bool {
+pub(crate) fn verifies_standard(seen: &Seen, verifier: &kxp_verify::Verifier) -> bool {
     verifier
         .verify_standard_now(
             &seen.header("webhook-id"),

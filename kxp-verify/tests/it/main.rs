@@ -1,7 +1,7 @@
 //! Integration tests of kxp-verify: one binary, one module per concern.
 
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ed25519;
 mod envelope;
