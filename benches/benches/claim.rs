@@ -136,7 +136,7 @@ async fn claim_ours(db: &Db, rows: usize, capped: Option<&str>) -> Result<Vec<Du
         if capped.is_some()
             && jobs
                 .iter()
-                .any(|job| job.id.as_str().starts_with("dlv_backlog"))
+                .any(|id| id.as_str().starts_with("dlv_backlog"))
         {
             return Err("Db::claim took a capped endpoint's delivery".into());
         }

@@ -62,7 +62,7 @@ const KIND: Kind = Kind {
 async fn create(args: CreateArgs) -> Result<(), String> {
     let name = checked_name(&args.name)?;
     let db = crate::admin::connect(&args.database.database_url).await?;
-    let created = db.create_account(name, None).await;
+    let created = db.create_account(name).await;
     db.close().await;
     let (account, key) = created.map_err(|e| e.to_string())?;
     KIND.print_created(&account, &key, args.json);

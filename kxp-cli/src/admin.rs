@@ -8,7 +8,7 @@ use clap::Args;
 use kxp_api::{
     BulkReplay, Client, ClientError, Delivery, DeliveryQuery, DeliveryStatus, Timestamp,
 };
-use kxp_sender::{Db, DeliveryFilter};
+use kxp_sender::{Admin, DeliveryFilter};
 
 /// Where the command acts.
 #[derive(Args)]
@@ -210,13 +210,13 @@ fn failure(target: &Target, e: &ClientError) -> String {
 }
 
 /// Connects to the database, with any password redacted from the error.
-pub(crate) async fn connect(url: &str) -> Result<Db, String> {
-    Db::connect(url)
+pub(crate) async fn connect(url: &str) -> Result<Admin, String> {
+    Admin::connect(url)
         .await
         .map_err(|e| format!("database: {}", kxp_sender::redact_passwords(&e.to_string())))
 }
 
-async fn open(url: &str, api_key: &str) -> Result<(Db, String), String> {
+async fn open(url: &str, api_key: &str) -> Result<(Admin, String), String> {
     let db = connect(url).await?;
     let account = db
         .account_by_key(api_key)

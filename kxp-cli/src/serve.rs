@@ -85,7 +85,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
             println!("Created the first account. Its API key, shown only this once:\n\n    {key}\n");
             println!("Use it as `Authorization: Bearer <key>`, or set KXP_API_KEY to choose your own.");
         }
-        tracing::info!(target: "kxp_sender", addr = %server.addr(), database = server.db().backend(), "kxp serve is listening");
+        tracing::info!(target: "kxp_sender", addr = %server.addr(), database = server.backend(), "kxp serve is listening");
         if !allowed.is_empty() {
             // Holes in the address guard are worth a line in every log.
             tracing::warn!(target: "kxp_sender", allow_addresses = %allowed, dev, "the address guard lets deliveries reach these non-public addresses");

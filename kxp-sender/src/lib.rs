@@ -6,8 +6,8 @@
 //! secret of the endpoint, and record every try. A failed delivery is retried on a jittered
 //! [`Schedule`], then lands in the dead-letter queue, where it stays until replayed. A process
 //! killed at any instant loses nothing: a delivery is marked delivered only after the 2xx, and a
-//! lease that runs out makes its delivery claimable again. Every connection passes the [address
-//! guard](AddressGuard) first: merchants' URLs never reach private networks. Each endpoint gets as
+//! lease that runs out makes its delivery claimable again. Every connection passes the address
+//! guard first: merchants' URLs never reach private networks. Each endpoint gets as
 //! many attempts at once as it keeps up with (an adaptive limit), an optional rate limit, and a
 //! circuit breaker ([`Protection`]) that holds its deliveries while it is down and disables it
 //! after a long outage; the merchant is notified by an operational webhook and by e-mail. Writes
@@ -31,16 +31,17 @@
 //! change to the API cannot reach the SQL, the console and the broker sources never depend on
 //! HTTP's codes, and the breaker's rules can be read (and tested) without a database.
 //!
-//! - **model** — plain data: the rows the store returns ([`Endpoint`], [`Delivery`], …), typed
+//! - **model** — plain data: the rows the store returns (endpoints, [`Delivery`], …), typed
 //!   ids ([`EndpointId`], [`DeliveryId`], …), the states rows move through
-//!   ([`EndpointStatus`], [`DeliveryStatus`], [`CircuitState`], a breaker transition) and why an
-//!   attempt failed ([`FailureKind`]). No SQL, no I/O.
+//!   ([`DeliveryStatus`], an endpoint's and its circuit's, a breaker transition) and why an
+//!   attempt failed. No SQL, no I/O; the one place a clock is read (`model/time.rs`).
 //! - **policy** — the decisions, as pure functions of the model, the settings and a time passed
 //!   in: the retry [`Schedule`], the circuit breaker and auto-disable ([`Protection`]), the
 //!   adaptive per-endpoint concurrency, the rate limit's token buckets, the health maths
 //!   ([`bucket_of`], an endpoint's running statistics) and what a notice says. No SQL, no clock.
-//! - **store** — every SQL statement, one file per table or aggregate, behind [`Db`] (SQLite or
-//!   PostgreSQL). Transactions that need a decision (recording an attempt: statistics, breaker,
+//! - **store** — every SQL statement, one file per table or aggregate, behind `Db` (SQLite or
+//!   PostgreSQL), each multi-statement transaction written once as a generic function over a
+//!   sealed `Backend` trait whose one method per statement is generated for both databases. Transactions that need a decision (recording an attempt: statistics, breaker,
 //!   notifications) call the policy inside the transaction and write down what it returns. No
 //!   other layer holds SQL.
 //! - **engine** — what runs: the delivery loop and its workers, the group commits (recording
@@ -50,7 +51,7 @@
 //!   HTTP client, SMTP. Everything they share is built once at [`start`] from the [`Config`].
 //! - **app** — the service: the use cases every front end shares (taking an event in,
 //!   registering and changing an endpoint) with every check they make, the state they share,
-//!   the domain limits ([`MAX_TIMEOUT`], [`MAX_URL`], …), the views of the store's rows as
+//!   the domain limits ([`MAX_TIMEOUT`], …), the views of the store's rows as
 //!   [`kxp_api`]'s types, and one error enum in the service's own words, which each front end
 //!   turns into its own answer. No HTTP, no SQL.
 //! - **http** — the API, one file per resource (endpoints, events, deliveries, schemas, account,
@@ -70,6 +71,11 @@
 //!   shares the service's state and use cases; its refusals are pages, never the API's JSON
 //!   errors.
 //!
+//! `kxp-sender/clippy.toml` and a test keep it so: a clock read outside `model/time.rs` or an
+//! `sqlx::query*` outside `store/` fails clippy, and `tests/it/layers.rs` fails on a `crate::`
+//! path that names a later layer or a sibling. The offline commands of `kxp` reach the database
+//! through [`Admin`], never the store itself.
+//!
 //! The modules are private: the items below are the whole public interface.
 
 mod app;
@@ -80,35 +86,51 @@ mod ingest;
 mod model;
 mod policy;
 mod server;
+// The one layer that builds SQL (clippy.toml forbids sqlx::query* elsewhere).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the store is where SQL is written"
+)]
 mod store;
 
-// The public interface.
-pub use app::{DEFAULT_LINK_TTL, MAX_LINK_TTL, MAX_UNUSED_PORTAL_LINKS};
-pub use app::{
-    DEFAULT_OVERLAP, MAX_DESCRIPTION, MAX_ENDPOINTS, MAX_EVENT_DATA, MAX_EVENT_TYPES, MAX_OVERLAP,
-    MAX_RATE_LIMIT, MAX_TIMEOUT, MAX_URL, MIN_TIMEOUT, REQUEST_OVERHEAD,
-};
-pub use engine::config::Config;
-pub use engine::guard::{AddressGuard, Blocked, BlockedName, Cidr, CidrError, Embedding, Range};
-pub use engine::mail::MailError;
-pub use engine::sources::{DEFAULT_PREFETCH, IngestSource, IngestUrlError, MAX_PREFETCH};
-pub use http::{FEED_RATE_LIMIT, openapi};
+// The public interface: what `kxp` (kxp-cli) and an application embedding the sender use, the
+// types their signatures name, and the few constants and rows the integration tests check
+// against. Everything else is the crate's own.
+
+// Running a sender.
+pub use engine::config::{Config, MAX_EVENT_DATA};
+pub use engine::guard::{Cidr, CidrError};
+pub use engine::sources::{IngestSource, IngestUrlError};
 /// The API server's bounds ([`Config::api_limits`]): the receivers' server, from kxp-axum.
 pub use kxp_axum::ServeLimits;
-pub use model::{
-    Account, AccountId, Attempt, AttemptError, AttemptRecord, CircuitState, Delivery,
-    DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointHealth, EndpointId,
-    EndpointStatus, Event, EventId, Failure, FailureKind, FinishAttempt, Finished, Job, KeyCheck,
-    KeyKind, LiveSecret, NewEndpoint, NextState, NoticeNext, Notification, NotificationId,
-    Operator, OperatorId, Rotated, Schema, SchemaId, Secrets, new_id, now_ms, parse_rfc3339,
-    random_hex_32, rfc3339, sha256_hex,
-};
 pub use policy::circuit::Protection;
-pub use policy::health::{LATENCY_BOUNDS_MS, bucket_of};
 pub use policy::schedule::{
-    DEFAULT_JITTER, DEFAULT_OFFSETS, MAX_RETRY_AFTER, Schedule, ScheduleError, format_duration,
-    parse_duration,
+    MAX_RETRY_AFTER, Schedule, ScheduleError, format_duration, parse_duration,
 };
 pub use server::{Server, StartError, start};
 pub use store::seal::{KeyRing, KeyRingError, OpenError, SECRETS_KEY_ENV, generate_key_line};
-pub use store::{Db, Purged, StoreConflict, StoreError, open_secret, redact_passwords};
+
+// The offline commands, and what they read and write.
+pub use app::Admin;
+pub use model::{
+    Account, AccountId, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, EventId,
+    Operator, OperatorId,
+};
+pub use store::{StoreConflict, StoreError, redact_passwords};
+
+// The API's limits and its description.
+pub use app::{MAX_TIMEOUT, MAX_UNUSED_PORTAL_LINKS, REQUEST_OVERHEAD};
+pub use http::openapi;
+
+// Time, ids and digests as the sender writes them.
+pub use model::{new_id, now_ms, parse_rfc3339, random_hex_32, rfc3339, sha256_hex};
+
+// The recording of attempts and the health maths, which the integration tests drive directly.
+pub use model::{AttemptError, AttemptRecord, FinishAttempt, Finished, NextState, NoticeNext};
+pub use policy::health::{LATENCY_BOUNDS_MS, bucket_of};
+pub use store::Purged;
+
+/// The database itself (feature `test-util`): the integration tests and the claim benchmark
+/// read and write rows directly.
+#[cfg(feature = "test-util")]
+pub use store::Db;

@@ -85,7 +85,13 @@ impl Server {
         self.addr
     }
 
-    /// The database.
+    /// Which database this server runs on: `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        self.db.backend()
+    }
+
+    /// The database (feature `test-util`: the integration tests read and write rows directly).
+    #[cfg(feature = "test-util")]
     pub fn db(&self) -> &Db {
         &self.db
     }
@@ -181,7 +187,6 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
                 .map(|source| Arc::new(SourceStatus::new(source.name())))
                 .collect(),
         ),
-        sign_in_key,
         sign_in_failures: Default::default(),
     });
     let state = AppState {
@@ -194,7 +199,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     let reserved = shared.config.workers + crate::store::POOL_MAX as usize + 64;
     let api_limits = shared.config.api_limits.within_file_limit(reserved);
     let sources = ingest::start(&state, &stopped);
-    let app = http::app(state.clone()).merge(console::app(state));
+    let app = http::app(state.clone()).merge(console::app(state, sign_in_key));
     let mut http_stopped = stopped.clone();
     let http = tokio::spawn(async move {
         let shutdown = async move {

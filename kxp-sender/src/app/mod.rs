@@ -7,13 +7,14 @@
 //!
 //! [`events`] takes an event in; [`endpoints`] registers, changes, pauses, resumes and deletes
 //! endpoints and rotates their secrets; [`deliveries`] replays; [`portal_links`] makes the
-//! console's sign-in links. [`checks`] are the field checks they share with the API's other
+//! console's sign-in links; [`Admin`] is the offline commands' short list. [`checks`] are the field checks they share with the API's other
 //! handlers, and [`views`] turns the store's rows into [`kxp_api`]'s types, which the use cases
 //! answer with.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+mod admin;
 pub(crate) mod checks;
 mod deliveries;
 mod endpoints;
@@ -22,6 +23,7 @@ mod events;
 mod portal_links;
 pub(crate) mod views;
 
+pub use admin::Admin;
 pub(crate) use deliveries::{replay, replay_endpoint};
 pub(crate) use endpoints::{change, delete, pause, register, resume, rotate_secret};
 pub(crate) use error::Error;
@@ -48,49 +50,41 @@ pub(crate) struct AppState {
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The shortest per-endpoint timeout.
-pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The longest overlap of a secret rotation: a week to deploy the new secret everywhere. A
 /// secret that stays valid longer is not rotated, only shared.
-pub const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+pub(crate) const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// The overlap of a rotation that names none.
-pub const DEFAULT_OVERLAP: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const DEFAULT_OVERLAP: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The highest `rate_limit_per_second` an endpoint can be given.
-pub const MAX_RATE_LIMIT: i64 = 10_000;
+pub(crate) const MAX_RATE_LIMIT: i64 = 10_000;
 
 /// The longest endpoint URL, in bytes: browsers' practical limit, and far above any webhook
 /// route.
-pub const MAX_URL: usize = 2048;
+pub(crate) const MAX_URL: usize = 2048;
 
 /// The longest endpoint description, in bytes.
-pub const MAX_DESCRIPTION: usize = 512;
+pub(crate) const MAX_DESCRIPTION: usize = 512;
 
 /// The most event type patterns an endpoint subscribes with.
-pub const MAX_EVENT_TYPES: usize = 64;
+pub(crate) const MAX_EVENT_TYPES: usize = 64;
 
 /// The most endpoints an account can have (deleted ones do not count).
-pub const MAX_ENDPOINTS: u64 = 500;
-
-/// The default largest `data` of an event ([`Config::max_event_data`]), in bytes of JSON: with
-/// the envelope around it (a few hundred bytes) and room for later encodings (base64 of an
-/// encrypted body is 4/3 of it), the body delivered stays under the 1 MiB that receivers accept
-/// by default.
-///
-/// [`Config::max_event_data`]: crate::Config::max_event_data
-pub const MAX_EVENT_DATA: usize = 512 * 1024;
+pub(crate) const MAX_ENDPOINTS: u64 = 500;
 
 /// What a request body may hold beyond the event's `data` (its type and version; a JSON
 /// Schema): the body limit is the event limit plus this. Larger bodies are answered 413 unread.
 pub const REQUEST_OVERHEAD: usize = 64 * 1024;
 
 /// How long a portal link works when the request does not say.
-pub const DEFAULT_LINK_TTL: Duration = Duration::from_secs(15 * 60);
+pub(crate) const DEFAULT_LINK_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// The longest a portal link may work: a link is a credential until used, so it should not sit
 /// in an inbox for days.
-pub const MAX_LINK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const MAX_LINK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The most portal links an account may have that are neither used nor expired: far more than
 /// people sign in within a day, and a bound on what one key can store.

@@ -5,7 +5,7 @@
 //! of it and every connection comes from the proxy: counting by the connection's address alone
 //! would make one budget for everybody, which a stranger could use up to lock every merchant
 //! and operator out. So when the connection comes from a trusted proxy
-//! ([`Config::trusted_proxies`](crate::Config::trusted_proxies): loopback unless configured),
+//! ([`Config::trusted_proxies`](crate::engine::config::Config::trusted_proxies): loopback unless configured),
 //! the client is read from `X-Forwarded-For`, right to left, as the first address that is not
 //! itself a trusted proxy: what the nearest proxy appended, which the client cannot forge. Any
 //! other connection is its own client, whatever it sends (a client on a private network must
@@ -140,7 +140,7 @@ mod tests {
         // not choose its own identity by a header.
         let vpn = ip("192.168.7.7");
         assert_eq!(client_of(vpn, &with(&["203.0.113.7"])), vpn);
-        let default = crate::Config::default().trusted_proxies;
+        let default = crate::engine::config::Config::default().trusted_proxies;
         assert_eq!(
             super::client_of(ip("::ffff:127.0.0.1"), &with(&["203.0.113.7"]), &default),
             ip("203.0.113.7"),

@@ -107,6 +107,7 @@ pub(super) async fn list(
         queued: query.queued,
         replay_all: scope.url(&format!("/dead-letters/replay{}", narrow('?'))),
         here: {
+            #[expect(clippy::expect_used, reason = "a constant, valid URL")]
             let mut url = reqwest::Url::parse("http://console.invalid/").expect("a valid base");
             let replayed_at = query.replayed_at.map(|at| at.to_string());
             let queued = query.queued.map(|n| n.to_string());

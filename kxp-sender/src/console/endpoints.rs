@@ -25,7 +25,7 @@ const LISTED: i64 = 500;
 
 impl InAccount {
     /// The frame of this account's pages.
-    pub fn frame(&self) -> Frame<'_> {
+    pub(crate) fn frame(&self) -> Frame<'_> {
         Frame {
             account_id: self.account.id.as_str(),
             account_name: &self.account.name,

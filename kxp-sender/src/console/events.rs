@@ -86,6 +86,7 @@ pub(super) async fn search(
     .iter()
     .any(|field| !field.trim().is_empty());
     let this = |extra: &str| {
+        #[expect(clippy::expect_used, reason = "a constant, valid URL")]
         let mut url = reqwest::Url::parse("http://console.invalid/").expect("a valid base");
         url.query_pairs_mut().extend_pairs([
             ("q", &*query.q),

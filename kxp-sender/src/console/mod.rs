@@ -17,10 +17,12 @@
 //! Session rows and their expiries are the store's (`kxp_sessions`) and the policy's
 //! (`policy::session`); this module only reads and ends them through [`Db`](crate::store::Db).
 
-use axum::Router;
+use std::sync::Arc;
+
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 
 mod client;
 mod cookies;
@@ -50,7 +52,9 @@ const STYLESHEET: &str = include_str!("console.css");
 const SCRIPT: &str = include_str!("console.js");
 
 /// The console's routes, and `/` (which sends browsers to it).
-pub(crate) fn app(state: AppState) -> Router {
+/// The console's routes, with `sign_in_key` for its sign-in pages' CSRF tokens (the console's
+/// own: the service below it knows nothing of pages or their tokens).
+pub(crate) fn app(state: AppState, sign_in_key: SignInKey) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/console") }))
         .route("/console", get(operators::home))
@@ -124,6 +128,7 @@ pub(crate) fn app(state: AppState) -> Router {
         // Any other console URL: sign in first, then a 404 page.
         .route("/console/{*rest}", get(not_found))
         .layer(axum::middleware::map_response(headers::secure))
+        .layer(Extension(Arc::new(sign_in_key)))
         .with_state(state)
 }
 

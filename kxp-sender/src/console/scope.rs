@@ -80,26 +80,26 @@ impl FromRequest<AppState> for Checked {
 
 impl InAccount {
     /// `/console/a/<account id>` followed by `rest` (which starts with `/`, or is empty).
-    pub fn url(&self, rest: &str) -> String {
+    pub(crate) fn url(&self, rest: &str) -> String {
         format!("/console/a/{}{rest}", self.account.id)
     }
 
     /// Checks a form: the session's CSRF token (403 without it) and a session that may change
     /// things (403 for a `read` one). Nothing is changed before both pass.
-    pub fn check_form(&self, csrf_token: &str) -> Result<(), ConsoleError> {
+    pub(crate) fn check_form(&self, csrf_token: &str) -> Result<(), ConsoleError> {
         self.signed.check_csrf(csrf_token)?;
         self.signed.check_may_change()
     }
 
     /// Whether the session may change things (the pages leave out the forms otherwise).
-    pub fn may_change(&self) -> bool {
+    pub(crate) fn may_change(&self) -> bool {
         self.signed.session.who.may_change()
     }
 
     /// Records a change this session made to the account, in the audit log. Called once the
     /// change is committed, so a failure to record it is logged, not answered: the change
     /// stands (and a secret it made must still be shown once).
-    pub async fn audit(&self, state: &AppState, action: &str, target: Option<&str>) {
+    pub(crate) async fn audit(&self, state: &AppState, action: &str, target: Option<&str>) {
         let actor = match &self.signed.session.who {
             SignedIn::Operator(id) => match state.db.operator(id).await {
                 Ok(Some(operator)) => Actor::Operator {
@@ -131,7 +131,7 @@ impl InAccount {
     }
 
     /// Whether an operator is looking (the pages link back to the accounts list).
-    pub fn by_operator(&self) -> bool {
+    pub(crate) fn by_operator(&self) -> bool {
         matches!(self.signed.session.who, SignedIn::Operator(_))
     }
 }

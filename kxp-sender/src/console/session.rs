@@ -47,7 +47,7 @@ impl FromRequestParts<AppState> for Signed {
 
 impl Signed {
     /// Refuses (403) a form whose `csrf_token` is not this session's.
-    pub fn check_csrf(&self, sent: &str) -> Result<(), ConsoleError> {
+    pub(crate) fn check_csrf(&self, sent: &str) -> Result<(), ConsoleError> {
         match same_secret(sent, &self.session.csrf_token) {
             true => Ok(()),
             false => Err(ConsoleError::CsrfMismatch),
@@ -55,7 +55,7 @@ impl Signed {
     }
 
     /// Refuses (403) a change asked by a session that may not change anything.
-    pub fn check_may_change(&self) -> Result<(), ConsoleError> {
+    pub(crate) fn check_may_change(&self) -> Result<(), ConsoleError> {
         match self.session.who.may_change() {
             true => Ok(()),
             false => Err(ConsoleError::ReadOnly),

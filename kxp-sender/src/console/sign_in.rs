@@ -13,13 +13,13 @@
 //! merchant sent a link to a look-alike account sees it.
 
 use std::net::IpAddr;
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::{Arc, MutexGuard, PoisonError};
 
-use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::header::SET_COOKIE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{AppendHeaders, Html, IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
 use serde::Deserialize;
 use tokio::time::Instant;
 
@@ -28,6 +28,7 @@ use super::cookies::{self, SESSION, SIGN_IN, SIGN_IN_PATH};
 use super::error::ConsoleError;
 use super::pages;
 use super::session::{CsrfForm, Signed};
+use super::sign_in_token::SignInKey;
 use crate::app::AppState;
 use crate::model::{KeyKind, Session};
 use crate::policy::session::ABSOLUTE_EXPIRY_MS;
@@ -53,16 +54,20 @@ pub(super) struct SignInForm {
 /// token up: a GET uses nothing up, and tells nothing about the link.
 pub(super) async fn link_page(
     State(state): State<AppState>,
+    Extension(key): Extension<Arc<SignInKey>>,
     Path(token): Path<String>,
 ) -> Response {
-    let csrf_token = state.shared.sign_in_key.token();
+    let csrf_token = key.token();
     let page = pages::link_page(&token, &csrf_token);
     with_sign_in_cookie(&state, &csrf_token, page.into_string())
 }
 
 /// `GET /console/sign-in`: the operators' key form.
-pub(super) async fn key_form(State(state): State<AppState>) -> Response {
-    let csrf_token = state.shared.sign_in_key.token();
+pub(super) async fn key_form(
+    State(state): State<AppState>,
+    Extension(key): Extension<Arc<SignInKey>>,
+) -> Response {
+    let csrf_token = key.token();
     let page = pages::key_form(&csrf_token, false);
     with_sign_in_cookie(&state, &csrf_token, page.into_string())
 }
@@ -72,6 +77,7 @@ pub(super) async fn key_form(State(state): State<AppState>) -> Response {
 /// word of why.
 pub(super) async fn sign_in(
     State(state): State<AppState>,
+    Extension(key): Extension<Arc<SignInKey>>,
     ClientIp(client): ClientIp,
     headers: HeaderMap,
     Form(form): Form<SignInForm>,
@@ -83,7 +89,7 @@ pub(super) async fn sign_in(
         }
     };
     let cookie = cookies::get(&headers, SIGN_IN).unwrap_or_default();
-    if !from_own_origin(&headers) || !state.shared.sign_in_key.verify(&form.csrf_token, cookie) {
+    if !from_own_origin(&headers) || !key.verify(&form.csrf_token, cookie) {
         forgive();
         return Err(ConsoleError::CsrfMismatch);
     }
@@ -193,7 +199,7 @@ fn failures(state: &AppState) -> MutexGuard<'_, SignInLimiter> {
 /// the table had room: else `None`), or refuses it (429) after too many failures. Says so in
 /// the logs at a client's first refusal, and when there is no room left to count.
 fn attempt(state: &AppState, client: IpAddr) -> Result<Option<Instant>, ConsoleError> {
-    let decided = failures(state).attempt(client, Instant::now());
+    let decided = failures(state).attempt(client, crate::model::tokio_instant());
     match decided {
         Attempt::Counted { at } => Ok(Some(at)),
         Attempt::Untracked { report } => {

@@ -33,15 +33,15 @@ pub(crate) struct SignInKey {
 
 impl SignInKey {
     /// The key derived from `ring` (the secrets key), or a random one for this process only.
-    pub fn new(ring: Option<&KeyRing>) -> SignInKey {
+    #[expect(clippy::expect_used, reason = "HMAC takes a key of any length")]
+    pub(crate) fn new(ring: Option<&KeyRing>) -> SignInKey {
         let key = match ring {
             Some(ring) => ring.derive(LABEL),
             None => {
                 let mut key = Zeroizing::new([0u8; PART]);
                 // The OS generator failing is an unrecoverable platform fault: stop rather
                 // than sign with a predictable key.
-                getrandom::fill(&mut *key)
-                    .expect("the operating system's random number generator failed");
+                crate::model::fill_random(&mut *key);
                 key
             }
         };
@@ -52,17 +52,16 @@ impl SignInKey {
     }
 
     /// A fresh token: 32 random bytes and their MAC, in hex (128 digits).
-    pub fn token(&self) -> String {
+    pub(crate) fn token(&self) -> String {
         let mut random = [0u8; PART];
-        getrandom::fill(&mut random)
-            .expect("the operating system's random number generator failed");
+        crate::model::fill_random(&mut random);
         let mac = self.mac_of(&random);
         format!("{}{}", hex::encode(random), hex::encode(mac))
     }
 
     /// Whether `sent` (the form's token) is the sign-in cookie's value and a token this server
     /// signed. Both are checked in constant time, and both always.
-    pub fn verify(&self, sent: &str, cookie: &str) -> bool {
+    pub(crate) fn verify(&self, sent: &str, cookie: &str) -> bool {
         let echoed = same_secret(sent, cookie);
         let mut bytes = [0u8; 2 * PART];
         let signed = hex::decode_to_slice(sent, &mut bytes).is_ok() && {

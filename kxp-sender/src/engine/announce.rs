@@ -84,11 +84,7 @@ pub(crate) async fn send(pool: PgPool, shared: Arc<Shared>, mut stop: watch::Rec
             _ = stop.changed() => {}
         }
         for payload in payloads(&shared.announcements.take()) {
-            let sent = sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(&payload)
-                .execute(&pool)
-                .await;
+            let sent = crate::store::notify(&pool, CHANNEL, &payload).await;
             if let Err(e) = sent {
                 // The workers' scan finds the work all the same, a little later.
                 tracing::warn!(target: "kxp_sender", error = %e, "announcing new work failed");

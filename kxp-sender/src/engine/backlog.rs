@@ -21,11 +21,11 @@ use crate::model::AccountId;
 use crate::store::{Db, StoreError};
 
 /// How long a counted backlog is trusted.
-pub const FRESH: Duration = Duration::from_millis(250);
+pub(crate) const FRESH: Duration = Duration::from_millis(250);
 
 /// The `Retry-After` of a `backlog_full` answer, in seconds: a few drain cycles of the workers,
 /// short enough that a client retrying on it adds little latency once room is made.
-pub const RETRY_AFTER_SECS: u64 = 2;
+pub(crate) const RETRY_AFTER_SECS: u64 = 2;
 
 /// Cached counts beyond which stale entries are dropped, so the cache stays as small as the
 /// set of accounts ingesting now.
@@ -33,7 +33,7 @@ const PRUNE_AT: usize = 4096;
 
 /// Whether an ingestion may go ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Under the limit (or no limit).
     Admit,
     /// The due backlog is at the limit: counted, at least this many.
@@ -48,14 +48,14 @@ struct Counted {
 
 /// The per-account gate in front of ingestion.
 #[derive(Debug)]
-pub struct Backlog {
+pub(crate) struct Backlog {
     limit: u64,
     counted: Mutex<HashMap<AccountId, Counted>>,
 }
 
 impl Backlog {
     /// A gate refusing ingestion at `limit` due deliveries; 0: never.
-    pub fn new(limit: u64) -> Backlog {
+    pub(crate) fn new(limit: u64) -> Backlog {
         Backlog {
             limit,
             counted: Mutex::default(),
@@ -63,12 +63,16 @@ impl Backlog {
     }
 
     /// The configured limit (0: none).
-    pub fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
 
     /// Whether `account` may ingest now.
-    pub async fn admit(&self, db: &Db, account: &AccountId) -> Result<Admission, StoreError> {
+    pub(crate) async fn admit(
+        &self,
+        db: &Db,
+        account: &AccountId,
+    ) -> Result<Admission, StoreError> {
         if self.limit == 0 {
             return Ok(Admission::Admit);
         }
@@ -98,7 +102,7 @@ impl Backlog {
 
     /// `queued` deliveries were just stored for `account`: added to its cached count, so a
     /// burst reaches the limit without waiting for the next count.
-    pub fn queued(&self, account: &AccountId, queued: usize) {
+    pub(crate) fn queued(&self, account: &AccountId, queued: usize) {
         let mut counted = self.lock();
         let reached = counted.get_mut(account).is_some_and(|c| {
             c.due = c

@@ -11,7 +11,6 @@ use std::time::Duration;
 use kxp_axum::ServeLimits;
 use tokio::sync::Notify;
 
-use crate::console::SignInKey;
 use crate::engine::announce::Announcements;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
@@ -47,7 +46,7 @@ pub struct Config {
     /// [`allow_addresses`](Config::allow_addresses).
     pub dev: bool,
     /// Blocks the address guard lets through although they are private, loopback, link-local…
-    /// (`kxp serve --allow-address CIDR`). See [`AddressGuard`].
+    /// (`kxp serve --allow-address CIDR`).
     pub allow_addresses: Vec<Cidr>,
     /// The reverse proxies in front of this server (`kxp serve --trusted-proxy CIDR`): a
     /// connection from one of these blocks names its client in `X-Forwarded-For`, which the
@@ -92,7 +91,7 @@ pub struct Config {
     /// second's worth); beyond it, 429 `rate_limited` with `Retry-After`. 0: no limit.
     pub api_rate_limit: u32,
     /// The largest event `data` accepted, in bytes of JSON (413 beyond it). The default,
-    /// [`MAX_EVENT_DATA`](crate::MAX_EVENT_DATA), keeps the delivered body under the 1 MiB
+    /// [`MAX_EVENT_DATA`], keeps the delivered body under the 1 MiB
     /// receivers accept by default; raise it only with receivers configured for more.
     pub max_event_data: usize,
     /// Broker sources to consume events from (`--ingest`), besides the API: each message is
@@ -158,12 +157,20 @@ impl Default for Config {
             backlog_limit: 10_000,
             api_limits: ServeLimits::default(),
             api_rate_limit: 5_000,
-            max_event_data: crate::MAX_EVENT_DATA,
+            max_event_data: MAX_EVENT_DATA,
             ingest: Vec::new(),
             secrets_key: None,
         }
     }
 }
+
+/// The default largest `data` of an event ([`Config::max_event_data`]), in bytes of JSON: with
+/// the envelope around it (a few hundred bytes) and room for later encodings (base64 of an
+/// encrypted body is 4/3 of it), the body delivered stays under the 1 MiB that receivers accept
+/// by default.
+///
+/// [`Config::max_event_data`]: Config::max_event_data
+pub const MAX_EVENT_DATA: usize = 512 * 1024;
 
 /// What the API, the workers, the notifier and the purger share: the configuration, the one
 /// guarded HTTP client (deliveries, operational webhooks and the endpoint challenge all go
@@ -214,8 +221,6 @@ pub(crate) struct Shared {
     pub api_requests: Mutex<RateLimiter>,
     /// What the broker sources report, for `/healthz` and `/metrics`.
     pub sources: Sources,
-    /// The key the console's sign-in pages sign their CSRF tokens with.
-    pub sign_in_key: SignInKey,
     /// Failed console sign-ins per client address, against the sign-in limit.
     pub sign_in_failures: Mutex<SignInLimiter>,
 }
@@ -227,7 +232,7 @@ impl Shared {
     /// the loop's next wait returns at once and claims again: a wake-up is never lost, and new
     /// work never waits for the next poll. (`notify_waiters` would wake only a loop already
     /// waiting.)
-    pub fn wake_workers(&self) {
+    pub(crate) fn wake_workers(&self) {
         self.rescan.store(true, Ordering::SeqCst);
         self.wake.notify_one();
     }
@@ -239,7 +244,7 @@ impl Shared {
     /// attempts finishes (or by the next scan). A
     /// process without workers announces the endpoints to the processes that have them
     /// instead ([`announce`](crate::engine::announce)).
-    pub fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
+    pub(crate) fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
         let mut endpoints = endpoints.into_iter().peekable();
         if endpoints.peek().is_none() {
             return;
@@ -265,7 +270,7 @@ impl Shared {
 
     /// Whether new work was announced since the loop last looked ([`Shared::wake_for`],
     /// [`Shared::wake_workers`]).
-    pub fn has_news(&self) -> bool {
+    pub(crate) fn has_news(&self) -> bool {
         self.rescan.load(Ordering::SeqCst)
             || !self
                 .ready
@@ -275,7 +280,7 @@ impl Shared {
     }
 
     /// Takes the endpoints [`Shared::wake_for`] named since the last call.
-    pub fn take_ready(&self) -> HashSet<EndpointId> {
+    pub(crate) fn take_ready(&self) -> HashSet<EndpointId> {
         std::mem::take(
             &mut *self
                 .ready
@@ -285,7 +290,7 @@ impl Shared {
     }
 
     /// The address guard every connection passes.
-    pub fn guard(&self) -> &AddressGuard {
+    pub(crate) fn guard(&self) -> &AddressGuard {
         self.client.guard()
     }
 }

@@ -19,20 +19,20 @@ use crate::engine::guard::{AddressGuard, BlockedName, GuardedResolver};
 use crate::model::{Failure, FailureKind, Key, Material};
 
 /// How many redirects an attempt follows; one more fails the attempt.
-pub const MAX_REDIRECTS: usize = 2;
+pub(crate) const MAX_REDIRECTS: usize = 2;
 
 /// How much of a response body is kept with the attempt: enough to see an error message, never
 /// enough to store a whole page.
-pub const SNIPPET_BYTES: usize = 1024;
+pub(crate) const SNIPPET_BYTES: usize = 1024;
 
 /// How long the start of a response body is waited for, once the status line has come: the
 /// status decides the outcome, so a body that stalls only shortens the snippet, and never turns
 /// an accepted delivery into a timeout (which would send it again).
-pub const SNIPPET_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const SNIPPET_WAIT: Duration = Duration::from_secs(1);
 
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A 2xx.
     Delivered {
         /// The status.
@@ -60,7 +60,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The HTTP status, when a response came.
-    pub fn status(&self) -> Option<u16> {
+    pub(crate) fn status(&self) -> Option<u16> {
         match self {
             Outcome::Delivered { status, .. } | Outcome::Rejected { status, .. } => Some(*status),
             Outcome::Failed(_) => None,
@@ -70,7 +70,7 @@ impl Outcome {
 
 /// The request an attempt sends.
 #[derive(Debug, Clone)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// Where.
     pub url: &'a str,
     /// The envelope bytes.
@@ -101,21 +101,21 @@ pub struct Request<'a> {
 /// environment (a proxy would resolve names beyond the guard's reach), and a DNS resolver that
 /// hands over only addresses the guard let through. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct GuardedClient {
+pub(crate) struct GuardedClient {
     http: Client,
     guard: AddressGuard,
 }
 
 impl GuardedClient {
     /// The address guard this client enforces.
-    pub fn guard(&self) -> &AddressGuard {
+    pub(crate) fn guard(&self) -> &AddressGuard {
         &self.guard
     }
 }
 
 /// Builds the shared HTTP client around `guard`. There is no fallback to an unguarded client:
 /// if this fails, nothing is sent.
-pub fn client(guard: AddressGuard) -> Result<GuardedClient, reqwest::Error> {
+pub(crate) fn client(guard: AddressGuard) -> Result<GuardedClient, reqwest::Error> {
     let http = Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -127,7 +127,7 @@ pub fn client(guard: AddressGuard) -> Result<GuardedClient, reqwest::Error> {
 
 /// Sends one attempt and says how it went: the status line must come within `request.timeout`
 /// (redirects included); then at most [`SNIPPET_WAIT`] more for the start of the body.
-pub async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Duration) {
+pub(crate) async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Duration) {
     let started = crate::model::instant();
     let outcome = match tokio::time::timeout(request.timeout, follow(client, request)).await {
         Ok(Answer::Done(outcome)) => outcome,
@@ -251,7 +251,11 @@ fn too_many_redirects() -> Failure {
 /// came back: the status and the body's length, never its content (quoting it would let anyone
 /// with an API key read a loopback or allow-listed service through this call), or why nothing
 /// did.
-pub async fn challenge(client: &GuardedClient, url: &str, timeout: Duration) -> Result<(), String> {
+pub(crate) async fn challenge(
+    client: &GuardedClient,
+    url: &str,
+    timeout: Duration,
+) -> Result<(), String> {
     let mut url = Url::parse(url).map_err(|e| format!("invalid_url: {e}"))?;
     let token = challenge_token();
     url.query_pairs_mut().append_pair("challenge", &token);
@@ -299,7 +303,7 @@ async fn ask(client: &GuardedClient, url: Url, token: &str) -> Result<(), String
 fn challenge_token() -> String {
     let mut bytes = [0u8; 16];
     // As for secrets: with no OS randomness there is nothing sensible left to do.
-    getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
+    crate::model::fill_random(&mut bytes);
     hex::encode(bytes)
 }
 
@@ -446,8 +450,8 @@ async fn rejected(response: reqwest::Response) -> Outcome {
 }
 
 /// `Retry-After` as a delay from now: seconds, or an HTTP-date (RFC 9110 §10.2.3). The schedule
-/// caps it ([`MAX_RETRY_AFTER`](crate::MAX_RETRY_AFTER)) either way; a value that is neither
-/// form is ignored, and the schedule's own delay applies.
+/// caps it ([`MAX_RETRY_AFTER`](crate::policy::schedule::MAX_RETRY_AFTER)) either way; a value
+/// that is neither form is ignored, and the schedule's own delay applies.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
     retry_after_from(value, crate::model::utc_now())
@@ -593,7 +597,7 @@ mod tests {
     #[test]
     fn a_far_date_is_returned_whole_for_the_schedule_to_cap() {
         let delay = after("Fri, 31 Dec 9999 23:59:59 GMT").unwrap();
-        assert!(delay > crate::MAX_RETRY_AFTER);
+        assert!(delay > crate::policy::schedule::MAX_RETRY_AFTER);
     }
 
     #[test]

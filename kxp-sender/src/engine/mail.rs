@@ -36,16 +36,16 @@ use crate::store::redact_passwords;
 
 /// How long the mailer waits for the server at each step (connecting, then each reply): a
 /// stuck server must not hold up the worker that reports through it.
-pub const TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest address [`check_address`] accepts, in bytes: the limit of an SMTP path
 /// (RFC 5321 4.5.3.1.3, 256 with the angle brackets), so any accepted address can be sent to.
-pub const MAX_ADDRESS_LEN: usize = 254;
+pub(crate) const MAX_ADDRESS_LEN: usize = 254;
 
 /// Sends e-mail through one SMTP server. Cheap to clone; each message opens a connection of its
 /// own, so a server restart between two messages costs nothing.
 #[derive(Clone)]
-pub struct Mailer {
+pub(crate) struct Mailer {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
     /// The server URL with its password replaced, for `Debug`.
@@ -72,7 +72,7 @@ impl Mailer {
     ///
     /// Nothing is sent and nothing connects yet: a wrong host or password shows on the first
     /// [`send`](Mailer::send).
-    pub fn new(smtp_url: &str, from: &str) -> Result<Mailer, MailError> {
+    pub(crate) fn new(smtp_url: &str, from: &str) -> Result<Mailer, MailError> {
         let secrets = url_secrets(smtp_url);
         check_url_form(smtp_url, &secrets)?;
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(smtp_url)
@@ -101,7 +101,7 @@ impl Mailer {
     ///
     /// Lines may be any length and in any script: the body is sent as 7-bit text when it is
     /// plain ASCII, else encoded (quoted-printable or base64), so no relay can mangle it.
-    pub async fn send(&self, to: &str, subject: &str, body: &str) -> Result<(), MailError> {
+    pub(crate) async fn send(&self, to: &str, subject: &str, body: &str) -> Result<(), MailError> {
         let recipient = parse_mailbox(to)?;
         let message = Message::builder()
             .from(self.from.clone())
@@ -130,7 +130,7 @@ impl Mailer {
 /// Checks that `address` is a bare e-mail address (`user@example.com`, no display name) that
 /// the mailer can send to, so that a bad contact address is refused when it is given, with
 /// this error's message, rather than failing silently at the first notification.
-pub fn check_address(address: &str) -> Result<(), MailError> {
+pub(crate) fn check_address(address: &str) -> Result<(), MailError> {
     let refuse = |reason: String| MailError::Address {
         address: address.to_owned(),
         reason,

@@ -18,7 +18,7 @@ use crate::store::Gauges;
 
 /// The outcome labels of `kxp_attempts_total`: a closed set, so a new error text can never
 /// create a new series.
-pub const OUTCOMES: [&str; 11] = [
+pub(crate) const OUTCOMES: [&str; 11] = [
     "success",
     "http_4xx",
     "http_5xx",
@@ -33,7 +33,7 @@ pub const OUTCOMES: [&str; 11] = [
 ];
 
 /// The label of an attempt's outcome.
-pub fn outcome_label(outcome: &Outcome) -> &'static str {
+pub(crate) fn outcome_label(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Delivered { .. } => "success",
         Outcome::Rejected { status, .. } => match status {
@@ -64,7 +64,7 @@ const CHANNELS: [&str; 2] = ["webhook", "email"];
 
 /// This process's counters. Cheap to update from any task (relaxed atomics).
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     events: AtomicU64,
     /// Ingests refused with `backlog_full`.
     refused: AtomicU64,
@@ -89,17 +89,17 @@ fn get(counter: &AtomicU64) -> u64 {
 
 impl Metrics {
     /// An event was stored.
-    pub fn event_ingested(&self) {
+    pub(crate) fn event_ingested(&self) {
         bump(&self.events);
     }
 
     /// An ingest was refused with `backlog_full`.
-    pub fn ingest_refused(&self) {
+    pub(crate) fn ingest_refused(&self) {
         bump(&self.refused);
     }
 
     /// An attempt ended with `outcome` after `took`.
-    pub fn attempt(&self, outcome: &Outcome, took: Duration) {
+    pub(crate) fn attempt(&self, outcome: &Outcome, took: Duration) {
         let label = outcome_label(outcome);
         if let Some(i) = OUTCOMES.iter().position(|o| *o == label) {
             bump(&self.attempts[i]);
@@ -111,7 +111,7 @@ impl Metrics {
     }
 
     /// A delivery ended: delivered, or dead (into the dead-letter queue).
-    pub fn delivery_ended(&self, delivered: bool) {
+    pub(crate) fn delivery_ended(&self, delivered: bool) {
         bump(if delivered {
             &self.delivered
         } else {
@@ -120,14 +120,14 @@ impl Metrics {
     }
 
     /// An endpoint's circuit or status changed.
-    pub fn transition(&self, transition: Transition) {
+    pub(crate) fn transition(&self, transition: Transition) {
         if let Some(i) = TRANSITIONS.iter().position(|t| *t == transition) {
             bump(&self.transitions[i]);
         }
     }
 
     /// A notification was sent, or failed for good.
-    pub fn notice(&self, channel: &str, sent: bool) {
+    pub(crate) fn notice(&self, channel: &str, sent: bool) {
         if let Some(i) = CHANNELS.iter().position(|c| *c == channel) {
             bump(&self.notices[i][usize::from(!sent)]);
         }
@@ -135,7 +135,7 @@ impl Metrics {
 
     /// The exposition text: these counters, and `gauges`, each family's samples right after
     /// its `# HELP` and `# TYPE` lines.
-    pub fn render(&self, gauges: &Gauges) -> String {
+    pub(crate) fn render(&self, gauges: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
         let o = &mut out;
         family(

@@ -22,11 +22,11 @@ use crate::model::{ms, now_ms};
 use crate::store::{Db, Purged};
 
 /// How often [`run`] purges.
-pub const PURGE_EVERY: Duration = Duration::from_secs(60 * 60);
+pub(crate) const PURGE_EVERY: Duration = Duration::from_secs(60 * 60);
 
 /// Purges at once, then every [`PURGE_EVERY`], until `shutdown` turns true. `retention`: how
 /// long finished data is kept (`None`: forever).
-pub async fn run(
+pub(crate) async fn run(
     db: Db,
     retention: Option<Duration>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,

@@ -18,7 +18,7 @@ use crate::model::AccountId;
 use crate::store::{Db, StoreError};
 
 /// Compiles a JSON Schema document; the error names the problem and where it is.
-pub fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
+pub(crate) fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::validator_for(schema).map_err(|e| {
         let at = e.instance_path().to_string();
         if at.is_empty() {
@@ -31,7 +31,7 @@ pub fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
 
 /// Why `data` does not fit its schema: the first error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
+pub(crate) struct Violation {
     /// A JSON Pointer into `data` (`/amount`; empty for `data` itself).
     pub path: String,
     /// What is wrong there.
@@ -43,7 +43,7 @@ type Key = (AccountId, String, String);
 /// Compiled validators per (account, type, version), each with the revision it was compiled
 /// from.
 #[derive(Default)]
-pub struct SchemaCache {
+pub(crate) struct SchemaCache {
     compiled: Mutex<HashMap<Key, (String, Arc<jsonschema::Validator>)>>,
 }
 
@@ -56,7 +56,7 @@ impl std::fmt::Debug for SchemaCache {
 impl SchemaCache {
     /// Checks `data` against the schema of (`event_type`, `api_version`), if there is one:
     /// `Ok(None)` when it fits or no schema is registered (then `data` is not even parsed).
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         db: &Db,
         account_id: &AccountId,
@@ -86,7 +86,7 @@ impl SchemaCache {
     }
 
     /// Forgets the validator of (`account_id`, `event_type`, `api_version`).
-    pub fn forget(&self, account_id: &AccountId, event_type: &str, api_version: &str) {
+    pub(crate) fn forget(&self, account_id: &AccountId, event_type: &str, api_version: &str) {
         self.lock()
             .remove(&key(account_id, event_type, api_version));
     }

@@ -32,10 +32,10 @@ use crate::model::AccountId;
 use crate::store::redact_passwords;
 
 /// Messages in flight per source unless the URL says `prefetch=`.
-pub const DEFAULT_PREFETCH: u16 = 64;
+pub(crate) const DEFAULT_PREFETCH: u16 = 64;
 
 /// The most messages in flight a source may ask for.
-pub const MAX_PREFETCH: u16 = 1000;
+pub(crate) const MAX_PREFETCH: u16 = 1000;
 
 /// The longest `account_header=` value, in bytes.
 const MAX_ACCOUNT_HEADER: usize = 8192;

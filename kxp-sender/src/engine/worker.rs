@@ -14,7 +14,7 @@
 //! The loop claims from each endpoint's own queue for the endpoints it knows have work and
 //! room for it — ingestion names the endpoints it queued for, and a finished attempt names its
 //! own — so a claim costs what it takes, and an endpoint at its limit is not read at all,
-//! however long its backlog ([`Db::claim_for`]). Every poll interval, and when told of work it
+//! however long its backlog ([`Db::claim_for_fair`]). Every poll interval, and when told of work it
 //! cannot place (a replay, a resume), it also scans everything due in due order
 //! ([`Db::claim`]): retries coming due, expired leases, other processes' events. Either claim
 //! asks for no more of an endpoint's or an account's deliveries than it may start now, so a

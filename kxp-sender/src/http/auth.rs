@@ -17,11 +17,11 @@ use crate::model::{Account, KeyKind, Operator};
 /// `X-Kxp-Account` (an operator key, which must name one: 400 `account_required` without it).
 /// An account key that names another account is refused with 404, the answer for an account
 /// that does not exist: it neither acts nor learns whether the account is real.
-pub struct Authed(pub Account);
+pub(crate) struct Authed(pub Account);
 
 /// The operator behind an operator key: the only callers of `/v1/accounts`. An account key is
 /// refused there with 401, as if it named no one (to these routes it does not).
-pub struct AsOperator(pub Operator);
+pub(crate) struct AsOperator(pub Operator);
 
 /// Whose key a request carries.
 enum Caller {
@@ -62,7 +62,7 @@ async fn caller(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
             .api_requests
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .try_take(owner, Some(rate), tokio::time::Instant::now());
+            .try_take(owner, Some(rate), crate::model::tokio_instant());
         if !granted {
             return Err(ApiError::new(
                 ErrorCode::RateLimited,

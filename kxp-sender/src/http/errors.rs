@@ -19,7 +19,7 @@ use crate::store::{StoreConflict, StoreError};
 
 /// An API error: one of the vocabulary's codes and a message for people.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// Boxed: an error travels on every `Result` of the API's handlers, and the body with its
     /// optional fields is larger than the values they return.
     body: Box<ErrorBody>,

@@ -30,7 +30,7 @@ use crate::store::{FeedRow, FeedSource};
 /// Feed requests an endpoint may make per second, per process: a receiver catching up pages
 /// through at 100–500 events a request, far above what it needs, and no one can make the
 /// feed read the database faster than this with a stolen credential.
-pub const FEED_RATE_LIMIT: u32 = 20;
+pub(crate) const FEED_RATE_LIMIT: u32 = 20;
 
 /// What feed tokens start with, so people and secret scanners can tell one.
 const FEED_TOKEN_PREFIX: &str = "kxpft_";
@@ -80,7 +80,7 @@ pub(super) async fn feed(
         .try_take(
             &format!("feed:{}", source.id),
             Some(FEED_RATE_LIMIT),
-            tokio::time::Instant::now(),
+            crate::model::tokio_instant(),
         );
     if !granted {
         return Err(ApiError::new(

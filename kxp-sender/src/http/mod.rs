@@ -34,16 +34,15 @@ mod portal_links;
 mod schemas;
 
 pub(crate) use auth::Authed;
-pub use errors::ApiError;
+pub(crate) use errors::ApiError;
 use errors::{ApiBody, ApiQuery};
-pub use feed::FEED_RATE_LIMIT;
 pub use openapi::document as openapi;
 
 use crate::app::checks::parse;
 use crate::app::{AppState, REQUEST_OVERHEAD};
 
 /// The router: `/v1/…`, and `/healthz`.
-pub fn app(state: AppState) -> Router {
+pub(crate) fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))

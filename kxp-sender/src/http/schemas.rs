@@ -12,7 +12,7 @@ use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::app::checks::check_name;
 
 /// The largest schema document accepted.
-pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 
 pub(super) fn schema_key(event_type: &str, api_version: &str) -> Result<(), ApiError> {
     check_name("type", event_type, 128)?;

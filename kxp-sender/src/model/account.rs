@@ -26,7 +26,7 @@ pub struct Account {
 /// An account as the operators' console lists it: how many endpoints it has, how many of them
 /// have an open (or probing) circuit, and how many of its deliveries are dead.
 #[derive(Debug, Clone)]
-pub struct AccountOverview {
+pub(crate) struct AccountOverview {
     /// The account.
     pub account: Account,
     /// Its endpoints (deleted ones left out).
@@ -39,7 +39,7 @@ pub struct AccountOverview {
 
 /// Changes to an account: `None` leaves a field as it is; `Some(None)` clears a nullable one.
 #[derive(Debug, Clone, Default)]
-pub struct AccountChanges {
+pub(crate) struct AccountChanges {
     /// A new name.
     pub name: Option<String>,
     /// A new default `api_version`.
@@ -51,4 +51,4 @@ pub struct AccountChanges {
 }
 
 /// The API version a new account starts with.
-pub const DEFAULT_API_VERSION: &str = "2026-11-01";
+pub(crate) const DEFAULT_API_VERSION: &str = "2026-11-01";

@@ -4,7 +4,7 @@ use sqlx::FromRow;
 
 /// Who made a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Actor {
+pub(crate) enum Actor {
     /// An operator (console session or operator key).
     Operator {
         /// `op_…`
@@ -23,7 +23,7 @@ pub enum Actor {
 
 /// A change to record.
 #[derive(Debug, Clone)]
-pub struct NewAudit<'a> {
+pub(crate) struct NewAudit<'a> {
     /// Who.
     pub actor: &'a Actor,
     /// `console` or `api`.
@@ -38,7 +38,7 @@ pub struct NewAudit<'a> {
 
 /// A recorded change.
 #[derive(Debug, Clone, FromRow)]
-pub struct AuditEntry {
+pub(crate) struct AuditEntry {
     /// `aud_…`, time-ordered.
     pub id: String,
     /// Unix ms.

@@ -62,7 +62,7 @@ pub struct Attempt {
 /// A delivery claimed by a worker, with everything needed to send it: the claim returns it
 /// whole, so an attempt reads nothing more before sending.
 #[derive(Debug, Clone, FromRow)]
-pub struct Job {
+pub(crate) struct Job {
     /// The delivery.
     pub id: DeliveryId,
     /// The event.
@@ -108,7 +108,7 @@ pub struct Job {
 /// as the claim reads them: one text of comma-separated `<id>:<stored>` (a stored secret or key
 /// is hex, base64 or a sealed form, so it never holds a comma).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secrets(pub Vec<(i64, String)>);
+pub(crate) struct Secrets(pub Vec<(i64, String)>);
 
 impl From<String> for Secrets {
     fn from(joined: String) -> Secrets {
@@ -134,7 +134,7 @@ impl Job {
     /// Whether the delivery may be sent now: its endpoint is active and its circuit closed, or
     /// this is the half-open circuit's probe. The claim checked the same, but an endpoint can
     /// be paused, or its circuit opened, between the claim and the send.
-    pub fn sendable(&self) -> bool {
+    pub(crate) fn sendable(&self) -> bool {
         self.endpoint_status == EndpointStatus::Active
             && (self.circuit_state == CircuitState::Closed
                 || self.circuit_probe_id.as_ref() == Some(&self.id))
@@ -152,7 +152,7 @@ pub enum NextState {
     Dead,
 }
 
-/// A finished attempt, to be recorded: what [`Db::finish_attempts`](crate::Db::finish_attempts)
+/// A finished attempt, to be recorded: what the store's `finish_attempts`
 /// takes, many at a time.
 #[derive(Debug, Clone)]
 pub struct FinishAttempt {

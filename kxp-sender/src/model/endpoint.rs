@@ -61,11 +61,11 @@ pub struct Endpoint {
 /// held deliveries sit outside the range the claim scans (`next_attempt_at <= now` on the
 /// `kxp_deliveries_due` index), however many pile up while the endpoint is paused. Resuming
 /// sets them due at once.
-pub const HELD: i64 = i64::MAX;
+pub(crate) const HELD: i64 = i64::MAX;
 
 /// What a new endpoint is made of (all checked by the caller).
 #[derive(Debug, Clone)]
-pub struct NewEndpoint<'a> {
+pub(crate) struct NewEndpoint<'a> {
     /// Where deliveries go.
     pub url: &'a str,
     /// Subscribed types.
@@ -89,7 +89,7 @@ pub struct NewEndpoint<'a> {
 /// Changes to an endpoint: `None` leaves a field as it is; for the two nullable settings,
 /// `Some(None)` clears them.
 #[derive(Debug, Clone, Default)]
-pub struct EndpointChanges {
+pub(crate) struct EndpointChanges {
     /// A new URL.
     pub url: Option<String>,
     /// New subscribed types.
@@ -108,7 +108,7 @@ pub struct EndpointChanges {
 
 impl EndpointChanges {
     /// Whether nothing would change.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.url.is_none()
             && self.event_types.is_none()
             && self.description.is_none()
@@ -122,7 +122,7 @@ impl EndpointChanges {
 /// One of an endpoint's live secrets (or Ed25519 keys), with what receivers said about it (its
 /// `Debug` leaves the secret out).
 #[derive(Clone, FromRow)]
-pub struct LiveSecret {
+pub(crate) struct LiveSecret {
     /// Its row: newer secrets have higher ids.
     pub id: i64,
     /// `hmac` or `ed25519`.
@@ -139,18 +139,18 @@ pub struct LiveSecret {
 
 impl LiveSecret {
     /// Its material, as a job lists it.
-    pub fn material(&self) -> Option<Material> {
+    pub(crate) fn material(&self) -> Option<Material> {
         Material::of_row(&self.kind, &self.secret)
     }
 
     /// What receivers and the console name it by (of the public key, for a key pair).
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         self.material()
             .map_or_else(|| "unreadable".to_owned(), |m| m.fingerprint())
     }
 
     /// Its public key, for an Ed25519 key.
-    pub fn public_key(&self) -> Option<kxp_verify::PublicKey> {
+    pub(crate) fn public_key(&self) -> Option<kxp_verify::PublicKey> {
         self.material()?.public_key()
     }
 }
@@ -168,7 +168,7 @@ impl std::fmt::Debug for LiveSecret {
 
 /// A new endpoint, with what it signs with: shown once.
 #[derive(Debug, Clone)]
-pub struct Created {
+pub(crate) struct Created {
     /// The endpoint.
     pub endpoint: Endpoint,
     /// Its HMAC secret, if it signs with HMAC.
@@ -212,7 +212,7 @@ impl Endpoint {
 /// What ingestion reads of an endpoint: enough to route an event to it and nothing more, since
 /// every event reads all of its account's endpoints (hundreds, for some accounts).
 #[derive(Debug, Clone, FromRow)]
-pub struct Subscriber {
+pub(crate) struct Subscriber {
     /// `ep_…`
     pub id: EndpointId,
     /// Its status (deleted endpoints are never read as subscribers).
@@ -230,13 +230,13 @@ pub struct Subscriber {
 impl Subscriber {
     /// Whether an event of this type and version goes to it: its types take the type, and a
     /// pinned endpoint takes only events of its version (an unpinned one takes all).
-    pub fn takes(&self, event_type: &str, api_version: &str) -> bool {
+    pub(crate) fn takes(&self, event_type: &str, api_version: &str) -> bool {
         subscribes_to(&self.event_types, event_type)
             && self.api_version.as_deref().is_none_or(|v| v == api_version)
     }
 
     /// When a new delivery to it is due ([`Endpoint::due_for_new_delivery`]'s rule).
-    pub fn due_for_new_delivery(&self, now: i64) -> i64 {
+    pub(crate) fn due_for_new_delivery(&self, now: i64) -> i64 {
         due_for_new_delivery(self.status, self.circuit_state, now)
     }
 }

@@ -8,7 +8,7 @@ use super::ids::{AccountId, EndpointId, EventId};
 
 /// A stored event.
 #[derive(Debug, Clone, FromRow)]
-pub struct Event {
+pub(crate) struct Event {
     /// UUIDv4: the receivers' dedup key.
     pub id: EventId,
     /// The owner.
@@ -27,7 +27,7 @@ pub struct Event {
 
 /// The result of `POST /v1/events`.
 #[derive(Debug)]
-pub enum Ingested {
+pub(crate) enum Ingested {
     /// A new event, and the endpoints it queued a delivery for that is due now (held
     /// deliveries of resting endpoints are queued too, and not listed): whom the workers may
     /// claim for at once.
@@ -43,7 +43,7 @@ pub enum Ingested {
 /// An event to ingest, as `POST /v1/events` checked it: owned, so a batch of ingestions can
 /// hold many.
 #[derive(Debug, Clone)]
-pub struct Ingest {
+pub(crate) struct Ingest {
     /// The account it is for.
     pub account: Account,
     /// Its type.
@@ -70,7 +70,7 @@ pub struct Ingest {
 
 /// An event in a list: its columns but the envelope, and its tags.
 #[derive(Debug, Clone, FromRow)]
-pub struct EventListed {
+pub(crate) struct EventListed {
     /// UUIDv4.
     pub id: EventId,
     /// `payment.succeeded`, …
@@ -86,7 +86,7 @@ pub struct EventListed {
 
 /// Which of an account's events to list, newest first.
 #[derive(Debug, Clone, Default)]
-pub struct EventFilter {
+pub(crate) struct EventFilter {
     /// Only events carrying this tag.
     pub tag: Option<String>,
     /// Only events of exactly this type.

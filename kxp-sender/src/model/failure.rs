@@ -85,7 +85,7 @@ impl fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 /// Why an attempt did not deliver, as recorded: a non-2xx response (`http_<status>`) or a
-/// [`Failure`] (`<kind>: <detail>`).
+/// failure of its own (`<kind>: <detail>`: a timeout, a refused connection, a blocked address…).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptError {
     /// The endpoint answered with this non-2xx status.

@@ -5,9 +5,8 @@
 //! TEXT), with a type prefix and a UUIDv7 (`ep_…`, `dlv_…`), so ids sort by creation time and
 //! serve as cursors. Event ids are UUIDv4s: they are the receivers' dedup key, in every envelope.
 
-pub use kxp_api::{
-    AccountId, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,
-};
+pub use kxp_api::{AccountId, DeliveryId, EndpointId, EventId, OperatorId};
+pub(crate) use kxp_api::{NotificationId, SchemaId};
 
 /// An id with a type prefix and a UUIDv7, so ids sort by creation time and serve as cursors.
 pub fn new_id(prefix: &str) -> String {
@@ -17,17 +16,25 @@ pub fn new_id(prefix: &str) -> String {
 /// 32 bytes from the OS CSPRNG, as 64 hex characters: endpoint secrets and API keys.
 pub fn random_hex_32() -> String {
     let mut bytes = [0u8; 32];
-    // The OS generator failing is an unrecoverable platform fault; nothing sensible is left
-    // to do but stop, rather than hand out a predictable secret.
-    getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
+    fill_random(&mut bytes);
     hex::encode(bytes)
+}
+
+/// Fills `bytes` from the OS CSPRNG: every secret, key, nonce and token the sender makes.
+#[expect(
+    clippy::expect_used,
+    reason = "the OS generator failing is an unrecoverable platform fault: stopping is better \
+              than handing out a predictable secret or repeating a nonce"
+)]
+pub(crate) fn fill_random(bytes: &mut [u8]) {
+    getrandom::fill(bytes).expect("the operating system's random number generator failed");
 }
 
 /// What an API key belongs to, told by its prefix: `kxp_op_…` an operator, any other an
 /// account. The prefix lets people (and secret scanners) tell an all-accounts key from a
 /// one-account key at a glance, and lets the server look a key's hash up in one table only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
+pub(crate) enum KeyKind {
     /// `kxp_…`: one account's key.
     Account,
     /// `kxp_op_…`: an operator's key.
@@ -44,7 +51,7 @@ impl KeyKind {
     }
 
     /// The kind of `key`, by its prefix.
-    pub fn of(key: &str) -> KeyKind {
+    pub(crate) fn of(key: &str) -> KeyKind {
         if key.starts_with(KeyKind::Operator.prefix()) {
             KeyKind::Operator
         } else {
@@ -53,7 +60,7 @@ impl KeyKind {
     }
 
     /// A new key of this kind: the prefix and 32 random bytes in hex.
-    pub fn new_key(self) -> String {
+    pub(crate) fn new_key(self) -> String {
         format!("{}{}", self.prefix(), random_hex_32())
     }
 }

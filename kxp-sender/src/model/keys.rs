@@ -15,7 +15,7 @@ use kxp_api::Format;
 use kxp_verify::{PublicKey, Secret, SigningKey};
 
 /// What marks an Ed25519 key in a job's list of signing material.
-pub const ED25519_PREFIX: &str = "ed25519:";
+pub(crate) const ED25519_PREFIX: &str = "ed25519:";
 
 /// What marks an Ed25519 key of the Standard Webhooks format, before its seed. Only rows hold
 /// it: the seed is never shown, so this is not the specification's `whsk_` form.
@@ -23,7 +23,7 @@ const STANDARD_KEY_PREFIX: &str = "sw:";
 
 /// What signs, in one format. Its `Debug` shows no key.
 #[derive(Clone, Debug)]
-pub enum Key {
+pub(crate) enum Key {
     /// An HMAC secret: a `v1`.
     Hmac(Secret),
     /// An Ed25519 private key: a `v1a`.
@@ -32,7 +32,7 @@ pub enum Key {
 
 /// One piece of an endpoint's signing material, opened.
 #[derive(Clone, Debug)]
-pub struct Material {
+pub(crate) struct Material {
     /// Which headers it signs.
     pub format: Format,
     /// With what.
@@ -42,7 +42,7 @@ pub struct Material {
 impl Material {
     /// The material a job's list entry names, once opened; `None` for one that does not read
     /// (a row altered by hand).
-    pub fn parse(entry: &str) -> Option<Material> {
+    pub(crate) fn parse(entry: &str) -> Option<Material> {
         match entry.strip_prefix(ED25519_PREFIX) {
             Some(seed) => Material::of_row("ed25519", seed),
             None => Material::of_row("hmac", entry),
@@ -50,7 +50,7 @@ impl Material {
     }
 
     /// The material of a row of `kind` (`hmac` or `ed25519`) holding `stored`, once opened.
-    pub fn of_row(kind: &str, stored: &str) -> Option<Material> {
+    pub(crate) fn of_row(kind: &str, stored: &str) -> Option<Material> {
         if kind == "ed25519" {
             let (format, seed) = match stored.strip_prefix(STANDARD_KEY_PREFIX) {
                 Some(seed) => (Format::StandardWebhooks, seed),
@@ -77,7 +77,7 @@ impl Material {
 
     /// Its fingerprint ([`kxp_verify::key_fingerprint`]): of the secret's key bytes, or of the
     /// public key's.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         match &self.key {
             Key::Hmac(secret) => secret.fingerprint().to_string(),
             Key::Ed25519(key) => key.public_key().fingerprint().to_string(),
@@ -85,7 +85,7 @@ impl Material {
     }
 
     /// Its public key, for an Ed25519 key.
-    pub fn public_key(&self) -> Option<PublicKey> {
+    pub(crate) fn public_key(&self) -> Option<PublicKey> {
         match &self.key {
             Key::Ed25519(key) => Some(key.public_key()),
             Key::Hmac(_) => None,
@@ -95,7 +95,7 @@ impl Material {
 
 /// A new HMAC secret in `format`'s form, 32 bytes from the OS CSPRNG: what its row stores and
 /// the receiver is shown.
-pub fn new_secret(format: &Format) -> String {
+pub(crate) fn new_secret(format: &Format) -> String {
     match format {
         Format::StandardWebhooks => kxp_verify::to_whsec(random_32().as_ref()),
         _ => hex::encode(random_32().as_ref()),
@@ -104,7 +104,7 @@ pub fn new_secret(format: &Format) -> String {
 
 /// A new Ed25519 private key for `format`, 32 bytes of seed from the OS CSPRNG, as its row
 /// stores it.
-pub fn new_key(format: &Format) -> String {
+pub(crate) fn new_key(format: &Format) -> String {
     let seed = STANDARD.encode(random_32().as_ref());
     match format {
         Format::StandardWebhooks => format!("{STANDARD_KEY_PREFIX}{seed}"),
@@ -113,7 +113,7 @@ pub fn new_key(format: &Format) -> String {
 }
 
 /// The public key of a new key's row text ([`new_key`]).
-pub fn public_key_of(stored: &str) -> Option<PublicKey> {
+pub(crate) fn public_key_of(stored: &str) -> Option<PublicKey> {
     Material::of_row("ed25519", stored)?.public_key()
 }
 
@@ -121,7 +121,7 @@ fn random_32() -> zeroize::Zeroizing<[u8; 32]> {
     let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
     // With no OS randomness there is nothing sensible left to do but stop, rather than hand
     // out a predictable secret.
-    getrandom::fill(bytes.as_mut()).expect("the operating system's random number generator failed");
+    crate::model::fill_random(bytes.as_mut());
     bytes
 }
 

@@ -18,30 +18,33 @@ mod session;
 mod status;
 mod time;
 
-pub use account::{Account, AccountChanges, AccountOverview, DEFAULT_API_VERSION};
-pub use audit::{Actor, AuditEntry, NewAudit};
-pub use delivery::{
-    Attempt, AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, Job, KeyCheck,
-    NextState, Secrets,
-};
-pub use endpoint::{
+pub use account::Account;
+pub(crate) use account::{AccountChanges, AccountOverview, DEFAULT_API_VERSION};
+pub(crate) use audit::{Actor, AuditEntry, NewAudit};
+pub(crate) use delivery::{Attempt, Job, KeyCheck, Secrets};
+pub use delivery::{AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, NextState};
+pub(crate) use endpoint::{
     Created, Endpoint, EndpointChanges, HELD, LiveSecret, NewEndpoint, Rotated, Subscriber,
 };
-pub use event::{Event, EventFilter, EventListed, Ingest, Ingested};
-pub use failure::{AttemptError, Failure, FailureKind};
-pub use health::{EndpointHealth, Window};
+pub(crate) use event::{Event, EventFilter, EventListed, Ingest, Ingested};
+pub use failure::AttemptError;
+pub(crate) use failure::{Failure, FailureKind};
+pub(crate) use health::{EndpointHealth, Window};
 pub use ids::{
-    AccountId, DeliveryId, EndpointId, EventId, KeyKind, NotificationId, OperatorId, SchemaId,
-    new_id, random_hex_32, sha256_hex,
+    AccountId, DeliveryId, EndpointId, EventId, OperatorId, new_id, random_hex_32, sha256_hex,
 };
-pub use keys::{ED25519_PREFIX, Key, Material, new_key, new_secret, public_key_of};
-pub use notification::{NoticeFacts, NoticeNext, Notification};
+pub(crate) use ids::{KeyKind, fill_random};
+pub(crate) use keys::{ED25519_PREFIX, Key, Material, new_key, new_secret, public_key_of};
+pub use notification::NoticeNext;
+pub(crate) use notification::{NoticeFacts, Notification};
 pub use operator::Operator;
-pub use schema::Schema;
-pub use session::{PortalScope, Session, SignedIn};
-pub use status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
+pub(crate) use schema::Schema;
+pub(crate) use session::{PortalScope, Session, SignedIn};
+pub use status::DeliveryStatus;
+pub(crate) use status::{CircuitState, EndpointStatus, Transition};
+pub(crate) use time::ms;
 pub(crate) use time::{
     database_offset, instant, offset_from, set_database_offset, system_ms, tokio_instant,
     unix_seconds, utc_now,
 };
-pub use time::{ms, now_ms, parse_rfc3339, rfc3339};
+pub use time::{now_ms, parse_rfc3339, rfc3339};

@@ -52,7 +52,7 @@ pub enum NoticeNext {
 /// The endpoint, account and statistics a notice describes, read in the transaction of the
 /// state change it announces.
 #[derive(Debug, Clone, FromRow)]
-pub struct NoticeFacts {
+pub(crate) struct NoticeFacts {
     /// The endpoint.
     pub endpoint_id: EndpointId,
     /// Its owner.

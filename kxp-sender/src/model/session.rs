@@ -1,13 +1,13 @@
 //! Console sessions: who a signed-in browser is, and what it may do. The cookie's value and
 //! the portal link's token are credentials, never held here: only the store sees them, to hash.
 
-pub use kxp_api::PortalScope;
+pub(crate) use kxp_api::PortalScope;
 
 use super::ids::{AccountId, OperatorId};
 
 /// Who a console session belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SignedIn {
+pub(crate) enum SignedIn {
     /// A merchant, through a portal link: one account, with the link's scope.
     Account {
         /// The account.
@@ -22,7 +22,7 @@ pub enum SignedIn {
 impl SignedIn {
     /// Whether the session may change anything: an operator's, or a `manage` portal session.
     /// A `read` one may not, nor one whose scope this version does not know.
-    pub fn may_change(&self) -> bool {
+    pub(crate) fn may_change(&self) -> bool {
         matches!(
             self,
             SignedIn::Operator(_)
@@ -36,7 +36,7 @@ impl SignedIn {
 
 /// A live console session, as the store returns it after checking its expiries.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub(crate) struct Session {
     /// Whose it is.
     pub who: SignedIn,
     /// The token every state-changing form of this session carries (`csrf_token`).

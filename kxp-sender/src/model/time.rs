@@ -75,7 +75,7 @@ pub(crate) fn set_database_offset(offset: i64) {
 }
 
 /// A `Duration` in whole milliseconds, saturating.
-pub fn ms(d: Duration) -> i64 {
+pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -74,7 +74,7 @@ impl Protection {
 
 /// The endpoint as a finished attempt leaves it (statistics already updated).
 #[derive(Debug, Clone, Copy)]
-pub struct AfterAttempt {
+pub(crate) struct AfterAttempt {
     /// The breaker's state before this attempt's outcome is applied.
     pub state: CircuitState,
     /// Whether this attempt was the half-open circuit's probe (and not an attempt that was
@@ -92,7 +92,7 @@ pub struct AfterAttempt {
 }
 
 /// The breaker's decision after one attempt, at `now` (Unix ms).
-pub fn decide(p: &Protection, after: &AfterAttempt, now: i64) -> Transition {
+pub(crate) fn decide(p: &Protection, after: &AfterAttempt, now: i64) -> Transition {
     if !after.active {
         return Transition::Stay;
     }
@@ -121,7 +121,7 @@ pub fn decide(p: &Protection, after: &AfterAttempt, now: i64) -> Transition {
 
 /// How long an open circuit waits before probing, after `failed_probes` failed probes: the
 /// cool-down, doubled per failed probe, capped.
-pub fn probe_delay(p: &Protection, failed_probes: i64) -> Duration {
+pub(crate) fn probe_delay(p: &Protection, failed_probes: i64) -> Duration {
     let doublings = u32::try_from(failed_probes.clamp(0, 32)).unwrap_or(32);
     p.breaker_cooldown
         .saturating_mul(2u32.saturating_pow(doublings))
@@ -129,14 +129,14 @@ pub fn probe_delay(p: &Protection, failed_probes: i64) -> Duration {
 }
 
 /// Milliseconds between two released deliveries at `rate` per second (0: all at once).
-pub fn spacing_ms(rate: Option<u32>) -> i64 {
+pub(crate) fn spacing_ms(rate: Option<u32>) -> i64 {
     rate.map_or(0, |rate| 1000 / i64::from(rate.max(1)))
 }
 
 /// When an open circuit is probed next, for a transition that opens it (`None` for the others):
 /// the cool-down after opening, doubled per failed probe after a reopening.
 /// `failed_probes`: the probes that had failed before this attempt.
-pub fn next_probe_at(
+pub(crate) fn next_probe_at(
     p: &Protection,
     transition: Transition,
     failed_probes: i64,
@@ -153,7 +153,7 @@ pub fn next_probe_at(
 /// What becomes of an endpoint's pending deliveries after an attempt, once the store has tried
 /// to make the [`Transition`] [`decide`] chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FollowUp {
+pub(crate) enum FollowUp {
     /// Nothing changes.
     Nothing,
     /// The circuit closed: release the held backlog, one delivery every `spacing_ms`.
@@ -172,7 +172,7 @@ pub enum FollowUp {
 /// The [`FollowUp`] of `transition`. `made`: whether the store's conditional statement changed
 /// the endpoint (another process may have made the same change first); `before`: the circuit
 /// before the attempt; `rate_limit`: the endpoint's own limit.
-pub fn follow_up(
+pub(crate) fn follow_up(
     p: &Protection,
     transition: Transition,
     made: bool,

@@ -17,11 +17,11 @@
 //! Pure: the worker feeds it outcomes and asks for the limit; the clock never enters.
 
 /// Where an endpoint's limit starts.
-pub const INITIAL: usize = 4;
+pub(crate) const INITIAL: usize = 4;
 
 /// What an attempt's outcome says about the endpoint's load.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Signal {
+pub(crate) enum Signal {
     /// A 2xx, after this many milliseconds.
     Answered(f64),
     /// A timeout, a refused connection, 429 or 503: it has more than it can take.
@@ -32,7 +32,7 @@ pub enum Signal {
 
 /// One endpoint's adaptive limit.
 #[derive(Debug, Clone)]
-pub struct Adaptive {
+pub(crate) struct Adaptive {
     limit: f64,
     max: usize,
     /// Below the first cut, the limit grows by one per success (doubling per round trip).
@@ -56,7 +56,7 @@ const USUAL_WEIGHT: f64 = 0.02;
 
 impl Adaptive {
     /// A new endpoint's limit, at most `max` (at least 1).
-    pub fn new(max: usize) -> Adaptive {
+    pub(crate) fn new(max: usize) -> Adaptive {
         let max = max.max(1);
         Adaptive {
             limit: INITIAL.min(max) as f64,
@@ -72,14 +72,14 @@ impl Adaptive {
     }
 
     /// Attempts the endpoint may have in flight now.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         (self.limit.floor() as usize).clamp(1, self.max)
     }
 
     /// Whether the endpoint is answering much slower than usual: its recent latency above
     /// twice its usual latency plus 20 ms (so a 1 ms receiver is not cut for answering in 5 ms
     /// on a busy machine).
-    pub fn congested(&self) -> bool {
+    pub(crate) fn congested(&self) -> bool {
         match (self.recent_ms, self.usual_ms) {
             (Some(recent), Some(usual)) => recent > 2.0 * usual + 20.0,
             _ => false,
@@ -90,12 +90,12 @@ impl Adaptive {
     /// said anything about load was a timely answer (not a timeout, refusal, 429, 503 or a
     /// much slower answer than usual). Its attempts are expected to give their worker back
     /// soon ([`Fairness`](crate::policy::fairness::Fairness) lends them the reserve).
-    pub fn quick(&self) -> bool {
+    pub(crate) fn quick(&self) -> bool {
         self.answered > 0 && !self.troubled
     }
 
     /// Takes one attempt's outcome into account.
-    pub fn observe(&mut self, signal: Signal) {
+    pub(crate) fn observe(&mut self, signal: Signal) {
         self.seen += 1;
         let trouble = match signal {
             Signal::Answered(latency) => {

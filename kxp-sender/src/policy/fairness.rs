@@ -25,7 +25,7 @@ use crate::policy::concurrency;
 
 /// The shares of one process's workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fairness {
+pub(crate) struct Fairness {
     workers: usize,
     reserve: usize,
     floor: usize,
@@ -33,7 +33,7 @@ pub struct Fairness {
 
 impl Fairness {
     /// The shares of `workers` (at least 1).
-    pub fn new(workers: usize) -> Fairness {
+    pub(crate) fn new(workers: usize) -> Fairness {
         let workers = workers.max(1);
         let reserve = (workers / 8).max(1);
         Fairness {
@@ -45,14 +45,14 @@ impl Fairness {
 
     /// The most attempts one account may hold while `accounts` accounts (itself included)
     /// have work.
-    pub fn share(&self, accounts: usize) -> usize {
+    pub(crate) fn share(&self, accounts: usize) -> usize {
         self.workers.div_ceil(accounts.max(1)).max(self.floor)
     }
 
     /// How many more attempts an account holding `held` may start now, with `accounts`
     /// accounts having work (itself included) and `free` workers free: to endpoints that
     /// answer quickly (`quick`), or to any.
-    pub fn room(&self, held: usize, accounts: usize, free: usize, quick: bool) -> usize {
+    pub(crate) fn room(&self, held: usize, accounts: usize, free: usize, quick: bool) -> usize {
         let fair = self.share(accounts).saturating_sub(held);
         let pool = if quick {
             free
@@ -68,7 +68,7 @@ impl Fairness {
 /// What a claim may take per account: `listed` for the accounts it names (0: none), `others`
 /// for the rest ([`Fairness`] decides both).
 #[derive(Debug, Clone)]
-pub struct AccountCaps {
+pub(crate) struct AccountCaps {
     /// Account id → how many of its deliveries the claim may take.
     pub listed: HashMap<String, usize>,
     /// How many each account not listed may give.
@@ -76,8 +76,9 @@ pub struct AccountCaps {
 }
 
 impl AccountCaps {
-    /// No per-account bound.
-    pub fn unbounded() -> AccountCaps {
+    /// No per-account bound (the unfair claims of feature `test-util`).
+    #[cfg(feature = "test-util")]
+    pub(crate) fn unbounded() -> AccountCaps {
         AccountCaps {
             listed: HashMap::new(),
             others: usize::MAX,
@@ -85,12 +86,12 @@ impl AccountCaps {
     }
 
     /// What the account `account_id` may give.
-    pub fn of(&self, account_id: &str) -> usize {
+    pub(crate) fn of(&self, account_id: &str) -> usize {
         self.listed.get(account_id).copied().unwrap_or(self.others)
     }
 
     /// The listed caps as a JSON object of account id → cap (what the claim reads).
-    pub fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         let listed: HashMap<&str, i64> = self
             .listed
             .iter()
@@ -100,7 +101,7 @@ impl AccountCaps {
     }
 
     /// [`AccountCaps::others`] as SQL's integer.
-    pub fn others_i64(&self) -> i64 {
+    pub(crate) fn others_i64(&self) -> i64 {
         i64::try_from(self.others).unwrap_or(i64::MAX)
     }
 }

@@ -10,7 +10,7 @@ pub const LATENCY_BOUNDS_MS: [i64; 11] =
     [10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000];
 
 /// One hour, in ms: the width of a statistics bucket.
-pub const HOUR_MS: i64 = 60 * 60 * 1000;
+pub(crate) const HOUR_MS: i64 = 60 * 60 * 1000;
 
 /// The histogram bucket of a duration.
 pub fn bucket_of(duration_ms: i64) -> usize {
@@ -21,12 +21,12 @@ pub fn bucket_of(duration_ms: i64) -> usize {
 }
 
 /// The start (Unix ms) of the clock hour holding `at`.
-pub fn hour_of(at: i64) -> i64 {
+pub(crate) fn hour_of(at: i64) -> i64 {
     at.div_euclid(HOUR_MS) * HOUR_MS
 }
 
 /// The upper bound of the bucket holding the `p`-quantile (nearest rank) of a histogram.
-pub fn percentile(histogram: &[i64; 12], p: f64) -> Option<i64> {
+pub(crate) fn percentile(histogram: &[i64; 12], p: f64) -> Option<i64> {
     let total: i64 = histogram.iter().sum();
     if total == 0 {
         return None;
@@ -44,7 +44,7 @@ pub fn percentile(histogram: &[i64; 12], p: f64) -> Option<i64> {
 }
 
 /// The statistics of a window from its hourly rows: `(successes, failures, histogram)` each.
-pub fn window(rows: impl Iterator<Item = (i64, i64, [i64; 12])>) -> Window {
+pub(crate) fn window(rows: impl Iterator<Item = (i64, i64, [i64; 12])>) -> Window {
     let mut histogram = [0i64; 12];
     let (mut successes, mut failures) = (0, 0);
     for (row_successes, row_failures, row_histogram) in rows {
@@ -69,7 +69,7 @@ pub fn window(rows: impl Iterator<Item = (i64, i64, [i64; 12])>) -> Window {
 /// store reads the row once per batch of finished attempts, folds every attempt of the batch
 /// into it in order ([`RunningStats::record`]), and writes it back once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunningStats {
+pub(crate) struct RunningStats {
     /// Failed attempts since the last success.
     pub consecutive_failures: i64,
     /// When the current run of failures began (`None` after a success): what auto-disable
@@ -85,7 +85,7 @@ pub struct RunningStats {
 
 impl RunningStats {
     /// One more finished attempt, at `at`; `error` is `None` for a success.
-    pub fn record(&mut self, at: i64, error: Option<&str>) {
+    pub(crate) fn record(&mut self, at: i64, error: Option<&str>) {
         match error {
             None => {
                 self.consecutive_failures = 0;
@@ -104,7 +104,7 @@ impl RunningStats {
 
 /// What a batch adds to one endpoint's clock hour (`kxp_endpoint_stats_hourly`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HourTally {
+pub(crate) struct HourTally {
     /// 2xx attempts.
     pub successes: i64,
     /// The others.
@@ -115,7 +115,7 @@ pub struct HourTally {
 
 impl HourTally {
     /// One more attempt that took `duration_ms`.
-    pub fn add(&mut self, success: bool, duration_ms: i64) {
+    pub(crate) fn add(&mut self, success: bool, duration_ms: i64) {
         if success {
             self.successes += 1;
         } else {

@@ -33,7 +33,7 @@ struct NoticeEnvelope<'a> {
 }
 
 /// The notice's event id and envelope bytes.
-pub fn envelope(facts: &NoticeFacts, kind: &str, now: i64) -> (EventId, String) {
+pub(crate) fn envelope(facts: &NoticeFacts, kind: &str, now: i64) -> (EventId, String) {
     let id = uuid::Uuid::new_v4().to_string();
     let envelope = NoticeEnvelope {
         id: &id,
@@ -57,7 +57,7 @@ pub fn envelope(facts: &NoticeFacts, kind: &str, now: i64) -> (EventId, String) 
 }
 
 /// The channels the account has configured: `(channel, target)`.
-pub fn channels(facts: &NoticeFacts) -> Vec<(&'static str, &str)> {
+pub(crate) fn channels(facts: &NoticeFacts) -> Vec<(&'static str, &str)> {
     let mut channels = Vec::new();
     if let Some(url) = facts.ops_url.as_deref() {
         channels.push(("webhook", url));
@@ -69,7 +69,7 @@ pub fn channels(facts: &NoticeFacts) -> Vec<(&'static str, &str)> {
 }
 
 /// The subject and plain-text body of a notice's e-mail, from its envelope.
-pub fn email_text(n: &Notification) -> (String, String) {
+pub(crate) fn email_text(n: &Notification) -> (String, String) {
     let envelope: Value = serde_json::from_str(&n.payload).unwrap_or(Value::Null);
     let data = &envelope["data"];
     let field = |name: &str| data[name].as_str().unwrap_or("-").to_owned();

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 /// `kxp serve` processes the steady-state rate adds up (a drained backlog does not: it is
 /// spread in the database).
 #[derive(Debug, Default)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     buckets: HashMap<String, Bucket>,
 }
 
@@ -40,7 +40,7 @@ impl Bucket {
 impl RateLimiter {
     /// Takes one token for `endpoint_id` at `rate` per second (`None`: unlimited, always
     /// granted). `false` when the endpoint has used its rate.
-    pub fn try_take(&mut self, endpoint_id: &str, rate: Option<u32>, now: Instant) -> bool {
+    pub(crate) fn try_take(&mut self, endpoint_id: &str, rate: Option<u32>, now: Instant) -> bool {
         let Some(rate) = rate else {
             self.buckets.remove(endpoint_id);
             return true;
@@ -66,7 +66,7 @@ impl RateLimiter {
 
     /// How many attempts each rate-limited endpoint may start now (whole tokens), for the
     /// claim's per-endpoint caps. Endpoints not listed are limited only by concurrency.
-    pub fn allowances(&mut self, now: Instant) -> impl Iterator<Item = (&str, usize)> {
+    pub(crate) fn allowances(&mut self, now: Instant) -> impl Iterator<Item = (&str, usize)> {
         self.buckets.retain(|_, bucket| {
             let idle = now.saturating_duration_since(bucket.used);
             bucket.refill(bucket.rate, now);

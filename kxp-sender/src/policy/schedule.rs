@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// The default schedule: tries at these offsets from the first one, nine in all, spanning a day
 /// and a half, which outlasts most outages without flooding a merchant who is down for good.
-pub const DEFAULT_OFFSETS: [Duration; 9] = [
+pub(crate) const DEFAULT_OFFSETS: [Duration; 9] = [
     Duration::ZERO,
     Duration::from_secs(10),
     Duration::from_secs(30),
@@ -21,7 +21,7 @@ pub const DEFAULT_OFFSETS: [Duration; 9] = [
 
 /// The default jitter: each gap is stretched or shrunk by up to 25 %, so deliveries that failed
 /// together (an endpoint's outage) do not all come back at the same instant.
-pub const DEFAULT_JITTER: f64 = 0.25;
+pub(crate) const DEFAULT_JITTER: f64 = 0.25;
 
 /// The longest wait a `Retry-After` can impose; a receiver asking for more is capped here.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);

@@ -4,17 +4,17 @@
 //! idle expiry is thus exact to within that minute.
 
 /// A session with no request for this long (ms) is over.
-pub const IDLE_EXPIRY_MS: i64 = 8 * 60 * 60 * 1000;
+pub(crate) const IDLE_EXPIRY_MS: i64 = 8 * 60 * 60 * 1000;
 
 /// A session this old (ms) is over, however busy.
-pub const ABSOLUTE_EXPIRY_MS: i64 = 24 * 60 * 60 * 1000;
+pub(crate) const ABSOLUTE_EXPIRY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// `last_seen` is rewritten only when older than this (ms).
-pub const TOUCH_EVERY_MS: i64 = 60 * 1000;
+pub(crate) const TOUCH_EVERY_MS: i64 = 60 * 1000;
 
 /// What to do with a session seen at `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Freshness {
+pub(crate) enum Freshness {
     /// Valid, `last_seen` recent enough: nothing to write.
     Fresh,
     /// Valid; write `last_seen = now`.
@@ -25,7 +25,7 @@ pub enum Freshness {
 
 /// The state of a session created at `created_at` and last seen at `last_seen`, at `now` (all
 /// Unix ms).
-pub fn freshness(created_at: i64, last_seen: i64, now: i64) -> Freshness {
+pub(crate) fn freshness(created_at: i64, last_seen: i64, now: i64) -> Freshness {
     if now - created_at >= ABSOLUTE_EXPIRY_MS || now - last_seen >= IDLE_EXPIRY_MS {
         Freshness::Expired
     } else if now - last_seen >= TOUCH_EVERY_MS {

@@ -21,18 +21,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Failed sign-ins a client may make within [`WINDOW`]; the next attempt is refused.
-pub const MAX_FAILURES: usize = 20;
+pub(crate) const MAX_FAILURES: usize = 20;
 
 /// How long a failure counts.
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
 /// The most clients followed at once: with up to [`MAX_FAILURES`] instants each, a few MiB.
-pub const MAX_CLIENTS: usize = 10_000;
+pub(crate) const MAX_CLIENTS: usize = 10_000;
 
 /// The attempts of each client that count as failed, and when the table was last reported
 /// full.
 #[derive(Debug, Default)]
-pub struct SignInLimiter {
+pub(crate) struct SignInLimiter {
     clients: HashMap<Client, Failures>,
     /// When an attempt last went uncounted for want of room and was reported.
     reported_full: Option<Instant>,
@@ -69,7 +69,7 @@ impl Client {
 
 /// What [`SignInLimiter::attempt`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     /// Let it through. It counts as failed unless [`SignInLimiter::forgive`] is given `at`.
     Counted {
         /// When it was counted.
@@ -93,7 +93,7 @@ pub enum Attempt {
 impl SignInLimiter {
     /// Decides whether `ip` may try to sign in at `now` and, if it may, counts the attempt as
     /// failed until it is forgiven.
-    pub fn attempt(&mut self, ip: IpAddr, now: Instant) -> Attempt {
+    pub(crate) fn attempt(&mut self, ip: IpAddr, now: Instant) -> Attempt {
         let client = Client::of(ip);
         let tracked = self.clients.len();
         match self.clients.get_mut(&client) {
@@ -131,7 +131,7 @@ impl SignInLimiter {
     }
 
     /// Takes back the attempt of `ip` counted at `at`: it did not fail.
-    pub fn forgive(&mut self, ip: IpAddr, at: Instant) {
+    pub(crate) fn forgive(&mut self, ip: IpAddr, at: Instant) {
         let client = Client::of(ip);
         let Some(failures) = self.clients.get_mut(&client) else {
             return;

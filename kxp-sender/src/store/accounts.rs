@@ -13,6 +13,10 @@ const ACCOUNT_COLUMNS: &str = "id, name, default_api_version, ops_url, contact_e
 impl Db {
     /// Creates an account and returns it with its API key, which is shown once and stored only
     /// as a hash.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn create_account(
         &self,
         name: &str,
@@ -44,6 +48,10 @@ impl Db {
     }
 
     /// The account an API key belongs to.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn account_by_key(&self, key: &str) -> Result<Option<Account>, StoreError> {
         let hash = sha256_hex(key.as_bytes());
         let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE api_key_hash = $1");
@@ -56,7 +64,7 @@ impl Db {
     }
 
     /// The account with this id: the one an operator key acts for (`X-Kxp-Account`).
-    pub async fn account(&self, id: &str) -> Result<Option<Account>, StoreError> {
+    pub(crate) async fn account(&self, id: &str) -> Result<Option<Account>, StoreError> {
         let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1");
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Account>(&sql)
@@ -67,7 +75,7 @@ impl Db {
     }
 
     /// How many accounts exist.
-    pub async fn account_count(&self) -> Result<i64, StoreError> {
+    pub(crate) async fn account_count(&self) -> Result<i64, StoreError> {
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM kxp_accounts")
                 .fetch_one(pool)
@@ -76,7 +84,7 @@ impl Db {
     }
 
     /// Every account, oldest first (`kxp accounts list`). Key hashes are not read.
-    pub async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
+    pub(crate) async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
         self.accounts_after(None, i64::MAX).await
     }
 

@@ -19,7 +19,7 @@ use crate::store::notifications::NOTICE_FACTS;
 use crate::store::record::{FINISH_ATTEMPT, FINISH_ATTEMPTS_POSTGRES, Finishing};
 
 mod sealed {
-    pub trait Sealed {}
+    pub(crate) trait Sealed {}
 }
 
 /// A new pending delivery, as [`Backend::insert_delivery`] writes it.

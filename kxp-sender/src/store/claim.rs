@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+#[cfg(feature = "test-util")]
+use crate::model::DeliveryId;
 use crate::model::{AccountId, EndpointId, Job, now_ms};
 use crate::policy::fairness::AccountCaps;
 use crate::store::backend::Backend;
@@ -24,7 +26,7 @@ impl Db {
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
     /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
     /// their concurrency or rate limit allows), and returns them as jobs: the event, the URL
-    /// and the live secrets with each, read in the same round trip. Only deliveries of
+    /// and the live secrets with each, read in the same round trip (here: their ids). Only deliveries of
     /// `active` endpoints with a closed circuit are claimed, and of a half-open one only its
     /// probe.
     ///
@@ -33,6 +35,10 @@ impl Db {
     /// or open endpoints) are outside its range altogether (`HELD`). Each claimed delivery is
     /// leased for its endpoint's timeout plus `lease_extra_ms`: if the worker dies, the delivery
     /// is claimable again soon after any attempt of its could have ended.
+    ///
+    /// Without account bounds: for the claim benchmark and the tests (feature `test-util`);
+    /// the workers call [`Db::claim_fair`].
+    #[cfg(feature = "test-util")]
     pub async fn claim(
         &self,
         owner: &str,
@@ -40,7 +46,7 @@ impl Db {
         limit: i64,
         caps: &[(String, usize)],
         default_cap: usize,
-    ) -> Result<Vec<Job>, StoreError> {
+    ) -> Result<Vec<DeliveryId>, StoreError> {
         let claimed = self
             .claim_fair(
                 owner,
@@ -50,7 +56,7 @@ impl Db {
                 &AccountCaps::unbounded(),
             )
             .await?;
-        Ok(claimed.into_iter().map(|c| c.job).collect())
+        Ok(claimed.into_iter().map(|c| c.job.id).collect())
     }
 
     /// [`Db::claim`], with each account's deliveries bounded by `accounts` as well, and the
@@ -109,24 +115,13 @@ impl Db {
 
     /// Claims for `owner` up to `cap` due deliveries of each endpoint in `targets` (the
     /// endpoints this worker knows have work and room for it: new events, a finished attempt),
-    /// and returns them as jobs like [`Db::claim`]. Each endpoint is read on the
+    /// and returns them as jobs like [`Db::claim_fair`]. Each endpoint is read on the
     /// `kxp_deliveries_endpoint_due` index, from its oldest due delivery, and the read stops
     /// at its cap: the cost is what is claimed, however long any endpoint's backlog is, and an
     /// endpoint at its limit is not in `targets` at all. Only `active` endpoints with a closed
     /// circuit give deliveries, and a half-open one only its probe.
-    pub async fn claim_for(
-        &self,
-        owner: &str,
-        lease_extra_ms: i64,
-        targets: &[(EndpointId, usize)],
-    ) -> Result<Vec<Job>, StoreError> {
-        let claimed = self
-            .claim_for_fair(owner, lease_extra_ms, targets, &AccountCaps::unbounded())
-            .await?;
-        Ok(claimed.into_iter().map(|c| c.job).collect())
-    }
-
-    /// [`Db::claim_for`], with each account's deliveries bounded by `accounts` as well (an
+    ///
+    /// Each account's deliveries are bounded by `accounts` as well (an
     /// account's endpoints share its cap, oldest due delivery first), and the jobs' accounts
     /// returned with them.
     pub(crate) async fn claim_for_fair(
@@ -361,7 +356,7 @@ const NUMBERED: &str = "(d.sequence IS NOT NULL OR d.created_at <= $3 - 2000)";
 const TAKE: &str = "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
        lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id)";
 
-/// [`Db::claim_for`] on SQLite, for one endpoint: `$4` the endpoint, `$5` its cap.
+/// [`Db::claim_for_fair`] on SQLite, for one endpoint: `$4` the endpoint, `$5` its cap.
 static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{TAKE} WHERE id IN (SELECT d.id FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
@@ -372,7 +367,7 @@ static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`Db::claim_for`] on PostgreSQL, every endpoint in one statement: `$4` a JSON object of
+/// [`Db::claim_for_fair`] on PostgreSQL, every endpoint in one statement: `$4` a JSON object of
 /// endpoint id → cap, `$5` one of account id → cap, `$6` the cap of accounts not in `$5`. Each
 /// endpoint's deliveries are read in a `LATERAL` subquery that stops at its cap, skipping rows
 /// another process is claiming; then each account keeps its oldest up to its own cap.

@@ -28,7 +28,7 @@ impl Db {
     /// PostgreSQL's generic plan for it scans the whole primary key. Now the dead letters are
     /// one range of `(account_id, status, id)`, or of `(endpoint_id, status, id)` for one
     /// endpoint.
-    pub async fn deliveries(
+    pub(crate) async fn deliveries(
         &self,
         account_id: &str,
         filter: &DeliveryFilter,
@@ -160,7 +160,11 @@ impl Db {
     }
 
     /// One delivery of the account.
-    pub async fn delivery(&self, account_id: &str, id: &str) -> Result<Delivery, StoreError> {
+    pub(crate) async fn delivery(
+        &self,
+        account_id: &str,
+        id: &str,
+    ) -> Result<Delivery, StoreError> {
         let sql = format!(
             "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1 AND id = $2"
         );
@@ -175,7 +179,7 @@ impl Db {
     }
 
     /// Every delivery of one of the account's events, replays included.
-    pub async fn event_deliveries(
+    pub(crate) async fn event_deliveries(
         &self,
         account_id: &str,
         event_id: &str,
@@ -194,7 +198,7 @@ impl Db {
     }
 
     /// The attempts of one of the account's deliveries.
-    pub async fn attempts(
+    pub(crate) async fn attempts(
         &self,
         account_id: &str,
         delivery_id: &str,
@@ -212,7 +216,7 @@ impl Db {
     }
 
     /// Queues the same event to the same endpoint again, as a new delivery.
-    pub async fn replay(
+    pub(crate) async fn replay(
         &self,
         account_id: &str,
         delivery_id: &str,
@@ -233,7 +237,7 @@ impl Db {
     /// It acts on a snapshot: the deliveries created before the call started. Its own replays
     /// are created at that instant or later, so none of them is scanned again once delivered
     /// (they sort after the cursor: the scan used to reach and replay them, issue 11, item 5).
-    pub async fn replay_endpoint(
+    pub(crate) async fn replay_endpoint(
         &self,
         account_id: &str,
         endpoint_id: &str,

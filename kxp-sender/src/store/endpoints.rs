@@ -15,7 +15,9 @@ use crate::store::secrets::stored_secret;
 use crate::store::{Db, StoreError, on_db};
 
 impl Db {
-    /// Creates an endpoint with a fresh secret; returns both.
+    /// Creates an endpoint with a fresh secret; returns both. Outside the API's checks: for
+    /// the tests that store an endpoint no registration would take (feature `test-util`).
+    #[cfg(feature = "test-util")]
     pub async fn create_endpoint(
         &self,
         account: &Account,
@@ -49,7 +51,7 @@ impl Db {
     /// Creates an endpoint with every setting, and a fresh secret and/or Ed25519 key as its
     /// `signing` asks, in its `format`'s form; returns the endpoint, the secret and the public key. Both are stored
     /// sealed under `ring`, when there is one ([`KeyRing`](crate::KeyRing)).
-    pub async fn create_endpoint_with(
+    pub(crate) async fn create_endpoint_with(
         &self,
         account: &Account,
         new: &NewEndpoint<'_>,
@@ -130,7 +132,7 @@ impl Db {
     }
 
     /// How many endpoints the account has (deleted ones left out).
-    pub async fn endpoint_count(&self, account_id: &str) -> Result<u64, StoreError> {
+    pub(crate) async fn endpoint_count(&self, account_id: &str) -> Result<u64, StoreError> {
         let count: i64 = on_db!(self, |pool, _begin| {
             sqlx::query_scalar(
                 "SELECT count(*) FROM kxp_endpoints WHERE account_id = $1 AND status <> 'deleted'",
@@ -143,7 +145,11 @@ impl Db {
     }
 
     /// One endpoint of the account (a deleted one is not found).
-    pub async fn endpoint(&self, account_id: &str, id: &str) -> Result<Endpoint, StoreError> {
+    pub(crate) async fn endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+    ) -> Result<Endpoint, StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Endpoint>(
                 "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND id = $2 AND status <> 'deleted'",
@@ -157,7 +163,7 @@ impl Db {
     }
 
     /// A page of the account's endpoints (deleted ones left out), by id, after `cursor`.
-    pub async fn endpoints(
+    pub(crate) async fn endpoints(
         &self,
         account_id: &str,
         cursor: Option<&str>,
@@ -243,7 +249,7 @@ impl Db {
     /// Pauses one of the account's endpoints: its pending deliveries are held (they stay
     /// pending, are not claimed and burn no attempt) until [`resume_endpoint`](Db::resume_endpoint).
     /// Returns the endpoint and how many deliveries were put on hold. Idempotent.
-    pub async fn pause_endpoint(
+    pub(crate) async fn pause_endpoint(
         &self,
         account_id: &str,
         id: &str,
@@ -259,7 +265,7 @@ impl Db {
     /// circuit: resuming says "try now"): its circuit is closed, its failure period starts
     /// again, and its held deliveries are released spread out at its rate limit, oldest first.
     /// Returns the endpoint and how many deliveries it released. Idempotent.
-    pub async fn resume_endpoint(
+    pub(crate) async fn resume_endpoint(
         &self,
         account_id: &str,
         id: &str,
@@ -276,7 +282,11 @@ impl Db {
     /// history). No delivery is queued for it any more; its pending deliveries become dead with
     /// `last_error = endpoint_deleted`, where the dead-letter queue shows them; its secrets are
     /// erased. Returns how many deliveries it ended.
-    pub async fn delete_endpoint(&self, account_id: &str, id: &str) -> Result<u64, StoreError> {
+    pub(crate) async fn delete_endpoint(
+        &self,
+        account_id: &str,
+        id: &str,
+    ) -> Result<u64, StoreError> {
         let now = now_ms();
         match self {
             Db::Sqlite(pool) => delete_on(pool, account_id, id, now).await,

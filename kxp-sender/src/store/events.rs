@@ -186,7 +186,7 @@ impl Db {
     /// page costs its own rows (and the events they join), however many events the account or
     /// the tag has. Without one, the same on `kxp_events_account_created`. The type filter is
     /// applied to the rows of that range.
-    pub async fn events(
+    pub(crate) async fn events(
         &self,
         account_id: &str,
         filter: &EventFilter,
@@ -318,7 +318,7 @@ impl Db {
     }
 
     /// One event of the account.
-    pub async fn event(&self, account_id: &str, id: &str) -> Result<Event, StoreError> {
+    pub(crate) async fn event(&self, account_id: &str, id: &str) -> Result<Event, StoreError> {
         on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Event>(EVENT_BY_ID)
                 .bind(account_id)

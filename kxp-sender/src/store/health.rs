@@ -218,7 +218,7 @@ type HealthRow = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
 
 impl Db {
     /// The health of one of the account's endpoints (deleted ones are not found).
-    pub async fn endpoint_health(
+    pub(crate) async fn endpoint_health(
         &self,
         account_id: &str,
         id: &str,

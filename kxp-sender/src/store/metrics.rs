@@ -5,7 +5,7 @@ use crate::store::{Db, StoreError, on_db};
 
 /// What a scrape reads from the database.
 #[derive(Debug, Clone, Default)]
-pub struct Gauges {
+pub(crate) struct Gauges {
     /// Pending and due now.
     pub due: i64,
     /// Pending, due later (a retry's wait, a drain's slot).

@@ -37,15 +37,15 @@ mod operators;
 mod record;
 mod retention;
 mod schemas;
-pub mod seal;
+pub(crate) mod seal;
 mod secrets;
 mod sequence;
 mod sessions;
 
 pub(crate) use feed::{FeedRow, FeedSource};
-pub use metrics::Gauges;
+pub(crate) use metrics::Gauges;
 pub use retention::Purged;
-pub use secrets::open_secret;
+pub(crate) use secrets::open_secret;
 pub(crate) use sessions::{NewLink, Opening};
 
 use std::future::Future;
@@ -69,6 +69,10 @@ const POOL_WAIT: Duration = Duration::from_secs(10);
 
 /// A connection pool to either backend.
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(feature = "test-util"),
+    expect(unreachable_pub, reason = "public with feature test-util only")
+)]
 pub enum Db {
     /// SQLite: one writer at a time, so write transactions take the lock up front.
     Sqlite(SqlitePool),
@@ -125,6 +129,10 @@ fn released_clean<C: sqlx::Connection>(
 impl Db {
     /// How far the database's clock is ahead of this machine's, in ms (PostgreSQL, shared by
     /// every `kxp serve` process); `None` on SQLite, or when the reading failed or took too long.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn clock_offset(&self) -> Option<i64> {
         let Db::Postgres(pool) = self else {
             return None;
@@ -141,6 +149,10 @@ impl Db {
 
     /// Connects and runs the migrations. `sqlite://path` creates the file if missing;
     /// `postgres://…` needs the database to exist.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn connect(url: &str) -> Result<Db, sqlx::Error> {
         let db = if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?
@@ -186,7 +198,7 @@ impl Db {
     }
 
     /// Brings the schema up to date (idempotent; safe with several processes starting at once).
-    pub async fn migrate(&self) -> Result<(), sqlx::Error> {
+    pub(crate) async fn migrate(&self) -> Result<(), sqlx::Error> {
         match self {
             Db::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
             Db::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
@@ -195,7 +207,7 @@ impl Db {
     }
 
     /// Which backend, for logs and `/healthz`.
-    pub fn backend(&self) -> &'static str {
+    pub(crate) fn backend(&self) -> &'static str {
         match self {
             Db::Sqlite(_) => "sqlite",
             Db::Postgres(_) => "postgres",
@@ -203,9 +215,24 @@ impl Db {
     }
 
     /// Closes every connection.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn close(&self) {
         on_db!(self, |pool, _begin| pool.close().await);
     }
+}
+
+/// Sends `payload` on PostgreSQL's `channel` (`NOTIFY`): the engine's announcements of new
+/// work to the other `kxp serve` processes.
+pub(crate) async fn notify(pool: &PgPool, channel: &str, payload: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// A failed query, or a row the caller's account may not see.

@@ -56,6 +56,10 @@ impl Db {
     /// Leases the next due notification to `owner` for `lease_ms`; e-mail ones only when
     /// `email` (this process can send e-mail), so a process without an SMTP server leaves them
     /// to one that has.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn claim_notification(
         &self,
         owner: &str,
@@ -87,6 +91,10 @@ impl Db {
     /// Records a try of a notification — sent, retried at a time, or failed for good — if
     /// `owner` still holds its lease (else another notifier took it over, and its outcome
     /// stands).
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn finish_notification(
         &self,
         id: &str,
@@ -141,7 +149,7 @@ impl Db {
     }
 
     /// A page of the account's notifications, oldest first, after `cursor`.
-    pub async fn notifications(
+    pub(crate) async fn notifications(
         &self,
         account_id: &str,
         cursor: Option<&str>,

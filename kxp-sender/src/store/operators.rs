@@ -8,6 +8,10 @@ const OPERATOR_COLUMNS: &str = "id, name, created_at";
 impl Db {
     /// Creates an operator and returns it with its key (`kxp_op_…`), which is shown once and
     /// stored only as a hash.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn create_operator(&self, name: &str) -> Result<(Operator, String), StoreError> {
         let key = KeyKind::Operator.new_key();
         let operator = Operator {
@@ -30,7 +34,7 @@ impl Db {
     }
 
     /// The operator a key belongs to.
-    pub async fn operator_by_key(&self, key: &str) -> Result<Option<Operator>, StoreError> {
+    pub(crate) async fn operator_by_key(&self, key: &str) -> Result<Option<Operator>, StoreError> {
         let hash = sha256_hex(key.as_bytes());
         let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators WHERE key_hash = $1");
         Ok(on_db!(self, |pool, _begin| {
@@ -55,7 +59,7 @@ impl Db {
     /// Deletes an operator and ends its console sessions, in one transaction: its key stops
     /// working at once, and so does every browser signed in with it. Returns the operator and
     /// how many sessions ended; `None` when there is no such operator.
-    pub async fn delete_operator(
+    pub(crate) async fn delete_operator(
         &self,
         id: &OperatorId,
     ) -> Result<Option<(Operator, u64)>, StoreError> {
@@ -80,7 +84,7 @@ impl Db {
     }
 
     /// Every operator, oldest first (`kxp operators list`). Key hashes are not read.
-    pub async fn operators(&self) -> Result<Vec<Operator>, StoreError> {
+    pub(crate) async fn operators(&self) -> Result<Vec<Operator>, StoreError> {
         let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators ORDER BY id");
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Operator>(&sql).fetch_all(pool).await?

@@ -60,6 +60,10 @@ impl Db {
     /// One commit for the whole batch is what makes delivery fast: a commit waits for the disk,
     /// and on PostgreSQL each endpoint's rows are locked once per batch instead of once per
     /// attempt.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn finish_attempts(
         &self,
         batch: &[FinishAttempt],

@@ -9,7 +9,7 @@ use crate::policy::session::{ABSOLUTE_EXPIRY_MS, IDLE_EXPIRY_MS};
 use crate::store::{Db, StoreError, on_db};
 
 /// How long hourly statistics are kept: health reads the last 25 hours.
-pub const STATS_KEPT: Duration = Duration::from_secs(48 * 60 * 60);
+pub(crate) const STATS_KEPT: Duration = Duration::from_secs(48 * 60 * 60);
 
 /// Rows deleted per statement.
 const BATCH: i64 = 500;
@@ -54,6 +54,10 @@ impl Db {
     /// Removes finished data older than `cutoff` (Unix ms), as the module docs describe.
     /// `None` keeps deliveries, events and notifications forever; statistics, expired secrets,
     /// and expired portal links and console sessions are removed either way.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn purge(&self, cutoff: Option<i64>) -> Result<Purged, StoreError> {
         let now = now_ms();
         let mut purged = Purged::default();

@@ -9,7 +9,7 @@ const COLUMNS: &str =
 impl Db {
     /// Registers or replaces the schema of (`event_type`, `api_version`); true when it is new.
     /// The caller checked that `schema` compiles.
-    pub async fn put_schema(
+    pub(crate) async fn put_schema(
         &self,
         account_id: &str,
         event_type: &str,
@@ -52,7 +52,7 @@ impl Db {
     }
 
     /// One schema of the account.
-    pub async fn schema(
+    pub(crate) async fn schema(
         &self,
         account_id: &str,
         event_type: &str,
@@ -73,7 +73,7 @@ impl Db {
     }
 
     /// Every schema of the account, by type then version.
-    pub async fn schemas(&self, account_id: &str) -> Result<Vec<Schema>, StoreError> {
+    pub(crate) async fn schemas(&self, account_id: &str) -> Result<Vec<Schema>, StoreError> {
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_as::<_, Schema>(&format!(
                 "SELECT {COLUMNS} FROM kxp_schemas WHERE account_id = $1 \
@@ -87,7 +87,7 @@ impl Db {
 
     /// Deletes one schema of the account: events of its type and version are accepted unchecked
     /// again.
-    pub async fn delete_schema(
+    pub(crate) async fn delete_schema(
         &self,
         account_id: &str,
         event_type: &str,

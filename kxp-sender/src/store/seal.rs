@@ -44,13 +44,13 @@ pub const SECRETS_KEY_ENV: &str = "KXP_SECRETS_KEY";
 
 /// What every sealed value starts with: the format's version, so a later format can be told
 /// apart and both read during a migration.
-pub const SEALED_PREFIX: &str = "kxps1.";
+pub(crate) const SEALED_PREFIX: &str = "kxps1.";
 
 /// The length of a key-encryption key, in bytes (XChaCha20-Poly1305's key).
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 
 /// The longest key id: short, because it is repeated in every sealed value.
-pub const MAX_KEY_ID_LEN: usize = 16;
+pub(crate) const MAX_KEY_ID_LEN: usize = 16;
 
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
@@ -220,7 +220,7 @@ impl OpenError {
 ///
 /// `Debug` never shows a plaintext value, only a sealed value's key id.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Stored<'a> {
+pub(crate) enum Stored<'a> {
     /// Legacy plaintext: written before a key was configured, or by a server without one.
     Plain(&'a str),
     /// A value that starts with [`SEALED_PREFIX`] (well-formed or not: opening tells).
@@ -229,7 +229,7 @@ pub enum Stored<'a> {
 
 impl<'a> Stored<'a> {
     /// Which kind `stored` is, by its prefix alone.
-    pub fn of(stored: &'a str) -> Stored<'a> {
+    pub(crate) fn of(stored: &'a str) -> Stored<'a> {
         if stored.starts_with(SEALED_PREFIX) {
             Stored::Sealed(stored)
         } else {
@@ -238,7 +238,7 @@ impl<'a> Stored<'a> {
     }
 
     /// The id of the key a sealed value names, if it names a valid one; `None` for plaintext.
-    pub fn key_id(&self) -> Option<&'a str> {
+    pub(crate) fn key_id(&self) -> Option<&'a str> {
         match *self {
             Stored::Plain(_) => None,
             Stored::Sealed(sealed) => split_sealed(sealed).ok().map(|(id, _)| id),
@@ -337,11 +337,15 @@ impl KeyRing {
 
     /// Seals `plaintext` under the newest key, bound to `context` (what the value belongs to:
     /// the purpose and the row's id), as `kxps1.<key-id>.<base64url>`.
+    #[expect(
+        clippy::expect_used,
+        reason = "refused only beyond 256 GiB of plaintext, which no secret or key comes near"
+    )]
     pub fn seal(&self, plaintext: &[u8], context: &[u8]) -> String {
         let mut nonce = [0u8; NONCE_LEN];
         // The OS generator failing is an unrecoverable platform fault; a repeated nonce would
         // be worse than stopping.
-        getrandom::fill(&mut nonce).expect("the operating system's random number generator failed");
+        crate::model::fill_random(&mut nonce);
         // Reserved up front so nothing reallocates: the plaintext copied here is encrypted in
         // place, and no stray copy of it is left on the heap.
         let mut sealed = Vec::with_capacity(NONCE_LEN + plaintext.len() + TAG_LEN);
@@ -355,7 +359,6 @@ impl KeyRing {
                 context,
                 (&mut sealed[NONCE_LEN..]).into(),
             )
-            // Refused only beyond 256 GiB of plaintext, which no secret or key comes near.
             .expect("XChaCha20-Poly1305 refused a secret-sized plaintext");
         sealed.extend_from_slice(&tag);
         format!(
@@ -436,8 +439,11 @@ impl fmt::Debug for KeyRing {
 }
 
 /// HMAC-SHA256 keyed with `key` over the concatenation of `parts`.
+#[expect(
+    clippy::expect_used,
+    reason = "HMAC takes a key of any length: 32 bytes here, always"
+)]
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    // HMAC takes a key of any length: 32 bytes here, always.
     let mut mac =
         <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes a key of any length");
     for part in parts {
@@ -450,7 +456,7 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 /// before a key was configured, or a server without one), a sealed value with the ring, and a
 /// sealed value without a ring is refused with the key id it needs
 /// ([`OpenError::NoKeyConfigured`]) rather than used as if it were the secret.
-pub fn open_stored(
+pub(crate) fn open_stored(
     ring: Option<&KeyRing>,
     stored: &str,
     context: &[u8],
@@ -469,7 +475,11 @@ pub fn open_stored(
 
 /// What to write for a new secret or key: sealed under the ring's newest key when a ring is
 /// configured, else the plaintext as it is (which a later re-seal seals).
-pub fn to_stored(ring: Option<&KeyRing>, plaintext: &str, context: &[u8]) -> Zeroizing<String> {
+pub(crate) fn to_stored(
+    ring: Option<&KeyRing>,
+    plaintext: &str,
+    context: &[u8],
+) -> Zeroizing<String> {
     Zeroizing::new(match ring {
         Some(ring) => ring.seal(plaintext.as_bytes(), context),
         None => plaintext.to_owned(),
@@ -481,11 +491,15 @@ pub fn to_stored(ring: Option<&KeyRing>, plaintext: &str, context: &[u8]) -> Zer
 /// sees when a key was made and two keys made the same day still differ.
 pub fn generate_key_line() -> Zeroizing<String> {
     let mut random = Zeroizing::new([0u8; KEY_LEN + 2]);
-    getrandom::fill(&mut *random).expect("the operating system's random number generator failed");
+    crate::model::fill_random(&mut *random);
     key_line(time::OffsetDateTime::now_utc().date(), &random)
 }
 
 /// The entry for `date` and `random` (the key, then two bytes for the id).
+#[expect(
+    clippy::expect_used,
+    reason = "32 bytes are always 44 base64 characters"
+)]
 fn key_line(date: time::Date, random: &[u8; KEY_LEN + 2]) -> Zeroizing<String> {
     let (key, suffix) = random.split_at(KEY_LEN);
     let id = format!(

@@ -88,7 +88,7 @@ pub(crate) fn stored_secret(ring: Option<&KeyRing>, endpoint_id: &str, secret: &
 }
 
 /// A secret of `endpoint_id` as its row stores it, opened: what signs.
-pub fn open_secret(
+pub(crate) fn open_secret(
     ring: Option<&KeyRing>,
     endpoint_id: &str,
     stored: &str,
@@ -112,7 +112,7 @@ impl Db {
     ///
     /// With `into`, the endpoint changes format: the new secrets and keys take that format's
     /// form, and each older one keeps signing its own format's headers until it expires.
-    pub async fn rotate_secret(
+    pub(crate) async fn rotate_secret(
         &self,
         account_id: &str,
         id: &str,
@@ -232,7 +232,7 @@ impl Db {
     /// dropped HMAC secret can no longer forge. Taking up HMAC again would need a new secret,
     /// shown once, which a change cannot answer: refused with [`StoreError::Conflict`]
     /// `SharedSecretRetired` (register a new endpoint instead).
-    pub async fn change_signing(
+    pub(crate) async fn change_signing(
         &self,
         account_id: &str,
         id: &str,
@@ -299,7 +299,9 @@ impl Db {
     }
 
     /// The endpoint's live secrets, newest first, as stored: what each attempt signs with, once
-    /// opened with [`open_secret`] (a no-op without a key ring).
+    /// opened with [`open_secret`] (a no-op without a key ring). For the rotation tests
+    /// (feature `test-util`).
+    #[cfg(feature = "test-util")]
     pub async fn live_secrets(&self, endpoint_id: &str) -> Result<Vec<String>, StoreError> {
         Ok(on_db!(self, |pool, _begin| {
             sqlx::query_scalar::<_, String>(
@@ -315,7 +317,7 @@ impl Db {
 
     /// The endpoint's live secrets, newest first (opened with `ring`), with when receivers last
     /// verified with each.
-    pub async fn live_secret_states(
+    pub(crate) async fn live_secret_states(
         &self,
         endpoint_id: &str,
         ring: Option<&KeyRing>,
@@ -341,7 +343,7 @@ impl Db {
     /// Checks that `ring` opens every stored secret (endpoints' and accounts' ops secrets),
     /// before a server starts with it: a missing key is found at start, by its id, rather than
     /// by the first delivery that needs it.
-    pub async fn check_sealed(&self, ring: Option<&KeyRing>) -> Result<(), StoreError> {
+    pub(crate) async fn check_sealed(&self, ring: Option<&KeyRing>) -> Result<(), StoreError> {
         for (row, stored) in self.stored_secrets().await? {
             open_stored(ring, &stored, &row.context())?;
         }
@@ -357,6 +359,10 @@ impl Db {
     /// So the rewrite runs with `secure_delete` on, which zeroes what it frees, and ends with a
     /// truncating checkpoint. (PostgreSQL keeps old row versions until vacuum reuses their
     /// space; see docs/security.md.)
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn reseal(&self, ring: &KeyRing) -> Result<u64, StoreError> {
         let mut rewrites = Vec::new();
         for (row, stored) in self.stored_secrets().await? {
@@ -405,6 +411,10 @@ impl Db {
 
     /// How many stored secrets are plaintext (`None`), and how many are sealed under each key
     /// id.
+    #[cfg_attr(
+        not(feature = "test-util"),
+        expect(unreachable_pub, reason = "public with feature test-util only")
+    )]
     pub async fn sealing_census(&self) -> Result<BTreeMap<Option<String>, u64>, StoreError> {
         let mut census = BTreeMap::new();
         for (_, stored) in self.stored_secrets().await? {
@@ -441,7 +451,7 @@ impl Db {
     /// else, a 2xx without a confirmation included, starts it again). A count that reaches
     /// the rotation's need ends the older secrets now. Answers the endpoints whose rotation
     /// that ended.
-    pub async fn record_key_checks(
+    pub(crate) async fn record_key_checks(
         &self,
         checks: &[(EndpointId, i64, KeyCheck)],
     ) -> Result<Vec<EndpointId>, StoreError> {

@@ -9,7 +9,7 @@ use crate::policy::session::{Freshness, freshness};
 use crate::store::{Db, StoreError, on_db};
 
 /// How a session is being opened.
-pub enum Opening<'a> {
+pub(crate) enum Opening<'a> {
     /// With a portal link's token: the link is consumed in the same transaction, so of two
     /// POSTs of one link, one opens a session and the other finds nothing.
     Link(&'a str),

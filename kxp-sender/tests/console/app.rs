@@ -11,60 +11,61 @@ use kxp_sender::{Config, Server};
 use crate::browser::{Browser, WAIT};
 
 /// The operator every test's server has.
-pub const OPERATOR: &str = "Olga Operator";
+pub(crate) const OPERATOR: &str = "Olga Operator";
 /// The merchant account every test's server has (made by the operator through the API).
-pub const SHOP: &str = "Acme Shop";
+pub(crate) const SHOP: &str = "Acme Shop";
 
 /// The console's paths.
-pub mod paths {
+pub(crate) mod paths {
     /// Where a sign-in lands (303), and the console's entry: an operator's home (the
     /// accounts), which sends a merchant on to its account's pages ([`merchant_home`]).
     ///
     /// [`merchant_home`]: super::Console::merchant_home
-    pub const HOME: &str = "/console";
+    pub(crate) const HOME: &str = "/console";
     /// The operators' key form; where every console URL without a session goes.
-    pub const SIGN_IN: &str = "/console/sign-in";
+    pub(crate) const SIGN_IN: &str = "/console/sign-in";
     /// Ends this session.
-    pub const SIGN_OUT: &str = "/console/sign-out";
+    pub(crate) const SIGN_OUT: &str = "/console/sign-out";
     /// Ends every session of this account (or operator).
-    pub const SIGN_OUT_EVERYWHERE: &str = "/console/sign-out-everywhere";
+    pub(crate) const SIGN_OUT_EVERYWHERE: &str = "/console/sign-out-everywhere";
 }
 
 /// Selectors of the console's pages.
-pub mod css {
+pub(crate) mod css {
     /// The only post form of a portal link's page, and of the key form.
-    pub const POST_FORM: &str = r#"form[method="post"]"#;
+    pub(crate) const POST_FORM: &str = r#"form[method="post"]"#;
     /// Its button.
-    pub const SUBMIT: &str = r#"form[method="post"] button[type="submit"]"#;
+    pub(crate) const SUBMIT: &str = r#"form[method="post"] button[type="submit"]"#;
     /// The key form's field.
-    pub const KEY: &str = "#key";
+    pub(crate) const KEY: &str = "#key";
     /// The key form's "that key does not sign in".
-    pub const ALERT: &str = r#"[role="alert"]"#;
+    pub(crate) const ALERT: &str = r#"[role="alert"]"#;
     /// The page's heading.
-    pub const H1: &str = "main h1";
+    pub(crate) const H1: &str = "main h1";
     /// The page's content.
-    pub const MAIN: &str = "main";
+    pub(crate) const MAIN: &str = "main";
     /// The whole page.
-    pub const BODY: &str = "body";
+    pub(crate) const BODY: &str = "body";
     /// Every form that posts.
-    pub const POST_FORMS: &str = r#"form[method="post"]"#;
+    pub(crate) const POST_FORMS: &str = r#"form[method="post"]"#;
     /// What a `read` session's pages say (the header's badge).
-    pub const READ_ONLY: &str = "read only";
+    pub(crate) const READ_ONLY: &str = "read only";
     /// The home page's sign-out button.
-    pub const SIGN_OUT: &str = r#"form[action="/console/sign-out"] button"#;
+    pub(crate) const SIGN_OUT: &str = r#"form[action="/console/sign-out"] button"#;
     /// The home page's sign-out-everywhere button.
-    pub const SIGN_OUT_EVERYWHERE: &str = r#"form[action="/console/sign-out-everywhere"] button"#;
+    pub(crate) const SIGN_OUT_EVERYWHERE: &str =
+        r#"form[action="/console/sign-out-everywhere"] button"#;
     /// The session cookie.
-    pub const SESSION_COOKIE: &str = "kxp_session";
+    pub(crate) const SESSION_COOKIE: &str = "kxp_session";
 
     /// The CSRF input of the form posting to `action`.
-    pub fn csrf_of(action: &str) -> String {
+    pub(crate) fn csrf_of(action: &str) -> String {
         format!(r#"form[action="{action}"] input[name="csrf_token"]"#)
     }
 }
 
 /// A running server with its operator and merchant.
-pub struct Console {
+pub(crate) struct Console {
     pub server: Server,
     /// `http://127.0.0.1:<port>`
     pub base: String,
@@ -79,13 +80,13 @@ pub struct Console {
 
 impl Console {
     /// Starts the server in `--dev` mode on a fresh SQLite file.
-    pub async fn start() -> Console {
+    pub(crate) async fn start() -> Console {
         Console::start_with(|_| {}).await
     }
 
     /// [`Console::start`] with a retry schedule of `schedule` (no jitter) and the circuit
     /// breaker out of the way: deliveries to a failing receiver go dead within moments.
-    pub async fn start_with_schedule(schedule: &str) -> Console {
+    pub(crate) async fn start_with_schedule(schedule: &str) -> Console {
         let schedule = schedule
             .parse::<kxp_sender::Schedule>()
             .unwrap()
@@ -102,7 +103,7 @@ impl Console {
     }
 
     /// [`Console::start`], with `tweak` applied to the configuration first.
-    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Console {
+    pub(crate) async fn start_with(tweak: impl FnOnce(&mut Config)) -> Console {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config {
             database_url: format!("sqlite://{}", dir.path().join("kxp.db").display()),
@@ -135,28 +136,33 @@ impl Console {
     }
 
     /// Stops the server.
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.server.shutdown().await;
     }
 
     /// The absolute URL of `path` on this server.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// The operator's API client (its operator key).
-    pub fn operator(&self) -> kxp_api::Client {
+    pub(crate) fn operator(&self) -> kxp_api::Client {
         kxp_api::Client::new(&self.base, &self.operator_key).unwrap()
     }
 
     /// The path of the merchant's account page `rest` (`""`, or starting with `/`).
-    pub fn shop_path(&self, rest: &str) -> String {
+    pub(crate) fn shop_path(&self, rest: &str) -> String {
         format!("/console/a/{}{rest}", self.shop_id)
     }
 
     /// Posts a form to `path` as a plain HTTP client (no browser) holding the session cookie
     /// `session`, with `fields`; answers the status (redirects are not followed).
-    pub async fn post_form(&self, session: &str, path: &str, fields: &[(&str, &str)]) -> u16 {
+    pub(crate) async fn post_form(
+        &self,
+        session: &str,
+        path: &str,
+        fields: &[(&str, &str)],
+    ) -> u16 {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -183,17 +189,17 @@ impl Console {
     }
 
     /// Where a merchant's session lands: its account's first page.
-    pub fn merchant_home(&self) -> String {
+    pub(crate) fn merchant_home(&self) -> String {
         format!("/console/a/{}", self.shop_id)
     }
 
     /// A new portal link of the merchant's, of `scope`, valid 15 minutes.
-    pub async fn link(&self, scope: PortalScope) -> PortalLink {
+    pub(crate) async fn link(&self, scope: PortalScope) -> PortalLink {
         self.link_with(NewPortalLink::new(scope)).await
     }
 
     /// A new portal link of the merchant's, as `new` asks.
-    pub async fn link_with(&self, new: NewPortalLink) -> PortalLink {
+    pub(crate) async fn link_with(&self, new: NewPortalLink) -> PortalLink {
         let link = self.shop.create_portal_link(&new).await.unwrap();
         assert!(
             link.url.starts_with(&self.url("/console/sign-in/")),
@@ -205,7 +211,7 @@ impl Console {
 
     /// Signs `b` in as the merchant with a fresh link of `scope`: its page, its button, the
     /// account's pages.
-    pub async fn sign_in(&self, b: &Browser, scope: PortalScope) {
+    pub(crate) async fn sign_in(&self, b: &Browser, scope: PortalScope) {
         let link = self.link(scope).await;
         b.goto(&link.url).await;
         b.submit(css::SUBMIT).await;
@@ -218,7 +224,7 @@ impl Console {
     }
 
     /// Signs `b` in as the operator, through the key form.
-    pub async fn sign_in_as_operator(&self, b: &Browser) {
+    pub(crate) async fn sign_in_as_operator(&self, b: &Browser) {
         b.goto(&self.url(paths::SIGN_IN)).await;
         b.type_into(css::KEY, &self.operator_key).await;
         b.submit(css::SUBMIT).await;
@@ -229,7 +235,7 @@ impl Console {
 /// Waits until this process's clock (the server's: it runs in this process) is past
 /// `unix_ms`: a capped wait on the condition the server checks (`expires_at > now`), not a
 /// guessed delay.
-pub async fn until_past(unix_ms: i64) {
+pub(crate) async fn until_past(unix_ms: i64) {
     let deadline = Instant::now() + WAIT;
     while kxp_sender::now_ms() <= unix_ms {
         assert!(

@@ -23,19 +23,19 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// Set to `1`, a missing browser fails the test instead of skipping it (CI sets it).
-pub const REQUIRE_ENV: &str = "KXP_REQUIRE_BROWSER";
+pub(crate) const REQUIRE_ENV: &str = "KXP_REQUIRE_BROWSER";
 /// A directory: [`Browser::screenshot`] saves `<name>.png` there. Unset: no screenshots.
-pub const SCREENSHOTS_ENV: &str = "KXP_SCREENSHOTS";
+pub(crate) const SCREENSHOTS_ENV: &str = "KXP_SCREENSHOTS";
 /// A path to another `axe.min.js` than the checked-in one (`assets/axe.min.js`).
-pub const AXE_ENV: &str = "KXP_AXE_JS";
+pub(crate) const AXE_ENV: &str = "KXP_AXE_JS";
 /// The Chromium binary, when not `chromium` on `PATH`.
-pub const CHROMIUM_ENV: &str = "KXP_CHROMIUM";
+pub(crate) const CHROMIUM_ENV: &str = "KXP_CHROMIUM";
 /// The chromedriver binary, when not `chromedriver` on `PATH`.
-pub const CHROMEDRIVER_ENV: &str = "KXP_CHROMEDRIVER";
+pub(crate) const CHROMEDRIVER_ENV: &str = "KXP_CHROMEDRIVER";
 
 /// The longest any wait for a page goes: a cap, not a delay (waits end as soon as the page is
 /// there).
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(25);
@@ -62,7 +62,7 @@ const AXE_JS: &str = include_str!("assets/axe.min.js");
 const LEFT: &str = "data-kxp-left";
 
 /// A browser session of one test.
-pub struct Browser {
+pub(crate) struct Browser {
     /// Dropped first (fields drop in order), then the driver is killed.
     client: Client,
     driver: Driver,
@@ -105,7 +105,7 @@ impl Drop for Driver {
 
 /// One axe-core violation: a rule and the elements that break it.
 #[derive(Clone, Debug, Deserialize)]
-pub struct Violation {
+pub(crate) struct Violation {
     /// The rule, e.g. `color-contrast`.
     pub id: String,
     /// `minor`, `moderate`, `serious` or `critical`.
@@ -118,7 +118,7 @@ pub struct Violation {
 
 impl Violation {
     /// Whether the issue's bar forbids it: `serious` or `critical`.
-    pub fn is_serious(&self) -> bool {
+    pub(crate) fn is_serious(&self) -> bool {
         matches!(self.impact.as_deref(), Some("serious" | "critical"))
     }
 }
@@ -138,7 +138,7 @@ impl std::fmt::Display for Violation {
 
 /// What one `axe.run()` found.
 #[derive(Debug, Deserialize)]
-pub struct Axe {
+pub(crate) struct Axe {
     /// How many rules passed: more than none, or axe did not really run.
     pub passes: usize,
     /// Every violation, of any impact.
@@ -193,7 +193,7 @@ fn axe_source() -> &'static str {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session; `None` (after the `SKIPPED` line)
     /// where either is not installed. Panics if they are installed but do not start.
-    pub async fn start() -> Option<Browser> {
+    pub(crate) async fn start() -> Option<Browser> {
         let Some(chromium) = program(CHROMIUM_ENV, &["chromium", "chromium-browser"]) else {
             return missing("Chromium is not installed");
         };
@@ -256,26 +256,26 @@ impl Browser {
     }
 
     /// Ends the session (Chromium quits) and chromedriver.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let Browser { client, driver } = self;
         let _ = client.close().await;
         drop(driver);
     }
 
     /// Opens `url` and waits for it to load.
-    pub async fn goto(&self, url: &str) {
+    pub(crate) async fn goto(&self, url: &str) {
         if let Err(e) = self.client.goto(url).await {
             panic!("GET {url}: {e}");
         }
     }
 
     /// The current page's path (e.g. `/console/sign-in`).
-    pub async fn path(&self) -> String {
+    pub(crate) async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_owned()
     }
 
     /// The HTTP status the current page came with (the last response, after redirects).
-    pub async fn status(&self) -> u16 {
+    pub(crate) async fn status(&self) -> u16 {
         let status = self
             .execute(
                 "const n = performance.getEntriesByType('navigation')[0]; \
@@ -290,13 +290,13 @@ impl Browser {
     }
 
     /// The element `css` selects, waiting for it ([`WAIT`] at most).
-    pub async fn find(&self, css: &str) -> Element {
+    pub(crate) async fn find(&self, css: &str) -> Element {
         self.wait_for(Locator::Css(css), css).await
     }
 
     /// The first element whose text contains `text` among those `css` selects, waiting for one
     /// ([`WAIT`] at most: a capped wait on the condition, looked at every few milliseconds).
-    pub async fn find_text(&self, css: &str, text: &str) -> Element {
+    pub(crate) async fn find_text(&self, css: &str, text: &str) -> Element {
         let deadline = Instant::now() + WAIT;
         loop {
             for element in self.client.find_all(Locator::Css(css)).await.unwrap() {
@@ -340,17 +340,17 @@ impl Browser {
     }
 
     /// The rendered text of the element `css` selects (waiting for it).
-    pub async fn text(&self, css: &str) -> String {
+    pub(crate) async fn text(&self, css: &str) -> String {
         self.find(css).await.text().await.unwrap()
     }
 
     /// How many elements `css` selects now (no wait).
-    pub async fn count(&self, css: &str) -> usize {
+    pub(crate) async fn count(&self, css: &str) -> usize {
         self.client.find_all(Locator::Css(css)).await.unwrap().len()
     }
 
     /// The attribute `name` of every element `css` selects now (no wait); `""` where unset.
-    pub async fn attrs(&self, css: &str, name: &str) -> Vec<String> {
+    pub(crate) async fn attrs(&self, css: &str, name: &str) -> Vec<String> {
         let mut values = Vec::new();
         for element in self.client.find_all(Locator::Css(css)).await.unwrap() {
             values.push(element.attr(name).await.unwrap().unwrap_or_default());
@@ -359,14 +359,14 @@ impl Browser {
     }
 
     /// Types `text` into the field `css` selects.
-    pub async fn type_into(&self, css: &str, text: &str) {
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
         self.find(css).await.send_keys(text).await.unwrap();
     }
 
     /// Clicks the button `css` selects and waits for the page that answers (a form post or a
     /// link followed): the page it left is marked, and the wait ends when a document without
     /// the mark has loaded.
-    pub async fn submit(&self, css: &str) {
+    pub(crate) async fn submit(&self, css: &str) {
         let button = self.find(css).await;
         self.execute(
             &format!("document.documentElement.setAttribute('{LEFT}', '');"),
@@ -382,7 +382,7 @@ impl Browser {
     }
 
     /// Sets the `value` of the element `css` selects (a hidden input, say), by script.
-    pub async fn set_value(&self, css: &str, value: &str) {
+    pub(crate) async fn set_value(&self, css: &str, value: &str) {
         let done = self
             .execute(
                 "const e = document.querySelector(arguments[0]); \
@@ -394,7 +394,7 @@ impl Browser {
     }
 
     /// Removes the element `css` selects from the page, by script.
-    pub async fn remove(&self, css: &str) {
+    pub(crate) async fn remove(&self, css: &str) {
         let done = self
             .execute(
                 "const e = document.querySelector(arguments[0]); \
@@ -408,7 +408,7 @@ impl Browser {
     /// Runs `script` (a function body; `arguments` are `args`) in the page and returns its
     /// value. WebDriver's scripts are not the page's: its Content-Security-Policy does not
     /// block them (`security.rs` checks that it blocks the page's own).
-    pub async fn execute(&self, script: &str, args: Vec<Value>) -> Value {
+    pub(crate) async fn execute(&self, script: &str, args: Vec<Value>) -> Value {
         match self.client.execute(script, args).await {
             Ok(value) => value,
             Err(e) => panic!("script failed: {e}"),
@@ -416,7 +416,7 @@ impl Browser {
     }
 
     /// The cookie `name` as the current page sees it (HttpOnly ones too), if it is set.
-    pub async fn cookie(&self, name: &str) -> Option<Cookie<'static>> {
+    pub(crate) async fn cookie(&self, name: &str) -> Option<Cookie<'static>> {
         self.client
             .get_all_cookies()
             .await
@@ -428,7 +428,7 @@ impl Browser {
     /// Sets a cookie `name=value` for the current page's host on `path`, as a script of the
     /// page would (so not HttpOnly). By script: fantoccini's `add_cookie` sends `"domain":
     /// null`, which chromedriver refuses, and a `Domain` of an IP address is no cookie at all.
-    pub async fn add_cookie(&self, name: &str, value: &str, path: &str) {
+    pub(crate) async fn add_cookie(&self, name: &str, value: &str, path: &str) {
         self.execute(
             "document.cookie = `${arguments[0]}=${arguments[1]}; path=${arguments[2]}; \
              samesite=strict`;",
@@ -444,12 +444,12 @@ impl Browser {
     }
 
     /// Forgets every cookie of the current page's origin.
-    pub async fn delete_all_cookies(&self) {
+    pub(crate) async fn delete_all_cookies(&self) {
         self.client.delete_all_cookies().await.unwrap();
     }
 
     /// Saves a PNG of the window as `$KXP_SCREENSHOTS/<name>.png`; nothing without it.
-    pub async fn screenshot(&self, name: &str) {
+    pub(crate) async fn screenshot(&self, name: &str) {
         let Some(dir) = std::env::var_os(SCREENSHOTS_ENV).filter(|d| !d.is_empty()) else {
             return;
         };
@@ -461,7 +461,7 @@ impl Browser {
 
     /// Runs axe-core on the current page: injected through WebDriver (the console's CSP
     /// forbids every script of the page's own, not WebDriver's), then `axe.run(document)`.
-    pub async fn axe(&self) -> Axe {
+    pub(crate) async fn axe(&self) -> Axe {
         let loaded = self
             .execute(
                 &format!("{}\n;return typeof window.axe;", axe_source()),

@@ -267,8 +267,8 @@ fn routes_of_app(source: &str) -> BTreeSet<(String, String)> {
         "on_service",
     ];
     let start = source
-        .find("pub fn app(")
-        .expect("api.rs has no `pub fn app(`");
+        .find("fn app(")
+        .expect("http/mod.rs has no `fn app(`");
     let body = enclosed(&source[start..], '{', '}');
     let mut routes = BTreeSet::new();
     // The two fallbacks that answer a fixed JSON error whatever the request (tested in

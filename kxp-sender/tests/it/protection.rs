@@ -31,7 +31,7 @@ fn breaker(failures: u32, cooldown_ms: u64, max_ms: u64) -> Protection {
 }
 
 /// Runs a query returning `(text, number)` rows on either backend.
-pub async fn rows(db: &Db, sql: &str, bind: &str) -> Vec<(String, i64)> {
+pub(crate) async fn rows(db: &Db, sql: &str, bind: &str) -> Vec<(String, i64)> {
     match db {
         Db::Sqlite(pool) => sqlx::query_as(sql)
             .bind(bind)

@@ -38,12 +38,12 @@ pub(super) struct Frame<'a> {
 
 impl Frame<'_> {
     /// `/console/a/<account>` followed by `rest`.
-    pub fn url(&self, rest: &str) -> String {
+    pub(crate) fn url(&self, rest: &str) -> String {
         format!("/console/a/{}{rest}", self.account_id)
     }
 
     /// The hidden CSRF input every form carries.
-    pub fn csrf(&self) -> Markup {
+    pub(crate) fn csrf(&self) -> Markup {
         html! { input type="hidden" name="csrf_token" value=(self.csrf_token); }
     }
 }

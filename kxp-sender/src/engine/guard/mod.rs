@@ -48,7 +48,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 /// reaching; [`Range::name`] is what error messages say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Range {
+pub(crate) enum Range {
     /// `0.0.0.0` and `::`: connecting to them reaches this very machine on most systems.
     Unspecified,
     /// `0.0.0.0/8` ("this network"), apart from `0.0.0.0` itself.
@@ -87,7 +87,7 @@ pub enum Range {
 
 impl Range {
     /// What the range is, for error messages.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Range::Unspecified => "unspecified",
             Range::ThisNetwork => "\"this network\" (0.0.0.0/8)",
@@ -119,7 +119,7 @@ impl fmt::Display for Range {
 /// An IPv6 form that carries an IPv4 address; the guard judges the IPv4 address inside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Embedding {
+pub(crate) enum Embedding {
     /// `::ffff:a.b.c.d`: the kernel connects to `a.b.c.d` itself.
     Mapped,
     /// `::a.b.c.d` (deprecated IPv4-compatible).
@@ -132,7 +132,7 @@ pub enum Embedding {
 
 impl Embedding {
     /// What the form is, for error messages.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Embedding::Mapped => "IPv4-mapped",
             Embedding::Compatible => "IPv4-compatible",
@@ -144,25 +144,27 @@ impl Embedding {
 
 /// Why an address was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Blocked {
+pub(crate) struct Blocked {
     ip: IpAddr,
     range: Range,
     embedded: Option<(Embedding, Ipv4Addr)>,
 }
 
 impl Blocked {
-    /// The refused address, as given.
-    pub fn ip(&self) -> IpAddr {
+    /// The refused address, as given (the verdict's text names it; the tests read it).
+    #[cfg(test)]
+    pub(crate) fn ip(&self) -> IpAddr {
         self.ip
     }
 
     /// The range it falls in (for an embedding form: the range of the embedded IPv4 address).
-    pub fn range(&self) -> Range {
+    pub(crate) fn range(&self) -> Range {
         self.range
     }
 
     /// The IPv6 form and the IPv4 address it carries, when the verdict is about that address.
-    pub fn embedded(&self) -> Option<(Embedding, Ipv4Addr)> {
+    #[cfg(test)]
+    pub(crate) fn embedded(&self) -> Option<(Embedding, Ipv4Addr)> {
         self.embedded
     }
 }
@@ -188,7 +190,7 @@ impl std::error::Error for Blocked {}
 /// `blocked_address:`, the attempt's error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("blocked_address: {name}: {blocked}")]
-pub struct BlockedName {
+pub(crate) struct BlockedName {
     /// The name that was resolved.
     pub name: String,
     /// The first blocked address among its addresses.
@@ -197,7 +199,7 @@ pub struct BlockedName {
 
 /// Which range `ip` is in, if a blocked one, without regard to any allow-list. Public
 /// addresses answer `None`.
-pub fn classify(ip: IpAddr) -> Option<Blocked> {
+pub(crate) fn classify(ip: IpAddr) -> Option<Blocked> {
     match ip {
         IpAddr::V4(v4) => v4_range(v4).map(|range| Blocked {
             ip,
@@ -341,7 +343,7 @@ impl Cidr {
     }
 
     /// Whether `ip` is in the block (an IPv4 block holds no IPv6 address, and the other way
-    /// round; [`AddressGuard`] tries IPv4-mapped addresses as their IPv4 address too).
+    /// round; the address guard tries IPv4-mapped addresses as their IPv4 address too).
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.0.contains(&ip)
     }
@@ -388,7 +390,7 @@ impl fmt::Display for Cidr {
 /// The policy: the blocked ranges, minus the allow-list, minus loopback in development mode.
 /// Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct AddressGuard {
+pub(crate) struct AddressGuard {
     dev: bool,
     allow: Arc<[Cidr]>,
 }
@@ -396,21 +398,16 @@ pub struct AddressGuard {
 impl AddressGuard {
     /// A guard that lets through public addresses, the blocks in `allow`, and with `dev`
     /// loopback (`127.0.0.0/8`, `::1`, and `::ffff:127.0.0.0/104`) too.
-    pub fn new(dev: bool, allow: Vec<Cidr>) -> AddressGuard {
+    pub(crate) fn new(dev: bool, allow: Vec<Cidr>) -> AddressGuard {
         AddressGuard {
             dev,
             allow: allow.into(),
         }
     }
 
-    /// The allow-listed blocks.
-    pub fn allowed(&self) -> &[Cidr] {
-        &self.allow
-    }
-
     /// Whether `ip` may be connected to. An IPv4-mapped address (`::ffff:a.b.c.d`) is matched
     /// against the allow-list as `a.b.c.d` too: the kernel connects to that very address.
-    pub fn check(&self, ip: IpAddr) -> Result<(), Blocked> {
+    pub(crate) fn check(&self, ip: IpAddr) -> Result<(), Blocked> {
         let canonical = ip.to_canonical();
         if self
             .allow
@@ -436,7 +433,7 @@ impl AddressGuard {
     /// `0177.0.0.1`, `127.1`), and serializes an IP host in its one canonical form; a host
     /// name never looks like an address (a name whose last label is a number is parsed as
     /// IPv4 or refused).
-    pub fn url_ip(url: &Url) -> Option<IpAddr> {
+    pub(crate) fn url_ip(url: &Url) -> Option<IpAddr> {
         // `Url::host()` says the same (Host::Ipv4 / Host::Ipv6 / Host::Domain), but naming
         // `url::Host` needs the `url` crate as a direct dependency; the canonical text of
         // those variants is exactly what `host_str` returns.
@@ -449,7 +446,7 @@ impl AddressGuard {
 
     /// Checks the host of `url` when it is an IP literal (which no resolver ever sees); host
     /// names pass here and are checked when resolved.
-    pub fn check_url(&self, url: &Url) -> Result<(), Blocked> {
+    pub(crate) fn check_url(&self, url: &Url) -> Result<(), Blocked> {
         match AddressGuard::url_ip(url) {
             Some(ip) => self.check(ip),
             None => Ok(()),
@@ -459,7 +456,7 @@ impl AddressGuard {
     /// All of `addrs` when every one passes; the name is refused as a whole if any is
     /// blocked (one blocked address among public ones is how DNS tricks reach a private
     /// network).
-    pub fn check_resolved(
+    pub(crate) fn check_resolved(
         &self,
         name: &str,
         addrs: Vec<SocketAddr>,
@@ -480,24 +477,24 @@ impl AddressGuard {
 /// refuses the name if any address is blocked, and otherwise hands over only the addresses it
 /// checked, which are the ones connected to.
 #[derive(Debug, Clone)]
-pub struct GuardedResolver {
+pub(crate) struct GuardedResolver {
     guard: AddressGuard,
 }
 
 impl GuardedResolver {
     /// A resolver enforcing `guard`.
-    pub fn new(guard: AddressGuard) -> GuardedResolver {
+    pub(crate) fn new(guard: AddressGuard) -> GuardedResolver {
         GuardedResolver { guard }
     }
 }
 
 /// How long a name may take to resolve: the system resolver can wait far longer (retries over
 /// several servers), and an attempt's own timeout should not be spent there silently.
-pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A name did not resolve within [`RESOLVE_TIMEOUT`].
 #[derive(Debug, Clone, Copy)]
-pub struct ResolveTimedOut;
+pub(crate) struct ResolveTimedOut;
 
 impl fmt::Display for ResolveTimedOut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
