@@ -2,7 +2,7 @@
 //! ops URL, signed like any delivery with the account's ops secret, and an e-mail to its
 //! contact address.
 //!
-//! Notifications go through an outbox (`kxp_notifications`): `queue_notices!` writes one row
+//! Notifications go through an outbox (`kxp_notifications`): `store::notifications::queue_notices` writes one row
 //! per channel in the transaction that changes the endpoint's state, so each state change is
 //! announced exactly once and a crash between the change and the announcement loses nothing.
 //! [`run`] sends due rows under a lease and retries failures on the server's retry schedule;
