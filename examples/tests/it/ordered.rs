@@ -112,10 +112,15 @@ async fn the_axum_example_in_ordered_mode_keeps_a_refused_payment_and_its_succes
             .any(|r| r["event_id"] == a_dispute.as_str() && r["status"] == 500)
     })
     .await;
+    // Each delivery is answered 200 without the handler: `held`, or `duplicate` when the
+    // catch-up had already taken the event from the feed before its delivery arrived (a slow
+    // sender on a loaded machine).
     for event in [&a_dispute, &a_paid, &b_paid] {
         until(&format!("{event} is held"), async || {
             requests(&receiver).iter().any(|r| {
-                r["event_id"] == event.as_str() && r["outcome"] == "held" && r["status"] == 200
+                r["event_id"] == event.as_str()
+                    && (r["outcome"] == "held" || r["outcome"] == "duplicate")
+                    && r["status"] == 200
             })
         })
         .await;
