@@ -20,19 +20,8 @@
 //!   `http://0177.0.0.1/`) into the address they mean.
 //!
 //! Everything here except `GuardedResolver`'s lookup is pure: tests check decisions
-//! without connecting anywhere.
-//!
-//! ```
-//! use std::net::IpAddr;
-//! use kxp_sender::{AddressGuard, Cidr, Range};
-//!
-//! let guard = AddressGuard::new(false, vec!["10.1.0.0/16".parse::<Cidr>()?]);
-//! let metadata: IpAddr = "169.254.169.254".parse()?;
-//! assert_eq!(guard.check(metadata).unwrap_err().range(), Range::LinkLocal);
-//! assert!(guard.check("10.1.2.3".parse()?).is_ok()); // allow-listed
-//! assert!(guard.check("10.2.0.1".parse()?).is_err()); // private, not allow-listed
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! without connecting anywhere (`guard/tests.rs`: every range, every embedding form, the
+//! allow-list, development mode, odd URL spellings).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
