@@ -31,7 +31,7 @@ impl Db {
             contact_email: None,
             created_at: now_ms(),
         };
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query(
                 "INSERT INTO kxp_accounts (id, name, api_key_hash, default_api_version, created_at) \
                  VALUES ($1, $2, $3, $4, $5)",
@@ -55,7 +55,7 @@ impl Db {
     pub async fn account_by_key(&self, key: &str) -> Result<Option<Account>, StoreError> {
         let hash = sha256_hex(key.as_bytes());
         let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE api_key_hash = $1");
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Account>(&sql)
                 .bind(hash)
                 .fetch_optional(pool)
@@ -66,7 +66,7 @@ impl Db {
     /// The account with this id: the one an operator key acts for (`X-Kxp-Account`).
     pub(crate) async fn account(&self, id: &str) -> Result<Option<Account>, StoreError> {
         let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1");
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Account>(&sql)
                 .bind(id)
                 .fetch_optional(pool)
@@ -76,7 +76,7 @@ impl Db {
 
     /// How many accounts exist.
     pub(crate) async fn account_count(&self) -> Result<i64, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM kxp_accounts")
                 .fetch_one(pool)
                 .await?
@@ -92,7 +92,7 @@ impl Db {
     /// read on the endpoints' and the deliveries' account indexes, never by a scan.
     pub(crate) async fn account_overviews(&self) -> Result<Vec<AccountOverview>, StoreError> {
         let accounts = self.accounts().await?;
-        let counts: Vec<(String, i64, i64, i64)> = on_db!(self, |pool, _begin| {
+        let counts: Vec<(String, i64, i64, i64)> = on_db!(self, |pool| {
             sqlx::query_as(
                 "SELECT a.id, \
                  (SELECT COUNT(*) FROM kxp_endpoints e WHERE e.account_id = a.id AND e.status <> 'deleted'), \
@@ -134,7 +134,7 @@ impl Db {
             "SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE (CAST($1 AS TEXT) IS NULL OR id > $1) \
              ORDER BY id LIMIT $2"
         );
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Account>(&sql)
                 .bind(cursor)
                 .bind(limit)
@@ -154,11 +154,6 @@ impl Db {
     ) -> Result<(Account, Option<String>), StoreError> {
         // Read under a row lock (PostgreSQL): two PATCHes at once apply one after the other,
         // never one over the other's stale read.
-        let lock = match self {
-            Db::Sqlite(_) => "",
-            Db::Postgres(_) => " FOR UPDATE",
-        };
-        let select = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1{lock}");
         let new_secret = match &changes.ops_url {
             Some(Some(_)) => Some(random_hex_32()),
             _ => None,
@@ -166,8 +161,12 @@ impl Db {
         let stored = new_secret
             .as_deref()
             .map(|secret| stored_ops_secret(ring, id, secret));
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
+            let select = format!(
+                "SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1{}",
+                DB::row_lock(" FOR UPDATE")
+            );
             let mut account = sqlx::query_as::<_, Account>(&select)
                 .bind(id)
                 .fetch_optional(&mut *tx)

@@ -11,7 +11,7 @@ impl Db {
             Actor::Operator { id, name } => ("operator", id, name),
             Actor::Account { id, name } => ("account", id, name),
         };
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query(
                 "INSERT INTO kxp_audit (id, at, actor_kind, actor_id, actor_name, via, account_id, action, target) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -37,7 +37,7 @@ impl Db {
         before: Option<&str>,
         limit: i64,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, AuditEntry>(
                 "SELECT id, at, actor_kind, actor_id, actor_name, via, account_id, action, target \
                  FROM kxp_audit WHERE (CAST($1 AS TEXT) IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",

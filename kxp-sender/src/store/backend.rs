@@ -1,22 +1,22 @@
 //! The statements the store's multi-statement transactions run, for each database: a sealed
 //! [`Backend`] trait over sqlx's `Sqlite` and `Postgres`, one method per statement, and one
-//! generator (`backend!`) that implements it for both. The transactions themselves (recording
-//! attempts, ingestion, the breaker, notices, replays, endpoint changes) are ordinary generic
-//! functions over `DB: Backend` that call these methods: their logic is written and compiled
-//! once, and each statement is type-checked here, where it is written, for both databases.
+//! generator per trait that implements it for both (`backend!` here; `recording_sql!` for the
+//! attempt-recording path's statements, in [`recording`]). The transactions themselves
+//! (recording attempts, ingestion, the breaker, notices, replays, endpoint changes) are ordinary
+//! generic functions over `DB: Backend` that call these methods: their logic is written and
+//! compiled once, and each statement is type-checked where it is written, for both databases.
 //!
-//! Where the databases differ (how a write transaction begins, the share lock, JSON functions,
-//! how a batch of attempts is written), the generator takes the difference as a parameter.
+//! Where the databases differ (how a write transaction begins, row locks, JSON functions, how a
+//! batch of attempts is written), the generator takes the difference as a parameter, or the
+//! trait as a constant ([`Backend::BEGIN`], [`Backend::LOCKS_ROWS`]).
+
+mod recording;
 
 use std::future::Future;
 
-use crate::model::{
-    DeliveryId, Endpoint, Event, FinishAttempt, Ingest, NoticeFacts, Subscriber, Transition,
-};
-use crate::store::circuit::{BREAKER_ROW, BreakerRow, CLOSE, DISABLE, OPEN, REOPEN};
-use crate::store::health::{STATS_POSTGRES, STATS_SQLITE, StatsRow};
-use crate::store::notifications::NOTICE_FACTS;
-use crate::store::record::{FINISH_ATTEMPT, FINISH_ATTEMPTS_POSTGRES, Finishing};
+use crate::model::{Endpoint, Event, Ingest, Subscriber};
+
+pub(crate) use recording::{NewNotice, RecordingSql};
 
 mod sealed {
     pub(crate) trait Sealed {}
@@ -41,142 +41,25 @@ pub(crate) struct NewDelivery<'a> {
     pub sequence: Option<i64>,
 }
 
-/// One row of the notification outbox, as [`Backend::insert_notice`] writes it.
-pub(crate) struct NewNotice<'a> {
-    /// What the notice is about.
-    pub facts: &'a NoticeFacts,
-    /// The notice's kind.
-    pub kind: &'a str,
-    /// `webhook` or `email`.
-    pub channel: &'a str,
-    /// The URL or address.
-    pub target: &'a str,
-    /// The notice's own event id.
-    pub event_id: &'a str,
-    /// The envelope it sends.
-    pub payload: &'a str,
-    /// When it is queued (and due).
-    pub now: i64,
-}
-
 /// A database the store's transactions run on. Sealed: its methods are the store's
-/// statements, implemented for `sqlx::Sqlite` and `sqlx::Postgres` by `backend!`. Each takes
-/// the transaction's connection (a `Transaction` derefs to it) and returns a `Send` future, so
-/// generic code over it needs no sqlx `Executor` bounds and the engine can spawn it.
-pub(crate) trait Backend: sqlx::Database + sealed::Sealed {
+/// statements, implemented for `sqlx::Sqlite` and `sqlx::Postgres` by `backend!` (and those of
+/// the attempt-recording path by [`RecordingSql`]'s generator). Each takes the transaction's
+/// connection (a `Transaction` derefs to it) and returns a `Send` future, so generic code over
+/// it needs no sqlx `Executor` bounds and the engine can spawn it.
+pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// The statement that opens a write transaction.
     const BEGIN: &'static str;
 
-    /// Writes a batch's finished attempts to their delivery rows and attempt rows, each only
-    /// if its owner still holds the lease; answers, per item, whether it did.
-    fn finish_deliveries(
-        conn: &mut Self::Connection,
-        batch: &[FinishAttempt],
-        finishing: &[Finishing<'_>],
-        now: i64,
-    ) -> impl Future<Output = Result<Vec<bool>, sqlx::Error>> + Send;
+    /// Whether a transaction locks the rows it reads only when told to: PostgreSQL's do, with
+    /// `FOR UPDATE` and its kin; SQLite's write transaction holds the database's one write
+    /// lock from its `BEGIN IMMEDIATE`, so there is nothing more to lock (nor a clause for it).
+    const LOCKS_ROWS: bool;
 
-    /// [`StatsSql::lock`](crate::store::health::StatsSql::lock): `ids` a JSON array.
-    fn lock_stats(
-        conn: &mut Self::Connection,
-        ids: &str,
-        now: i64,
-    ) -> impl Future<Output = Result<Vec<StatsRow>, sqlx::Error>> + Send;
-
-    /// [`StatsSql::write`](crate::store::health::StatsSql::write).
-    fn write_stats(
-        conn: &mut Self::Connection,
-        stats: String,
-        now: i64,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
-
-    /// [`StatsSql::add_hourly`](crate::store::health::StatsSql::add_hourly).
-    fn add_hourly(
-        conn: &mut Self::Connection,
-        tallies: String,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
-
-    /// The [`BreakerRow`]s of the endpoints in `ids`, a JSON array.
-    fn breaker_rows(
-        conn: &mut Self::Connection,
-        ids: &str,
-    ) -> impl Future<Output = Result<Vec<BreakerRow>, sqlx::Error>> + Send;
-
-    /// One endpoint's [`BreakerRow`].
-    fn breaker_row(
-        conn: &mut Self::Connection,
-        endpoint_id: &str,
-    ) -> impl Future<Output = Result<BreakerRow, sqlx::Error>> + Send;
-
-    /// Makes `transition` on the endpoint (`probe_at`: the next probe, for the two that open
-    /// the circuit), if it still leaves the state it is made from; answers whether it did.
-    /// Nothing for [`Transition::Stay`].
-    fn transition(
-        conn: &mut Self::Connection,
-        transition: Transition,
-        endpoint_id: &str,
-        now: i64,
-        probe_at: Option<i64>,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
-
-    /// Holds one pending delivery (a half-open circuit's failed probe).
-    fn hold_delivery(
-        conn: &mut Self::Connection,
-        delivery_id: &str,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
-
-    /// Releases an endpoint's held deliveries: the oldest due at `now`, each next one
-    /// `spacing` ms later, so a backlog drains at the endpoint's rate limit. One statement;
-    /// `UPDATE … FROM` with a window function works on both backends. Answers how many.
-    fn spread_held(
-        conn: &mut Self::Connection,
-        endpoint_id: &str,
-        now: i64,
-        spacing: i64,
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
-
-    /// Holds every pending delivery of an endpoint (they keep their attempt counts;
-    /// [`spread_held`](Backend::spread_held) releases them). Answers how many.
-    fn hold_pending(
-        conn: &mut Self::Connection,
-        endpoint_id: &str,
-        now: i64,
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
-
-    /// Moves an open circuit whose cool-down has passed to `half_open`; answers how many rows
-    /// it moved (0 when another process did it first).
-    fn half_open(
-        conn: &mut Self::Connection,
-        endpoint_id: &str,
-        now: i64,
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
-
-    /// Releases the held delivery with the most tries left (the oldest of those) as the
-    /// endpoint's probe.
-    fn release_probe(
-        conn: &mut Self::Connection,
-        endpoint_id: &str,
-        now: i64,
-    ) -> impl Future<Output = Result<Option<DeliveryId>, sqlx::Error>> + Send;
-
-    /// Records the endpoint's probe.
-    fn set_probe(
-        conn: &mut Self::Connection,
-        probe: &str,
-        endpoint_id: &str,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
-
-    /// The facts a notice about the endpoint describes.
-    fn notice_facts(
-        conn: &mut Self::Connection,
-        endpoint_id: &str,
-    ) -> impl Future<Output = Result<NoticeFacts, sqlx::Error>> + Send;
-
-    /// Queues one notice on one channel.
-    fn insert_notice(
-        conn: &mut Self::Connection,
-        notice: &NewNotice<'_>,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    /// `clause` (` FOR UPDATE`, ` FOR NO KEY UPDATE`, ` FOR UPDATE SKIP LOCKED`…) where the
+    /// database locks rows, nothing where it does not ([`Backend::LOCKS_ROWS`]).
+    fn row_lock(clause: &'static str) -> &'static str {
+        if Self::LOCKS_ROWS { clause } else { "" }
+    }
 
     /// The account's event with this idempotency key.
     fn event_by_key(
@@ -305,242 +188,21 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }
 
-/// The statement that makes `transition`, if it makes one: `$1` the endpoint, `$2` now, and
-/// for the two that open the circuit `$3` the next probe time.
-fn transition_sql(transition: Transition) -> Option<&'static str> {
-    match transition {
-        Transition::Stay => None,
-        Transition::Open => Some(OPEN),
-        Transition::Reopen => Some(REOPEN),
-        Transition::Close => Some(CLOSE),
-        Transition::Disable => Some(DISABLE),
-    }
-}
-
 /// Implements [`Backend`] for `$db`. One body for both databases; the differences are the
 /// parameters: `$share` the share lock's clause ([`Backend::endpoint_shared`]), `$tags` the
-/// tags' insert, `$breakers` the breaker rows' read by a JSON array, `$stats` the
-/// [`StatsSql`](crate::store::health::StatsSql), and `$own` the methods written per database
-/// (`BEGIN`, [`Backend::finish_deliveries`], [`Backend::lock_for_change`]).
+/// tags' insert, and `$own` what is written per database (`BEGIN`, `LOCKS_ROWS`,
+/// [`Backend::lock_for_change`]).
 macro_rules! backend {
     (
         $db:ty,
         share: $share:literal,
         tags: $tags:literal,
-        breakers: $breakers:expr,
-        stats: $stats:expr,
         { $($own:tt)* }
     ) => {
         impl sealed::Sealed for $db {}
 
         impl Backend for $db {
             $($own)*
-
-            async fn lock_stats(
-                conn: &mut Self::Connection,
-                ids: &str,
-                now: i64,
-            ) -> Result<Vec<StatsRow>, sqlx::Error> {
-                sqlx::query_as::<_, StatsRow>(&$stats.lock)
-                    .bind(ids)
-                    .bind(now)
-                    .fetch_all(&mut *conn)
-                    .await
-            }
-
-            async fn write_stats(
-                conn: &mut Self::Connection,
-                stats: String,
-                now: i64,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(&$stats.write)
-                    .bind(stats)
-                    .bind(now)
-                    .execute(&mut *conn)
-                    .await?;
-                Ok(())
-            }
-
-            async fn add_hourly(
-                conn: &mut Self::Connection,
-                tallies: String,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(&$stats.add_hourly)
-                    .bind(tallies)
-                    .execute(&mut *conn)
-                    .await?;
-                Ok(())
-            }
-
-            async fn breaker_rows(
-                conn: &mut Self::Connection,
-                ids: &str,
-            ) -> Result<Vec<BreakerRow>, sqlx::Error> {
-                sqlx::query_as::<_, BreakerRow>($breakers)
-                    .bind(ids)
-                    .fetch_all(&mut *conn)
-                    .await
-            }
-
-            async fn breaker_row(
-                conn: &mut Self::Connection,
-                endpoint_id: &str,
-            ) -> Result<BreakerRow, sqlx::Error> {
-                sqlx::query_as::<_, BreakerRow>(BREAKER_ROW)
-                    .bind(endpoint_id)
-                    .fetch_one(&mut *conn)
-                    .await
-            }
-
-            async fn transition(
-                conn: &mut Self::Connection,
-                transition: Transition,
-                endpoint_id: &str,
-                now: i64,
-                probe_at: Option<i64>,
-            ) -> Result<bool, sqlx::Error> {
-                let Some(sql) = transition_sql(transition) else {
-                    return Ok(false);
-                };
-                let query = sqlx::query(sql).bind(endpoint_id).bind(now);
-                let query = match probe_at {
-                    Some(at) => query.bind(at),
-                    None => query,
-                };
-                Ok(query.execute(&mut *conn).await?.rows_affected() == 1)
-            }
-
-            async fn hold_delivery(
-                conn: &mut Self::Connection,
-                delivery_id: &str,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(
-                    "UPDATE kxp_deliveries SET next_attempt_at = $1 \
-                     WHERE id = $2 AND status = 'pending'",
-                )
-                .bind(crate::model::HELD)
-                .bind(delivery_id)
-                .execute(&mut *conn)
-                .await?;
-                Ok(())
-            }
-
-            async fn spread_held(
-                conn: &mut Self::Connection,
-                endpoint_id: &str,
-                now: i64,
-                spacing: i64,
-            ) -> Result<u64, sqlx::Error> {
-                Ok(sqlx::query(
-                    "UPDATE kxp_deliveries SET next_attempt_at = $1 + s.rn * $2, updated_at = $1 \
-                     FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) - 1 AS rn FROM kxp_deliveries \
-                           WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at = $4) AS s \
-                     WHERE kxp_deliveries.id = s.id",
-                )
-                .bind(now)
-                .bind(spacing)
-                .bind(endpoint_id)
-                .bind(crate::model::HELD)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected())
-            }
-
-            async fn hold_pending(
-                conn: &mut Self::Connection,
-                endpoint_id: &str,
-                now: i64,
-            ) -> Result<u64, sqlx::Error> {
-                Ok(sqlx::query(
-                    "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $2 \
-                     WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at <> $1",
-                )
-                .bind(crate::model::HELD)
-                .bind(now)
-                .bind(endpoint_id)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected())
-            }
-
-            async fn half_open(
-                conn: &mut Self::Connection,
-                endpoint_id: &str,
-                now: i64,
-            ) -> Result<u64, sqlx::Error> {
-                Ok(sqlx::query(
-                    "UPDATE kxp_endpoints SET circuit_state = 'half_open', updated_at = $2 \
-                     WHERE id = $1 AND circuit_state = 'open' AND circuit_probe_at <= $2 AND status = 'active'",
-                )
-                .bind(endpoint_id)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected())
-            }
-
-            async fn release_probe(
-                conn: &mut Self::Connection,
-                endpoint_id: &str,
-                now: i64,
-            ) -> Result<Option<DeliveryId>, sqlx::Error> {
-                sqlx::query_scalar::<_, DeliveryId>(
-                    "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $1 WHERE id = \
-                     (SELECT id FROM kxp_deliveries WHERE endpoint_id = $2 AND status = 'pending' \
-                      AND next_attempt_at = $3 ORDER BY attempts, id LIMIT 1) RETURNING id",
-                )
-                .bind(now)
-                .bind(endpoint_id)
-                .bind(crate::model::HELD)
-                .fetch_optional(&mut *conn)
-                .await
-            }
-
-            async fn set_probe(
-                conn: &mut Self::Connection,
-                probe: &str,
-                endpoint_id: &str,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query("UPDATE kxp_endpoints SET circuit_probe_id = $1 WHERE id = $2")
-                    .bind(probe)
-                    .bind(endpoint_id)
-                    .execute(&mut *conn)
-                    .await?;
-                Ok(())
-            }
-
-            async fn notice_facts(
-                conn: &mut Self::Connection,
-                endpoint_id: &str,
-            ) -> Result<NoticeFacts, sqlx::Error> {
-                sqlx::query_as::<_, NoticeFacts>(NOTICE_FACTS)
-                    .bind(endpoint_id)
-                    .fetch_one(&mut *conn)
-                    .await
-            }
-
-            async fn insert_notice(
-                conn: &mut Self::Connection,
-                notice: &NewNotice<'_>,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(
-                    "INSERT INTO kxp_notifications (id, account_id, endpoint_id, kind, channel, target, \
-                     event_id, payload, status, attempts, next_attempt_at, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $9, $9)",
-                )
-                .bind(crate::model::new_id("ntf"))
-                .bind(&notice.facts.account_id)
-                .bind(&notice.facts.endpoint_id)
-                .bind(notice.kind)
-                .bind(notice.channel)
-                .bind(notice.target)
-                .bind(notice.event_id)
-                .bind(notice.payload)
-                .bind(notice.now)
-                .execute(&mut *conn)
-                .await?;
-                Ok(())
-            }
 
             async fn event_by_key(
                 conn: &mut Self::Connection,
@@ -784,60 +446,12 @@ backend!(
     share: "",
     tags: "INSERT INTO kxp_event_tags (event_id, tag, account_id, created_at) \
            SELECT $1, value, $2, $3 FROM json_each($4)",
-    breakers: "SELECT id, status, circuit_state, circuit_failed_probes, \
-       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints WHERE id IN (SELECT value FROM json_each($1))",
-    stats: STATS_SQLITE,
     {
         // BEGIN IMMEDIATE: a deferred transaction that reads first and writes later can fail
         // with SQLITE_BUSY when two of them race to upgrade; taking the write lock up front
         // makes them queue on the busy timeout instead.
         const BEGIN: &'static str = "BEGIN IMMEDIATE";
-
-        // In-process: one small statement per delivery costs microseconds.
-        async fn finish_deliveries(
-            conn: &mut Self::Connection,
-            batch: &[FinishAttempt],
-            finishing: &[Finishing<'_>],
-            now: i64,
-        ) -> Result<Vec<bool>, sqlx::Error> {
-            let mut recorded = vec![false; batch.len()];
-            for (i, (item, f)) in batch.iter().zip(finishing).enumerate() {
-                let record = &item.record;
-                let updated = sqlx::query(FINISH_ATTEMPT.as_str())
-                    .bind(f.status)
-                    .bind(item.attempt)
-                    .bind(record.started_at)
-                    .bind(f.next_at)
-                    .bind(f.status_code)
-                    .bind(f.error)
-                    .bind(now)
-                    .bind(&item.delivery_id)
-                    .bind(&item.owner)
-                    .execute(&mut *conn)
-                    .await?
-                    .rows_affected();
-                if updated == 0 {
-                    continue;
-                }
-                sqlx::query(
-                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(&item.delivery_id)
-                .bind(item.attempt)
-                .bind(record.started_at)
-                .bind(record.duration_ms)
-                .bind(f.status_code)
-                .bind(f.error)
-                .bind(&record.response_snippet)
-                .bind(&record.signed_with)
-                .bind(&record.verified_key)
-                .execute(&mut *conn)
-                .await?;
-                recorded[i] = true;
-            }
-            Ok(recorded)
-        }
+        const LOCKS_ROWS: bool = false;
 
         async fn lock_for_change(
             _conn: &mut Self::Connection,
@@ -854,89 +468,9 @@ backend!(
     share: " FOR SHARE",
     tags: "INSERT INTO kxp_event_tags (event_id, tag, account_id, created_at) \
            SELECT $1, t.tag, $2, $3 FROM jsonb_array_elements_text($4::jsonb) AS t(tag)",
-    breakers: "SELECT id, status, circuit_state, circuit_failed_probes, \
-       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints \
-     WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb))",
-    stats: STATS_POSTGRES,
     {
         const BEGIN: &'static str = "BEGIN";
-
-        // Over the network: every delivery of the batch in one statement, and every attempt
-        // row in another, whatever the batch's size.
-        async fn finish_deliveries(
-            conn: &mut Self::Connection,
-            batch: &[FinishAttempt],
-            finishing: &[Finishing<'_>],
-            now: i64,
-        ) -> Result<Vec<bool>, sqlx::Error> {
-            let mut endpoints: Vec<&str> = batch.iter().map(|f| f.endpoint_id.as_str()).collect();
-            endpoints.sort_unstable();
-            endpoints.dedup();
-            // The endpoint rows under KEY SHARE: a pause, resume or delete (FOR UPDATE)
-            // waits for this batch's outcome instead of missing it, and batches, ingestion
-            // (FOR SHARE) and the breaker's own updates never wait for each other.
-            sqlx::query("SELECT 1 FROM kxp_endpoints WHERE id = ANY($1) ORDER BY id FOR KEY SHARE")
-                .bind(&endpoints)
-                .execute(&mut *conn)
-                .await?;
-            let column = |f: fn(&FinishAttempt) -> String| batch.iter().map(f).collect::<Vec<_>>();
-            let updated: std::collections::HashSet<String> =
-                sqlx::query_scalar::<_, String>(FINISH_ATTEMPTS_POSTGRES)
-                    .bind(column(|item| item.delivery_id.to_string()))
-                    .bind(finishing.iter().map(|f| f.status).collect::<Vec<_>>())
-                    .bind(batch.iter().map(|item| item.attempt).collect::<Vec<_>>())
-                    .bind(batch.iter().map(|item| item.record.started_at).collect::<Vec<_>>())
-                    .bind(finishing.iter().map(|f| f.next_at).collect::<Vec<_>>())
-                    .bind(finishing.iter().map(|f| f.status_code).collect::<Vec<_>>())
-                    .bind(finishing.iter().map(|f| f.error).collect::<Vec<_>>())
-                    .bind(column(|item| item.owner.clone()))
-                    .bind(now)
-                    .fetch_all(&mut *conn)
-                    .await?
-                    .into_iter()
-                    .collect();
-            let recorded: Vec<bool> = batch
-                .iter()
-                .map(|item| updated.contains(item.delivery_id.as_str()))
-                .collect();
-            let rows: Vec<(&FinishAttempt, &Finishing)> = batch
-                .iter()
-                .zip(finishing)
-                .zip(&recorded)
-                .filter(|(_, recorded)| **recorded)
-                .map(|(pair, _)| pair)
-                .collect();
-            if !rows.is_empty() {
-                sqlx::query(
-                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key) \
-                     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[])",
-                )
-                .bind(rows.iter().map(|(item, _)| item.delivery_id.as_str()).collect::<Vec<_>>())
-                .bind(rows.iter().map(|(item, _)| item.attempt).collect::<Vec<_>>())
-                .bind(rows.iter().map(|(item, _)| item.record.started_at).collect::<Vec<_>>())
-                .bind(rows.iter().map(|(item, _)| item.record.duration_ms).collect::<Vec<_>>())
-                .bind(rows.iter().map(|(_, f)| f.status_code).collect::<Vec<_>>())
-                .bind(rows.iter().map(|(_, f)| f.error).collect::<Vec<_>>())
-                .bind(
-                    rows.iter()
-                        .map(|(item, _)| item.record.response_snippet.as_deref())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    rows.iter()
-                        .map(|(item, _)| item.record.signed_with.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    rows.iter()
-                        .map(|(item, _)| item.record.verified_key.as_deref())
-                        .collect::<Vec<_>>(),
-                )
-                .execute(&mut *conn)
-                .await?;
-            }
-            Ok(recorded)
-        }
+        const LOCKS_ROWS: bool = true;
 
         async fn lock_for_change(
             conn: &mut Self::Connection,

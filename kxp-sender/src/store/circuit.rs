@@ -104,7 +104,7 @@ impl Db {
     /// probes were released.
     pub(crate) async fn release_probes(&self) -> Result<u64, StoreError> {
         let now = now_ms();
-        let due: Vec<EndpointId> = on_db!(self, |pool, _begin| {
+        let due: Vec<EndpointId> = on_db!(self, |pool| {
             sqlx::query_scalar::<_, EndpointId>(
                 "SELECT id FROM kxp_endpoints WHERE circuit_state = 'open' AND circuit_probe_at <= $1 \
                  AND status = 'active'",
@@ -115,10 +115,8 @@ impl Db {
         });
         let mut released = 0;
         for endpoint_id in due {
-            let probe = match self {
-                Db::Sqlite(pool) => release_probe(pool, endpoint_id.as_str(), now).await?,
-                Db::Postgres(pool) => release_probe(pool, endpoint_id.as_str(), now).await?,
-            };
+            let probe = on_db!(self, |pool| release_probe(pool, endpoint_id.as_str(), now)
+                .await?);
             if let Some(probe) = probe {
                 tracing::info!(target: "kxp_sender::circuit", endpoint_id = %endpoint_id, delivery_id = %probe, "circuit half-open: probing");
                 released += 1;

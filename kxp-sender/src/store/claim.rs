@@ -11,6 +11,7 @@ use crate::policy::fairness::AccountCaps;
 use crate::store::backend::Backend;
 use crate::store::{Db, StoreError, on_db};
 use sqlx::Sqlite;
+use sqlx::query::QueryAs;
 
 /// A claimed job and the account it belongs to (what the worker's fair shares count by).
 #[derive(Debug, sqlx::FromRow)]
@@ -79,35 +80,31 @@ impl Db {
             .unwrap_or_else(|_| "{}".to_owned());
         let default_cap = i64::try_from(default_cap).unwrap_or(i64::MAX);
         let account_caps = accounts.json();
+        let args = ClaimArgs {
+            lease_extra_ms,
+            owner,
+            now,
+            caps: &caps,
+            limit,
+            default_cap,
+            account_caps: &account_caps,
+            other_accounts: accounts.others_i64(),
+        };
         Ok(match self {
             // One statement: the claim's UPDATE in a CTE, joined with what each job needs.
             Db::Postgres(pool) => {
-                sqlx::query_as::<_, Claimed>(CLAIM_POSTGRES.as_str())
-                    .bind(lease_extra_ms)
-                    .bind(owner)
-                    .bind(now)
-                    .bind(&caps)
-                    .bind(limit)
-                    .bind(default_cap)
-                    .bind(&account_caps)
-                    .bind(accounts.others_i64())
+                args.bind(sqlx::query_as::<_, Claimed>(CLAIM_POSTGRES.as_str()))
                     .fetch_all(pool)
                     .await?
             }
             // SQLite has no UPDATE in a CTE: the claim, then one read of its jobs (in-process,
             // so the second statement costs microseconds, not a round trip).
             Db::Sqlite(pool) => {
-                let ids = sqlx::query_scalar::<_, String>(CLAIM_SQLITE.as_str())
-                    .bind(lease_extra_ms)
-                    .bind(owner)
-                    .bind(now)
-                    .bind(&caps)
-                    .bind(limit)
-                    .bind(default_cap)
-                    .bind(&account_caps)
-                    .bind(accounts.others_i64())
+                let ids: Vec<(String,)> = args
+                    .bind(sqlx::query_as(CLAIM_SQLITE.as_str()))
                     .fetch_all(pool)
                     .await?;
+                let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
                 jobs_sqlite(pool, &ids, now).await?
             }
         })
@@ -206,12 +203,11 @@ impl Db {
     /// it ends dead with `endpoint_deleted` instead.
     pub(crate) async fn release(&self, delivery_id: &str, owner: &str) -> Result<(), StoreError> {
         let sql = format!(
-            "UPDATE kxp_deliveries SET status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
-             last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
-             lease_until = NULL, lease_owner = NULL, updated_at = $1 \
-             WHERE id = $2 AND lease_owner = $3 AND status = 'delivering'"
+            "UPDATE kxp_deliveries SET {}, updated_at = $1 \
+             WHERE id = $2 AND lease_owner = $3 AND status = 'delivering'",
+            *PUT_BACK
         );
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query(&sql)
                 .bind(now_ms())
                 .bind(delivery_id)
@@ -228,24 +224,58 @@ impl Db {
         let now = now_ms();
         // PostgreSQL: rows a batch of attempts is recording right now are left to it (their
         // outcome decides), so the two never wait for each other in opposite orders.
-        let skip_locked = match self {
-            Db::Sqlite(_) => "",
-            Db::Postgres(_) => " FOR UPDATE SKIP LOCKED",
-        };
-        let sql = format!(
-            "UPDATE kxp_deliveries SET status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
-             last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
-             lease_until = NULL, lease_owner = NULL, next_attempt_at = $1, updated_at = $1 \
-             WHERE id IN (SELECT id FROM kxp_deliveries WHERE status = 'delivering' AND lease_until < $1{skip_locked}) \
-             AND status = 'delivering' AND lease_until < $1"
-        );
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool, DB| {
+            let sql = format!(
+                "UPDATE kxp_deliveries SET {}, next_attempt_at = $1, updated_at = $1 \
+                 WHERE id IN (SELECT id FROM kxp_deliveries WHERE status = 'delivering' AND lease_until < $1{}) \
+                 AND status = 'delivering' AND lease_until < $1",
+                *PUT_BACK,
+                DB::row_lock(" FOR UPDATE SKIP LOCKED")
+            );
             sqlx::query(&sql)
                 .bind(now)
                 .execute(pool)
                 .await?
                 .rows_affected()
         }))
+    }
+}
+
+/// The parameters of [`claim_sql`]'s statement, `$1` to `$8`, the same on both databases.
+struct ClaimArgs<'a> {
+    lease_extra_ms: i64,
+    owner: &'a str,
+    now: i64,
+    /// Endpoint id → cap, as a JSON object.
+    caps: &'a str,
+    limit: i64,
+    default_cap: i64,
+    /// Account id → cap, as a JSON object.
+    account_caps: &'a str,
+    /// The cap of accounts not in `account_caps`.
+    other_accounts: i64,
+}
+
+impl<'a> ClaimArgs<'a> {
+    /// Binds `$1` to `$8` to `query`, whatever it reads back on whichever database.
+    fn bind<DB, O>(
+        &self,
+        query: QueryAs<'a, DB, O, <DB as sqlx::Database>::Arguments<'a>>,
+    ) -> QueryAs<'a, DB, O, <DB as sqlx::Database>::Arguments<'a>>
+    where
+        DB: sqlx::Database,
+        i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+        &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    {
+        query
+            .bind(self.lease_extra_ms)
+            .bind(self.owner)
+            .bind(self.now)
+            .bind(self.caps)
+            .bind(self.limit)
+            .bind(self.default_cap)
+            .bind(self.account_caps)
+            .bind(self.other_accounts)
     }
 }
 
@@ -398,6 +428,17 @@ static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{} WHERE d.id IN (SELECT value FROM json_each($1))",
         job_select("kxp_deliveries d", "$2")
+    )
+});
+
+/// What putting a claimed delivery back sets on its row, in an `UPDATE kxp_deliveries`:
+/// pending and unleased again, or dead with `endpoint_deleted` if its endpoint was deleted
+/// meanwhile.
+static PUT_BACK: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
+         last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
+         lease_until = NULL, lease_owner = NULL"
     )
 });
 

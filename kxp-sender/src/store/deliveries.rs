@@ -1,6 +1,6 @@
 //! The API's side of `kxp_deliveries` and `kxp_attempts`: listing, reading and replaying.
 
-use sqlx::Pool;
+use sqlx::{Pool, QueryBuilder};
 
 use crate::model::{
     Attempt, Delivery, DeliveryFilter, DeliveryStatus, Endpoint, EndpointStatus, database_offset,
@@ -12,21 +12,11 @@ use crate::store::{Db, StoreError, on_db};
 const DELIVERY_COLUMNS: &str = "id, event_id, endpoint_id, status, attempts, next_attempt_at, \
      last_status, last_error, replayed_by, created_at, updated_at, sequence";
 
-/// A bound value of a statement built from the filters that are set.
-enum Arg {
-    Text(String),
-    Int(i64),
-}
-
 impl Db {
     /// A page of the account's deliveries, oldest first, after `cursor`.
     ///
-    /// The statement holds only the filters that are set. The `(CAST($n AS …) IS NULL OR
-    /// col = $n)` form it used to have for all of them let neither backend narrow an index by
-    /// the values: SQLite plans without looking at them, and read every delivery of the
-    /// account to sort them (over 100 ms at a million deliveries, BENCHMARKS.md), and
-    /// PostgreSQL's generic plan for it scans the whole primary key. Now the dead letters are
-    /// one range of `(account_id, status, id)`, or of `(endpoint_id, status, id)` for one
+    /// The statement holds only the filters that are set ([`push_filters`]): the dead letters
+    /// are one range of `(account_id, status, id)`, or of `(endpoint_id, status, id)` for one
     /// endpoint.
     pub(crate) async fn deliveries(
         &self,
@@ -35,46 +25,24 @@ impl Db {
         cursor: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Delivery>, StoreError> {
-        let mut args = vec![Arg::Text(account_id.to_owned())];
-        let mut sql =
-            format!("SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1");
-        let mut and = |condition: &str, arg: Arg| {
-            args.push(arg);
-            sql.push_str(&format!(" AND {condition} ${}", args.len()));
-        };
-        if let Some(status) = &filter.status {
-            and("status =", Arg::Text(status.clone()));
-        }
-        if let Some(endpoint) = &filter.endpoint_id {
-            and("endpoint_id =", Arg::Text(endpoint.clone()));
-        }
-        if let Some(since) = filter.since {
-            and("created_at >=", Arg::Int(since));
-        }
-        if let Some(until) = filter.until {
-            and("created_at <", Arg::Int(until));
-        }
-        if let Some(cursor) = cursor {
-            and("id >", Arg::Text(cursor.to_owned()));
-        }
-        if let Some(dead_by) = filter.dead_by {
-            and("updated_at <=", Arg::Int(dead_by));
-        }
-        if filter.status.as_deref() == Some("dead") {
-            // The dead-letter queue: dead and not replayed yet.
-            sql.push_str(" AND replayed_by IS NULL");
-        }
-        args.push(Arg::Int(limit));
-        sql.push_str(&format!(" ORDER BY id LIMIT ${}", args.len()));
-        Ok(on_db!(self, |pool, _begin| {
-            let mut query = sqlx::query_as::<_, Delivery>(&sql);
-            for arg in &args {
-                query = match arg {
-                    Arg::Text(text) => query.bind(text),
-                    Arg::Int(n) => query.bind(n),
-                };
+        Ok(on_db!(self, |pool, DB| {
+            let mut query = sqlx::QueryBuilder::<DB>::new(format!(
+                "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = "
+            ));
+            query.push_bind(account_id);
+            if let Some(status) = &filter.status {
+                query.push(" AND status = ").push_bind(status.as_str());
             }
-            query.fetch_all(pool).await?
+            push_filters(&mut query, "", filter);
+            if let Some(cursor) = cursor {
+                query.push(" AND id > ").push_bind(cursor);
+            }
+            if filter.status.as_deref() == Some("dead") {
+                // The dead-letter queue: dead and not replayed yet.
+                query.push(" AND replayed_by IS NULL");
+            }
+            query.push(" ORDER BY id LIMIT ").push_bind(limit);
+            query.build_query_as::<Delivery>().fetch_all(pool).await?
         }))
     }
 
@@ -86,38 +54,16 @@ impl Db {
         account_id: &str,
         filter: &DeliveryFilter,
     ) -> Result<i64, StoreError> {
-        let mut args = vec![Arg::Text(account_id.to_owned())];
-        let mut sql = "SELECT COUNT(*) FROM kxp_deliveries d JOIN kxp_endpoints e \
-             ON e.id = d.endpoint_id AND e.account_id = d.account_id \
-             WHERE d.account_id = $1 AND d.status = 'dead' AND d.replayed_by IS NULL \
-             AND e.status <> 'deleted'"
-            .to_owned();
-        // Only the filters that are set, as in `deliveries`: each a bound of an index range.
-        let mut and = |condition: &str, arg: Arg| {
-            args.push(arg);
-            sql.push_str(&format!(" AND {condition} ${}", args.len()));
-        };
-        if let Some(endpoint) = &filter.endpoint_id {
-            and("d.endpoint_id =", Arg::Text(endpoint.clone()));
-        }
-        if let Some(since) = filter.since {
-            and("d.created_at >=", Arg::Int(since));
-        }
-        if let Some(until) = filter.until {
-            and("d.created_at <", Arg::Int(until));
-        }
-        if let Some(dead_by) = filter.dead_by {
-            and("d.updated_at <=", Arg::Int(dead_by));
-        }
-        Ok(on_db!(self, |pool, _begin| {
-            let mut query = sqlx::query_scalar::<_, i64>(&sql);
-            for arg in &args {
-                query = match arg {
-                    Arg::Text(text) => query.bind(text),
-                    Arg::Int(n) => query.bind(n),
-                };
-            }
-            query.fetch_one(pool).await?
+        Ok(on_db!(self, |pool, DB| {
+            let mut query = sqlx::QueryBuilder::<DB>::new(
+                "SELECT COUNT(*) FROM kxp_deliveries d JOIN kxp_endpoints e \
+                 ON e.id = d.endpoint_id AND e.account_id = d.account_id \
+                 WHERE d.status = 'dead' AND d.replayed_by IS NULL AND e.status <> 'deleted' \
+                 AND d.account_id = ",
+            );
+            query.push_bind(account_id);
+            push_filters(&mut query, "d.", filter);
+            query.build_query_scalar::<i64>().fetch_one(pool).await?
         }))
     }
 
@@ -148,7 +94,7 @@ impl Db {
         // on the `replayed_by` index.
         let since = since.saturating_sub(database_offset());
         let first_id = format!("dlv_{:012x}{}", since.max(0), "0".repeat(20));
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Delivery>(&sql)
                 .bind(account_id)
                 .bind(&first_id)
@@ -168,7 +114,7 @@ impl Db {
         let sql = format!(
             "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1 AND id = $2"
         );
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query_as::<_, Delivery>(&sql)
                 .bind(account_id)
                 .bind(id)
@@ -188,7 +134,7 @@ impl Db {
         let sql = format!(
             "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1 AND event_id = $2 ORDER BY id"
         );
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Delivery>(&sql)
                 .bind(account_id)
                 .bind(event_id)
@@ -204,7 +150,7 @@ impl Db {
         delivery_id: &str,
     ) -> Result<Vec<Attempt>, StoreError> {
         self.delivery(account_id, delivery_id).await?;
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Attempt>(
                 "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key \
                  FROM kxp_attempts WHERE delivery_id = $1 ORDER BY attempt, id",
@@ -224,10 +170,8 @@ impl Db {
         let old = self.delivery(account_id, delivery_id).await?;
         let new_id = new_id("dlv");
         let now = now_ms();
-        match self {
-            Db::Sqlite(pool) => replay_on(pool, account_id, &old, &new_id, now).await?,
-            Db::Postgres(pool) => replay_on(pool, account_id, &old, &new_id, now).await?,
-        }
+        on_db!(self, |pool| replay_on(pool, account_id, &old, &new_id, now)
+            .await?);
         self.delivery(account_id, &new_id).await
     }
 
@@ -262,14 +206,50 @@ impl Db {
             cursor = Some(last.id.to_string());
             // Never before `start`, even if the clock steps back: the snapshot excludes these.
             let now = now_ms().max(start);
-            queued += match self {
-                Db::Sqlite(pool) => replay_page(pool, account_id, endpoint_id, &page, now).await?,
-                Db::Postgres(pool) => {
-                    replay_page(pool, account_id, endpoint_id, &page, now).await?
-                }
-            };
+            queued += on_db!(self, |pool| replay_page(
+                pool,
+                account_id,
+                endpoint_id,
+                &page,
+                now
+            )
+            .await?);
         }
         Ok(queued)
+    }
+}
+
+/// Adds `filter`'s endpoint, creation window and `dead_by` to `query`, on the columns of the
+/// deliveries' table `table` (`""` or an alias with its dot). Only the filters that are set:
+/// each is a bound of an index range. The `(CAST($n AS …) IS NULL OR col = $n)` form of every
+/// filter let neither backend narrow an index by the values: SQLite plans without looking at
+/// them and read every delivery of the account to sort them (over 100 ms at a million
+/// deliveries, BENCHMARKS.md), and PostgreSQL's generic plan for it scans the whole primary key.
+fn push_filters<'a, DB>(query: &mut QueryBuilder<'a, DB>, table: &str, filter: &'a DeliveryFilter)
+where
+    DB: sqlx::Database,
+    i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    if let Some(endpoint) = &filter.endpoint_id {
+        query
+            .push(format_args!(" AND {table}endpoint_id = "))
+            .push_bind(endpoint.as_str());
+    }
+    if let Some(since) = filter.since {
+        query
+            .push(format_args!(" AND {table}created_at >= "))
+            .push_bind(since);
+    }
+    if let Some(until) = filter.until {
+        query
+            .push(format_args!(" AND {table}created_at < "))
+            .push_bind(until);
+    }
+    if let Some(dead_by) = filter.dead_by {
+        query
+            .push(format_args!(" AND {table}updated_at <= "))
+            .push_bind(dead_by);
     }
 }
 

@@ -89,8 +89,8 @@ impl Db {
                 Some((kind, stored_secret(ring, endpoint.id.as_str(), plain)))
             })
             .collect();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
                  api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk) \
@@ -133,7 +133,7 @@ impl Db {
 
     /// How many endpoints the account has (deleted ones left out).
     pub(crate) async fn endpoint_count(&self, account_id: &str) -> Result<u64, StoreError> {
-        let count: i64 = on_db!(self, |pool, _begin| {
+        let count: i64 = on_db!(self, |pool| {
             sqlx::query_scalar(
                 "SELECT count(*) FROM kxp_endpoints WHERE account_id = $1 AND status <> 'deleted'",
             )
@@ -150,7 +150,7 @@ impl Db {
         account_id: &str,
         id: &str,
     ) -> Result<Endpoint, StoreError> {
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query_as::<_, Endpoint>(
                 "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND id = $2 AND status <> 'deleted'",
             )
@@ -169,7 +169,7 @@ impl Db {
         cursor: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Endpoint>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Endpoint>(
                 "SELECT * FROM kxp_endpoints WHERE account_id = $1 AND status <> 'deleted' \
                  AND (CAST($2 AS TEXT) IS NULL OR id > $2) ORDER BY id LIMIT $3",
@@ -233,7 +233,7 @@ impl Db {
             values.len() + 1,
             values.len() + 2,
         );
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             let mut query = sqlx::query_as::<_, Endpoint>(&sql);
             for (_, value) in &values {
                 query = match value {
@@ -255,10 +255,7 @@ impl Db {
         id: &str,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
-        match self {
-            Db::Sqlite(pool) => pause_on(pool, account_id, id, now).await,
-            Db::Postgres(pool) => pause_on(pool, account_id, id, now).await,
-        }
+        on_db!(self, |pool| pause_on(pool, account_id, id, now).await)
     }
 
     /// Resumes one of the account's endpoints (paused, disabled, or active with an open
@@ -272,10 +269,10 @@ impl Db {
         protection: &Protection,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
-        match self {
-            Db::Sqlite(pool) => resume_on(pool, account_id, id, now, protection).await,
-            Db::Postgres(pool) => resume_on(pool, account_id, id, now, protection).await,
-        }
+        on_db!(self, |pool| resume_on(
+            pool, account_id, id, now, protection
+        )
+        .await)
     }
 
     /// Deletes one of the account's endpoints (softly: the row stays for its deliveries'
@@ -288,10 +285,7 @@ impl Db {
         id: &str,
     ) -> Result<u64, StoreError> {
         let now = now_ms();
-        match self {
-            Db::Sqlite(pool) => delete_on(pool, account_id, id, now).await,
-            Db::Postgres(pool) => delete_on(pool, account_id, id, now).await,
-        }
+        on_db!(self, |pool| delete_on(pool, account_id, id, now).await)
     }
 }
 

@@ -138,10 +138,7 @@ impl Db {
     }
 
     async fn try_ingest(&self, item: &Ingest) -> Result<Ingested, StoreError> {
-        match self {
-            Db::Sqlite(pool) => try_ingest_on(pool, item).await,
-            Db::Postgres(pool) => try_ingest_on(pool, item).await,
-        }
+        on_db!(self, |pool| try_ingest_on(pool, item).await)
     }
 
     /// Ingests a batch in one transaction, each item under its own savepoint: an item that
@@ -153,10 +150,7 @@ impl Db {
         &self,
         batch: &[Ingest],
     ) -> Result<Vec<Result<Ingested, StoreError>>, StoreError> {
-        match self {
-            Db::Sqlite(pool) => ingest_many_on(pool, batch).await,
-            Db::Postgres(pool) => ingest_many_on(pool, batch).await,
-        }
+        on_db!(self, |pool| ingest_many_on(pool, batch).await)
     }
 
     /// Ingests a batch in one transaction without savepoints (they cost PostgreSQL two round
@@ -171,10 +165,7 @@ impl Db {
         if let [item] = batch {
             return Ok(vec![self.ingest(item).await]);
         }
-        let ingested = match self {
-            Db::Sqlite(pool) => ingest_together_on(pool, batch).await?,
-            Db::Postgres(pool) => ingest_together_on(pool, batch).await?,
-        };
+        let ingested = on_db!(self, |pool| ingest_together_on(pool, batch).await?);
         Ok(ingested.into_iter().map(Ok).collect())
     }
 
@@ -220,7 +211,7 @@ impl Db {
              AND (CAST($7 AS TEXT) IS NULL OR event_type = $7) \
              ORDER BY created_at DESC, id DESC LIMIT $8"
         };
-        let mut events = on_db!(self, |pool, _begin| {
+        let mut events = on_db!(self, |pool| {
             sqlx::query_as::<_, EventListed>(sql)
                 .bind(account_id)
                 .bind(&filter.tag)
@@ -249,7 +240,7 @@ impl Db {
                  WHERE account_id = $2 AND event_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
             }
         };
-        let rows: Vec<(String, String)> = on_db!(self, |pool, _begin| {
+        let rows: Vec<(String, String)> = on_db!(self, |pool| {
             sqlx::query_as(tags_sql)
                 .bind(&ids)
                 .bind(account_id)
@@ -282,7 +273,7 @@ impl Db {
     ) -> Result<u64, StoreError> {
         let now = now_ms();
         let bound = i64::try_from(bound).unwrap_or(i64::MAX);
-        let due = on_db!(self, |pool, _begin| {
+        let due = on_db!(self, |pool| {
             sqlx::query_scalar::<_, i64>(
                 "SELECT COUNT(*) FROM (SELECT 1 FROM kxp_deliveries \
                  WHERE account_id = $1 AND status = 'pending' AND next_attempt_at <= $2 LIMIT $3) AS due",
@@ -303,7 +294,7 @@ impl Db {
         &self,
         item: &Ingest,
     ) -> Result<Option<Ingested>, StoreError> {
-        let existing = on_db!(self, |pool, _begin| {
+        let existing = on_db!(self, |pool| {
             sqlx::query_as::<_, Event>(
                 "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
                  FROM kxp_events WHERE account_id = $1 AND (idempotency_key = $2 OR id = $3) LIMIT 1",
@@ -319,7 +310,7 @@ impl Db {
 
     /// One event of the account.
     pub(crate) async fn event(&self, account_id: &str, id: &str) -> Result<Event, StoreError> {
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query_as::<_, Event>(EVENT_BY_ID)
                 .bind(account_id)
                 .bind(id)

@@ -64,7 +64,7 @@ impl Db {
     /// own credential), unless it does not exist or was deleted.
     pub(crate) async fn feed_source(&self, id: &str) -> Result<Option<FeedSource>, StoreError> {
         let now = now_ms();
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, FeedSource>(SOURCE.as_str())
                 .bind(id)
                 .bind(now)
@@ -80,7 +80,7 @@ impl Db {
         after: i64,
         limit: i64,
     ) -> Result<Vec<FeedRow>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, FeedRow>(ROWS)
                 .bind(endpoint_id)
                 .bind(after)
@@ -98,7 +98,7 @@ impl Db {
         hash: &str,
     ) -> Result<(), StoreError> {
         let now = now_ms();
-        let changed = on_db!(self, |pool, _begin| {
+        let changed = on_db!(self, |pool| {
             sqlx::query(
                 "UPDATE kxp_endpoints SET feed_token_hash = $1, updated_at = $2 \
                  WHERE account_id = $3 AND id = $4 AND status <> 'deleted'",

@@ -227,7 +227,7 @@ impl Db {
         let now = now_ms();
         let current = hour_of(now);
         let since = current - 24 * HOUR_MS;
-        let (stats, hourly, counts, (due, oldest_due)) = on_db!(self, |pool, _begin| {
+        let (stats, hourly, counts, (due, oldest_due)) = on_db!(self, |pool| {
             let stats = sqlx::query_as::<_, HealthRow>(
                 "SELECT consecutive_failures, last_success_at, last_failure_at, last_error, failing_since \
                  FROM kxp_endpoint_stats WHERE endpoint_id = $1",

@@ -26,7 +26,7 @@ impl Db {
     pub(crate) async fn gauges(&self) -> Result<Gauges, StoreError> {
         let now = now_ms();
         let held = HELD;
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             let (due, scheduled, held_n, oldest) = sqlx::query_as::<_, (i64, i64, i64, Option<i64>)>(
                 "SELECT COALESCE(SUM(CASE WHEN next_attempt_at <= $1 THEN 1 ELSE 0 END), 0), \
                    COALESCE(SUM(CASE WHEN next_attempt_at > $1 AND next_attempt_at < $2 THEN 1 ELSE 0 END), 0), \

@@ -2,15 +2,18 @@
 //! nothing to install) or PostgreSQL (for several `kxp serve` processes side by side). [`Db`]
 //! is an enum of the two pools; each of its methods dispatches once to the backend it holds.
 //!
-//! Two shapes, by size. The transactions of several statements (recording attempts,
-//! ingestion, the breaker, notices, replays, endpoint changes) are generic functions over
-//! [`backend::Backend`], a sealed trait implemented for `sqlx::Sqlite` and `sqlx::Postgres` by
-//! one generator, one method per statement, with what differs between the databases (how a
-//! write transaction begins, the share lock, JSON functions, the batched writes) as its
-//! parameters: their logic is written and compiled once, and each statement is type-checked
-//! where it is written. Single statements on the pool are written once inside `on_db!`, which
-//! only picks the pool (and the `BEGIN` of [`backend::Backend`]); the claim is written out per
-//! backend, as PostgreSQL's is one statement that skips rows other workers hold.
+//! Two shapes, by size. The transactions of several statements on the hot and shared paths
+//! (recording attempts, ingestion, the breaker, notices, replays, endpoint changes) are generic
+//! functions over [`backend::Backend`], a sealed trait implemented for `sqlx::Sqlite` and
+//! `sqlx::Postgres` by one generator per trait, one method per statement, with what differs
+//! between the databases (how a write transaction begins, row locks, JSON functions, the
+//! batched writes) as its parameters or constants: their logic is written and compiled once,
+//! and each statement is type-checked where it is written. The other statements (and the small
+//! transactions of the API's rarer writes) are written once where they are used, inside
+//! `on_db!`, which holds no SQL: it only picks the pool and names the backend's type, whose
+//! [`Backend`](backend::Backend) constants say what differs (never a test of which database
+//! this is). The claim and the sequencer are written out per backend, as PostgreSQL's are
+//! single statements that skip rows other workers hold where SQLite's take its one write lock.
 //!
 //! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's
 //! sign-ins), [`endpoints`], [`secrets`] (sealed at rest by [`seal`]), [`events`],
@@ -48,11 +51,10 @@ pub use retention::Purged;
 pub(crate) use secrets::open_secret;
 pub(crate) use sessions::{NewLink, Opening};
 
-use std::future::Future;
-use std::pin::Pin;
 use std::str::FromStr;
 use std::time::Duration;
 
+use kxp_dedup::clean_on_release;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, TransactionManager};
@@ -80,51 +82,38 @@ pub enum Db {
     Postgres(PgPool),
 }
 
-/// Runs `$body` with `$pool` bound to the backend's pool and `$begin` to the statement that opens
-/// a write transaction there ([`Backend::BEGIN`](backend::Backend::BEGIN)). The body is
-/// compiled once per backend, so the SQL it holds must suit both (placeholders are `$1`, `$2`,
-/// … in both); a transaction of several statements is a generic function over
-/// [`backend::Backend`] instead.
+/// Runs `$body` once per backend with `$pool` bound to the backend's pool and, in the second
+/// form, `$backend` to the backend's type (`sqlx::Sqlite` or `sqlx::Postgres`), so the body can
+/// open a write transaction with `$backend::BEGIN` and take [`Backend::row_lock`]s. It holds no
+/// SQL and only picks the pool: the body is written where it is used, and compiled (and
+/// type-checked) for each backend there, so its SQL must suit both (placeholders are `$1`,
+/// `$2`, … in both). Where the databases differ, the difference is a [`Backend`] constant or
+/// method, never a test of which database this is.
+///
+/// [`Backend`]: backend::Backend
+/// [`Backend::row_lock`]: backend::Backend::row_lock
 macro_rules! on_db {
-    ($db:expr, |$pool:ident, $begin:ident| $body:expr) => {
+    ($db:expr, |$pool:ident| $body:expr) => {
         match $db {
-            $crate::store::Db::Sqlite($pool) => {
-                #[allow(unused_variables)]
-                let $begin = <sqlx::Sqlite as $crate::store::backend::Backend>::BEGIN;
-                $body
-            }
-            $crate::store::Db::Postgres($pool) => {
-                #[allow(unused_variables)]
-                let $begin = <sqlx::Postgres as $crate::store::backend::Backend>::BEGIN;
-                $body
-            }
+            $crate::store::Db::Sqlite($pool) => $body,
+            $crate::store::Db::Postgres($pool) => $body,
         }
     };
+    ($db:expr, |$pool:ident, $backend:ident| $body:expr) => {
+        match $db {
+            $crate::store::Db::Sqlite($pool) => on_db!(@as $backend = sqlx::Sqlite, $body),
+            $crate::store::Db::Postgres($pool) => on_db!(@as $backend = sqlx::Postgres, $body),
+        }
+    };
+    (@as $backend:ident = $type:ty, $body:expr) => {{
+        #[allow(clippy::upper_case_acronyms, reason = "reads as the generic functions' DB")]
+        type $backend = $type;
+        #[allow(unused_imports, reason = "the body may name no Backend item")]
+        use $crate::store::backend::Backend as _;
+        $body
+    }};
 }
 pub(crate) use on_db;
-
-/// Whether a connection given back to the pool may serve again: only outside any transaction.
-///
-/// A transaction can end in a state the driver did not follow: on `SQLITE_FULL` SQLite rolls
-/// back by itself, the `ROLLBACK` sqlx then sends fails, and sqlx's transaction depth stays at 1,
-/// so every later `begin` on that connection fails (sqlx issues #3932 and #4031); a full disk
-/// made `kxp serve` refuse ingests until restarted. A dropped transaction's rollback is queued,
-/// not yet run, so a ping first lets it run; a connection still inside a transaction after that
-/// is closed rather than pooled, and the pool opens a fresh one.
-fn released_clean<C: sqlx::Connection>(
-    conn: &mut C,
-    depth: fn(&C) -> usize,
-) -> Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + '_>> {
-    Box::pin(async move {
-        if depth(conn) == 0 {
-            return Ok(true);
-        }
-        if conn.ping().await.is_err() {
-            return Ok(false);
-        }
-        Ok(depth(conn) == 0)
-    })
-}
 
 impl Db {
     /// How far the database's clock is ahead of this machine's, in ms (PostgreSQL, shared by
@@ -169,7 +158,9 @@ impl Db {
                     .max_connections(POOL_MAX.min(8))
                     .acquire_timeout(POOL_WAIT)
                     .after_release(|conn, _| {
-                        released_clean(
+                        // A full disk leaves SQLite's transaction open where sqlx thinks it
+                        // ended: such a connection is closed, never pooled (kxp-dedup's doc).
+                        clean_on_release(
                             conn,
                             <Sqlite as sqlx::Database>::TransactionManager::get_transaction_depth,
                         )
@@ -184,7 +175,7 @@ impl Db {
                     .max_connections(POOL_MAX)
                     .acquire_timeout(POOL_WAIT)
                     .after_release(|conn, _| {
-                        released_clean(
+                        clean_on_release(
                             conn,
                             <Postgres as sqlx::Database>::TransactionManager::get_transaction_depth,
                         )
@@ -220,7 +211,7 @@ impl Db {
         expect(unreachable_pub, reason = "public with feature test-util only")
     )]
     pub async fn close(&self) {
-        on_db!(self, |pool, _begin| pool.close().await);
+        on_db!(self, |pool| pool.close().await);
     }
 }
 

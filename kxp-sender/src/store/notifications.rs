@@ -77,7 +77,7 @@ impl Db {
              AND status = 'pending' AND (lease_until IS NULL OR lease_until < $1) \
              RETURNING {NOTIFICATION_COLUMNS}"
         );
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Notification>(&sql)
                 .bind(now)
                 .bind(now.saturating_add(lease_ms))
@@ -109,7 +109,7 @@ impl Db {
             NoticeNext::RetryAt(at) => ("pending", at),
             NoticeNext::Failed => ("failed", now),
         };
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query(
                 "UPDATE kxp_notifications SET status = $1, attempts = $2, next_attempt_at = $3, \
                  lease_until = NULL, lease_owner = NULL, last_error = $4, updated_at = $5 \
@@ -139,7 +139,7 @@ impl Db {
             "SELECT {NOTIFICATION_COLUMNS} FROM kxp_notifications \
              WHERE (CAST($1 AS TEXT) IS NULL OR id < $1) ORDER BY id DESC LIMIT $2"
         );
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Notification>(&sql)
                 .bind(before)
                 .bind(limit)
@@ -159,7 +159,7 @@ impl Db {
             "SELECT {NOTIFICATION_COLUMNS} FROM kxp_notifications WHERE account_id = $1 AND id > $2 \
              ORDER BY id LIMIT $3"
         );
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Notification>(&sql)
                 .bind(account_id)
                 .bind(cursor.unwrap_or(""))
@@ -176,7 +176,7 @@ impl Db {
         account_id: &str,
         ring: Option<&KeyRing>,
     ) -> Result<Option<String>, StoreError> {
-        let stored = on_db!(self, |pool, _begin| {
+        let stored = on_db!(self, |pool| {
             sqlx::query_scalar::<_, Option<String>>(
                 "SELECT ops_secret FROM kxp_accounts WHERE id = $1",
             )

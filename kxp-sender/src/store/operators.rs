@@ -19,7 +19,7 @@ impl Db {
             name: name.to_owned(),
             created_at: now_ms(),
         };
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query(
                 "INSERT INTO kxp_operators (id, name, key_hash, created_at) VALUES ($1, $2, $3, $4)",
             )
@@ -37,7 +37,7 @@ impl Db {
     pub(crate) async fn operator_by_key(&self, key: &str) -> Result<Option<Operator>, StoreError> {
         let hash = sha256_hex(key.as_bytes());
         let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators WHERE key_hash = $1");
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Operator>(&sql)
                 .bind(hash)
                 .fetch_optional(pool)
@@ -48,7 +48,7 @@ impl Db {
     /// The operator with this id: the one a console session belongs to.
     pub(crate) async fn operator(&self, id: &OperatorId) -> Result<Option<Operator>, StoreError> {
         let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators WHERE id = $1");
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Operator>(&sql)
                 .bind(id)
                 .fetch_optional(pool)
@@ -66,8 +66,8 @@ impl Db {
         let Some(operator) = self.operator(id).await? else {
             return Ok(None);
         };
-        let ended = on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        let ended = on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             let ended = sqlx::query("DELETE FROM kxp_sessions WHERE operator_id = $1")
                 .bind(id)
                 .execute(&mut *tx)
@@ -86,7 +86,7 @@ impl Db {
     /// Every operator, oldest first (`kxp operators list`). Key hashes are not read.
     pub(crate) async fn operators(&self) -> Result<Vec<Operator>, StoreError> {
         let sql = format!("SELECT {OPERATOR_COLUMNS} FROM kxp_operators ORDER BY id");
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Operator>(&sql).fetch_all(pool).await?
         }))
     }

@@ -16,7 +16,7 @@ use crate::store::circuit::{BreakerRow, breaker_step};
 use crate::store::claim::ENDPOINT_DELETED;
 use crate::store::health::{hourly_json, stats_json};
 use crate::store::notifications::queue_notices;
-use crate::store::{Db, StoreError};
+use crate::store::{Db, StoreError, on_db};
 
 /// One finished attempt as its delivery row records it.
 pub(crate) struct Finishing<'a> {
@@ -69,10 +69,7 @@ impl Db {
         batch: &[FinishAttempt],
         protection: &Protection,
     ) -> Result<Vec<Finished>, StoreError> {
-        Ok(match self {
-            Db::Sqlite(pool) => finish(pool, batch, protection).await?,
-            Db::Postgres(pool) => finish(pool, batch, protection).await?,
-        })
+        Ok(on_db!(self, |pool| finish(pool, batch, protection).await?))
     }
 }
 

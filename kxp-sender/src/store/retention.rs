@@ -127,8 +127,8 @@ impl Db {
              AND NOT EXISTS (SELECT 1 FROM kxp_attempts a WHERE a.delivery_id = kxp_deliveries.id) \
              ORDER BY updated_at, id LIMIT $2)"
         );
-        Ok(on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        Ok(on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             let attempts = sqlx::query(&attempts)
                 .bind(cutoff)
                 .bind(BATCH)
@@ -150,7 +150,7 @@ impl Db {
     async fn delete_batches(&self, sql: &str, bound: i64) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
-            let deleted = on_db!(self, |pool, _begin| {
+            let deleted = on_db!(self, |pool| {
                 sqlx::query(sql)
                     .bind(bound)
                     .bind(BATCH)

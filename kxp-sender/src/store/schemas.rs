@@ -18,8 +18,8 @@ impl Db {
     ) -> Result<(Schema, bool), StoreError> {
         let now = now_ms();
         let revision = new_id("rev");
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             let existed = sqlx::query_scalar::<_, String>(
                 "SELECT id FROM kxp_schemas WHERE account_id = $1 AND event_type = $2 AND api_version = $3",
             )
@@ -58,7 +58,7 @@ impl Db {
         event_type: &str,
         api_version: &str,
     ) -> Result<Schema, StoreError> {
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query_as::<_, Schema>(&format!(
                 "SELECT {COLUMNS} FROM kxp_schemas \
                  WHERE account_id = $1 AND event_type = $2 AND api_version = $3"
@@ -74,7 +74,7 @@ impl Db {
 
     /// Every schema of the account, by type then version.
     pub(crate) async fn schemas(&self, account_id: &str) -> Result<Vec<Schema>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Schema>(&format!(
                 "SELECT {COLUMNS} FROM kxp_schemas WHERE account_id = $1 \
                  ORDER BY event_type, api_version"
@@ -93,7 +93,7 @@ impl Db {
         event_type: &str,
         api_version: &str,
     ) -> Result<(), StoreError> {
-        let deleted = on_db!(self, |pool, _begin| {
+        let deleted = on_db!(self, |pool| {
             sqlx::query(
                 "DELETE FROM kxp_schemas WHERE account_id = $1 AND event_type = $2 AND api_version = $3",
             )
@@ -117,7 +117,7 @@ impl Db {
         event_type: &str,
         api_version: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_scalar::<_, String>(
                 "SELECT revision FROM kxp_schemas \
                  WHERE account_id = $1 AND event_type = $2 AND api_version = $3",

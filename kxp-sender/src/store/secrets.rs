@@ -123,8 +123,8 @@ impl Db {
     ) -> Result<Rotated, StoreError> {
         let now = now_ms();
         let expires_at = now.saturating_add(overlap_ms.max(0));
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             // Touching the endpoint row serializes rotations of one endpoint (PostgreSQL locks
             // the row; SQLite's write lock is already held).
             let (signing, format) = sqlx::query_as::<_, (String, String)>(
@@ -240,8 +240,8 @@ impl Db {
         ring: Option<&KeyRing>,
     ) -> Result<(), StoreError> {
         let now = now_ms();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             let (from, format) = sqlx::query_as::<_, (String, String)>(
                 "UPDATE kxp_endpoints SET updated_at = $1 WHERE account_id = $2 AND id = $3 AND status <> 'deleted' RETURNING signing, format",
             )
@@ -303,7 +303,7 @@ impl Db {
     /// (feature `test-util`).
     #[cfg(feature = "test-util")]
     pub async fn live_secrets(&self, endpoint_id: &str) -> Result<Vec<String>, StoreError> {
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query_scalar::<_, String>(
                 "SELECT secret FROM kxp_endpoint_secrets WHERE endpoint_id = $1 \
                  AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC",
@@ -322,7 +322,7 @@ impl Db {
         endpoint_id: &str,
         ring: Option<&KeyRing>,
     ) -> Result<Vec<LiveSecret>, StoreError> {
-        let rows = on_db!(self, |pool, _begin| {
+        let rows = on_db!(self, |pool| {
             sqlx::query_as::<_, LiveSecret>(
                 "SELECT id, kind, secret, created_at, expires_at, last_verified_at FROM kxp_endpoint_secrets \
                  WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC",
@@ -427,7 +427,7 @@ impl Db {
     /// Every stored secret with its row: endpoints' (expired ones included, until retention
     /// deletes them) and accounts' ops secrets.
     async fn stored_secrets(&self) -> Result<Vec<(Row, String)>, StoreError> {
-        let (endpoints, ops) = on_db!(self, |pool, _begin| {
+        let (endpoints, ops) = on_db!(self, |pool| {
             let endpoints = sqlx::query_as::<_, (String, String)>(
                 "SELECT endpoint_id, secret FROM kxp_endpoint_secrets ORDER BY id",
             )
@@ -466,17 +466,15 @@ impl Db {
                 confirming.entry(endpoint).or_default().push(check.verified);
             }
         }
-        let lock = match self {
-            Db::Sqlite(_) => "",
-            // Compatible with the KEY SHARE a batch of attempts holds on its endpoints.
-            Db::Postgres(_) => " FOR NO KEY UPDATE",
-        };
-        let read = format!(
-            "SELECT confirm_secret_id, confirm_needed, confirmations FROM kxp_endpoints WHERE id = $1{lock}"
-        );
         let now = now_ms();
-        on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        on_db!(self, |pool, DB| {
+            // NO KEY UPDATE: compatible with the KEY SHARE a batch of attempts holds on its
+            // endpoints.
+            let read = format!(
+                "SELECT confirm_secret_id, confirm_needed, confirmations FROM kxp_endpoints WHERE id = $1{}",
+                DB::row_lock(" FOR NO KEY UPDATE")
+            );
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             for (secret, at) in &latest {
                 sqlx::query(
                     "UPDATE kxp_endpoint_secrets SET last_verified_at = $1 \

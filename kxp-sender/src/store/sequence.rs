@@ -24,7 +24,9 @@
 //! number some twice. On SQLite the pass is one `BEGIN IMMEDIATE` transaction: one writer.
 
 use crate::model::EndpointId;
+use crate::store::backend::Backend;
 use crate::store::{Db, StoreError};
+use sqlx::{Postgres, Sqlite};
 
 /// The most deliveries a pass numbers per endpoint: the rest wait for the next pass, which comes
 /// with the next claim.
@@ -84,7 +86,7 @@ impl Db {
     ) -> Result<u64, StoreError> {
         match self {
             Db::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
+                let mut tx = pool.begin_with(<Postgres as Backend>::BEGIN).await?;
                 // Endpoints just announced have new deliveries: no need to look.
                 let candidates: Vec<String> = match endpoints {
                     Some(ids) => ids.iter().map(|id| id.as_str().to_owned()).collect(),
@@ -115,7 +117,7 @@ impl Db {
             Db::Sqlite(pool) => {
                 let only = endpoints
                     .map(|ids| serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned()));
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let mut tx = pool.begin_with(<Sqlite as Backend>::BEGIN).await?;
                 let touched: Vec<String> = sqlx::query_scalar(NUMBER_SQLITE)
                     .bind(&only)
                     .bind(PER_ENDPOINT)

@@ -62,9 +62,9 @@ impl Db {
         // On a whole second: the API shows the expiry to the second, and a link must not work
         // past the time it says it stops.
         let expires_at = (now + ttl_ms).div_euclid(1000) * 1000;
-        Ok(on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            if begin == "BEGIN" {
+        Ok(on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
+            if DB::LOCKS_ROWS {
                 // NO KEY UPDATE: ingestion's foreign-key checks on the account go on.
                 sqlx::query("SELECT id FROM kxp_accounts WHERE id = $1 FOR NO KEY UPDATE")
                     .bind(account)
@@ -112,8 +112,8 @@ impl Db {
         let now = now_ms();
         let id = random_hex_32();
         let csrf_token = random_hex_32();
-        let who = on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
+        let who = on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             let who = match opening {
                 Opening::Link(token) => {
                     let taken: Option<(AccountId, String)> = sqlx::query_as(
@@ -162,7 +162,7 @@ impl Db {
     pub(crate) async fn session(&self, cookie: &str) -> Result<Option<Session>, StoreError> {
         let hash = sha256_hex(cookie.as_bytes());
         let now = now_ms();
-        let row: Option<SessionRow> = on_db!(self, |pool, _begin| {
+        let row: Option<SessionRow> = on_db!(self, |pool| {
             sqlx::query_as(
                 "SELECT account_id, operator_id, scope, csrf_token, created_at, last_seen_at \
                  FROM kxp_sessions WHERE id_hash = $1",
@@ -176,7 +176,7 @@ impl Db {
         };
         match freshness(created_at, last_seen, now) {
             Freshness::Fresh => {}
-            Freshness::Touch => on_db!(self, |pool, _begin| {
+            Freshness::Touch => on_db!(self, |pool| {
                 sqlx::query("UPDATE kxp_sessions SET last_seen_at = $1 WHERE id_hash = $2")
                     .bind(now)
                     .bind(&hash)
@@ -204,7 +204,7 @@ impl Db {
     /// message not taken yet).
     pub(crate) async fn set_flash(&self, cookie: &str, text: &str) -> Result<(), StoreError> {
         let hash = sha256_hex(cookie.as_bytes());
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query("UPDATE kxp_sessions SET flash = $1 WHERE id_hash = $2")
                 .bind(text)
                 .bind(&hash)
@@ -226,7 +226,7 @@ impl Db {
         let ours = |flash: Option<&str>| flash.is_some_and(|f| f.starts_with(&format!("{about} ")));
         // Most pages have no message to take (the account's home asks on every view): a plain
         // read says so without taking SQLite's write lock.
-        let pending: Option<String> = on_db!(self, |pool, _begin| {
+        let pending: Option<String> = on_db!(self, |pool| {
             sqlx::query_scalar(
                 "SELECT flash FROM kxp_sessions WHERE id_hash = $1 AND flash IS NOT NULL",
             )
@@ -237,12 +237,11 @@ impl Db {
         if !ours(pending.as_deref()) {
             return Ok(None);
         }
-        let taken: Option<(Option<String>,)> = on_db!(self, |pool, begin| {
-            let mut tx = pool.begin_with(begin).await?;
-            // SQLite's BEGIN IMMEDIATE already holds the write lock; PostgreSQL locks the row.
-            let lock = if begin == "BEGIN" { " FOR UPDATE" } else { "" };
+        let taken: Option<(Option<String>,)> = on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
             let taken: Option<(Option<String>,)> = sqlx::query_as(&format!(
-                "SELECT flash FROM kxp_sessions WHERE id_hash = $1 AND flash IS NOT NULL{lock}"
+                "SELECT flash FROM kxp_sessions WHERE id_hash = $1 AND flash IS NOT NULL{}",
+                DB::row_lock(" FOR UPDATE")
             ))
             .bind(&hash)
             .fetch_optional(&mut *tx)
@@ -262,7 +261,7 @@ impl Db {
 
     /// Ends the session a cookie names (signing out); nothing if there is none.
     pub(crate) async fn end_session(&self, cookie: &str) -> Result<(), StoreError> {
-        on_db!(self, |pool, _begin| {
+        on_db!(self, |pool| {
             sqlx::query("DELETE FROM kxp_sessions WHERE id_hash = $1")
                 .bind(sha256_hex(cookie.as_bytes()))
                 .execute(pool)
@@ -284,7 +283,7 @@ impl Db {
                 operator.as_str(),
             ),
         };
-        Ok(on_db!(self, |pool, _begin| {
+        Ok(on_db!(self, |pool| {
             sqlx::query(sql)
                 .bind(id)
                 .execute(pool)
