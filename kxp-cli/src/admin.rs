@@ -8,7 +8,7 @@ use clap::Args;
 use kxp_api::{
     BulkReplay, Client, ClientError, Delivery, DeliveryQuery, DeliveryStatus, Timestamp,
 };
-use kxp_sender::{Admin, DeliveryFilter};
+use kxp_sender::{AccountId, Admin, DeliveryFilter, DeliveryId, EndpointId};
 
 /// Where the command acts.
 #[derive(Args)]
@@ -67,7 +67,7 @@ pub(crate) fn dlq(args: DlqArgs) -> ExitCode {
                 let (db, account) = open(url, &args.target.api_key).await?;
                 let filter = DeliveryFilter {
                     status: Some("dead".into()),
-                    endpoint_id: args.endpoint,
+                    endpoint_id: args.endpoint.map(EndpointId::from),
                     ..Default::default()
                 };
                 let rows = db
@@ -126,7 +126,11 @@ pub(crate) fn replay(args: ReplayArgs) -> ExitCode {
                 let new = match &args.target.database_url {
                     Some(url) => {
                         let (db, account) = open(url, &args.target.api_key).await?;
-                        Delivery::from(db.replay(&account, id).await.map_err(|e| e.to_string())?)
+                        Delivery::from(
+                            db.replay(&account, &DeliveryId::from(id.as_str()))
+                                .await
+                                .map_err(|e| e.to_string())?,
+                        )
                     }
                     None => client(&args.target)?
                         .replay_delivery(&id.as_str().into())
@@ -150,7 +154,7 @@ pub(crate) fn replay(args: ReplayArgs) -> ExitCode {
                             until: until.as_ref().and_then(Timestamp::unix_ms),
                             ..Default::default()
                         };
-                        db.replay_endpoint(&account, endpoint, &filter)
+                        db.replay_endpoint(&account, &EndpointId::from(endpoint.as_str()), &filter)
                             .await
                             .map_err(|e| e.to_string())?
                     }
@@ -216,14 +220,14 @@ pub(crate) async fn connect(url: &str) -> Result<Admin, String> {
         .map_err(|e| format!("database: {}", kxp_sender::redact_passwords(&e.to_string())))
 }
 
-async fn open(url: &str, api_key: &str) -> Result<(Admin, String), String> {
+async fn open(url: &str, api_key: &str) -> Result<(Admin, AccountId), String> {
     let db = connect(url).await?;
     let account = db
         .account_by_key(api_key)
         .await
         .map_err(|e| e.to_string())?
         .ok_or("no account has this API key")?;
-    Ok((db, account.id.into_string()))
+    Ok((db, account.id))
 }
 
 fn parse_time(text: &str) -> Result<Timestamp, String> {

@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Account, Delivery, DeliveryFilter, Operator, OperatorId};
+use crate::model::{
+    Account, AccountId, Delivery, DeliveryFilter, DeliveryId, EndpointId, Operator, OperatorId,
+};
 use crate::store::seal::KeyRing;
 use crate::store::{Db, StoreError};
 
@@ -68,7 +70,7 @@ impl Admin {
     /// (the last delivery id of the previous page).
     pub async fn deliveries(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         filter: &DeliveryFilter,
         cursor: Option<&str>,
         limit: i64,
@@ -80,8 +82,8 @@ impl Admin {
     /// new delivery.
     pub async fn replay(
         &self,
-        account_id: &str,
-        delivery_id: &str,
+        account_id: &AccountId,
+        delivery_id: &DeliveryId,
     ) -> Result<Delivery, StoreError> {
         self.db.replay(account_id, delivery_id).await
     }
@@ -90,8 +92,8 @@ impl Admin {
     /// `POST /v1/endpoints/{id}/replay` does: how many.
     pub async fn replay_endpoint(
         &self,
-        account_id: &str,
-        endpoint_id: &str,
+        account_id: &AccountId,
+        endpoint_id: &EndpointId,
         filter: &DeliveryFilter,
     ) -> Result<u64, StoreError> {
         self.db

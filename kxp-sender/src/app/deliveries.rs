@@ -3,16 +3,16 @@
 //! [`Conflict`](Error::Conflict), and the workers are woken for what was queued.
 
 use super::{AppState, Error};
-use crate::model::{Account, Delivery, DeliveryFilter};
+use crate::model::{Account, Delivery, DeliveryFilter, DeliveryId, EndpointId};
 
 /// Replays one of `account`'s deliveries: a new delivery of the same event (same id, same bytes)
 /// to the same endpoint, due now.
 pub(crate) async fn replay(
     state: &AppState,
     account: &Account,
-    delivery_id: &str,
+    delivery_id: &DeliveryId,
 ) -> Result<Delivery, Error> {
-    let delivery = state.db.replay(account.id.as_str(), delivery_id).await?;
+    let delivery = state.db.replay(&account.id, delivery_id).await?;
     state.shared.wake_workers();
     Ok(delivery)
 }
@@ -22,12 +22,12 @@ pub(crate) async fn replay(
 pub(crate) async fn replay_endpoint(
     state: &AppState,
     account: &Account,
-    endpoint_id: &str,
+    endpoint_id: &EndpointId,
     filter: &DeliveryFilter,
 ) -> Result<u64, Error> {
     let queued = state
         .db
-        .replay_endpoint(account.id.as_str(), endpoint_id, filter)
+        .replay_endpoint(&account.id, endpoint_id, filter)
         .await?;
     if queued > 0 {
         state.shared.wake_workers();

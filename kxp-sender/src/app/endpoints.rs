@@ -15,7 +15,9 @@ use super::views::public_key;
 use super::{AppState, DEFAULT_OVERLAP, Error, MAX_ENDPOINTS};
 use crate::engine::config::Shared;
 use crate::engine::dispatch;
-use crate::model::{Account, EndpointChanges, NewEndpoint as StoredEndpoint, Rotated, ms};
+use crate::model::{
+    Account, EndpointChanges, EndpointId, NewEndpoint as StoredEndpoint, Rotated, ms,
+};
 
 /// Registers an endpoint for `account` with every check of `POST /v1/endpoints`, the
 /// challenge last (the only one that connects): the API and the console's form both come
@@ -25,7 +27,7 @@ pub(crate) async fn register(
     account: &Account,
     new: NewEndpoint,
 ) -> Result<EndpointCreated, Error> {
-    if state.db.endpoint_count(account.id.as_str()).await? >= MAX_ENDPOINTS {
+    if state.db.endpoint_count(&account.id).await? >= MAX_ENDPOINTS {
         return Err(Error::TooManyEndpoints(format!(
             "an account has at most {MAX_ENDPOINTS} endpoints; delete one first"
         )));
@@ -102,7 +104,7 @@ async fn challenge(shared: &Shared, url: &reqwest::Url, timeout: Duration) -> Re
 pub(crate) async fn change(
     state: &AppState,
     account: &Account,
-    id: &str,
+    id: &EndpointId,
     patch: EndpointPatch,
 ) -> Result<(crate::model::Endpoint, Option<Rotated>), Error> {
     let rate_limit = patch
@@ -135,7 +137,7 @@ pub(crate) async fn change(
         .into_option()
         .map(|jwk| jwk.as_ref().map(check_encryption_jwk).transpose())
         .transpose()?;
-    let current = state.db.endpoint(account.id.as_str(), id).await?;
+    let current = state.db.endpoint(&account.id, id).await?;
     if let Some(url) = &url
         && url.as_str() != current.url
         && !patch.skip_challenge
@@ -160,7 +162,7 @@ pub(crate) async fn change(
     if let Some(signing) = &patch.signing {
         state
             .db
-            .change_signing(account.id.as_str(), id, signing, ring)
+            .change_signing(&account.id, id, signing, ring)
             .await?;
     }
     let rotated = match new_format {
@@ -168,7 +170,7 @@ pub(crate) async fn change(
             let overlap = ms(DEFAULT_OVERLAP);
             let rotated = state
                 .db
-                .rotate_secret(account.id.as_str(), id, overlap, None, ring, Some(format))
+                .rotate_secret(&account.id, id, overlap, None, ring, Some(format))
                 .await?;
             tracing::info!(
                 target: "kxp_sender", endpoint_id = %id, format = %format, overlap_ms = overlap,
@@ -187,10 +189,7 @@ pub(crate) async fn change(
         rate_limit_per_second: rate_limit,
         encryption_jwk,
     };
-    let endpoint = state
-        .db
-        .update_endpoint(account.id.as_str(), id, &changes)
-        .await?;
+    let endpoint = state.db.update_endpoint(&account.id, id, &changes).await?;
     Ok((endpoint, rotated))
 }
 
@@ -200,21 +199,14 @@ pub(crate) async fn change(
 pub(crate) async fn rotate_secret(
     state: &AppState,
     account: &Account,
-    id: &str,
+    id: &EndpointId,
     overlap: Duration,
     confirmations: Option<u32>,
 ) -> Result<Rotated, Error> {
     let ring = state.shared.config.secrets_key.as_ref();
     Ok(state
         .db
-        .rotate_secret(
-            account.id.as_str(),
-            id,
-            ms(overlap),
-            confirmations,
-            ring,
-            None,
-        )
+        .rotate_secret(&account.id, id, ms(overlap), confirmations, ring, None)
         .await?)
 }
 
@@ -223,9 +215,9 @@ pub(crate) async fn rotate_secret(
 pub(crate) async fn pause(
     state: &AppState,
     account: &Account,
-    id: &str,
+    id: &EndpointId,
 ) -> Result<(crate::model::Endpoint, u64), Error> {
-    Ok(state.db.pause_endpoint(account.id.as_str(), id).await?)
+    Ok(state.db.pause_endpoint(&account.id, id).await?)
 }
 
 /// Resumes one of `account`'s paused or disabled endpoints: its circuit closes, and the
@@ -233,11 +225,11 @@ pub(crate) async fn pause(
 pub(crate) async fn resume(
     state: &AppState,
     account: &Account,
-    id: &str,
+    id: &EndpointId,
 ) -> Result<(crate::model::Endpoint, u64), Error> {
     let (endpoint, due) = state
         .db
-        .resume_endpoint(account.id.as_str(), id, &state.shared.config.protection)
+        .resume_endpoint(&account.id, id, &state.shared.config.protection)
         .await?;
     if due > 0 {
         state.shared.wake_workers();
@@ -247,6 +239,10 @@ pub(crate) async fn resume(
 
 /// Deletes one of `account`'s endpoints; its unfinished deliveries become dead with
 /// `endpoint_deleted`. Returns how many.
-pub(crate) async fn delete(state: &AppState, account: &Account, id: &str) -> Result<u64, Error> {
-    Ok(state.db.delete_endpoint(account.id.as_str(), id).await?)
+pub(crate) async fn delete(
+    state: &AppState,
+    account: &Account,
+    id: &EndpointId,
+) -> Result<u64, Error> {
+    Ok(state.db.delete_endpoint(&account.id, id).await?)
 }

@@ -14,7 +14,7 @@ use super::error::ConsoleError;
 use super::pages::{self, DeadLetters};
 use super::scope::InAccount;
 use crate::app::{self, AppState, Error};
-use crate::model::{DeliveryFilter, Endpoint, now_ms};
+use crate::model::{DeliveryFilter, Endpoint, EndpointId, now_ms};
 use crate::store::StoreError;
 
 /// Dead deliveries per page.
@@ -27,7 +27,7 @@ const REPLAYS_SHOWN: i64 = 50;
 #[derive(Deserialize, Default)]
 pub(super) struct DeadQuery {
     /// Only this endpoint's.
-    endpoint: Option<String>,
+    endpoint: Option<EndpointId>,
     /// After this delivery id (the next page).
     after: Option<String>,
     /// A bulk replay started at this instant (Unix ms): show its replays.
@@ -42,8 +42,8 @@ pub(super) async fn list(
     scope: InAccount,
     Query(query): Query<DeadQuery>,
 ) -> Result<Response, ConsoleError> {
-    let account = scope.account.id.as_str();
-    let endpoint = narrowed(&state, &scope, query.endpoint.as_deref()).await?;
+    let account = &scope.account.id;
+    let endpoint = narrowed(&state, &scope, query.endpoint.as_ref()).await?;
     let filter = DeliveryFilter {
         status: Some("dead".to_owned()),
         endpoint_id: query.endpoint.clone(),
@@ -59,11 +59,7 @@ pub(super) async fn list(
     for delivery in dead.into_iter().take(PAGE as usize) {
         let url = match urls.iter().find(|e| e.id == delivery.endpoint_id) {
             Some(endpoint) => Some(endpoint.url.clone()),
-            None => match state
-                .db
-                .endpoint(account, delivery.endpoint_id.as_str())
-                .await
-            {
+            None => match state.db.endpoint(account, &delivery.endpoint_id).await {
                 Ok(endpoint) => {
                     let url = endpoint.url.clone();
                     urls.push(endpoint);
@@ -78,7 +74,7 @@ pub(super) async fn list(
     let narrow = |first: char| {
         query
             .endpoint
-            .as_deref()
+            .as_ref()
             .map(|e| format!("{first}endpoint={e}"))
             .unwrap_or_default()
     };
@@ -93,7 +89,7 @@ pub(super) async fn list(
         Some(at) => {
             state
                 .db
-                .replays_since(account, query.endpoint.as_deref(), at, REPLAYS_SHOWN)
+                .replays_since(account, query.endpoint.as_ref(), at, REPLAYS_SHOWN)
                 .await?
         }
         None => Vec::new(),
@@ -113,7 +109,7 @@ pub(super) async fn list(
             let queued = query.queued.map(|n| n.to_string());
             let mut pairs = url.query_pairs_mut();
             for (name, value) in [
-                ("endpoint", query.endpoint.as_deref()),
+                ("endpoint", query.endpoint.as_ref().map(EndpointId::as_str)),
                 ("after", query.after.as_deref()),
                 ("replayed_at", replayed_at.as_deref()),
                 ("queued", queued.as_deref()),
@@ -136,14 +132,14 @@ pub(super) async fn list(
 async fn narrowed(
     state: &AppState,
     scope: &InAccount,
-    endpoint: Option<&str>,
+    endpoint: Option<&EndpointId>,
 ) -> Result<Option<Endpoint>, ConsoleError> {
     match endpoint {
         None => Ok(None),
         Some(id) => Ok(Some(
             state
                 .db
-                .endpoint(scope.account.id.as_str(), id)
+                .endpoint(&scope.account.id, id)
                 .await
                 .map_err(not_found)?,
         )),
@@ -153,7 +149,7 @@ async fn narrowed(
 /// The confirmation's query: which endpoint, if one.
 #[derive(Deserialize)]
 pub(super) struct ReplayQuery {
-    endpoint: Option<String>,
+    endpoint: Option<EndpointId>,
 }
 
 /// `GET /console/a/{account}/dead-letters/replay`: counts what a replay of all would queue,
@@ -164,7 +160,7 @@ pub(super) async fn confirm(
     Query(query): Query<ReplayQuery>,
 ) -> Result<Response, ConsoleError> {
     scope.signed.check_may_change()?;
-    let endpoint = narrowed(&state, &scope, query.endpoint.as_deref()).await?;
+    let endpoint = narrowed(&state, &scope, query.endpoint.as_ref()).await?;
     let counted_at = now_ms();
     let filter = DeliveryFilter {
         status: Some("dead".to_owned()),
@@ -172,10 +168,7 @@ pub(super) async fn confirm(
         dead_by: Some(counted_at),
         ..DeliveryFilter::default()
     };
-    let count = state
-        .db
-        .count_dead(scope.account.id.as_str(), &filter)
-        .await?;
+    let count = state.db.count_dead(&scope.account.id, &filter).await?;
     let markup = pages::replay_confirm(&scope.frame(), endpoint.as_ref(), count, counted_at);
     Ok(page(markup))
 }
@@ -188,7 +181,7 @@ pub(super) struct ReplayForm {
     /// The instant of the count.
     dead_by: i64,
     /// Only this endpoint's.
-    endpoint: Option<String>,
+    endpoint: Option<EndpointId>,
 }
 
 /// `POST /console/a/{account}/dead-letters/replay`: replays the dead deliveries counted (dead
@@ -199,9 +192,9 @@ pub(super) async fn replay_all(
     Form(form): Form<ReplayForm>,
 ) -> Result<Response, ConsoleError> {
     scope.check_form(&form.csrf_token)?;
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let started = now_ms();
-    let endpoints = match narrowed(&state, &scope, form.endpoint.as_deref()).await? {
+    let endpoints = match narrowed(&state, &scope, form.endpoint.as_ref()).await? {
         Some(endpoint) => vec![endpoint],
         None => state.db.endpoints(account, None, i64::MAX).await?,
     };
@@ -212,9 +205,7 @@ pub(super) async fn replay_all(
     };
     let mut queued = 0;
     for endpoint in endpoints {
-        queued += match app::replay_endpoint(&state, &scope.account, endpoint.id.as_str(), &filter)
-            .await
-        {
+        queued += match app::replay_endpoint(&state, &scope.account, &endpoint.id, &filter).await {
             Ok(queued) => queued,
             // Deleted since the count: nothing can be replayed to it, the others still are.
             Err(Error::NotFound | Error::Conflict { .. }) => 0,
@@ -223,7 +214,13 @@ pub(super) async fn replay_all(
     }
     tracing::info!(target: "kxp_sender", queued, "dead deliveries replayed from the console");
     let action = format!("dead_letters.replay ({queued} queued)");
-    scope.audit(&state, &action, form.endpoint.as_deref()).await;
+    scope
+        .audit(
+            &state,
+            &action,
+            form.endpoint.as_ref().map(EndpointId::as_str),
+        )
+        .await;
     let narrow = form
         .endpoint
         .map(|e| format!("&endpoint={e}"))

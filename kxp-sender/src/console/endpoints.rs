@@ -16,7 +16,7 @@ use super::scope::{Checked, InAccount};
 use super::sign_in::SIGNED_IN;
 use crate::app::views::endpoint_details;
 use crate::app::{self, AppState, DEFAULT_OVERLAP, Error, change, register};
-use crate::model::{Ingest, Ingested};
+use crate::model::{EndpointId, Ingest, Ingested};
 use crate::store::StoreError;
 use crate::store::seal::{open_stored, to_stored};
 
@@ -42,14 +42,11 @@ pub(super) async fn list(
     State(state): State<AppState>,
     scope: InAccount,
 ) -> Result<Response, ConsoleError> {
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let endpoints = state.db.endpoints(account, None, LISTED).await?;
     let mut rows = Vec::with_capacity(endpoints.len());
     for endpoint in endpoints {
-        let health = state
-            .db
-            .endpoint_health(account, endpoint.id.as_str())
-            .await?;
+        let health = state.db.endpoint_health(account, &endpoint.id).await?;
         rows.push(EndpointRow { endpoint, health });
     }
     let signed_in = match scope.by_operator() {
@@ -124,14 +121,16 @@ pub(super) async fn create(
     };
     match register(&state, &scope.account, new).await {
         Ok(created) => {
-            let id = created.endpoint.id.to_string();
+            let id = &created.endpoint.id;
             tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint registered from the console");
             // The console registers HMAC endpoints: there is always a secret to show.
             if let Some(secret) = &created.secret {
-                let flash = format!("{id} {}", flash_secret(&state, &id, secret.expose()));
+                let flash = format!("{id} {}", flash_secret(&state, id, secret.expose()));
                 state.db.set_flash(&scope.signed.cookie, &flash).await?;
             }
-            scope.audit(&state, "endpoint.create", Some(&id)).await;
+            scope
+                .audit(&state, "endpoint.create", Some(id.as_str()))
+                .await;
             Ok(Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response())
         }
         Err(refused) => {
@@ -219,7 +218,7 @@ fn whole_number(text: &str, name: &str) -> Result<Option<u64>, String> {
 /// The event types the form offers as boxes: those with a registered schema, and those the
 /// account's endpoints subscribe to (wildcards left out).
 async fn known_types(state: &AppState, scope: &InAccount) -> Result<Vec<String>, ConsoleError> {
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let mut types: Vec<String> = state
         .db
         .schemas(account)
@@ -238,13 +237,13 @@ async fn known_types(state: &AppState, scope: &InAccount) -> Result<Vec<String>,
 /// A new secret as the session's one-time message keeps it: sealed like the stored secrets
 /// when the server has a key ring (a sealed value holds no space), so a database dump taken
 /// before the page is shown reveals it no more than the secrets table does.
-fn flash_secret(state: &AppState, endpoint_id: &str, secret: &str) -> String {
+fn flash_secret(state: &AppState, endpoint_id: &EndpointId, secret: &str) -> String {
     let ring = state.shared.config.secrets_key.as_ref();
     to_stored(ring, secret, &flash_context(endpoint_id)).to_string()
 }
 
 /// The secret [`flash_secret`] kept, opened (a message that does not open shows as such).
-fn flashed_secret(state: &AppState, endpoint_id: &str, kept: &str) -> String {
+fn flashed_secret(state: &AppState, endpoint_id: &EndpointId, kept: &str) -> String {
     let ring = state.shared.config.secrets_key.as_ref();
     match open_stored(ring, kept, &flash_context(endpoint_id)) {
         Ok(secret) => String::from_utf8_lossy(&secret).into_owned(),
@@ -252,7 +251,7 @@ fn flashed_secret(state: &AppState, endpoint_id: &str, kept: &str) -> String {
     }
 }
 
-fn flash_context(endpoint_id: &str) -> Vec<u8> {
+fn flash_context(endpoint_id: &EndpointId) -> Vec<u8> {
     format!("kxp/console-flash/{endpoint_id}").into_bytes()
 }
 
@@ -260,21 +259,24 @@ fn flash_context(endpoint_id: &str) -> Vec<u8> {
 pub(super) async fn show(
     State(state): State<AppState>,
     scope: InAccount,
-    Path((_, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, EndpointId)>,
 ) -> Result<Response, ConsoleError> {
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
     let health = state.db.endpoint_health(account, &id).await?;
     let ring = state.shared.config.secrets_key.as_ref();
     let secrets = state.db.live_secret_states(&id, ring).await?;
-    let flash = state.db.take_flash(&scope.signed.cookie, &id).await?;
+    let flash = state
+        .db
+        .take_flash(&scope.signed.cookie, id.as_str())
+        .await?;
     let secret = flash.as_deref().and_then(|flash| {
         let (for_endpoint, rest) = flash.split_once(' ')?;
         let (secret, expires) = match rest.split_once(' ') {
             Some((secret, expires)) => (secret, expires.parse().ok()),
             None => (rest, None),
         };
-        (for_endpoint == id).then(|| NewSecret {
+        (for_endpoint == id.as_str()).then(|| NewSecret {
             secret: flashed_secret(&state, &id, secret),
             previous_expire_at: expires,
         })
@@ -293,12 +295,12 @@ pub(super) async fn show(
 pub(super) async fn edit_form(
     State(state): State<AppState>,
     scope: InAccount,
-    Path((_, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, EndpointId)>,
 ) -> Result<Response, ConsoleError> {
     scope.signed.check_may_change()?;
     let endpoint = state
         .db
-        .endpoint(scope.account.id.as_str(), &id)
+        .endpoint(&scope.account.id, &id)
         .await
         .map_err(not_found)?;
     let known = known_types(&state, &scope).await?;
@@ -334,12 +336,12 @@ pub(super) async fn edit_form(
 pub(super) async fn edit(
     State(state): State<AppState>,
     scope: InAccount,
-    Path((_, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, EndpointId)>,
     Form(fields): Form<Vec<(String, String)>>,
 ) -> Result<Response, ConsoleError> {
     let form = RegisterForm::from_pairs(fields);
     scope.check_form(&form.csrf_token)?;
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
     let patch = match form.patch() {
         Ok(patch) => patch,
@@ -348,7 +350,9 @@ pub(super) async fn edit(
     match change(&state, &scope.account, &id, patch).await {
         Ok(_) => {
             tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint changed from the console");
-            scope.audit(&state, "endpoint.edit", Some(&id)).await;
+            scope
+                .audit(&state, "endpoint.edit", Some(id.as_str()))
+                .await;
             Ok(back_to(&scope, &id))
         }
         Err(refused) => {
@@ -380,22 +384,26 @@ async fn refuse_edit(
 /// `POST …/endpoints/{endpoint}/pause`.
 pub(super) async fn pause(
     State(state): State<AppState>,
-    Checked { scope, id }: Checked,
+    Checked { scope, id }: Checked<EndpointId>,
 ) -> Result<Response, ConsoleError> {
     let (_, held) = app::pause(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused from the console");
-    scope.audit(&state, "endpoint.pause", Some(&id)).await;
+    scope
+        .audit(&state, "endpoint.pause", Some(id.as_str()))
+        .await;
     Ok(back_to(&scope, &id))
 }
 
 /// `POST …/endpoints/{endpoint}/resume`.
 pub(super) async fn resume(
     State(state): State<AppState>,
-    Checked { scope, id }: Checked,
+    Checked { scope, id }: Checked<EndpointId>,
 ) -> Result<Response, ConsoleError> {
     let (_, due) = app::resume(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed from the console");
-    scope.audit(&state, "endpoint.resume", Some(&id)).await;
+    scope
+        .audit(&state, "endpoint.resume", Some(id.as_str()))
+        .await;
     Ok(back_to(&scope, &id))
 }
 
@@ -403,7 +411,7 @@ pub(super) async fn resume(
 /// overlap; the new one is shown once on the endpoint's page.
 pub(super) async fn rotate(
     State(state): State<AppState>,
-    checked: Checked,
+    checked: Checked<EndpointId>,
 ) -> Result<Response, ConsoleError> {
     rotate_with(&state, checked, None).await
 }
@@ -413,7 +421,7 @@ pub(super) async fn rotate(
 /// new one (the default overlap still the upper bound).
 pub(super) async fn rotate_when_confirmed(
     State(state): State<AppState>,
-    checked: Checked,
+    checked: Checked<EndpointId>,
 ) -> Result<Response, ConsoleError> {
     rotate_with(&state, checked, Some(DEFAULT_CONFIRMATIONS)).await
 }
@@ -422,7 +430,7 @@ pub(super) async fn rotate_when_confirmed(
 /// as a page.
 async fn rotate_with(
     state: &AppState,
-    Checked { scope, id }: Checked,
+    Checked { scope, id }: Checked<EndpointId>,
     confirmations: Option<u32>,
 ) -> Result<Response, ConsoleError> {
     let rotated = match app::rotate_secret(
@@ -452,7 +460,7 @@ async fn rotate_with(
         state.db.set_flash(&scope.signed.cookie, &flash).await?;
     }
     scope
-        .audit(state, "endpoint.rotate_secret", Some(&id))
+        .audit(state, "endpoint.rotate_secret", Some(id.as_str()))
         .await;
     Ok(back_to(&scope, &id))
 }
@@ -464,12 +472,12 @@ pub(super) const TEST_EVENT_TYPE: &str = "kxp.test";
 /// subscribes to), signed and retried like any other, then shows it on its way.
 pub(super) async fn test(
     State(state): State<AppState>,
-    Checked { scope, id }: Checked,
+    Checked { scope, id }: Checked<EndpointId>,
 ) -> Result<Response, ConsoleError> {
     let account = &scope.account;
     let endpoint = state
         .db
-        .endpoint(account.id.as_str(), &id)
+        .endpoint(&account.id, &id)
         .await
         .map_err(not_found)?;
     let data = serde_json::json!({
@@ -504,7 +512,9 @@ pub(super) async fn test(
     };
     tracing::info!(target: "kxp_sender", endpoint_id = %id, event_id = %event.id,
         "test event sent from the console");
-    scope.audit(&state, "endpoint.test_event", Some(&id)).await;
+    scope
+        .audit(&state, "endpoint.test_event", Some(id.as_str()))
+        .await;
     Ok(Redirect::to(&scope.url(&format!("/events/{}", event.id))).into_response())
 }
 
@@ -512,10 +522,10 @@ pub(super) async fn test(
 pub(super) async fn delete_form(
     State(state): State<AppState>,
     scope: InAccount,
-    Path((_, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, EndpointId)>,
 ) -> Result<Response, ConsoleError> {
     scope.signed.check_may_change()?;
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
     let health = state.db.endpoint_health(account, &id).await?;
     let confirm = DeleteConfirm {
@@ -528,12 +538,14 @@ pub(super) async fn delete_form(
 /// `POST …/endpoints/{endpoint}/delete`.
 pub(super) async fn delete(
     State(state): State<AppState>,
-    Checked { scope, id }: Checked,
+    Checked { scope, id }: Checked<EndpointId>,
 ) -> Result<Response, ConsoleError> {
     let ended = app::delete(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,
         "endpoint deleted from the console");
-    scope.audit(&state, "endpoint.delete", Some(&id)).await;
+    scope
+        .audit(&state, "endpoint.delete", Some(id.as_str()))
+        .await;
     Ok(Redirect::to(&scope.url("")).into_response())
 }
 
@@ -546,7 +558,7 @@ pub(super) fn not_found(e: StoreError) -> ConsoleError {
 }
 
 /// Back to the endpoint's page after an action (303: the browser GETs it).
-fn back_to(scope: &InAccount, id: &str) -> Response {
+fn back_to(scope: &InAccount, id: &EndpointId) -> Response {
     Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response()
 }
 

@@ -11,7 +11,7 @@ use super::error::ConsoleError;
 use super::pages::{self, DeliveryView, Found, SearchForm};
 use super::scope::{Checked, InAccount};
 use crate::app::{self, AppState, Error};
-use crate::model::{DeliveryFilter, EventFilter, parse_rfc3339};
+use crate::model::{DeliveryFilter, DeliveryId, EndpointId, EventFilter, EventId, parse_rfc3339};
 use crate::store::StoreError;
 
 /// Results per page.
@@ -45,16 +45,19 @@ pub(super) async fn search(
     scope: InAccount,
     Query(query): Query<SearchQuery>,
 ) -> Result<Response, ConsoleError> {
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let q = query.q.trim().to_owned();
     if uuid::Uuid::parse_str(&q).is_ok()
-        && let Ok(event) = state.db.event(account, &q).await
+        && let Ok(event) = state.db.event(account, &EventId::from(q.as_str())).await
     {
         let to = scope.url(&format!("/events/{}", event.id));
         return Ok(Redirect::to(&to).into_response());
     }
     if q.starts_with("dlv_")
-        && let Ok(d) = state.db.delivery(account, &q).await
+        && let Ok(d) = state
+            .db
+            .delivery(account, &DeliveryId::from(q.as_str()))
+            .await
     {
         let to = scope.url(&format!("/events/{}#{}", d.event_id, d.id));
         return Ok(Redirect::to(&to).into_response());
@@ -104,7 +107,9 @@ pub(super) async fn search(
     if !query.status.is_empty() || !query.endpoint.trim().is_empty() {
         let filter = DeliveryFilter {
             status: (!query.status.is_empty()).then(|| query.status.clone()),
-            endpoint_id: Some(query.endpoint.trim().to_owned()).filter(|e| !e.is_empty()),
+            endpoint_id: Some(query.endpoint.trim())
+                .filter(|e| !e.is_empty())
+                .map(EndpointId::from),
             since,
             until,
             ..DeliveryFilter::default()
@@ -182,22 +187,18 @@ fn time(text: &str) -> Result<Option<i64>, String> {
 pub(super) async fn show(
     State(state): State<AppState>,
     scope: InAccount,
-    Path((_, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, EventId)>,
 ) -> Result<Response, ConsoleError> {
-    let account = scope.account.id.as_str();
+    let account = &scope.account.id;
     let event = state.db.event(account, &id).await.map_err(not_found)?;
     let mut views = Vec::new();
     for delivery in state.db.event_deliveries(account, &id).await? {
-        let endpoint = match state
-            .db
-            .endpoint(account, delivery.endpoint_id.as_str())
-            .await
-        {
+        let endpoint = match state.db.endpoint(account, &delivery.endpoint_id).await {
             Ok(endpoint) => Some(endpoint),
             Err(StoreError::NotFound) => None,
             Err(e) => return Err(e.into()),
         };
-        let attempts = state.db.attempts(account, delivery.id.as_str()).await?;
+        let attempts = state.db.attempts(account, &delivery.id).await?;
         views.push(DeliveryView {
             delivery,
             endpoint,
@@ -212,11 +213,11 @@ pub(super) async fn show(
 pub(super) async fn delivery(
     State(state): State<AppState>,
     scope: InAccount,
-    Path((_, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, DeliveryId)>,
 ) -> Result<Response, ConsoleError> {
     let delivery = state
         .db
-        .delivery(scope.account.id.as_str(), &id)
+        .delivery(&scope.account.id, &id)
         .await
         .map_err(not_found)?;
     let to = scope.url(&format!("/events/{}#{}", delivery.event_id, delivery.id));
@@ -227,7 +228,7 @@ pub(super) async fn delivery(
 /// event, which refreshes until the replay is through.
 pub(super) async fn replay(
     State(state): State<AppState>,
-    Checked { scope, id }: Checked,
+    Checked { scope, id }: Checked<DeliveryId>,
 ) -> Result<Response, ConsoleError> {
     let replayed = match app::replay(&state, &scope.account, &id).await {
         Ok(replayed) => replayed,
@@ -238,7 +239,9 @@ pub(super) async fn replay(
     };
     tracing::info!(target: "kxp_sender", delivery_id = %id, replay = %replayed.id,
         "delivery replayed from the console");
-    scope.audit(&state, "delivery.replay", Some(&id)).await;
+    scope
+        .audit(&state, "delivery.replay", Some(id.as_str()))
+        .await;
     let to = scope.url(&format!("/events/{}#{}", replayed.event_id, replayed.id));
     Ok(Redirect::to(&to).into_response())
 }

@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use super::error::ConsoleError;
 use super::session::{CsrfForm, Signed};
 use crate::app::AppState;
-use crate::model::{Account, Actor, NewAudit, SignedIn};
+use crate::model::{Account, AccountId, Actor, NewAudit, SignedIn};
 
 /// A signed-in request about one account the session may see.
 pub(crate) struct InAccount {
@@ -40,22 +40,26 @@ impl FromRequestParts<AppState> for InAccount {
         if !allowed {
             return Err(ConsoleError::NotFound);
         }
-        let account = state.db.account(&id).await?.ok_or(ConsoleError::NotFound)?;
+        let account = state
+            .db
+            .account(&AccountId::from(id))
+            .await?
+            .ok_or(ConsoleError::NotFound)?;
         Ok(InAccount { signed, account })
     }
 }
 
 /// A button's form about one object of the account (an endpoint, a delivery), checked: the
 /// session may see the account, the form carries its CSRF token, and the session may change
-/// things. `id` is the path's last parameter (the object).
-pub(crate) struct Checked {
+/// things. `id` is the path's last parameter (the object), as the id type `Id` it is.
+pub(crate) struct Checked<Id> {
     /// The account and the session.
     pub scope: InAccount,
     /// The object the button acts on.
-    pub id: String,
+    pub id: Id,
 }
 
-impl FromRequest<AppState> for Checked {
+impl<Id: From<String> + Send> FromRequest<AppState> for Checked<Id> {
     type Rejection = ConsoleError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ConsoleError> {
@@ -67,7 +71,7 @@ impl FromRequest<AppState> for Checked {
         let id = params
             .iter()
             .last()
-            .map(|(_, value)| value.to_owned())
+            .map(|(_, value)| Id::from(value.to_owned()))
             .ok_or(ConsoleError::NotFound)?;
         let request = Request::from_parts(parts, body);
         let Form(form) = Form::<CsrfForm>::from_request(request, state)

@@ -82,7 +82,7 @@ impl Backlog {
             // A full answer is trusted for FRESH too: refused ingests do not count again.
             Some(c) if c.at.elapsed() < FRESH => return Ok(Admission::Full(c.due)),
             _ => {
-                let due = db.due_backlog(account.as_str(), self.limit).await?;
+                let due = db.due_backlog(account, self.limit).await?;
                 let mut counted = self.lock();
                 if counted.len() >= PRUNE_AT {
                     counted.retain(|_, c| c.at.elapsed() < FRESH);

@@ -125,7 +125,7 @@ async fn send_one(db: &Db, notifier: &Shared, owner: &str, n: &Notification) {
     }
     let error = result.as_ref().err().map(|e| e.error.as_str());
     if let Err(e) = db
-        .finish_notification(n.id.as_str(), owner, attempts, next, error)
+        .finish_notification(&n.id, owner, attempts, next, error)
         .await
     {
         // The lease runs out and the notification is tried again: at least once.
@@ -140,7 +140,7 @@ async fn webhook(
     attempt: i64,
 ) -> Result<(), Failure> {
     let ring = notifier.config.secrets_key.as_ref();
-    let secret = match db.ops_secret(n.account_id.as_str(), ring).await {
+    let secret = match db.ops_secret(&n.account_id, ring).await {
         Ok(Some(secret)) => secret,
         Ok(None) => {
             return Err(Failure {

@@ -109,7 +109,7 @@ impl SchemaCache {
     ) -> Result<Option<Arc<jsonschema::Validator>>, StoreError> {
         let key = key(account_id, event_type, api_version);
         let Some(revision) = db
-            .schema_revision(account_id.as_str(), event_type, api_version)
+            .schema_revision(account_id, event_type, api_version)
             .await?
         else {
             self.lock().remove(&key);
@@ -120,10 +120,7 @@ impl SchemaCache {
         {
             return Ok(Some(validator.clone()));
         }
-        let stored = match db
-            .schema(account_id.as_str(), event_type, api_version)
-            .await
-        {
+        let stored = match db.schema(account_id, event_type, api_version).await {
             Ok(stored) => stored,
             // Deleted in between: no schema.
             Err(StoreError::NotFound) => return Ok(None),

@@ -411,12 +411,12 @@ pub(crate) async fn run(
                 // Paused or deleted, or its circuit opened, between the claim and now: put it
                 // back untried (a deleted endpoint's delivery ends dead there, an open circuit's
                 // probe release holds it). No attempt is spent.
-                release(&db, job.id.as_str(), &owner).await;
+                release(&db, &job.id, &owner).await;
                 continue;
             }
             let free = permits.available_permits();
             let Ok(permit) = permits.clone().try_acquire_owned() else {
-                release(&db, job.id.as_str(), &owner).await;
+                release(&db, &job.id, &owner).await;
                 continue;
             };
             let admitted = {
@@ -448,7 +448,7 @@ pub(crate) async fn run(
                 // The batch held more for this endpoint than it may start now (the first claim
                 // of an endpoint, before its rate limit is known here), or more for its account
                 // than its share.
-                release(&db, job.id.as_str(), &owner).await;
+                release(&db, &job.id, &owner).await;
                 continue;
             }
             let (owner, shared, in_flight, recorder) = (
@@ -485,7 +485,7 @@ pub(crate) async fn run(
     let _ = tokio::time::timeout(grace, recording).await;
     let left: Vec<DeliveryId> = lock(&in_flight).deliveries.iter().cloned().collect();
     for id in left {
-        release(&db, id.as_str(), &owner).await;
+        release(&db, &id, &owner).await;
     }
 }
 
@@ -538,7 +538,11 @@ impl Drop for Done {
 /// start-up check makes that a ring changed under a running fleet) or does not read (a row
 /// altered by hand), the error is logged and none is used: the attempt fails as `no_secret`
 /// and is retried, never sent unsigned or signed with part of its secrets.
-pub(crate) fn open_secrets(shared: &Shared, endpoint_id: &str, secrets: &Secrets) -> Vec<Material> {
+pub(crate) fn open_secrets(
+    shared: &Shared,
+    endpoint_id: &EndpointId,
+    secrets: &Secrets,
+) -> Vec<Material> {
     let ring = shared.config.secrets_key.as_ref();
     let opened = secrets
         .0
@@ -604,7 +608,7 @@ async fn attempt(recorder: &Recorder, owner: &str, shared: &Shared, job: &Job) -
     let config = &shared.config;
     let number = job.attempts + 1;
     let started_at = now_ms();
-    let secrets = open_secrets(shared, job.endpoint_id.as_str(), &job.secrets);
+    let secrets = open_secrets(shared, &job.endpoint_id, &job.secrets);
     let (outcome, took) = match sealed(job.encryption_jwk.as_deref(), &job.payload) {
         Ok(payload) => {
             let request = dispatch::Request {
@@ -817,7 +821,7 @@ async fn probe(db: &Db) {
     }
 }
 
-async fn release(db: &Db, id: &str, owner: &str) {
+async fn release(db: &Db, id: &DeliveryId, owner: &str) {
     if let Err(e) = db.release(id, owner).await {
         // Not fatal: the lease runs out and the delivery is reclaimed then.
         tracing::error!(target: "kxp_sender", delivery_id = %id, error = %e, "releasing a delivery failed");

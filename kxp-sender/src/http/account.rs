@@ -56,7 +56,7 @@ pub(super) async fn patch_account(
     let (account, ops_secret) = state
         .db
         .update_account(
-            account.id.as_str(),
+            &account.id,
             &changes,
             state.shared.config.secrets_key.as_ref(),
         )

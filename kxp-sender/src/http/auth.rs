@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 use kxp_api::{ACCOUNT_HEADER, ErrorCode};
 
 use super::{ApiError, AppState};
-use crate::model::{Account, KeyKind, Operator};
+use crate::model::{Account, AccountId, KeyKind, Operator};
 
 /// The account a request acts for: the caller's own (an account key), or the one named by
 /// `X-Kxp-Account` (an operator key, which must name one: 400 `account_required` without it).
@@ -100,7 +100,7 @@ impl FromRequestParts<AppState> for Authed {
             )),
             (Caller::Operator(_), Some(id)) => state
                 .db
-                .account(id)
+                .account(&AccountId::from(id))
                 .await?
                 .map(Authed)
                 .ok_or_else(no_such_account),

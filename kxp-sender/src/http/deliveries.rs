@@ -12,7 +12,7 @@ use utoipa::IntoParams;
 use super::pagination::{PageParams, page, whole};
 use super::{ApiError, ApiQuery, AppState, Authed};
 use crate::app::{self, checks::parse_time};
-use crate::model::DeliveryFilter;
+use crate::model::{DeliveryFilter, DeliveryId, EndpointId, EventId};
 
 /// Which deliveries to list.
 #[derive(Deserialize, IntoParams)]
@@ -51,7 +51,7 @@ pub(super) fn filter(
     }
     Ok(DeliveryFilter {
         status,
-        endpoint_id,
+        endpoint_id: endpoint_id.map(EndpointId::from),
         since: since.map(parse_time).transpose()?,
         until: until.map(parse_time).transpose()?,
         ..DeliveryFilter::default()
@@ -80,12 +80,7 @@ pub(super) async fn list_deliveries(
     )?;
     let items = state
         .db
-        .deliveries(
-            account.id.as_str(),
-            &filter,
-            params.cursor.as_deref(),
-            limit,
-        )
+        .deliveries(&account.id, &filter, params.cursor.as_deref(), limit)
         .await?;
     let views = items.into_iter().map(Delivery::from).collect();
     Ok(Json(page(views, limit, |d| d.id.to_string())))
@@ -98,9 +93,9 @@ pub(super) async fn list_deliveries(
 pub(super) async fn event_deliveries(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EventId>,
 ) -> Result<Json<Page<Delivery>>, ApiError> {
-    let items = state.db.event_deliveries(account.id.as_str(), &id).await?;
+    let items = state.db.event_deliveries(&account.id, &id).await?;
     Ok(Json(whole(items.into_iter().map(Delivery::from).collect())))
 }
 
@@ -111,9 +106,9 @@ pub(super) async fn event_deliveries(
 pub(super) async fn delivery_attempts(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<DeliveryId>,
 ) -> Result<Json<Page<Attempt>>, ApiError> {
-    let items = state.db.attempts(account.id.as_str(), &id).await?;
+    let items = state.db.attempts(&account.id, &id).await?;
     Ok(Json(whole(items.into_iter().map(Attempt::from).collect())))
 }
 
@@ -128,7 +123,7 @@ pub(super) async fn delivery_attempts(
 pub(super) async fn replay_delivery(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<DeliveryId>,
 ) -> Result<Response, ApiError> {
     let delivery = app::replay(&state, &account, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(Delivery::from(delivery))).into_response())

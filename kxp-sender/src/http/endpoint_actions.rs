@@ -14,7 +14,7 @@ use super::deliveries::filter;
 use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::app::checks::parse_overlap;
 use crate::app::{self, DEFAULT_OVERLAP, views};
-use crate::model::ms;
+use crate::model::{EndpointId, ms};
 
 /// Pauses an endpoint: its deliveries are held (still pending, no attempt spent) until it is
 /// resumed.
@@ -24,7 +24,7 @@ use crate::model::ms;
 pub(super) async fn pause_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<Json<Endpoint>, ApiError> {
     let (endpoint, held) = app::pause(&state, &account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused");
@@ -39,7 +39,7 @@ pub(super) async fn pause_endpoint(
 pub(super) async fn resume_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<Json<Endpoint>, ApiError> {
     let (endpoint, due) = app::resume(&state, &account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed");
@@ -62,7 +62,7 @@ pub(super) async fn resume_endpoint(
 pub(super) async fn rotate_secret(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
     ApiBody(body): ApiBody,
 ) -> Result<Json<SecretRotated>, ApiError> {
     let request: RotateSecret = if body.is_empty() {
@@ -115,7 +115,7 @@ fn confirmations(request: &RotateSecret) -> Result<Option<u32>, ApiError> {
 pub(super) async fn replay_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let request: BulkReplay = if body.is_empty() {
@@ -156,9 +156,9 @@ pub(super) async fn replay_endpoint(
 pub(super) async fn public_key(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<Json<PublicKeys>, ApiError> {
-    state.db.endpoint(account.id.as_str(), &id).await?;
+    state.db.endpoint(&account.id, &id).await?;
     let keys = live_public_keys(&state, &id).await?;
     let Some(newest) = keys.first() else {
         return Err(ApiError::new(
@@ -184,7 +184,7 @@ pub(super) async fn public_key(
     ))]
 pub(super) async fn jwks(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<Response, ApiError> {
     let keys = live_public_keys(&state, &id).await?;
     if keys.is_empty() {
@@ -201,7 +201,7 @@ pub(super) async fn jwks(
 /// The endpoint's live Ed25519 public keys, newest first.
 async fn live_public_keys(
     state: &AppState,
-    id: &str,
+    id: &EndpointId,
 ) -> Result<Vec<kxp_verify::PublicKey>, ApiError> {
     let ring = state.shared.config.secrets_key.as_ref();
     let secrets = state.db.live_secret_states(id, ring).await?;

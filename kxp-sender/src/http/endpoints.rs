@@ -14,6 +14,7 @@ use super::pagination::{PageParams, page};
 use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, parse};
 use crate::app::views::endpoint_details;
 use crate::app::{self, change, register};
+use crate::model::EndpointId;
 
 /// Registers an endpoint. Unless `skip_challenge` is set, the endpoint must first answer the
 /// challenge (`GET <url>?challenge=<token>` echoing the token): a URL is registered only when
@@ -46,7 +47,7 @@ pub(super) async fn list_endpoints(
     let limit = params.limit()?;
     let endpoints = state
         .db
-        .endpoints(account.id.as_str(), params.cursor.as_deref(), limit)
+        .endpoints(&account.id, params.cursor.as_deref(), limit)
         .await?;
     let views = endpoints.into_iter().map(Endpoint::from).collect();
     Ok(Json(page(views, limit, |e| e.id.to_string())))
@@ -60,14 +61,11 @@ pub(super) async fn list_endpoints(
 pub(super) async fn get_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<Json<EndpointDetails>, ApiError> {
-    let endpoint = state.db.endpoint(account.id.as_str(), &id).await?;
+    let endpoint = state.db.endpoint(&account.id, &id).await?;
     let ring = state.shared.config.secrets_key.as_ref();
-    let secrets = state
-        .db
-        .live_secret_states(endpoint.id.as_str(), ring)
-        .await?;
+    let secrets = state.db.live_secret_states(&endpoint.id, ring).await?;
     Ok(Json(endpoint_details(endpoint, &secrets)))
 }
 
@@ -83,7 +81,7 @@ pub(super) async fn get_endpoint(
 pub(super) async fn patch_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
     ApiBody(body): ApiBody,
 ) -> Result<Json<EndpointUpdated>, ApiError> {
     let patch: EndpointPatch = parse(&body)?;
@@ -102,7 +100,7 @@ pub(super) async fn patch_endpoint(
 pub(super) async fn delete_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<Json<EndpointDeleted>, ApiError> {
     let ended = app::delete(&state, &account, &id).await?;
     tracing::info!(
@@ -110,7 +108,7 @@ pub(super) async fn delete_endpoint(
         "endpoint deleted; its pending deliveries are dead with endpoint_deleted"
     );
     Ok(Json(EndpointDeleted {
-        id: id.into(),
+        id,
         status: EndpointStatus::Deleted,
         dead_deliveries: ended,
     }))

@@ -14,7 +14,7 @@ use super::{ApiBody, ApiError, ApiQuery, AppState, Authed};
 use crate::app::checks::parse_time;
 use crate::app::views::time;
 use crate::app::{TAG_RULE, accept, is_idempotency_key};
-use crate::model::{EventFilter, EventListed};
+use crate::model::{EventFilter, EventId, EventListed};
 
 /// Emits an event: stored with one delivery per subscribed endpoint, in one transaction,
 /// before this answers. The answer is the envelope exactly as receivers will get it. With an
@@ -79,11 +79,9 @@ pub(super) fn raw_json(payload: String) -> Response {
 pub(super) async fn get_event(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EventId>,
 ) -> Result<Response, ApiError> {
-    Ok(raw_json(
-        state.db.event(account.id.as_str(), &id).await?.payload,
-    ))
+    Ok(raw_json(state.db.event(&account.id, &id).await?.payload))
 }
 
 /// Which events to list.
@@ -145,7 +143,7 @@ pub(super) async fn list_events(
         until: q.until.as_deref().map(parse_time).transpose()?,
         before,
     };
-    let items = state.db.events(account.id.as_str(), &filter, limit).await?;
+    let items = state.db.events(&account.id, &filter, limit).await?;
     // The cursor needs the stored millisecond, which the summary's `created_at` does not show.
     let listed = page(items, limit, cursor_of);
     Ok(Json(Page::new(

@@ -24,7 +24,7 @@ use super::errors::ApiQuery;
 use super::{ApiError, AppState, Authed};
 use crate::engine::dispatch::signature_headers;
 use crate::engine::worker::{open_secrets, sealed};
-use crate::model::{Key, Material, random_hex_32, sha256_hex};
+use crate::model::{EndpointId, Key, Material, random_hex_32, sha256_hex};
 use crate::store::{FeedRow, FeedSource};
 
 /// Feed requests an endpoint may make per second, per process: a receiver catching up pages
@@ -51,7 +51,7 @@ const FEED_TOKEN_PREFIX: &str = "kxpft_";
         (status = 429, description = "More than 20 requests in the last second", body = kxp_api::ErrorBody)))]
 pub(super) async fn feed(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
     ApiQuery(query): ApiQuery<FeedQuery>,
     method: Method,
     uri: Uri,
@@ -60,7 +60,7 @@ pub(super) async fn feed(
     let source = state.db.feed_source(&id).await?;
     let secrets = source
         .as_ref()
-        .map(|s| open_secrets(&state.shared, s.id.as_str(), &s.secrets))
+        .map(|s| open_secrets(&state.shared, &s.id, &s.secrets))
         .unwrap_or_default();
     let Some((source, item_key)) = source.and_then(|s| {
         let key = authenticated(&s, &secrets, &method, &uri, &headers)?;
@@ -101,7 +101,7 @@ pub(super) async fn feed(
             ));
         }
     };
-    let rows = state.db.feed_rows(source.id.as_str(), after, limit).await?;
+    let rows = state.db.feed_rows(&source.id, after, limit).await?;
     let rows = contiguous(&source, after, rows, &item_key)?;
     let items = rows
         .into_iter()
@@ -126,12 +126,12 @@ pub(super) async fn feed(
 pub(super) async fn create_feed_token(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<(StatusCode, Json<FeedToken>), ApiError> {
     let token = format!("{FEED_TOKEN_PREFIX}{}", random_hex_32());
     state
         .db
-        .set_feed_token(account.id.as_str(), &id, &sha256_hex(token.as_bytes()))
+        .set_feed_token(&account.id, &id, &sha256_hex(token.as_bytes()))
         .await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, "feed token made");
     Ok((StatusCode::CREATED, Json(FeedToken { token })))

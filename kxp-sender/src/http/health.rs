@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use kxp_api::{EndpointHealth, ServiceHealth};
 
 use super::{ApiError, AppState, Authed};
+use crate::model::EndpointId;
 
 /// Whether the process can reach its database, and how its broker sources are. No key.
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
@@ -58,8 +59,8 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
 pub(super) async fn endpoint_health(
     State(state): State<AppState>,
     Authed(account): Authed,
-    Path(id): Path<String>,
+    Path(id): Path<EndpointId>,
 ) -> Result<Json<EndpointHealth>, ApiError> {
-    let health = state.db.endpoint_health(account.id.as_str(), &id).await?;
+    let health = state.db.endpoint_health(&account.id, &id).await?;
     Ok(Json(EndpointHealth::from(health)))
 }

@@ -20,7 +20,7 @@ pub(super) async fn list_notifications(
     let limit = params.limit()?;
     let items = state
         .db
-        .notifications(account.id.as_str(), params.cursor.as_deref(), limit)
+        .notifications(&account.id, params.cursor.as_deref(), limit)
         .await?;
     let views = items.into_iter().map(Notification::from).collect();
     Ok(Json(page(views, limit, |n| n.id.to_string())))

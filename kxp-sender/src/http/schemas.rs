@@ -57,7 +57,7 @@ pub(super) async fn put_schema(
     let (stored, created) = state
         .db
         .put_schema(
-            account.id.as_str(),
+            &account.id,
             &event_type,
             &api_version,
             &document.to_string(),
@@ -79,7 +79,7 @@ pub(super) async fn list_schemas(
     State(state): State<AppState>,
     Authed(account): Authed,
 ) -> Result<Json<Page<Schema>>, ApiError> {
-    let schemas = state.db.schemas(account.id.as_str()).await?;
+    let schemas = state.db.schemas(&account.id).await?;
     Ok(Json(whole(schemas.into_iter().map(Schema::from).collect())))
 }
 
@@ -97,7 +97,7 @@ pub(super) async fn get_schema(
 ) -> Result<Json<Schema>, ApiError> {
     let schema = state
         .db
-        .schema(account.id.as_str(), &event_type, &api_version)
+        .schema(&account.id, &event_type, &api_version)
         .await?;
     Ok(Json(Schema::from(schema)))
 }
@@ -116,7 +116,7 @@ pub(super) async fn delete_schema(
 ) -> Result<Json<SchemaDeleted>, ApiError> {
     state
         .db
-        .delete_schema(account.id.as_str(), &event_type, &api_version)
+        .delete_schema(&account.id, &event_type, &api_version)
         .await?;
     state.schemas.forget(&account.id, &event_type, &api_version);
     Ok(Json(SchemaDeleted {

@@ -8,7 +8,7 @@ use super::{Run, stopping};
 use crate::app::{AppState, Error, REQUEST_OVERHEAD, accept, is_idempotency_key};
 use crate::engine::backlog::RETRY_AFTER_SECS;
 use crate::engine::sources::{AccountHeader, IngestSource, RejectReason, SourceStatus};
-use crate::model::{Account, sha256_hex};
+use crate::model::{Account, AccountId, sha256_hex};
 
 /// The longest wait between two tries of a message the database could not take.
 const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
@@ -193,7 +193,7 @@ async fn resolve(
 ) -> Result<Account, Resolved> {
     let id =
         named(source, header).map_err(|(reason, detail)| Resolved::Rejected(reason, detail))?;
-    match state.db.account(id).await {
+    match state.db.account(&AccountId::from(id)).await {
         Ok(Some(account)) => Ok(account),
         Ok(None) => Err(Resolved::Rejected(
             RejectReason::UnknownAccount,

@@ -223,7 +223,7 @@ pub struct DeliveryFilter {
     /// Only this status (`dead` lists the dead-letter queue: dead and not yet replayed).
     pub status: Option<String>,
     /// Only this endpoint.
-    pub endpoint_id: Option<String>,
+    pub endpoint_id: Option<EndpointId>,
     /// Created at or after (Unix ms).
     pub since: Option<i64>,
     /// Created before (Unix ms).

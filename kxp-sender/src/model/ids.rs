@@ -13,6 +13,11 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
+/// A new delivery's id ([`new_id`] with `dlv`).
+pub(crate) fn new_delivery_id() -> DeliveryId {
+    DeliveryId::from(new_id("dlv"))
+}
+
 /// 32 bytes from the OS CSPRNG, as 64 hex characters: endpoint secrets and API keys.
 pub fn random_hex_32() -> String {
     let mut bytes = [0u8; 32];

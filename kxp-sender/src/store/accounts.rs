@@ -64,7 +64,7 @@ impl Db {
     }
 
     /// The account with this id: the one an operator key acts for (`X-Kxp-Account`).
-    pub(crate) async fn account(&self, id: &str) -> Result<Option<Account>, StoreError> {
+    pub(crate) async fn account(&self, id: &AccountId) -> Result<Option<Account>, StoreError> {
         let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE id = $1");
         Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Account>(&sql)
@@ -148,7 +148,7 @@ impl Db {
     /// the secret. The secret is stored sealed under `ring`, when there is one.
     pub(crate) async fn update_account(
         &self,
-        id: &str,
+        id: &AccountId,
         changes: &AccountChanges,
         ring: Option<&KeyRing>,
     ) -> Result<(Account, Option<String>), StoreError> {

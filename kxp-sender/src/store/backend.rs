@@ -14,7 +14,9 @@ mod recording;
 
 use std::future::Future;
 
-use crate::model::{Endpoint, Event, Ingest, Subscriber};
+use crate::model::{
+    AccountId, DeliveryId, Endpoint, EndpointId, Event, EventId, Ingest, Subscriber,
+};
 
 pub(crate) use recording::{NewNotice, RecordingSql};
 
@@ -25,13 +27,13 @@ mod sealed {
 /// A new pending delivery, as [`Backend::insert_delivery`] writes it.
 pub(crate) struct NewDelivery<'a> {
     /// Its id (`dlv_…`).
-    pub id: &'a str,
+    pub id: &'a DeliveryId,
     /// The event's account.
-    pub account_id: &'a str,
+    pub account_id: &'a AccountId,
     /// The event.
-    pub event_id: &'a str,
+    pub event_id: &'a EventId,
     /// The endpoint.
-    pub endpoint_id: &'a str,
+    pub endpoint_id: &'a EndpointId,
     /// Its creation time.
     pub now: i64,
     /// When it is due ([`HELD`](crate::model::HELD) for a resting endpoint).
@@ -64,15 +66,15 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// The account's event with this idempotency key.
     fn event_by_key(
         conn: &mut Self::Connection,
-        account_id: &str,
+        account_id: &AccountId,
         key: &str,
     ) -> impl Future<Output = Result<Option<Event>, sqlx::Error>> + Send;
 
     /// The account's event with this id.
     fn event_by_id(
         conn: &mut Self::Connection,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EventId,
     ) -> impl Future<Output = Result<Option<Event>, sqlx::Error>> + Send;
 
     /// Inserts a new event of `item`.
@@ -94,7 +96,7 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// ([`Backend::endpoint_shared`]).
     fn subscribers(
         conn: &mut Self::Connection,
-        account_id: &str,
+        account_id: &AccountId,
     ) -> impl Future<Output = Result<Vec<Subscriber>, sqlx::Error>> + Send;
 
     /// Inserts a pending delivery.
@@ -114,22 +116,22 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// already holds the lock.)
     fn endpoint_shared(
         conn: &mut Self::Connection,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
     ) -> impl Future<Output = Result<Option<Endpoint>, sqlx::Error>> + Send;
 
     /// Links a replayed delivery to its replay.
     fn mark_replayed(
         conn: &mut Self::Connection,
-        old_id: &str,
-        new_id: &str,
+        old_id: &DeliveryId,
+        new_id: &DeliveryId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// Links a replayed delivery to its replay unless another replay did: answers whether
     /// this one did.
     fn claim_replay(
         conn: &mut Self::Connection,
-        old_id: &str,
-        new_id: &str,
+        old_id: &DeliveryId,
+        new_id: &DeliveryId,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Locks one of the account's endpoints for a change of its status, before the change:
@@ -139,15 +141,15 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// endpoint's deliveries. Nothing on SQLite, whose write transaction already excludes them.
     fn lock_for_change(
         conn: &mut Self::Connection,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// Pauses one of the account's endpoints, unless deleted; answers it.
     fn pause_endpoint(
         conn: &mut Self::Connection,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<Option<Endpoint>, sqlx::Error>> + Send;
 
@@ -155,36 +157,36 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// answers it.
     fn resume_endpoint(
         conn: &mut Self::Connection,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<Option<Endpoint>, sqlx::Error>> + Send;
 
     /// Starts the endpoint's failure period and consecutive failures again.
     fn reset_failures(
         conn: &mut Self::Connection,
-        id: &str,
+        id: &EndpointId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// Marks one of the account's endpoints deleted, unless it is; answers how many rows.
     fn delete_endpoint(
         conn: &mut Self::Connection,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
     /// Ends the endpoint's pending deliveries dead with `endpoint_deleted`; answers how many.
     fn end_pending(
         conn: &mut Self::Connection,
-        id: &str,
+        id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
     /// Erases the endpoint's secrets.
     fn erase_secrets(
         conn: &mut Self::Connection,
-        id: &str,
+        id: &EndpointId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }
 
@@ -206,7 +208,7 @@ macro_rules! backend {
 
             async fn event_by_key(
                 conn: &mut Self::Connection,
-                account_id: &str,
+                account_id: &AccountId,
                 key: &str,
             ) -> Result<Option<Event>, sqlx::Error> {
                 sqlx::query_as::<_, Event>(
@@ -221,8 +223,8 @@ macro_rules! backend {
 
             async fn event_by_id(
                 conn: &mut Self::Connection,
-                account_id: &str,
-                id: &str,
+                account_id: &AccountId,
+                id: &EventId,
             ) -> Result<Option<Event>, sqlx::Error> {
                 sqlx::query_as::<_, Event>(crate::store::events::EVENT_BY_ID)
                     .bind(account_id)
@@ -271,7 +273,7 @@ macro_rules! backend {
 
             async fn subscribers(
                 conn: &mut Self::Connection,
-                account_id: &str,
+                account_id: &AccountId,
             ) -> Result<Vec<Subscriber>, sqlx::Error> {
                 sqlx::query_as::<_, Subscriber>(concat!(
                     "SELECT id, status, circuit_state, event_types, api_version FROM kxp_endpoints \
@@ -305,7 +307,7 @@ macro_rules! backend {
 
             async fn endpoint_shared(
                 conn: &mut Self::Connection,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
             ) -> Result<Option<Endpoint>, sqlx::Error> {
                 sqlx::query_as::<_, Endpoint>(concat!("SELECT * FROM kxp_endpoints WHERE id = $1", $share))
                     .bind(endpoint_id)
@@ -315,8 +317,8 @@ macro_rules! backend {
 
             async fn mark_replayed(
                 conn: &mut Self::Connection,
-                old_id: &str,
-                new_id: &str,
+                old_id: &DeliveryId,
+                new_id: &DeliveryId,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query("UPDATE kxp_deliveries SET replayed_by = $1 WHERE id = $2")
                     .bind(new_id)
@@ -328,8 +330,8 @@ macro_rules! backend {
 
             async fn claim_replay(
                 conn: &mut Self::Connection,
-                old_id: &str,
-                new_id: &str,
+                old_id: &DeliveryId,
+                new_id: &DeliveryId,
             ) -> Result<bool, sqlx::Error> {
                 let claimed = sqlx::query(
                     "UPDATE kxp_deliveries SET replayed_by = $1 \
@@ -345,8 +347,8 @@ macro_rules! backend {
 
             async fn pause_endpoint(
                 conn: &mut Self::Connection,
-                account_id: &str,
-                id: &str,
+                account_id: &AccountId,
+                id: &EndpointId,
                 now: i64,
             ) -> Result<Option<Endpoint>, sqlx::Error> {
                 sqlx::query_as::<_, Endpoint>(
@@ -363,8 +365,8 @@ macro_rules! backend {
 
             async fn resume_endpoint(
                 conn: &mut Self::Connection,
-                account_id: &str,
-                id: &str,
+                account_id: &AccountId,
+                id: &EndpointId,
                 now: i64,
             ) -> Result<Option<Endpoint>, sqlx::Error> {
                 sqlx::query_as::<_, Endpoint>(
@@ -381,7 +383,7 @@ macro_rules! backend {
 
             async fn reset_failures(
                 conn: &mut Self::Connection,
-                id: &str,
+                id: &EndpointId,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query(
                     "UPDATE kxp_endpoint_stats SET failing_since = NULL, consecutive_failures = 0 \
@@ -395,8 +397,8 @@ macro_rules! backend {
 
             async fn delete_endpoint(
                 conn: &mut Self::Connection,
-                account_id: &str,
-                id: &str,
+                account_id: &AccountId,
+                id: &EndpointId,
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
@@ -413,7 +415,7 @@ macro_rules! backend {
 
             async fn end_pending(
                 conn: &mut Self::Connection,
-                id: &str,
+                id: &EndpointId,
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
@@ -429,7 +431,7 @@ macro_rules! backend {
 
             async fn erase_secrets(
                 conn: &mut Self::Connection,
-                id: &str,
+                id: &EndpointId,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query("DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1")
                     .bind(id)
@@ -455,8 +457,8 @@ backend!(
 
         async fn lock_for_change(
             _conn: &mut Self::Connection,
-            _account_id: &str,
-            _id: &str,
+            _account_id: &AccountId,
+            _id: &EndpointId,
         ) -> Result<(), sqlx::Error> {
             Ok(())
         }
@@ -474,8 +476,8 @@ backend!(
 
         async fn lock_for_change(
             conn: &mut Self::Connection,
-            account_id: &str,
-            id: &str,
+            account_id: &AccountId,
+            id: &EndpointId,
         ) -> Result<(), sqlx::Error> {
             sqlx::query("SELECT 1 FROM kxp_endpoints WHERE account_id = $1 AND id = $2 FOR UPDATE")
                 .bind(account_id)

@@ -54,7 +54,7 @@ pub(crate) const DISABLE: &str = "UPDATE kxp_endpoints SET status = 'disabled', 
 pub(crate) async fn breaker_step<DB: Backend>(
     conn: &mut DB::Connection,
     row: &mut BreakerRow,
-    delivery_id: &str,
+    delivery_id: &DeliveryId,
     success: bool,
     stats: &RunningStats,
     now: i64,
@@ -63,7 +63,7 @@ pub(crate) async fn breaker_step<DB: Backend>(
     let before = row.circuit_state;
     let after = policy::AfterAttempt {
         state: before,
-        probe: row.circuit_probe_id.as_ref().map(|id| id.as_str()) == Some(delivery_id),
+        probe: row.circuit_probe_id.as_ref() == Some(delivery_id),
         active: row.status == EndpointStatus::Active,
         success,
         consecutive_failures: stats.consecutive_failures,
@@ -71,7 +71,7 @@ pub(crate) async fn breaker_step<DB: Backend>(
     };
     let transition = policy::decide(protection, &after, now);
     let probe_at = policy::next_probe_at(protection, transition, row.circuit_failed_probes, now);
-    let changed = DB::transition(conn, transition, row.id.as_str(), now, probe_at).await?;
+    let changed = DB::transition(conn, transition, &row.id, now, probe_at).await?;
     match policy::follow_up(
         protection,
         transition,
@@ -81,15 +81,15 @@ pub(crate) async fn breaker_step<DB: Backend>(
     ) {
         FollowUp::Nothing => {}
         FollowUp::ReleaseHeld { spacing_ms } => {
-            DB::spread_held(conn, row.id.as_str(), now, spacing_ms).await?;
+            DB::spread_held(conn, &row.id, now, spacing_ms).await?;
         }
         FollowUp::HoldEndpoint => {
-            DB::hold_pending(conn, row.id.as_str(), now).await?;
+            DB::hold_pending(conn, &row.id, now).await?;
         }
         FollowUp::HoldDelivery => DB::hold_delivery(conn, delivery_id).await?,
     }
     if changed {
-        *row = DB::breaker_row(conn, row.id.as_str()).await?;
+        *row = DB::breaker_row(conn, &row.id).await?;
     }
     Ok(changed.then_some(transition))
 }
@@ -115,8 +115,7 @@ impl Db {
         });
         let mut released = 0;
         for endpoint_id in due {
-            let probe = on_db!(self, |pool| release_probe(pool, endpoint_id.as_str(), now)
-                .await?);
+            let probe = on_db!(self, |pool| release_probe(pool, &endpoint_id, now).await?);
             if let Some(probe) = probe {
                 tracing::info!(target: "kxp_sender::circuit", endpoint_id = %endpoint_id, delivery_id = %probe, "circuit half-open: probing");
                 released += 1;
@@ -130,7 +129,7 @@ impl Db {
 /// transaction; answers the probe (none: another process did it first, or nothing is held).
 async fn release_probe<DB: Backend>(
     pool: &Pool<DB>,
-    endpoint_id: &str,
+    endpoint_id: &EndpointId,
     now: i64,
 ) -> Result<Option<DeliveryId>, sqlx::Error> {
     let mut tx = pool.begin_with(DB::BEGIN).await?;

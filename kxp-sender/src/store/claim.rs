@@ -4,9 +4,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-#[cfg(feature = "test-util")]
-use crate::model::DeliveryId;
-use crate::model::{AccountId, EndpointId, Job, now_ms};
+use crate::model::{AccountId, DeliveryId, EndpointId, Job, now_ms};
 use crate::policy::fairness::AccountCaps;
 use crate::store::backend::Backend;
 use crate::store::{Db, StoreError, on_db};
@@ -201,7 +199,11 @@ impl Db {
     /// Puts a claimed delivery back, untried (shutdown, more claimed than an endpoint may take
     /// at once, or an endpoint paused since the claim); if its endpoint was deleted meanwhile,
     /// it ends dead with `endpoint_deleted` instead.
-    pub(crate) async fn release(&self, delivery_id: &str, owner: &str) -> Result<(), StoreError> {
+    pub(crate) async fn release(
+        &self,
+        delivery_id: &DeliveryId,
+        owner: &str,
+    ) -> Result<(), StoreError> {
         let sql = format!(
             "UPDATE kxp_deliveries SET {}, updated_at = $1 \
              WHERE id = $2 AND lease_owner = $3 AND status = 'delivering'",

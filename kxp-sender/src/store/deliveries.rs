@@ -3,8 +3,8 @@
 use sqlx::{Pool, QueryBuilder};
 
 use crate::model::{
-    Attempt, Delivery, DeliveryFilter, DeliveryStatus, Endpoint, EndpointStatus, database_offset,
-    new_id, now_ms,
+    AccountId, Attempt, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointId,
+    EndpointStatus, EventId, database_offset, new_delivery_id, now_ms,
 };
 use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
@@ -20,7 +20,7 @@ impl Db {
     /// endpoint.
     pub(crate) async fn deliveries(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         filter: &DeliveryFilter,
         cursor: Option<&str>,
         limit: i64,
@@ -51,7 +51,7 @@ impl Db {
     /// the deliveries' account (or endpoint) index.
     pub(crate) async fn count_dead(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         filter: &DeliveryFilter,
     ) -> Result<i64, StoreError> {
         Ok(on_db!(self, |pool, DB| {
@@ -72,8 +72,8 @@ impl Db {
     /// delivered after a bulk replay.
     pub(crate) async fn replays_since(
         &self,
-        account_id: &str,
-        endpoint_id: Option<&str>,
+        account_id: &AccountId,
+        endpoint_id: Option<&EndpointId>,
         since: i64,
         limit: i64,
     ) -> Result<Vec<Delivery>, StoreError> {
@@ -108,8 +108,8 @@ impl Db {
     /// One delivery of the account.
     pub(crate) async fn delivery(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &DeliveryId,
     ) -> Result<Delivery, StoreError> {
         let sql = format!(
             "SELECT {DELIVERY_COLUMNS} FROM kxp_deliveries WHERE account_id = $1 AND id = $2"
@@ -127,8 +127,8 @@ impl Db {
     /// Every delivery of one of the account's events, replays included.
     pub(crate) async fn event_deliveries(
         &self,
-        account_id: &str,
-        event_id: &str,
+        account_id: &AccountId,
+        event_id: &EventId,
     ) -> Result<Vec<Delivery>, StoreError> {
         self.event(account_id, event_id).await?;
         let sql = format!(
@@ -146,8 +146,8 @@ impl Db {
     /// The attempts of one of the account's deliveries.
     pub(crate) async fn attempts(
         &self,
-        account_id: &str,
-        delivery_id: &str,
+        account_id: &AccountId,
+        delivery_id: &DeliveryId,
     ) -> Result<Vec<Attempt>, StoreError> {
         self.delivery(account_id, delivery_id).await?;
         Ok(on_db!(self, |pool| {
@@ -164,11 +164,11 @@ impl Db {
     /// Queues the same event to the same endpoint again, as a new delivery.
     pub(crate) async fn replay(
         &self,
-        account_id: &str,
-        delivery_id: &str,
+        account_id: &AccountId,
+        delivery_id: &DeliveryId,
     ) -> Result<Delivery, StoreError> {
         let old = self.delivery(account_id, delivery_id).await?;
-        let new_id = new_id("dlv");
+        let new_id = new_delivery_id();
         let now = now_ms();
         on_db!(self, |pool| replay_on(pool, account_id, &old, &new_id, now)
             .await?);
@@ -183,8 +183,8 @@ impl Db {
     /// (they sort after the cursor: the scan used to reach and replay them, issue 11, item 5).
     pub(crate) async fn replay_endpoint(
         &self,
-        account_id: &str,
-        endpoint_id: &str,
+        account_id: &AccountId,
+        endpoint_id: &EndpointId,
         filter: &DeliveryFilter,
     ) -> Result<u64, StoreError> {
         self.endpoint(account_id, endpoint_id).await?;
@@ -256,16 +256,16 @@ where
 /// [`Db::replay`] on one database: the replay of `old` as `new_id`, due by its endpoint's state.
 async fn replay_on<DB: Backend>(
     pool: &Pool<DB>,
-    account_id: &str,
+    account_id: &AccountId,
     old: &Delivery,
-    new_id: &str,
+    new_id: &DeliveryId,
     now: i64,
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin_with(DB::BEGIN).await?;
-    let endpoint = DB::endpoint_shared(&mut *tx, old.endpoint_id.as_str()).await?;
-    let due = replay_due(endpoint.as_ref(), old.endpoint_id.as_str(), now)?;
+    let endpoint = DB::endpoint_shared(&mut *tx, &old.endpoint_id).await?;
+    let due = replay_due(endpoint.as_ref(), &old.endpoint_id, now)?;
     DB::insert_delivery(&mut *tx, &replay_of(old, new_id, account_id, now, due)).await?;
-    DB::mark_replayed(&mut *tx, old.id.as_str(), new_id).await?;
+    DB::mark_replayed(&mut *tx, &old.id, new_id).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -274,8 +274,8 @@ async fn replay_on<DB: Backend>(
 /// of its deliveries were replayed.
 async fn replay_page<DB: Backend>(
     pool: &Pool<DB>,
-    account_id: &str,
-    endpoint_id: &str,
+    account_id: &AccountId,
+    endpoint_id: &EndpointId,
     page: &[Delivery],
     now: i64,
 ) -> Result<u64, StoreError> {
@@ -288,10 +288,10 @@ async fn replay_page<DB: Backend>(
             && d.status != DeliveryStatus::Delivering
             && d.status != DeliveryStatus::Pending
     }) {
-        let new_id = new_id("dlv");
+        let new_id = new_delivery_id();
         // Claimed in the transaction: a delivery another bulk replay took since the page was
         // read (or that retention removed) is left alone, so each is replayed once.
-        if !DB::claim_replay(&mut *tx, old.id.as_str(), &new_id).await? {
+        if !DB::claim_replay(&mut *tx, &old.id, &new_id).await? {
             continue;
         }
         DB::insert_delivery(&mut *tx, &replay_of(old, &new_id, account_id, now, due)).await?;
@@ -305,16 +305,16 @@ async fn replay_page<DB: Backend>(
 /// sequence number.
 fn replay_of<'a>(
     old: &'a Delivery,
-    id: &'a str,
-    account_id: &'a str,
+    id: &'a DeliveryId,
+    account_id: &'a AccountId,
     now: i64,
     due: i64,
 ) -> NewDelivery<'a> {
     NewDelivery {
         id,
         account_id,
-        event_id: old.event_id.as_str(),
-        endpoint_id: old.endpoint_id.as_str(),
+        event_id: &old.event_id,
+        endpoint_id: &old.endpoint_id,
         now,
         due,
         sequence: old.sequence,
@@ -323,7 +323,11 @@ fn replay_of<'a>(
 
 /// When a replay to `endpoint` is due ([`Endpoint::due_for_new_delivery`]); a deleted endpoint
 /// takes no deliveries.
-fn replay_due(endpoint: Option<&Endpoint>, endpoint_id: &str, now: i64) -> Result<i64, StoreError> {
+fn replay_due(
+    endpoint: Option<&Endpoint>,
+    endpoint_id: &EndpointId,
+    now: i64,
+) -> Result<i64, StoreError> {
     match endpoint {
         Some(endpoint) if endpoint.status != EndpointStatus::Deleted => {
             Ok(endpoint.due_for_new_delivery(now))

@@ -5,8 +5,8 @@
 use sqlx::Pool;
 
 use crate::model::{
-    Account, CircuitState, Created, Endpoint, EndpointChanges, EndpointStatus, NewEndpoint, new_id,
-    new_key, new_secret, now_ms, public_key_of,
+    Account, AccountId, CircuitState, Created, Endpoint, EndpointChanges, EndpointId,
+    EndpointStatus, NewEndpoint, new_id, new_key, new_secret, now_ms, public_key_of,
 };
 use crate::policy::circuit::{Protection, spacing_ms};
 use crate::store::backend::Backend;
@@ -86,7 +86,7 @@ impl Db {
             .into_iter()
             .filter_map(|(kind, plain)| {
                 let plain = plain.as_deref()?;
-                Some((kind, stored_secret(ring, endpoint.id.as_str(), plain)))
+                Some((kind, stored_secret(ring, &endpoint.id, plain)))
             })
             .collect();
         on_db!(self, |pool, DB| {
@@ -132,7 +132,7 @@ impl Db {
     }
 
     /// How many endpoints the account has (deleted ones left out).
-    pub(crate) async fn endpoint_count(&self, account_id: &str) -> Result<u64, StoreError> {
+    pub(crate) async fn endpoint_count(&self, account_id: &AccountId) -> Result<u64, StoreError> {
         let count: i64 = on_db!(self, |pool| {
             sqlx::query_scalar(
                 "SELECT count(*) FROM kxp_endpoints WHERE account_id = $1 AND status <> 'deleted'",
@@ -147,8 +147,8 @@ impl Db {
     /// One endpoint of the account (a deleted one is not found).
     pub(crate) async fn endpoint(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
     ) -> Result<Endpoint, StoreError> {
         on_db!(self, |pool| {
             sqlx::query_as::<_, Endpoint>(
@@ -165,7 +165,7 @@ impl Db {
     /// A page of the account's endpoints (deleted ones left out), by id, after `cursor`.
     pub(crate) async fn endpoints(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         cursor: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Endpoint>, StoreError> {
@@ -187,8 +187,8 @@ impl Db {
     /// kept. Pending deliveries pick up the new URL and timeout at their next try.
     pub(crate) async fn update_endpoint(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         changes: &EndpointChanges,
     ) -> Result<Endpoint, StoreError> {
         if changes.is_empty() {
@@ -251,8 +251,8 @@ impl Db {
     /// Returns the endpoint and how many deliveries were put on hold. Idempotent.
     pub(crate) async fn pause_endpoint(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
         on_db!(self, |pool| pause_on(pool, account_id, id, now).await)
@@ -264,8 +264,8 @@ impl Db {
     /// Returns the endpoint and how many deliveries it released. Idempotent.
     pub(crate) async fn resume_endpoint(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         protection: &Protection,
     ) -> Result<(Endpoint, u64), StoreError> {
         let now = now_ms();
@@ -281,8 +281,8 @@ impl Db {
     /// erased. Returns how many deliveries it ended.
     pub(crate) async fn delete_endpoint(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
     ) -> Result<u64, StoreError> {
         let now = now_ms();
         on_db!(self, |pool| delete_on(pool, account_id, id, now).await)
@@ -294,8 +294,8 @@ impl Db {
 /// lock: no delivery can be queued by the old status after the deliveries are moved.
 async fn pause_on<DB: Backend>(
     pool: &Pool<DB>,
-    account_id: &str,
-    id: &str,
+    account_id: &AccountId,
+    id: &EndpointId,
     now: i64,
 ) -> Result<(Endpoint, u64), StoreError> {
     let mut tx = pool.begin_with(DB::BEGIN).await?;
@@ -311,8 +311,8 @@ async fn pause_on<DB: Backend>(
 /// [`Db::resume_endpoint`] on one database.
 async fn resume_on<DB: Backend>(
     pool: &Pool<DB>,
-    account_id: &str,
-    id: &str,
+    account_id: &AccountId,
+    id: &EndpointId,
     now: i64,
     protection: &Protection,
 ) -> Result<(Endpoint, u64), StoreError> {
@@ -333,8 +333,8 @@ async fn resume_on<DB: Backend>(
 /// [`Db::delete_endpoint`] on one database.
 async fn delete_on<DB: Backend>(
     pool: &Pool<DB>,
-    account_id: &str,
-    id: &str,
+    account_id: &AccountId,
+    id: &EndpointId,
     now: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin_with(DB::BEGIN).await?;

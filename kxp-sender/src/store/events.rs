@@ -7,7 +7,8 @@ use serde_json::value::RawValue;
 use sqlx::Pool;
 
 use crate::model::{
-    Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber, new_id, now_ms, rfc3339,
+    AccountId, Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber,
+    new_delivery_id, now_ms, rfc3339,
 };
 use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
@@ -24,14 +25,14 @@ async fn ingest_on<DB: Backend>(
     now: i64,
 ) -> Result<Ingested, StoreError> {
     if let Some(key) = &item.idempotency
-        && let Some(existing) = DB::event_by_key(conn, item.account.id.as_str(), key).await?
+        && let Some(existing) = DB::event_by_key(conn, &item.account.id, key).await?
     {
         return Ok(existing.answers(item));
     }
     // The account's own only: a chosen id is unique within its account, so another account's
     // event with the same id neither blocks this one nor shows it exists.
     if let Some(id) = &item.id
-        && let Some(existing) = DB::event_by_id(conn, item.account.id.as_str(), id.as_str()).await?
+        && let Some(existing) = DB::event_by_id(conn, &item.account.id, id).await?
     {
         return Ok(existing.answers(item));
     }
@@ -44,7 +45,7 @@ async fn ingest_on<DB: Backend>(
     }
     // A paused or disabled endpoint, or one whose circuit is open, gets its deliveries too,
     // held: nothing is lost while it rests.
-    let endpoints = DB::subscribers(conn, item.account.id.as_str()).await?;
+    let endpoints = DB::subscribers(conn, &item.account.id).await?;
     let mut due_to = Vec::new();
     let takes = |e: &&Subscriber| match &item.only {
         Some(only) => e.id == *only,
@@ -53,10 +54,10 @@ async fn ingest_on<DB: Backend>(
     for endpoint in endpoints.iter().filter(takes) {
         let due = endpoint.due_for_new_delivery(now);
         let delivery = NewDelivery {
-            id: &new_id("dlv"),
-            account_id: item.account.id.as_str(),
-            event_id: event.id.as_str(),
-            endpoint_id: endpoint.id.as_str(),
+            id: &new_delivery_id(),
+            account_id: &item.account.id,
+            event_id: &event.id,
+            endpoint_id: &endpoint.id,
             now,
             due,
             sequence: None,
@@ -179,7 +180,7 @@ impl Db {
     /// applied to the rows of that range.
     pub(crate) async fn events(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         filter: &EventFilter,
         limit: i64,
     ) -> Result<Vec<EventListed>, StoreError> {
@@ -268,7 +269,7 @@ impl Db {
     /// most `bound` index entries however large the backlog is.
     pub(crate) async fn due_backlog(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         bound: u64,
     ) -> Result<u64, StoreError> {
         let now = now_ms();
@@ -309,7 +310,11 @@ impl Db {
     }
 
     /// One event of the account.
-    pub(crate) async fn event(&self, account_id: &str, id: &str) -> Result<Event, StoreError> {
+    pub(crate) async fn event(
+        &self,
+        account_id: &AccountId,
+        id: &EventId,
+    ) -> Result<Event, StoreError> {
         on_db!(self, |pool| {
             sqlx::query_as::<_, Event>(EVENT_BY_ID)
                 .bind(account_id)

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use sqlx::FromRow;
 
-use crate::model::{EndpointId, EventId, Secrets, now_ms};
+use crate::model::{AccountId, EndpointId, EventId, Secrets, now_ms};
 use crate::store::claim::live_secrets;
 use crate::store::{Db, StoreError, on_db};
 
@@ -62,7 +62,10 @@ const ROWS: &str = "SELECT d.sequence, d.event_id, e.event_type, e.ordering_key,
 impl Db {
     /// The endpoint `id` (of whichever account: the feed authenticates with the endpoint's
     /// own credential), unless it does not exist or was deleted.
-    pub(crate) async fn feed_source(&self, id: &str) -> Result<Option<FeedSource>, StoreError> {
+    pub(crate) async fn feed_source(
+        &self,
+        id: &EndpointId,
+    ) -> Result<Option<FeedSource>, StoreError> {
         let now = now_ms();
         Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, FeedSource>(SOURCE.as_str())
@@ -76,7 +79,7 @@ impl Db {
     /// At most `limit` of the endpoint's events numbered after `after`, by number.
     pub(crate) async fn feed_rows(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         after: i64,
         limit: i64,
     ) -> Result<Vec<FeedRow>, StoreError> {
@@ -93,8 +96,8 @@ impl Db {
     /// Gives the account's endpoint `id` a feed token by its hash, in place of any before.
     pub(crate) async fn set_feed_token(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         hash: &str,
     ) -> Result<(), StoreError> {
         let now = now_ms();

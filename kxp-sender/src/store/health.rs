@@ -10,7 +10,7 @@
 
 use sqlx::FromRow;
 
-use crate::model::{EndpointHealth, now_ms, rfc3339};
+use crate::model::{AccountId, EndpointHealth, EndpointId, now_ms, rfc3339};
 use crate::policy::health::{HOUR_MS, hour_of, window};
 use crate::store::{Db, StoreError, on_db};
 
@@ -220,8 +220,8 @@ impl Db {
     /// The health of one of the account's endpoints (deleted ones are not found).
     pub(crate) async fn endpoint_health(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
     ) -> Result<EndpointHealth, StoreError> {
         let endpoint = self.endpoint(account_id, id).await?;
         let now = now_ms();

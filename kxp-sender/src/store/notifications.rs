@@ -2,7 +2,7 @@
 //! transaction of the state change it announces ([`queue_notices`]), so each change is announced
 //! exactly once; the notifier claims due rows under a lease and records each try.
 
-use crate::model::{NoticeNext, Notification, now_ms};
+use crate::model::{AccountId, EndpointId, NoticeNext, Notification, NotificationId, now_ms};
 use crate::policy::notice;
 use crate::store::backend::{Backend, NewNotice};
 use crate::store::seal::KeyRing;
@@ -23,7 +23,7 @@ pub(crate) const NOTICE_FACTS: &str = "SELECT p.id AS endpoint_id, p.account_id,
 pub(crate) async fn queue_notices<DB: Backend>(
     conn: &mut DB::Connection,
     kind: &str,
-    endpoint_id: &str,
+    endpoint_id: &EndpointId,
     now: i64,
 ) -> Result<usize, sqlx::Error> {
     let facts = DB::notice_facts(conn, endpoint_id).await?;
@@ -35,7 +35,7 @@ pub(crate) async fn queue_notices<DB: Backend>(
             kind,
             channel,
             target,
-            event_id: event_id.as_str(),
+            event_id: &event_id,
             payload: &payload,
             now,
         };
@@ -97,7 +97,7 @@ impl Db {
     )]
     pub async fn finish_notification(
         &self,
-        id: &str,
+        id: &NotificationId,
         owner: &str,
         attempts: i64,
         next: NoticeNext,
@@ -151,7 +151,7 @@ impl Db {
     /// A page of the account's notifications, oldest first, after `cursor`.
     pub(crate) async fn notifications(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         cursor: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Notification>, StoreError> {
@@ -173,7 +173,7 @@ impl Db {
     /// with.
     pub(crate) async fn ops_secret(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         ring: Option<&KeyRing>,
     ) -> Result<Option<String>, StoreError> {
         let stored = on_db!(self, |pool| {

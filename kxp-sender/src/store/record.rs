@@ -153,7 +153,7 @@ async fn record_endpoints<DB: Backend>(
         let changed = breaker_step::<DB>(
             conn,
             row,
-            item.delivery_id.as_str(),
+            &item.delivery_id,
             success,
             stats,
             now,
@@ -164,7 +164,7 @@ async fn record_endpoints<DB: Backend>(
         if let Some(kind) = changed.and_then(|t| t.notice()) {
             // The notice quotes the statistics: they go down first.
             DB::write_stats(conn, stats_json(std::iter::once((endpoint, &*stats))), now).await?;
-            notices = queue_notices::<DB>(conn, kind, endpoint.as_str(), now).await?;
+            notices = queue_notices::<DB>(conn, kind, endpoint, now).await?;
         }
         results[i] = Finished::Recorded {
             transition: changed,

@@ -1,6 +1,6 @@
 //! `kxp_schemas`: JSON Schemas registered per (account, event type, `api_version`).
 
-use crate::model::{Schema, new_id, now_ms};
+use crate::model::{AccountId, Schema, new_id, now_ms};
 use crate::store::{Db, StoreError, on_db};
 
 const COLUMNS: &str =
@@ -11,7 +11,7 @@ impl Db {
     /// The caller checked that `schema` compiles.
     pub(crate) async fn put_schema(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         event_type: &str,
         api_version: &str,
         schema: &str,
@@ -54,7 +54,7 @@ impl Db {
     /// One schema of the account.
     pub(crate) async fn schema(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         event_type: &str,
         api_version: &str,
     ) -> Result<Schema, StoreError> {
@@ -73,7 +73,7 @@ impl Db {
     }
 
     /// Every schema of the account, by type then version.
-    pub(crate) async fn schemas(&self, account_id: &str) -> Result<Vec<Schema>, StoreError> {
+    pub(crate) async fn schemas(&self, account_id: &AccountId) -> Result<Vec<Schema>, StoreError> {
         Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Schema>(&format!(
                 "SELECT {COLUMNS} FROM kxp_schemas WHERE account_id = $1 \
@@ -89,7 +89,7 @@ impl Db {
     /// again.
     pub(crate) async fn delete_schema(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         event_type: &str,
         api_version: &str,
     ) -> Result<(), StoreError> {
@@ -113,7 +113,7 @@ impl Db {
     /// The revision of one schema of the account: what the validator cache compares.
     pub(crate) async fn schema_revision(
         &self,
-        account_id: &str,
+        account_id: &AccountId,
         event_type: &str,
         api_version: &str,
     ) -> Result<Option<String>, StoreError> {

@@ -6,31 +6,36 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    EndpointId, KeyCheck, LiveSecret, Rotated, new_key, new_secret, now_ms, public_key_of, rfc3339,
+    AccountId, EndpointId, KeyCheck, LiveSecret, Rotated, new_key, new_secret, now_ms,
+    public_key_of, rfc3339,
 };
 use crate::store::seal::{KeyRing, OpenError, Stored, open_stored, to_stored};
 use crate::store::{Db, StoreError, on_db};
 
 /// What a secret of `endpoint_id` is sealed with beside the key: a sealed secret copied onto
 /// another endpoint's row does not open.
-fn context(endpoint_id: &str) -> Vec<u8> {
+fn context(endpoint_id: &EndpointId) -> Vec<u8> {
     format!("kxp/endpoint-secret/{endpoint_id}").into_bytes()
 }
 
 /// The same for an account's ops secret (operational webhooks).
-fn ops_context(account_id: &str) -> Vec<u8> {
+fn ops_context(account_id: &AccountId) -> Vec<u8> {
     format!("kxp/ops-secret/{account_id}").into_bytes()
 }
 
 /// `secret` as the ops secret of `account_id` is stored.
-pub(crate) fn stored_ops_secret(ring: Option<&KeyRing>, account_id: &str, secret: &str) -> String {
+pub(crate) fn stored_ops_secret(
+    ring: Option<&KeyRing>,
+    account_id: &AccountId,
+    secret: &str,
+) -> String {
     to_stored(ring, secret, &ops_context(account_id)).to_string()
 }
 
 /// The ops secret of `account_id` as stored, opened.
 pub(crate) fn open_ops_secret(
     ring: Option<&KeyRing>,
-    account_id: &str,
+    account_id: &AccountId,
     stored: &str,
 ) -> Result<String, OpenError> {
     let bytes = open_stored(ring, stored, &ops_context(account_id))?;
@@ -39,8 +44,8 @@ pub(crate) fn open_ops_secret(
 
 /// A stored secret: an endpoint's signing secret, or an account's ops secret, by its owner.
 enum Row {
-    Endpoint(String),
-    Ops(String),
+    Endpoint(EndpointId),
+    Ops(AccountId),
 }
 
 impl Row {
@@ -77,20 +82,25 @@ impl Row {
 
     fn owner(&self) -> &str {
         match self {
-            Row::Endpoint(id) | Row::Ops(id) => id,
+            Row::Endpoint(id) => id.as_str(),
+            Row::Ops(id) => id.as_str(),
         }
     }
 }
 
 /// `secret` as `endpoint_id`'s row stores it: sealed under `ring`, or as it is without one.
-pub(crate) fn stored_secret(ring: Option<&KeyRing>, endpoint_id: &str, secret: &str) -> String {
+pub(crate) fn stored_secret(
+    ring: Option<&KeyRing>,
+    endpoint_id: &EndpointId,
+    secret: &str,
+) -> String {
     to_stored(ring, secret, &context(endpoint_id)).to_string()
 }
 
 /// A secret of `endpoint_id` as its row stores it, opened: what signs.
 pub(crate) fn open_secret(
     ring: Option<&KeyRing>,
-    endpoint_id: &str,
+    endpoint_id: &EndpointId,
     stored: &str,
 ) -> Result<String, OpenError> {
     let bytes = open_stored(ring, stored, &context(endpoint_id))?;
@@ -114,8 +124,8 @@ impl Db {
     /// form, and each older one keeps signing its own format's headers until it expires.
     pub(crate) async fn rotate_secret(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         overlap_ms: i64,
         confirmations: Option<u32>,
         ring: Option<&KeyRing>,
@@ -234,8 +244,8 @@ impl Db {
     /// `SharedSecretRetired` (register a new endpoint instead).
     pub(crate) async fn change_signing(
         &self,
-        account_id: &str,
-        id: &str,
+        account_id: &AccountId,
+        id: &EndpointId,
         to: &kxp_api::Signing,
         ring: Option<&KeyRing>,
     ) -> Result<(), StoreError> {
@@ -302,7 +312,7 @@ impl Db {
     /// opened with [`open_secret`] (a no-op without a key ring). For the rotation tests
     /// (feature `test-util`).
     #[cfg(feature = "test-util")]
-    pub async fn live_secrets(&self, endpoint_id: &str) -> Result<Vec<String>, StoreError> {
+    pub async fn live_secrets(&self, endpoint_id: &EndpointId) -> Result<Vec<String>, StoreError> {
         Ok(on_db!(self, |pool| {
             sqlx::query_scalar::<_, String>(
                 "SELECT secret FROM kxp_endpoint_secrets WHERE endpoint_id = $1 \
@@ -319,7 +329,7 @@ impl Db {
     /// verified with each.
     pub(crate) async fn live_secret_states(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         ring: Option<&KeyRing>,
     ) -> Result<Vec<LiveSecret>, StoreError> {
         let rows = on_db!(self, |pool| {
@@ -428,12 +438,12 @@ impl Db {
     /// deletes them) and accounts' ops secrets.
     async fn stored_secrets(&self) -> Result<Vec<(Row, String)>, StoreError> {
         let (endpoints, ops) = on_db!(self, |pool| {
-            let endpoints = sqlx::query_as::<_, (String, String)>(
+            let endpoints = sqlx::query_as::<_, (EndpointId, String)>(
                 "SELECT endpoint_id, secret FROM kxp_endpoint_secrets ORDER BY id",
             )
             .fetch_all(pool)
             .await?;
-            let ops = sqlx::query_as::<_, (String, String)>(
+            let ops = sqlx::query_as::<_, (AccountId, String)>(
                 "SELECT id, ops_secret FROM kxp_accounts WHERE ops_secret IS NOT NULL ORDER BY id",
             )
             .fetch_all(pool)

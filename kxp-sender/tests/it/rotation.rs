@@ -12,7 +12,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use kxp_api::{Delivery, DeliveryQuery, DeliveryStatus, RotateSecret};
+use kxp_api::{Delivery, DeliveryQuery, DeliveryStatus, EndpointId, RotateSecret};
 use kxp_testkit::db::PgDatabase;
 use kxp_verify::{Secret, Signer, Verifier};
 use serde_json::{Value, json};
@@ -221,7 +221,12 @@ async fn rotation_scenario(s: &Sender) {
     let emitted_events: BTreeSet<&str> = emitted.iter().map(String::as_str).collect();
     assert_eq!(delivered_events, emitted_events);
 
-    let live = s.server.db().live_secrets(&endpoint_id).await.unwrap();
+    let live = s
+        .server
+        .db()
+        .live_secrets(&EndpointId::from(endpoint_id.as_str()))
+        .await
+        .unwrap();
     assert_eq!(
         live,
         [new.as_str()],
@@ -382,7 +387,14 @@ async fn an_overlap_of_zero_retires_the_old_secret_at_once() {
     let new = rotated["secret"].as_str().unwrap();
     let expires = unix_ms_of(&rotated["previous_expires_at"]);
     assert!(expires <= kxp_sender::now_ms());
-    assert_eq!(s.server.db().live_secrets(&id).await.unwrap(), [new]);
+    assert_eq!(
+        s.server
+            .db()
+            .live_secrets(&EndpointId::from(id.as_str()))
+            .await
+            .unwrap(),
+        [new]
+    );
     deliver_one(&s, &receiver).await;
     let seen = receiver.seen();
     assert_eq!(v1_count(&seen[0].header("x-kxp-signature")), 1);
@@ -402,7 +414,12 @@ async fn live_secrets_are_capped_at_what_a_signature_carries() {
         assert_eq!(status, 200, "{rotated}");
         secrets.push(rotated["secret"].as_str().unwrap().to_owned());
     }
-    let live = s.server.db().live_secrets(&id).await.unwrap();
+    let live = s
+        .server
+        .db()
+        .live_secrets(&EndpointId::from(id.as_str()))
+        .await
+        .unwrap();
     assert_eq!(live.len(), kxp_verify::MAX_SECRETS);
 
     // One more would make a fifth: refused, and nothing changes.
@@ -412,7 +429,14 @@ async fn live_secrets_are_capped_at_what_a_signature_carries() {
     let message = refused["message"].as_str().unwrap();
     assert!(message.contains("4 live secrets"), "{message}");
     assert!(message.contains("\"overlap\": \"0s\""), "{message}");
-    assert_eq!(s.server.db().live_secrets(&id).await.unwrap(), live);
+    assert_eq!(
+        s.server
+            .db()
+            .live_secrets(&EndpointId::from(id.as_str()))
+            .await
+            .unwrap(),
+        live
+    );
     let (signature, _) = deliver_one(&s, &receiver).await;
     assert_eq!(v1_count(&signature), kxp_verify::MAX_SECRETS);
 
@@ -420,7 +444,14 @@ async fn live_secrets_are_capped_at_what_a_signature_carries() {
     let (status, rotated) = rotate(&s, &id, Some(json!({"overlap": "0s"}))).await;
     assert_eq!(status, 200, "{rotated}");
     let newest = rotated["secret"].as_str().unwrap();
-    assert_eq!(s.server.db().live_secrets(&id).await.unwrap(), [newest]);
+    assert_eq!(
+        s.server
+            .db()
+            .live_secrets(&EndpointId::from(id.as_str()))
+            .await
+            .unwrap(),
+        [newest]
+    );
     s.server.shutdown().await;
 }
 
@@ -458,7 +489,14 @@ async fn rotation_requests_are_checked() {
         )
         .await;
     assert_eq!(status, 404);
-    assert_eq!(s.server.db().live_secrets(&id).await.unwrap(), [secret]);
+    assert_eq!(
+        s.server
+            .db()
+            .live_secrets(&EndpointId::from(id.as_str()))
+            .await
+            .unwrap(),
+        [secret]
+    );
 
     // A week is the longest overlap.
     let (status, rotated) = rotate(&s, &id, Some(json!({"overlap": "7d"}))).await;

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use crate::model::{DeliveryId, FinishAttempt, NoticeFacts, Transition};
+use crate::model::{DeliveryId, EndpointId, EventId, FinishAttempt, NoticeFacts, Transition};
 use crate::store::circuit::{BREAKER_ROW, BreakerRow, CLOSE, DISABLE, OPEN, REOPEN};
 use crate::store::health::{STATS_POSTGRES, STATS_SQLITE, StatsRow};
 use crate::store::notifications::NOTICE_FACTS;
@@ -24,7 +24,7 @@ pub(crate) struct NewNotice<'a> {
     /// The URL or address.
     pub target: &'a str,
     /// The notice's own event id.
-    pub event_id: &'a str,
+    pub event_id: &'a EventId,
     /// The envelope it sends.
     pub payload: &'a str,
     /// When it is queued (and due).
@@ -73,7 +73,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// One endpoint's [`BreakerRow`].
     fn breaker_row(
         conn: &mut Self::Connection,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
     ) -> impl Future<Output = Result<BreakerRow, sqlx::Error>> + Send;
 
     /// Makes `transition` on the endpoint (`probe_at`: the next probe, for the two that open
@@ -82,7 +82,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     fn transition(
         conn: &mut Self::Connection,
         transition: Transition,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         now: i64,
         probe_at: Option<i64>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
@@ -90,7 +90,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// Holds one pending delivery (a half-open circuit's failed probe).
     fn hold_delivery(
         conn: &mut Self::Connection,
-        delivery_id: &str,
+        delivery_id: &DeliveryId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// Releases an endpoint's held deliveries: the oldest due at `now`, each next one
@@ -98,7 +98,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// `UPDATE … FROM` with a window function works on both backends. Answers how many.
     fn spread_held(
         conn: &mut Self::Connection,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         now: i64,
         spacing: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
@@ -107,7 +107,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// [`spread_held`](Backend::spread_held) releases them). Answers how many.
     fn hold_pending(
         conn: &mut Self::Connection,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
@@ -115,7 +115,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// it moved (0 when another process did it first).
     fn half_open(
         conn: &mut Self::Connection,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
@@ -123,7 +123,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// endpoint's probe.
     fn release_probe(
         conn: &mut Self::Connection,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<Option<DeliveryId>, sqlx::Error>> + Send;
 
@@ -131,13 +131,13 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     fn set_probe(
         conn: &mut Self::Connection,
         probe: &str,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// The facts a notice about the endpoint describes.
     fn notice_facts(
         conn: &mut Self::Connection,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
     ) -> impl Future<Output = Result<NoticeFacts, sqlx::Error>> + Send;
 
     /// Queues one notice on one channel.
@@ -221,7 +221,7 @@ macro_rules! recording_sql {
 
             async fn breaker_row(
                 conn: &mut Self::Connection,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
             ) -> Result<BreakerRow, sqlx::Error> {
                 sqlx::query_as::<_, BreakerRow>(BREAKER_ROW)
                     .bind(endpoint_id)
@@ -232,7 +232,7 @@ macro_rules! recording_sql {
             async fn transition(
                 conn: &mut Self::Connection,
                 transition: Transition,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
                 now: i64,
                 probe_at: Option<i64>,
             ) -> Result<bool, sqlx::Error> {
@@ -249,7 +249,7 @@ macro_rules! recording_sql {
 
             async fn hold_delivery(
                 conn: &mut Self::Connection,
-                delivery_id: &str,
+                delivery_id: &DeliveryId,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query(
                     "UPDATE kxp_deliveries SET next_attempt_at = $1 \
@@ -264,7 +264,7 @@ macro_rules! recording_sql {
 
             async fn spread_held(
                 conn: &mut Self::Connection,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
                 now: i64,
                 spacing: i64,
             ) -> Result<u64, sqlx::Error> {
@@ -285,7 +285,7 @@ macro_rules! recording_sql {
 
             async fn hold_pending(
                 conn: &mut Self::Connection,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
@@ -302,7 +302,7 @@ macro_rules! recording_sql {
 
             async fn half_open(
                 conn: &mut Self::Connection,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
@@ -318,7 +318,7 @@ macro_rules! recording_sql {
 
             async fn release_probe(
                 conn: &mut Self::Connection,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
                 now: i64,
             ) -> Result<Option<DeliveryId>, sqlx::Error> {
                 sqlx::query_scalar::<_, DeliveryId>(
@@ -336,7 +336,7 @@ macro_rules! recording_sql {
             async fn set_probe(
                 conn: &mut Self::Connection,
                 probe: &str,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query("UPDATE kxp_endpoints SET circuit_probe_id = $1 WHERE id = $2")
                     .bind(probe)
@@ -348,7 +348,7 @@ macro_rules! recording_sql {
 
             async fn notice_facts(
                 conn: &mut Self::Connection,
-                endpoint_id: &str,
+                endpoint_id: &EndpointId,
             ) -> Result<NoticeFacts, sqlx::Error> {
                 sqlx::query_as::<_, NoticeFacts>(NOTICE_FACTS)
                     .bind(endpoint_id)
