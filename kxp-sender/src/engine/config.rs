@@ -11,7 +11,7 @@ use std::time::Duration;
 use kxp_axum::ServeLimits;
 use tokio::sync::Notify;
 
-use crate::engine::announce::Announcements;
+use crate::engine::announcements::Announcements;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
 use crate::engine::gate::WriteGate;
