@@ -23,7 +23,7 @@ use std::error::Error;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kxp_dedup::sqlx;
-use kxp_sender::Db;
+use kxp_sender::{Db, EndpointId};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -121,7 +121,7 @@ fn per_claim(claims: &[Duration]) -> f64 {
 
 /// Claims with `Db::claim` until `rows` are taken; `capped` may take none.
 async fn claim_ours(db: &Db, rows: usize, capped: Option<&str>) -> Result<Vec<Duration>, BoxError> {
-    let caps: Vec<(String, usize)> = capped.map(|id| (id.to_owned(), 0)).into_iter().collect();
+    let caps: Vec<(EndpointId, usize)> = capped.map(|id| (EndpointId::from(id), 0)).into_iter().collect();
     let mut taken = 0;
     let mut times = Vec::new();
     while taken < rows {

@@ -12,12 +12,11 @@
 //! are there. Notifications are not durable: one lost while a listener reconnects is covered by
 //! the scan, which is why the scan stays.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::engine::config::Shared;
 use crate::model::EndpointId;
@@ -27,35 +26,6 @@ pub(crate) const CHANNEL: &str = "kxp_work";
 
 /// The most bytes of endpoint ids one notification carries (PostgreSQL's limit is 8000).
 const MAX_PAYLOAD: usize = 7000;
-
-/// The endpoints announced next, and the poke that sends them; in [`Shared`].
-#[derive(Debug, Default)]
-pub(crate) struct Announcements {
-    pending: Mutex<HashSet<EndpointId>>,
-    poke: Notify,
-}
-
-impl Announcements {
-    /// Queues `endpoints` for the next notification.
-    pub(crate) fn add(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend(endpoints);
-        self.poke.notify_one();
-    }
-
-    fn take(&self) -> Vec<EndpointId> {
-        std::mem::take(
-            &mut *self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-        .into_iter()
-        .collect()
-    }
-}
 
 /// The payloads that announce `endpoints`: comma-separated ids, each under [`MAX_PAYLOAD`].
 fn payloads(endpoints: &[EndpointId]) -> Vec<String> {
@@ -80,7 +50,7 @@ fn payloads(endpoints: &[EndpointId]) -> Vec<String> {
 pub(crate) async fn send(pool: PgPool, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     while !*stop.borrow() {
         tokio::select! {
-            _ = shared.announcements.poke.notified() => {}
+            _ = shared.announcements.poked() => {}
             _ = stop.changed() => {}
         }
         for payload in payloads(&shared.announcements.take()) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use kxp_axum::ServeLimits;
 use tokio::sync::Notify;
 
-use crate::engine::announce::Announcements;
+use crate::engine::announcements::Announcements;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
 use crate::engine::gate::WriteGate;
@@ -218,7 +218,7 @@ pub(crate) struct Shared {
     pub announcements: Announcements,
     /// Each key's API requests against [`Config::api_rate_limit`], keyed by its owner's id
     /// (an account's or an operator's).
-    pub api_requests: Mutex<RateLimiter>,
+    pub api_requests: Mutex<RateLimiter<String>>,
     /// What the broker sources report, for `/healthz` and `/metrics`.
     pub sources: Sources,
     /// Failed console sign-ins per client address, against the sign-in limit.

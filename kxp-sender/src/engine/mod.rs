@@ -4,6 +4,7 @@
 //! for every read and write and the policy for every decision; it holds no SQL.
 
 pub(crate) mod announce;
+pub(crate) mod announcements;
 pub(crate) mod backlog;
 pub(crate) mod batch;
 pub(crate) mod config;

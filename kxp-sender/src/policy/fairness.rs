@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 
+use crate::model::AccountId;
 use crate::policy::concurrency;
 
 /// The shares of one process's workers.
@@ -70,7 +71,7 @@ impl Fairness {
 #[derive(Debug, Clone)]
 pub(crate) struct AccountCaps {
     /// Account id → how many of its deliveries the claim may take.
-    pub listed: HashMap<String, usize>,
+    pub listed: HashMap<AccountId, usize>,
     /// How many each account not listed may give.
     pub others: usize,
 }
@@ -86,7 +87,7 @@ impl AccountCaps {
     }
 
     /// What the account `account_id` may give.
-    pub(crate) fn of(&self, account_id: &str) -> usize {
+    pub(crate) fn of(&self, account_id: &AccountId) -> usize {
         self.listed.get(account_id).copied().unwrap_or(self.others)
     }
 

@@ -1,6 +1,8 @@
 //! The per-endpoint rate limit, in memory: token buckets with the clock passed in.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -8,10 +10,19 @@ use tokio::time::Instant;
 /// Per-endpoint token buckets: each endpoint may start `rate` attempts per second from this
 /// process, with bursts of up to one second's worth. In memory, per process: with several
 /// `kxp serve` processes the steady-state rate adds up (a drained backlog does not: it is
-/// spread in the database).
-#[derive(Debug, Default)]
-pub(crate) struct RateLimiter {
-    buckets: HashMap<String, Bucket>,
+/// spread in the database). Keyed by `K`: the workers' by [`EndpointId`](crate::model::EndpointId),
+/// the API's by the id of a key's owner.
+#[derive(Debug)]
+pub(crate) struct RateLimiter<K> {
+    buckets: HashMap<K, Bucket>,
+}
+
+impl<K> Default for RateLimiter<K> {
+    fn default() -> Self {
+        RateLimiter {
+            buckets: HashMap::new(),
+        }
+    }
 }
 
 /// How long an unused full bucket is kept.
@@ -37,23 +48,24 @@ impl Bucket {
     }
 }
 
-impl RateLimiter {
-    /// Takes one token for `endpoint_id` at `rate` per second (`None`: unlimited, always
-    /// granted). `false` when the endpoint has used its rate.
-    pub(crate) fn try_take(&mut self, endpoint_id: &str, rate: Option<u32>, now: Instant) -> bool {
+impl<K: Hash + Eq> RateLimiter<K> {
+    /// Takes one token for `key` at `rate` per second (`None`: unlimited, always granted).
+    /// `false` when the key has used its rate.
+    pub(crate) fn try_take<Q>(&mut self, key: &Q, rate: Option<u32>, now: Instant) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let Some(rate) = rate else {
-            self.buckets.remove(endpoint_id);
+            self.buckets.remove(key);
             return true;
         };
-        let bucket = self
-            .buckets
-            .entry(endpoint_id.to_owned())
-            .or_insert(Bucket {
-                tokens: f64::from(rate.max(1)),
-                rate,
-                at: now,
-                used: now,
-            });
+        let bucket = self.buckets.entry(key.to_owned()).or_insert(Bucket {
+            tokens: f64::from(rate.max(1)),
+            rate,
+            at: now,
+            used: now,
+        });
         bucket.refill(rate, now);
         bucket.used = now;
         if bucket.tokens >= 1.0 {
@@ -66,7 +78,7 @@ impl RateLimiter {
 
     /// How many attempts each rate-limited endpoint may start now (whole tokens), for the
     /// claim's per-endpoint caps. Endpoints not listed are limited only by concurrency.
-    pub(crate) fn allowances(&mut self, now: Instant) -> impl Iterator<Item = (&str, usize)> {
+    pub(crate) fn allowances(&mut self, now: Instant) -> impl Iterator<Item = (&K, usize)> {
         self.buckets.retain(|_, bucket| {
             let idle = now.saturating_duration_since(bucket.used);
             bucket.refill(bucket.rate, now);
@@ -76,7 +88,7 @@ impl RateLimiter {
         });
         self.buckets
             .iter()
-            .map(|(id, bucket)| (id.as_str(), bucket.tokens.floor() as usize))
+            .map(|(id, bucket)| (id, bucket.tokens.floor() as usize))
     }
 }
 
@@ -86,7 +98,7 @@ mod tests {
 
     #[test]
     fn the_bucket_allows_a_burst_then_the_rate() {
-        let mut limiter = RateLimiter::default();
+        let mut limiter = RateLimiter::<String>::default();
         let start = crate::model::tokio_instant();
         let taken = (0..20)
             .filter(|_| limiter.try_take("ep", Some(5), start))
@@ -94,7 +106,7 @@ mod tests {
         assert_eq!(taken, 5, "a burst of one second's worth");
         assert_eq!(
             limiter.allowances(start).collect::<Vec<_>>(),
-            vec![("ep", 0)]
+            vec![(&"ep".to_owned(), 0)]
         );
         let later = start + Duration::from_millis(400);
         let taken = (0..20)
@@ -106,7 +118,7 @@ mod tests {
         let later = later + Duration::from_secs(5);
         let mut caps: Vec<_> = limiter.allowances(later).collect();
         caps.sort_unstable();
-        assert_eq!(caps, vec![("ep", 5)]);
+        assert_eq!(caps, vec![(&"ep".to_owned(), 5)]);
         assert_eq!(limiter.allowances(later + IDLE_BUCKET).count(), 0);
     }
 }

@@ -43,7 +43,7 @@ impl Db {
         owner: &str,
         lease_extra_ms: i64,
         limit: i64,
-        caps: &[(String, usize)],
+        caps: &[(EndpointId, usize)],
         default_cap: usize,
     ) -> Result<Vec<DeliveryId>, StoreError> {
         let claimed = self
@@ -69,7 +69,7 @@ impl Db {
         owner: &str,
         lease_extra_ms: i64,
         limit: i64,
-        endpoints: (&[(String, usize)], usize),
+        endpoints: (&[(EndpointId, usize)], usize),
         accounts: &AccountCaps,
     ) -> Result<Vec<Claimed>, StoreError> {
         let (caps, default_cap) = endpoints;
@@ -158,7 +158,7 @@ impl Db {
             Db::Sqlite(pool) => {
                 let mut tx = pool.begin_with(<Sqlite as Backend>::BEGIN).await?;
                 let ids: Vec<&str> = targets.iter().map(|(id, _)| id.as_str()).collect();
-                let owners: HashMap<String, String> = sqlx::query_as::<_, (String, String)>(
+                let owners: HashMap<EndpointId, AccountId> = sqlx::query_as::<_, (EndpointId, AccountId)>(
                     "SELECT id, account_id FROM kxp_endpoints WHERE id IN (SELECT value FROM json_each($1))",
                 )
                 .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned()))
@@ -166,14 +166,14 @@ impl Db {
                 .await?
                 .into_iter()
                 .collect();
-                let mut left: HashMap<&str, usize> = HashMap::new();
+                let mut left: HashMap<&AccountId, usize> = HashMap::new();
                 let mut claimed = Vec::new();
                 for (endpoint_id, cap) in &targets {
-                    let Some(account_id) = owners.get(endpoint_id.as_str()) else {
+                    let Some(account_id) = owners.get(*endpoint_id) else {
                         continue;
                     };
                     let left = left
-                        .entry(account_id.as_str())
+                        .entry(account_id)
                         .or_insert_with(|| accounts.of(account_id));
                     let cap = (*cap).min(i64::try_from(*left).unwrap_or(i64::MAX));
                     if cap == 0 {

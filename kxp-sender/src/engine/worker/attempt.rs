@@ -1,0 +1,298 @@
+//! One attempt: open the endpoint's secrets, seal the payload if the endpoint asked for it
+//! encrypted, send, decide what comes next (the retry schedule), log, and hand the outcome to
+//! the [`Recorder`]. What the attempt returns feeds the endpoint's adaptive limit.
+
+use std::time::Duration;
+
+use crate::engine::batch::Answer;
+use crate::engine::config::Shared;
+use crate::engine::dispatch::{self, Outcome};
+use crate::engine::recorder::Recorder;
+use crate::model::{
+    AttemptError, AttemptRecord, ED25519_PREFIX, EndpointId, Failure, FailureKind, FinishAttempt,
+    Finished, Job, KeyCheck, Material, NextState, Secrets, Transition, ms, now_ms,
+};
+use crate::policy::concurrency::Signal;
+use crate::policy::schedule::AfterFailure;
+use crate::store::open_secret;
+
+/// The job's secrets, opened with the server's key ring and read. If one does not open (the
+/// start-up check makes that a ring changed under a running fleet) or does not read (a row
+/// altered by hand), the error is logged and none is used: the attempt fails as `no_secret`
+/// and is retried, never sent unsigned or signed with part of its secrets.
+pub(crate) fn open_secrets(
+    shared: &Shared,
+    endpoint_id: &EndpointId,
+    secrets: &Secrets,
+) -> Vec<Material> {
+    let ring = shared.config.secrets_key.as_ref();
+    let opened = secrets
+        .0
+        .iter()
+        .map(|(_, entry)| {
+            let entry = match entry.strip_prefix(ED25519_PREFIX) {
+                Some(stored) => open_secret(ring, endpoint_id, stored)
+                    .map(|seed| format!("{ED25519_PREFIX}{seed}")),
+                None => open_secret(ring, endpoint_id, entry),
+            }
+            .map_err(|e| e.to_string())?;
+            Material::parse(&entry)
+                .ok_or_else(|| "it is not a secret or key (altered by hand?)".to_owned())
+        })
+        .collect::<Result<Vec<_>, _>>();
+    opened.unwrap_or_else(|e| {
+        tracing::error!(
+            target: "kxp_sender", endpoint_id = %endpoint_id, error = %e,
+            "a secret of the endpoint does not open or does not read"
+        );
+        Vec::new()
+    })
+}
+
+/// What the attempt sends: the envelope as stored, or, for an endpoint with an encryption key,
+/// the envelope with `data` sealed to that key as `data_jwe` (made anew for each attempt, with
+/// the key the endpoint has now). A key or envelope that does not seal fails the attempt:
+/// `data` is never sent in the clear to an endpoint that asked for it encrypted.
+pub(crate) fn sealed<'p>(
+    jwk: Option<&str>,
+    payload: &'p str,
+) -> Result<std::borrow::Cow<'p, str>, Failure> {
+    let Some(jwk) = jwk else {
+        return Ok(payload.into());
+    };
+    let failed = |why: String| Failure::new(FailureKind::EncryptionFailed, why);
+    let key = kxp_jwe::EncryptionKey::from_jwk(jwk).map_err(|e| failed(e.to_string()))?;
+    kxp_jwe::seal_envelope(&key, payload)
+        .map(Into::into)
+        .map_err(|e| failed(e.to_string()))
+}
+
+/// The fingerprints of the secrets (and keys) an attempt is signed with, in their order.
+fn fingerprints(secrets: &[Material]) -> Vec<String> {
+    secrets.iter().map(Material::fingerprint).collect()
+}
+
+/// What a delivered attempt's confirmation (`verified_key`) says about the job's secrets:
+/// nothing to record unless it names one of them or a `when_confirmed` rotation is counting.
+fn key_check(job: &Job, signed_with: &[String], verified_key: Option<&str>) -> Option<KeyCheck> {
+    let verified = verified_key
+        .and_then(|key| signed_with.iter().position(|f| f == key))
+        .and_then(|i| job.secrets.0.get(i).map(|(id, _)| *id));
+    (verified.is_some() || job.confirming).then_some(KeyCheck {
+        verified,
+        confirming: job.confirming,
+    })
+}
+
+/// Sends one job and records its outcome; returns what the outcome says about the endpoint's
+/// load, and whether recording it closed the endpoint's circuit.
+pub(super) async fn attempt(
+    recorder: &Recorder,
+    owner: &str,
+    shared: &Shared,
+    job: &Job,
+) -> (Signal, bool) {
+    let number = job.attempts + 1;
+    let started_at = now_ms();
+    let secrets = open_secrets(shared, &job.endpoint_id, &job.secrets);
+    let (outcome, took) = send(shared, job, number, &secrets).await;
+    shared.metrics.attempt(&outcome, took);
+    let next = match &outcome {
+        Outcome::Delivered { .. } => NextState::Delivered,
+        Outcome::Rejected { retry_after, .. } => after_failure(shared, number, *retry_after),
+        Outcome::Failed(_) => after_failure(shared, number, None),
+    };
+    log(job, number, &outcome, next, took);
+    let (record, keys) = record(job, &outcome, &secrets, started_at, took);
+    let finished = recorder
+        .finish(FinishAttempt {
+            delivery_id: job.id.clone(),
+            endpoint_id: job.endpoint_id.clone(),
+            owner: owner.to_owned(),
+            attempt: number,
+            record,
+            next,
+            keys,
+        })
+        .await;
+    let closed = matches!(
+        finished,
+        Ok(Finished::Recorded {
+            transition: Some(Transition::Close),
+            ..
+        })
+    );
+    report(shared, job, next, &finished);
+    (signal(&outcome, took), closed)
+}
+
+/// Sends attempt `number` of the job, signed with `secrets`: its outcome and how long it took.
+async fn send(
+    shared: &Shared,
+    job: &Job,
+    number: i64,
+    secrets: &[Material],
+) -> (Outcome, Duration) {
+    match sealed(job.encryption_jwk.as_deref(), &job.payload) {
+        Ok(payload) => {
+            let request = dispatch::Request {
+                url: &job.url,
+                payload: &payload,
+                event_id: job.event_id.as_str(),
+                event_type: &job.event_type,
+                delivery_id: job.id.as_str(),
+                attempt: number,
+                endpoint_id: Some(job.endpoint_id.as_str()),
+                sequence: job.sequence,
+                secrets,
+                timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
+                allow_http: shared.config.dev,
+            };
+            dispatch::send(&shared.client, &request).await
+        }
+        Err(failure) => (Outcome::Failed(failure), Duration::ZERO),
+    }
+}
+
+/// The attempt as the store records it, and what its confirmation says about the job's
+/// secrets (signed with `secrets`, started at `started_at`, taking `took`).
+fn record(
+    job: &Job,
+    outcome: &Outcome,
+    secrets: &[Material],
+    started_at: i64,
+    took: Duration,
+) -> (AttemptRecord, Option<KeyCheck>) {
+    let (snippet, error) = match outcome {
+        Outcome::Delivered { snippet, .. } => (Some(snippet.clone()), None),
+        Outcome::Rejected {
+            status, snippet, ..
+        } => (Some(snippet.clone()), Some(AttemptError::Http(*status))),
+        Outcome::Failed(failure) => (None, Some(AttemptError::Failed(failure.clone()))),
+    };
+    let signed_with = fingerprints(secrets);
+    let verified_key = match outcome {
+        Outcome::Delivered { verified_key, .. } => Some(verified_key.clone()),
+        _ => None,
+    };
+    let keys = verified_key
+        .as_ref()
+        .and_then(|key| key_check(job, &signed_with, key.as_deref()));
+    let record = AttemptRecord {
+        started_at,
+        duration_ms: ms(took),
+        status_code: outcome.status(),
+        error,
+        response_snippet: snippet,
+        signed_with: signed_with.join(","),
+        verified_key: verified_key.flatten(),
+    };
+    (record, keys)
+}
+
+/// Counts and logs what recording the attempt did: the delivery's end, the endpoint's state
+/// change and its notices, or why nothing was recorded.
+fn report(shared: &Shared, job: &Job, next: NextState, finished: &Answer<Finished>) {
+    match finished {
+        Ok(Finished::Recorded {
+            transition,
+            notices,
+        }) => {
+            match next {
+                NextState::Delivered => shared.metrics.delivery_ended(true),
+                NextState::Dead => shared.metrics.delivery_ended(false),
+                NextState::RetryAt(_) => {}
+            }
+            if let Some(t) = *transition {
+                shared.metrics.transition(t);
+            }
+            match *transition {
+                Some(t @ (Transition::Open | Transition::Disable)) => tracing::warn!(
+                    target: "kxp_sender::circuit", endpoint_id = %job.endpoint_id,
+                    transition = t.as_str(), notices, "endpoint state changed"
+                ),
+                Some(t) => tracing::info!(
+                    target: "kxp_sender::circuit", endpoint_id = %job.endpoint_id,
+                    transition = t.as_str(), "endpoint state changed"
+                ),
+                None => {}
+            }
+            if *notices > 0 {
+                shared.notices.notify_one();
+            }
+        }
+        Ok(Finished::LeaseLost) => tracing::warn!(
+            target: "kxp_sender", delivery_id = %job.id,
+            "lease expired during the attempt; another worker owns the delivery now"
+        ),
+        // The lease will run out and the delivery will be tried again: at least once, never lost.
+        Err(e) => {
+            tracing::error!(target: "kxp_sender", delivery_id = %job.id, error = %e, "recording an attempt failed")
+        }
+    }
+}
+
+fn after_failure(shared: &Shared, attempts_made: i64, retry_after: Option<Duration>) -> NextState {
+    let made = u32::try_from(attempts_made).unwrap_or(u32::MAX);
+    match shared
+        .config
+        .schedule
+        .after_failure(made, draw(), retry_after)
+    {
+        AfterFailure::RetryIn(delay) => NextState::RetryAt(now_ms().saturating_add(ms(delay))),
+        AfterFailure::Dead => NextState::Dead,
+    }
+}
+
+fn log(job: &Job, attempt: i64, outcome: &Outcome, next: NextState, took: Duration) {
+    let took_ms = ms(took);
+    let next = match next {
+        NextState::Delivered => "delivered".to_owned(),
+        NextState::RetryAt(at) => format!("retry in {} ms", at.saturating_sub(now_ms()).max(0)),
+        NextState::Dead => "dead".to_owned(),
+    };
+    match outcome {
+        Outcome::Delivered { status, .. } => tracing::info!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, status, duration_ms = took_ms, "delivered"
+        ),
+        // A 4xx usually means the receiver is misconfigured (wrong secret, wrong route): loud.
+        Outcome::Rejected { status, .. } if (400..500).contains(status) => tracing::warn!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, status, duration_ms = took_ms, next = %next, "endpoint refused the delivery"
+        ),
+        Outcome::Rejected { status, .. } => tracing::info!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, status, duration_ms = took_ms, next = %next, "endpoint failed"
+        ),
+        Outcome::Failed(error) => tracing::info!(
+            target: "kxp_sender", delivery_id = %job.id, event_id = %job.event_id, endpoint_id = %job.endpoint_id,
+            attempt, error = %error, duration_ms = took_ms, next = %next, "attempt failed"
+        ),
+    }
+}
+
+/// What an outcome says about the endpoint's load, for its adaptive limit.
+fn signal(outcome: &Outcome, took: Duration) -> Signal {
+    match outcome {
+        Outcome::Delivered { .. } => Signal::Answered(took.as_secs_f64() * 1000.0),
+        Outcome::Rejected {
+            status: 429 | 503, ..
+        } => Signal::Overloaded,
+        Outcome::Failed(failure)
+            if matches!(failure.kind, FailureKind::Timeout | FailureKind::Connect) =>
+        {
+            Signal::Overloaded
+        }
+        _ => Signal::Neutral,
+    }
+}
+
+/// A uniform draw in `0.0..1.0` from the OS generator, for jitter.
+fn draw() -> f64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.5;
+    }
+    (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
+}
