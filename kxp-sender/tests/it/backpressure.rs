@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Api, Receiver, sender_with};
+use crate::support::{Api, Database, Receiver, sender_with};
 
 const LIMIT: u64 = 5;
 
@@ -58,16 +58,15 @@ async fn deliveries_count(api: &Api) -> usize {
     page.data.len()
 }
 
-async fn backlog_full_refuses_only_the_account_behind(database_url: Option<String>) {
-    let url = database_url.clone();
-    let s = sender_with("0s", move |c| {
-        c.backlog_limit = LIMIT;
-        c.run_workers = false;
-        if let Some(url) = url {
-            c.database_url = url;
-        }
-    })
-    .await;
+each_backend!(backlog_full_refuses_only_the_account_behind_it);
+
+async fn backlog_full_refuses_only_the_account_behind_it(database: Database) {
+    let s = database
+        .sender_with("0s", |c| {
+            c.backlog_limit = LIMIT;
+            c.run_workers = false;
+        })
+        .await;
     let rx = Receiver::start(vec![]).await;
     let a = s.api.clone();
     let (_, b_key) = s.server.db().create_account("b", None).await.unwrap();
@@ -128,7 +127,7 @@ async fn backlog_full_refuses_only_the_account_behind(database_url: Option<Strin
     assert_eq!(metric(&a, "kxp_deliveries{state=\"held\"}").await, 50.0);
 
     // Workers (another process on the same database) drain A's backlog: accepted again.
-    let url = database_url.unwrap_or_else(|| s.database_url.clone());
+    let url = s.database_url.clone();
     let workers = sender_with("0s", move |c| c.database_url = url).await;
     let start = Instant::now();
     loop {
@@ -145,21 +144,6 @@ async fn backlog_full_refuses_only_the_account_behind(database_url: Option<Strin
     }
     workers.server.shutdown().await;
     s.server.shutdown().await;
-}
-
-#[tokio::test]
-async fn backlog_full_refuses_only_the_account_behind_it() {
-    backlog_full_refuses_only_the_account_behind(None).await;
-}
-
-#[tokio::test]
-async fn backlog_full_refuses_only_the_account_behind_it_on_postgresql() {
-    let Some(database) = kxp_testkit::db::PgDatabase::create("kxp_sender_backpressure").await
-    else {
-        return;
-    };
-    backlog_full_refuses_only_the_account_behind(Some(database.url().to_owned())).await;
-    database.drop().await;
 }
 
 #[tokio::test]

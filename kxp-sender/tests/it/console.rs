@@ -9,11 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kxp_api::{NewAccount, NewPortalLink, PortalScope};
-use kxp_testkit::db::PgDatabase;
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 
-use crate::support::{Sender, sender, sender_with};
+use crate::support::{Database, Sender, sender, sender_with};
 
 /// A browser without a cookie jar, that does not follow redirects: every cookie is passed by
 /// hand, so each test says exactly which cookie a request carries.
@@ -150,8 +149,11 @@ pub(crate) fn hidden(html: &str, name: &str) -> String {
     html[at..].split('"').next().unwrap().to_owned()
 }
 
-async fn portal_links_sign_in_once(s: &Sender) {
-    let b = Browser::of(s);
+each_backend!(portal_links_sign_in_once);
+
+async fn portal_links_sign_in_once(database: Database) {
+    let s = database.sender("0s").await;
+    let b = Browser::of(&s);
     let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
     let op = s.api.with_key(&op_key).client;
     let shop_b = op.create_account(&NewAccount::new("Shop B")).await.unwrap();
@@ -325,23 +327,6 @@ async fn portal_links_sign_in_once(s: &Sender) {
     let (status, html) = b.home(&op_session).await;
     assert_eq!(status, 200);
     assert!(html.contains("operator") && html.contains("Olga"), "{html}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn portal_links_sign_in_once_on_sqlite() {
-    let s = sender("0s").await;
-    portal_links_sign_in_once(&s).await;
-    s.server.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn portal_links_sign_in_once_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_console").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s", move |c| c.database_url = url).await;
-    portal_links_sign_in_once(&s).await;
     s.server.shutdown().await;
 }
 

@@ -6,10 +6,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kxp_api::{EventQuery, EventSummary, NewEvent, Timestamp};
-use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Api, Receiver, Sender, sender, sender_with};
+use crate::support::{Api, Database, Receiver, Sender};
 
 /// `POST /v1/events` with `body` (and an `Idempotency-Key`): the status and the exact bytes.
 async fn post(api: &Api, body: &Value, key: Option<&str>) -> (u16, String) {
@@ -433,30 +432,15 @@ async fn retention_takes_the_tags_with_the_events(s: &Sender) {
     assert_eq!(status, 404, "the event itself is gone");
 }
 
-async fn scenario(s: &Sender) {
-    tags_are_stored_listed_and_never_delivered(s).await;
-    tags_are_checked(s).await;
-    idempotent_retries_carry_their_tags(s).await;
-    concurrent_ingestions_keep_their_own_tags(s).await;
-    another_account_sees_none_of_them(s).await;
-    retention_takes_the_tags_with_the_events(s).await;
-}
+each_backend!(events_are_tagged_and_listed);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_are_tagged_and_listed_on_sqlite() {
-    let s = sender("0s").await;
-    scenario(&s).await;
+async fn events_are_tagged_and_listed(database: Database) {
+    let s = database.sender("0s").await;
+    tags_are_stored_listed_and_never_delivered(&s).await;
+    tags_are_checked(&s).await;
+    idempotent_retries_carry_their_tags(&s).await;
+    concurrent_ingestions_keep_their_own_tags(&s).await;
+    another_account_sees_none_of_them(&s).await;
+    retention_takes_the_tags_with_the_events(&s).await;
     s.server.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_are_tagged_and_listed_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_events_list").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s", move |c| c.database_url = url).await;
-    scenario(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
 }

@@ -6,11 +6,9 @@
 
 use std::time::Duration;
 
-use kxp_sender::Config;
-use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-use crate::support::{Receiver, Reply, sender_with};
+use crate::support::{Database, Receiver, Reply};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
@@ -40,29 +38,14 @@ async fn wait_for_requests(receiver: &Receiver, n: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_account_with_hanging_endpoints_does_not_stall_another_accounts_healthy_one() {
-    hanging_account_beside_a_healthy_one(|_| {}).await;
-}
+each_backend!(one_account_with_hanging_endpoints_does_not_stall_another_accounts_healthy_one);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_account_with_hanging_endpoints_does_not_stall_another_accounts_healthy_one_on_postgresql()
- {
-    let Some(database) = PgDatabase::create("kxp_sender_fairness").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    hanging_account_beside_a_healthy_one(move |c| c.database_url = url).await;
-}
-
-async fn hanging_account_beside_a_healthy_one(tweak: impl FnOnce(&mut Config)) {
+async fn one_account_with_hanging_endpoints_does_not_stall_another_accounts_healthy_one(
+    database: Database,
+) {
     // Few workers, so the hanging account alone has more than enough to fill them all (50
     // endpoints at 4 each); one retry, a minute later, so a timeout is not tried again here.
-    let s = sender_with("0s,1m", |c| {
-        c.workers = 8;
-        tweak(c);
-    })
-    .await;
+    let s = database.sender_with("0s,1m", |c| c.workers = 8).await;
     let hanging = Receiver::start(vec![Reply::Hang(Duration::from_secs(60)); 500]).await;
     for n in 0..50 {
         s.api

@@ -7,10 +7,9 @@ use kxp_sender::Db;
 use kxp_sender::Protection;
 use kxp_sender::{AttemptError, AttemptRecord, FinishAttempt, Finished, NextState};
 use kxp_sender::{LATENCY_BOUNDS_MS, bucket_of};
-use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Reply, Sender, sender, sender_with, value};
+use crate::support::{Database, Receiver, Reply, Sender, sender_with, value};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
@@ -48,7 +47,10 @@ fn expected_percentile(durations: &[i64], p: f64) -> i64 {
     LATENCY_BOUNDS_MS[bucket_of(sorted[rank - 1])]
 }
 
-async fn scenario(s: &Sender) {
+each_backend!(health_follows_attempts);
+
+async fn health_follows_attempts(database: Database) {
+    let s = database.sender("0s,20ms,40ms").await;
     // ev1: 500, 500, 200 · ev2: 200 · ev3: 503 ×3 (dead) · ev4: a slow 200.
     let receiver = Receiver::start(vec![
         Reply::Status(500),
@@ -63,7 +65,7 @@ async fn scenario(s: &Sender) {
     .await;
     let (endpoint_id, _) = s.api.endpoint(&receiver.url, json!({})).await;
 
-    let h = health(s, &endpoint_id).await;
+    let h = health(&s, &endpoint_id).await;
     assert_eq!(h["endpoint_id"], endpoint_id.as_str());
     assert_eq!(h["last_24h"]["attempts"], 0, "{h}");
     assert!(
@@ -75,7 +77,7 @@ async fn scenario(s: &Sender) {
     let ev1 = s.api.emit("t", json!({"n": 1})).await;
     s.api.wait_for(&ev1, "delivered", WITHIN).await;
     events.push(ev1);
-    let h = health(s, &endpoint_id).await;
+    let h = health(&s, &endpoint_id).await;
     assert_window(&h, 1, 2);
     assert_eq!(h["consecutive_failures"], 0, "reset by the success: {h}");
     assert_eq!(h["last_error"], "http_500", "{h}");
@@ -87,7 +89,7 @@ async fn scenario(s: &Sender) {
     let ev3 = s.api.emit("t", json!({"n": 3})).await;
     s.api.wait_for(&ev3, "dead", WITHIN).await;
     events.push(ev3);
-    let h = health(s, &endpoint_id).await;
+    let h = health(&s, &endpoint_id).await;
     assert_window(&h, 2, 5);
     assert_eq!(
         h["consecutive_failures"], 3,
@@ -102,7 +104,7 @@ async fn scenario(s: &Sender) {
     let ev4 = s.api.emit("t", json!({"n": 4})).await;
     s.api.wait_for(&ev4, "delivered", WITHIN).await;
     events.push(ev4.clone());
-    let h = health(s, &endpoint_id).await;
+    let h = health(&s, &endpoint_id).await;
     assert_window(&h, 3, 5);
     assert_eq!(h["last_1h"]["success_rate"], 0.375, "{h}");
     assert_eq!(h["consecutive_failures"], 0, "{h}");
@@ -152,7 +154,7 @@ async fn scenario(s: &Sender) {
         .await
         .unwrap();
     s.api.emit("t", json!({"n": 5})).await;
-    let h = health(s, &endpoint_id).await;
+    let h = health(&s, &endpoint_id).await;
     assert_eq!(
         (h["pending"].as_i64(), h["dead"].as_i64()),
         (Some(1), Some(1))
@@ -185,12 +187,12 @@ async fn scenario(s: &Sender) {
         .await
         .unwrap();
     assert_eq!(finished, [Finished::LeaseLost, Finished::LeaseLost]);
-    assert_eq!(health(s, &endpoint_id).await, h);
+    assert_eq!(health(&s, &endpoint_id).await, h);
     db.close().await;
 
     // An endpoint with no attempts: zeros and nulls.
     let (empty_id, _) = s.api.endpoint(&receiver.url, json!({})).await;
-    let h = health(s, &empty_id).await;
+    let h = health(&s, &empty_id).await;
     for window in ["last_1h", "last_24h"] {
         assert_eq!(
             h[window],
@@ -217,25 +219,7 @@ async fn scenario(s: &Sender) {
         )
         .await;
     assert_eq!(status, 404);
-}
-
-#[tokio::test]
-async fn health_follows_attempts_on_sqlite() {
-    let s = sender("0s,20ms,40ms").await;
-    scenario(&s).await;
     s.server.shutdown().await;
-}
-
-#[tokio::test]
-async fn health_follows_attempts_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_health").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s,20ms,40ms", move |c| c.database_url = url).await;
-    scenario(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
 }
 
 #[tokio::test]

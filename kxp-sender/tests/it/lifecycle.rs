@@ -12,10 +12,9 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Reply, Sender, sender, sender_with, typed, value, values};
+use crate::support::{Database, Receiver, Reply, Sender, sender, typed, value, values};
 
 const SECS_10: Duration = Duration::from_secs(10);
 
@@ -526,38 +525,21 @@ async fn a_new_url_is_challenged_and_pending_deliveries_follow_it() {
 
 // ---- pause and resume ----
 
-#[tokio::test]
-async fn pause_holds_deliveries_and_resume_delivers_them() {
-    let s = sender("0s,2s").await;
-    pause_scenario(&s).await;
-    s.server.shutdown().await;
-}
+each_backend!(pause_holds_deliveries_and_resume_delivers_them);
 
-#[tokio::test]
-async fn pause_holds_deliveries_and_resume_delivers_them_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_pause").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s,2s", move |c| c.database_url = url).await;
-    pause_scenario(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
-}
-
-/// Needs a sender with the schedule `0s,2s`.
-async fn pause_scenario(s: &Sender) {
+async fn pause_holds_deliveries_and_resume_delivers_them(database: Database) {
+    let s = database.sender("0s,2s").await;
     // A delivery waiting for its retry when the endpoint is paused is held too.
     let receiver = Receiver::start(vec![Reply::Status(500)]).await;
     let (id, _) = s.api.endpoint(&receiver.url, json!({})).await;
     let retried = s.api.emit("payment.succeeded", json!({"n": 0})).await;
-    wait_attempts(s, &retried, &id, 1).await;
+    wait_attempts(&s, &retried, &id, 1).await;
 
-    let paused = pause(s, &id).await;
+    let paused = pause(&s, &id).await;
     assert_eq!(paused["status"], "paused");
-    let again = pause(s, &id).await;
+    let again = pause(&s, &id).await;
     assert_eq!(again["status"], "paused");
-    let listed = list_endpoints(s).await;
+    let listed = list_endpoints(&s).await;
     assert_eq!(listed[0]["status"], "paused");
 
     // New events still queue deliveries for it: nothing is lost while it rests.
@@ -577,7 +559,7 @@ async fn pause_scenario(s: &Sender) {
         assert_eq!(d["next_attempt_at"], Value::Null, "held: no time: {d}");
     }
 
-    let resumed = resume(s, &id).await;
+    let resumed = resume(&s, &id).await;
     assert_eq!(resumed["status"], "active");
     for event in &events {
         s.api.wait_for(event, "delivered", SECS_10).await;
@@ -597,13 +579,14 @@ async fn pause_scenario(s: &Sender) {
     assert_eq!(receiver.seen().len(), 5);
 
     // Resuming an active endpoint is a no-op; unknown ids are 404.
-    resume(s, &id).await;
+    resume(&s, &id).await;
     for path in [
         "/v1/endpoints/ep_nope/pause",
         "/v1/endpoints/ep_nope/resume",
     ] {
-        assert_eq!(post_to(s, path).await.0, 404, "{path}");
+        assert_eq!(post_to(&s, path).await.0, 404, "{path}");
     }
+    s.server.shutdown().await;
 }
 
 /// Waits until the event's delivery to `endpoint` is pending after `attempts` tries.
@@ -623,27 +606,10 @@ async fn wait_attempts(s: &Sender, event: &str, endpoint: &str, attempts: i64) {
 
 // ---- delete ----
 
-#[tokio::test]
-async fn delete_ends_pending_deliveries_visibly_and_queues_no_more() {
-    let s = sender("0s,1m").await;
-    delete_scenario(&s).await;
-    s.server.shutdown().await;
-}
+each_backend!(delete_ends_pending_deliveries_visibly_and_queues_no_more);
 
-#[tokio::test]
-async fn delete_ends_pending_deliveries_visibly_and_queues_no_more_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_delete").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s,1m", move |c| c.database_url = url).await;
-    delete_scenario(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
-}
-
-/// Needs a sender with the schedule `0s,1m`.
-async fn delete_scenario(s: &Sender) {
+async fn delete_ends_pending_deliveries_visibly_and_queues_no_more(database: Database) {
+    let s = database.sender("0s,1m").await;
     // One delivery failed once and waits a minute for its retry; two are held by a pause.
     let receiver = Receiver::start(vec![Reply::Status(500)]).await;
     let other = Receiver::start(vec![]).await;
@@ -655,8 +621,8 @@ async fn delete_scenario(s: &Sender) {
         .endpoint(&other.url, json!({"event_types": ["*"]}))
         .await;
     let retrying = s.api.emit("payment.failed", json!({})).await;
-    wait_attempts(s, &retrying, &id, 1).await;
-    pause(s, &id).await;
+    wait_attempts(&s, &retrying, &id, 1).await;
+    pause(&s, &id).await;
     let held = [
         s.api.emit("payment.succeeded", json!({"n": 1})).await,
         s.api.emit("payment.succeeded", json!({"n": 2})).await,
@@ -669,8 +635,8 @@ async fn delete_scenario(s: &Sender) {
     );
 
     // Gone from the endpoint routes...
-    assert_eq!(get_endpoint(s, &id).await.0, 404);
-    let listed = list_endpoints(s).await;
+    assert_eq!(get_endpoint(&s, &id).await.0, 404);
+    let listed = list_endpoints(&s).await;
     assert!(listed.iter().all(|e| e["id"] != id.as_str()), "{listed:?}");
     for (method, path, body) in [
         ("DELETE", format!("/v1/endpoints/{id}"), None),
@@ -735,6 +701,7 @@ async fn delete_scenario(s: &Sender) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(other.seen().len(), 4);
     assert_eq!(receiver.seen().len(), 1, "only the attempt before deletion");
+    s.server.shutdown().await;
 }
 
 #[tokio::test]

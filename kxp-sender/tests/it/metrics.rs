@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Receiver, Reply, sender_with};
+use crate::support::{Database, Receiver, Reply};
 
 /// The samples of an exposition, `name{labels}` → value, after checking every line's syntax
 /// and that each sample belongs to the family declared above it.
@@ -53,9 +53,10 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
     samples
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_count_attempts_deliveries_and_the_queue() {
-    let s = sender_with("0s,10ms", |_| {}).await;
+each_backend!(metrics_count_attempts_deliveries_and_the_queue);
+
+async fn metrics_count_attempts_deliveries_and_the_queue(database: Database) {
+    let s = database.sender("0s,10ms").await;
     let rx = Receiver::start(vec![Reply::Status(500)]).await;
     let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
     let first = s.api.emit("t", json!({"n": 1})).await;
@@ -118,35 +119,4 @@ async fn metrics_count_attempts_deliveries_and_the_queue() {
         "no ids on the page"
     );
     s.server.shutdown().await;
-}
-
-#[tokio::test]
-async fn metrics_read_the_queue_on_postgresql() {
-    let Some(database) = kxp_testkit::db::PgDatabase::create("kxp_sender_metrics").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s", move |c| c.database_url = url).await;
-    let rx = Receiver::start(vec![]).await;
-    let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
-    s.api
-        .client
-        .pause_endpoint(&ep.as_str().into())
-        .await
-        .unwrap();
-    s.api.emit("t", json!({"n": 1})).await;
-    let text = reqwest::get(format!("{}/metrics", s.api.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let m = parse(&text);
-    assert_eq!(m["kxp_deliveries{state=\"held\"}"], 1.0, "{text}");
-    assert_eq!(
-        m["kxp_endpoints{status=\"paused\",circuit_state=\"closed\"}"], 1.0,
-        "{text}"
-    );
-    s.server.shutdown().await;
-    database.drop().await;
 }

@@ -5,10 +5,9 @@
 use std::collections::BTreeSet;
 
 use kxp_api::{AccountId, ClientError, EndpointId, NewAccount, NewEndpoint, PageQuery};
-use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-use crate::support::{Api, Receiver, Sender, sender, sender_with, typed};
+use crate::support::{Api, Database, Receiver, sender_with, typed};
 
 /// The status and code of a failed call.
 fn refused<T: std::fmt::Debug>(result: Result<T, ClientError>) -> (Option<u16>, String) {
@@ -40,7 +39,10 @@ async fn all_accounts(op: &Api, limit: u32) -> Vec<AccountId> {
     }
 }
 
-async fn operators_act_for_one_named_account_at_a_time(s: &Sender) {
+each_backend!(operators_act_for_one_named_account_at_a_time);
+
+async fn operators_act_for_one_named_account_at_a_time(database: Database) {
+    let s = database.sender("0s").await;
     let (_, op_key) = s.server.db().create_operator("ops").await.unwrap();
     assert!(
         op_key.starts_with("kxp_op_") && op_key.len() == 7 + 64,
@@ -230,23 +232,6 @@ async fn operators_act_for_one_named_account_at_a_time(s: &Sender) {
     );
     let a_as_a = a_own.client.clone().for_account(a.account.id.clone());
     assert_eq!(ids(a_as_a.all_endpoints().await.unwrap()), [a_endpoint]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operators_act_for_one_named_account_at_a_time_on_sqlite() {
-    let s = sender("0s").await;
-    operators_act_for_one_named_account_at_a_time(&s).await;
-    s.server.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operators_act_for_one_named_account_at_a_time_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_operators").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s", move |c| c.database_url = url).await;
-    operators_act_for_one_named_account_at_a_time(&s).await;
     s.server.shutdown().await;
 }
 

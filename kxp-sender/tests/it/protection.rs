@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 
 use kxp_sender::Db;
 use kxp_sender::Protection;
-use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Receiver, Sender, sender_with, typed, value};
+use crate::support::{Database, Receiver, Sender, sender_with, typed, value};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -101,10 +100,15 @@ async fn delivery(s: &Sender, event_id: &str) -> Value {
     deliveries[0].clone()
 }
 
+each_backend!(the_breaker_opens_holds_probes_and_closes);
+
 /// The breaker, end to end: opens after the threshold, holds new and retrying deliveries
 /// without an attempt, probes with one delivery, backs off after a failed probe, closes on a
 /// successful one, and then delivers everything it held exactly once.
-async fn breaker_scenario(s: &Sender) {
+async fn the_breaker_opens_holds_probes_and_closes(database: Database) {
+    let s = database
+        .sender_with(SCHEDULE, |c| c.protection = breaker(3, 200, 800))
+        .await;
     let db = s.server.db();
     let rx = Receiver::start(vec![]).await;
     rx.answer_rest_with(500);
@@ -115,9 +119,9 @@ async fn breaker_scenario(s: &Sender) {
         circuit(db, &ep).await.0 != "closed"
     })
     .await;
-    let h = endpoint(s, &ep).await;
+    let h = endpoint(&s, &ep).await;
     assert_eq!(h["status"], "active", "{h}");
-    let health = health_of(s, &ep).await;
+    let health = health_of(&s, &ep).await;
     assert!(health["circuit_opened_at"].is_string(), "{health}");
 
     // While open, new events queue up held: pending, not one attempt.
@@ -126,7 +130,7 @@ async fn breaker_scenario(s: &Sender) {
         held.push(s.api.emit("payment.failed", json!({"n": n})).await);
     }
     for event in &held {
-        let d = delivery(s, event).await;
+        let d = delivery(&s, event).await;
         assert_eq!(
             (&d["status"], &d["attempts"]),
             (&json!("pending"), &json!(0)),
@@ -154,7 +158,7 @@ async fn breaker_scenario(s: &Sender) {
         let seen = rx.seen().len();
         let mut attempts = 0;
         for event in &all {
-            attempts += delivery(s, event).await["attempts"].as_u64().unwrap();
+            attempts += delivery(&s, event).await["attempts"].as_u64().unwrap();
         }
         if before.0 == "open" && circuit(db, &ep).await == before {
             assert_eq!(
@@ -177,7 +181,7 @@ async fn breaker_scenario(s: &Sender) {
     }
     let (state, _, failed_probes_after, _) = circuit(db, &ep).await;
     assert_eq!((state.as_str(), failed_probes_after), ("closed", 0));
-    let health = health_of(s, &ep).await;
+    let health = health_of(&s, &ep).await;
     assert_eq!(
         (&health["circuit_state"], &health["consecutive_failures"]),
         (&json!("closed"), &json!(0)),
@@ -191,35 +195,13 @@ async fn breaker_scenario(s: &Sender) {
     let mut total = 0;
     for event in &all {
         let requests = seen.iter().filter(|r| r.event_id() == *event).count();
-        let attempts = delivery(s, event).await["attempts"].as_u64().unwrap() as usize;
+        let attempts = delivery(&s, event).await["attempts"].as_u64().unwrap() as usize;
         assert_eq!(requests, attempts, "{event}");
         total += requests;
     }
     assert_eq!(total, seen.len());
-    assert!(delivery(s, &first).await["attempts"].as_u64().unwrap() >= 4);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_breaker_opens_holds_probes_and_closes_on_sqlite() {
-    let s = sender_with(SCHEDULE, |c| c.protection = breaker(3, 200, 800)).await;
-    breaker_scenario(&s).await;
+    assert!(delivery(&s, &first).await["attempts"].as_u64().unwrap() >= 4);
     s.server.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_breaker_opens_holds_probes_and_closes_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_breaker").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with(SCHEDULE, move |c| {
-        c.database_url = url;
-        c.protection = breaker(3, 200, 800);
-    })
-    .await;
-    breaker_scenario(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
 }
 
 /// When each of the endpoint's deliveries was first tried (Unix ms), oldest delivery first.

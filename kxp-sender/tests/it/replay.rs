@@ -11,37 +11,21 @@
 use std::time::{Duration, Instant};
 
 use kxp_sender::Db;
-use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-use crate::support::{Receiver, sender_with, typed};
+use crate::support::{Database, Receiver, typed};
 
 /// More than one page of the replay's scan (500 rows), so the cursor moves on past the point
 /// where the first replays are already queued.
 const EVENTS: i64 = 501;
 const WITHIN: Duration = Duration::from_secs(60);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_replay_of_delivered_replays_each_delivery_once_not_its_own_replays() {
-    replays_a_snapshot(None).await;
-}
+each_backend!(bulk_replay_of_delivered_replays_each_delivery_once_not_its_own_replays);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_replay_of_delivered_replays_each_delivery_once_not_its_own_replays_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_replay").await else {
-        return;
-    };
-    replays_a_snapshot(Some(database.url().to_owned())).await;
-    database.drop().await;
-}
-
-async fn replays_a_snapshot(database_url: Option<String>) {
-    let s = sender_with("0s", move |c| {
-        if let Some(url) = database_url {
-            c.database_url = url;
-        }
-    })
-    .await;
+async fn bulk_replay_of_delivered_replays_each_delivery_once_not_its_own_replays(
+    database: Database,
+) {
+    let s = database.sender("0s").await;
     let db = s.server.db();
     let receiver = Receiver::start(Vec::new()).await;
     let (endpoint_id, _) = s

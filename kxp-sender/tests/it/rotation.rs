@@ -13,11 +13,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use kxp_api::{Delivery, DeliveryQuery, DeliveryStatus, EndpointId, RotateSecret};
-use kxp_testkit::db::PgDatabase;
 use kxp_verify::{Secret, Signer, Verifier};
 use serde_json::{Value, json};
 
-use crate::support::{Api, Receiver, Sender, sender, sender_with, verifies};
+use crate::support::{Api, Database, Receiver, Sender, sender, verifies};
 
 const SECS_10: Duration = Duration::from_secs(10);
 
@@ -121,37 +120,14 @@ fn verifies_with(handled: &Handled, secret: &str) -> bool {
 
 // ---- the flowing scenario ----
 
-#[tokio::test]
-async fn rotating_while_deliveries_flow_fails_no_verification() {
-    let s = flowing_sender(None).await;
-    rotation_scenario(&s).await;
-    s.server.shutdown().await;
-}
+each_backend!(rotating_while_deliveries_flow_fails_no_verification);
 
-#[tokio::test]
-async fn rotating_while_deliveries_flow_fails_no_verification_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_rotation").await else {
-        return;
-    };
-    let s = flowing_sender(Some(database.url().to_owned())).await;
-    rotation_scenario(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
-}
-
-/// One attempt at a time per endpoint, so the receiver sees deliveries in the order they were
-/// signed, and "seeing the rotation" is a point in the traffic rather than a race.
-async fn flowing_sender(database_url: Option<String>) -> Sender {
-    sender_with("0s,50ms,100ms", move |c| {
-        c.per_endpoint_concurrency = 1;
-        if let Some(url) = database_url {
-            c.database_url = url;
-        }
-    })
-    .await
-}
-
-async fn rotation_scenario(s: &Sender) {
+async fn rotating_while_deliveries_flow_fails_no_verification(database: Database) {
+    // One attempt at a time per endpoint, so the receiver sees deliveries in the order they
+    // were signed, and "seeing the rotation" is a point in the traffic rather than a race.
+    let s = database
+        .sender_with("0s,50ms,100ms", |c| c.per_endpoint_concurrency = 1)
+        .await;
     let receiver = Switching::start().await;
     let (endpoint_id, old) = s.api.endpoint(&receiver.url, json!({})).await;
     receiver.lock().current = old.clone();
@@ -232,6 +208,7 @@ async fn rotation_scenario(s: &Sender) {
         [new.as_str()],
         "after the overlap the old secret is gone"
     );
+    s.server.shutdown().await;
 
     let state = receiver.lock();
     assert_eq!(state.failed, 0, "failed verifications");

@@ -15,14 +15,13 @@ use axum::response::Response;
 use axum::routing::post;
 use kxp_api::{EndpointDetails, EndpointId, ExpireOld, PortalScope, ReceiverKey, RotateSecret};
 use kxp_axum::{Receiver as KxpReceiver, VerifiedEvent, VerifyLayer};
-use kxp_testkit::db::PgDatabase;
 use kxp_verify::key_fingerprint;
 use serde_json::json;
 use tower::ServiceExt;
 
 use crate::console::Browser;
 use crate::console_pages::{account_page, page};
-use crate::support::{Api, Receiver, Sender, sender, sender_with};
+use crate::support::{Api, Database, Receiver, Sender, sender};
 
 const SECS_10: Duration = Duration::from_secs(10);
 
@@ -95,26 +94,10 @@ async fn deliver_one(api: &Api, n: usize) {
     api.wait_for(&event, "delivered", SECS_10).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_old_secret_stops_once_the_receiver_confirms_the_new_one() {
-    let s = sender("0s,50ms").await;
-    confirmed_rotation(&s).await;
-    s.server.shutdown().await;
-}
+each_backend!(the_old_secret_stops_once_the_receiver_confirms_the_new_one);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_old_secret_stops_once_the_receiver_confirms_the_new_one_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_rotation_confirmed").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s,50ms", move |c| c.database_url = url).await;
-    confirmed_rotation(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
-}
-
-async fn confirmed_rotation(s: &Sender) {
+async fn the_old_secret_stops_once_the_receiver_confirms_the_new_one(database: Database) {
+    let s = database.sender("0s,50ms").await;
     let (deployed, url) = Deployed::start(silent_receiver()).await;
     let (id, old) = s.api.endpoint(&url, json!({})).await;
     let endpoint = EndpointId::from(id.as_str());
@@ -172,7 +155,7 @@ async fn confirmed_rotation(s: &Sender) {
     .await;
     assert_eq!(d.secrets.len(), 2);
     assert_eq!(d.rotation.as_ref().unwrap().confirmations, 0);
-    let console = console_text(s, &id).await;
+    let console = console_text(&s, &id).await;
     assert!(console.contains("Still on the old secret"), "{console}");
 
     // Deployed with both, newest first: each delivery is now verified with the new secret.
@@ -186,7 +169,7 @@ async fn confirmed_rotation(s: &Sender) {
     .await;
     assert_eq!(d.rotation.as_ref().unwrap().receiver, ReceiverKey::New);
     assert!(d.secrets[0].last_verified_at.is_some());
-    let console = console_text(s, &id).await;
+    let console = console_text(&s, &id).await;
     assert!(console.contains("The merchant has switched"), "{console}");
     assert!(console.contains("3 of 5 deliveries in a row"), "{console}");
     assert!(
@@ -217,6 +200,7 @@ async fn confirmed_rotation(s: &Sender) {
     // From now on only the new secret signs: a receiver holding only it verifies everything.
     deployed.deploy(kxp_receiver(&new));
     deliver_one(&s.api, 13).await;
+    s.server.shutdown().await;
 }
 
 /// The text of the endpoint's console page, for a merchant session of the sender's account.

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use kxp_sender::Db;
-use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
-use crate::support::{Api, Receiver, Sender, sender, sender_with, typed, value, values};
+use crate::support::{Api, Database, Receiver, sender, typed, value, values};
 
 const VERSION: &str = "2026-11-01";
 
@@ -56,9 +55,12 @@ async fn create_event(api: &Api, body: Value) -> Value {
     value(&event)
 }
 
+each_backend!(a_registered_schema_checks_its_events_and_nothing_invalid_is_stored);
+
 /// Register, a valid event delivered, an invalid one refused with nothing stored, the schema
 /// replaced and deleted.
-async fn register_validate_and_deliver(s: &Sender) {
+async fn a_registered_schema_checks_its_events_and_nothing_invalid_is_stored(database: Database) {
+    let s = database.sender("0s").await;
     let receiver = Receiver::start(vec![]).await;
     s.api.endpoint(&receiver.url, json!({})).await;
     let path = format!("/v1/schemas/payment.succeeded/{VERSION}");
@@ -154,26 +156,7 @@ async fn register_validate_and_deliver(s: &Sender) {
     let (status, _) = s.api.call("DELETE", &path, None).await;
     assert_eq!(status, 404);
     s.api.emit("payment.succeeded", json!({"amount": 5})).await;
-}
-
-#[tokio::test]
-async fn a_registered_schema_checks_its_events_and_nothing_invalid_is_stored() {
-    let s = sender("0s").await;
-    register_validate_and_deliver(&s).await;
     s.server.shutdown().await;
-}
-
-#[tokio::test]
-async fn schemas_and_pinning_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_schemas").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s", move |c| c.database_url = url).await;
-    register_validate_and_deliver(&s).await;
-    pinned_and_unpinned(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
 }
 
 #[tokio::test]
@@ -247,8 +230,11 @@ async fn another_account_neither_sees_nor_changes_nor_is_checked_by_your_schemas
     s.server.shutdown().await;
 }
 
+each_backend!(a_pinned_endpoint_receives_only_its_version);
+
 /// A pinned endpoint gets only its version's events, an unpinned one every version.
-async fn pinned_and_unpinned(s: &Sender) {
+async fn a_pinned_endpoint_receives_only_its_version(database: Database) {
+    let s = database.sender("0s").await;
     let old = Receiver::start(vec![]).await;
     let all = Receiver::start(vec![]).await;
     let (pinned, _) = s
@@ -273,11 +259,10 @@ async fn pinned_and_unpinned(s: &Sender) {
     .await;
     assert_eq!(v2["api_version"], "2027-01-01");
 
-    let (pinned, unpinned) = (&pinned, &unpinned);
+    let (pinned, unpinned, api) = (&pinned, &unpinned, &s.api);
     let endpoints_of = |event: Value| async move {
         let id = event["id"].as_str().unwrap().to_owned();
-        let mut endpoints: Vec<String> = s
-            .api
+        let mut endpoints: Vec<String> = api
             .deliveries_of(&id)
             .await
             .iter()
@@ -321,11 +306,5 @@ async fn pinned_and_unpinned(s: &Sender) {
     )
     .await;
     assert_eq!(endpoints_of(v3).await.1, both);
-}
-
-#[tokio::test]
-async fn a_pinned_endpoint_receives_only_its_version() {
-    let s = sender("0s").await;
-    pinned_and_unpinned(&s).await;
     s.server.shutdown().await;
 }

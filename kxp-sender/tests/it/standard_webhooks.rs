@@ -15,14 +15,11 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use kxp_api::{EndpointCreated, EndpointPatch, Format, NewEndpoint, RotateSecret, Signing};
 use kxp_axum::{Format as ReceiverFormat, Receiver as KxpReceiver, VerifiedEvent, VerifyLayer};
-use kxp_testkit::db::PgDatabase;
 use kxp_testkit::interop::Interop;
 use kxp_verify::{PublicKey, Secret, SigningKey, Verifier};
 use serde_json::{Value, json};
 
-use crate::support::{
-    Api, Receiver, Seen, Sender, sender_with, typed, verifies, verifies_standard,
-};
+use crate::support::{Api, Database, Receiver, Seen, typed, verifies, verifies_standard};
 
 const SECS_10: Duration = Duration::from_secs(10);
 
@@ -145,26 +142,12 @@ async fn a_standard_webhooks_endpoint_sends_exactly_its_headers_and_kxp_axum_ver
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_of_format_is_a_rotation_and_both_formats_sign_until_the_overlap_ends() {
-    let s = crate::support::sender("0s").await;
-    change_of_format(&s).await;
-    s.server.shutdown().await;
-}
+each_backend!(a_change_of_format_is_a_rotation_and_both_formats_sign_until_the_overlap_ends);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_of_format_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_change_of_format").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s", move |c| c.database_url = url).await;
-    change_of_format(&s).await;
-    s.server.shutdown().await;
-    database.drop().await;
-}
-
-async fn change_of_format(s: &Sender) {
+async fn a_change_of_format_is_a_rotation_and_both_formats_sign_until_the_overlap_ends(
+    database: Database,
+) {
+    let s = database.sender("0s").await;
     let receiver = Receiver::start(vec![]).await;
     let (id, kxp_secret) = s.api.endpoint(&receiver.url, json!({})).await;
     let id = id.into();
@@ -251,6 +234,7 @@ async fn change_of_format(s: &Sender) {
     let seen = delivered(&s.api, &receiver, json!({"n": 4})).await;
     assert!(verifies(&seen, &kxp_again));
     assert!(verifies_standard(&seen, &whsec_verifier(&third)));
+    s.server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
-//! A sender started in-process on a temporary SQLite database, and scripted receivers on
-//! 127.0.0.1 that record what reaches them.
+//! A sender started in-process on a temporary SQLite database (or on the database of a
+//! [`Backend`]), and scripted receivers on 127.0.0.1 that record what reaches them.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kxp_sender::Protection;
 use kxp_sender::{Config, Schedule, Server};
+use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
 /// A running sender and an API client holding its key.
@@ -59,6 +61,79 @@ pub(crate) async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config))
         api,
         database_url,
         _dir: dir,
+    }
+}
+
+/// The databases each scenario of `each_backend!` runs on. A third is a variant here, its arms
+/// below, and a line in the macro.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// A fresh SQLite file in each sender's own temporary directory: [`sender_with`]'s.
+    Sqlite,
+    /// A fresh database on the server of `KXP_TEST_DATABASE_URL`, shared by the scenario's
+    /// senders and deleted after it.
+    Postgres,
+}
+
+impl Backend {
+    /// Runs `scenario` (named `name`) on a fresh database of this backend, then deletes the
+    /// database; on PostgreSQL without `KXP_TEST_DATABASE_URL`, returns after the SKIPPED
+    /// line instead. The scenario shuts its senders down before it returns: the database is
+    /// deleted with `WITH (FORCE)`, which a sender still running would see as an outage.
+    pub(crate) async fn run<F, Fut>(self, name: &str, scenario: F)
+    where
+        F: FnOnce(Database) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        match self {
+            Backend::Sqlite => {
+                scenario(Database { url: None }).await;
+            }
+            Backend::Postgres => {
+                // PgDatabase takes prefixes of up to 30 bytes (names are at most 63).
+                let mut prefix = format!("kxp_sender_{name}");
+                prefix.truncate(30);
+                let Some(database) = PgDatabase::create(&prefix).await else {
+                    return;
+                };
+                scenario(Database {
+                    url: Some(database.url().to_owned()),
+                })
+                .await;
+                database.drop().await;
+            }
+        }
+    }
+}
+
+/// The database one scenario's senders run on.
+#[derive(Debug, Clone)]
+pub(crate) struct Database {
+    /// `None` on SQLite: each sender makes its own file, and a process that shares it takes
+    /// the first one's [`Sender::database_url`].
+    url: Option<String>,
+}
+
+impl Database {
+    /// [`sender_with`] on this database (`tweak` runs after the URL is set).
+    pub(crate) async fn sender_with(
+        &self,
+        schedule: &str,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Sender {
+        let url = self.url.clone();
+        sender_with(schedule, move |config| {
+            if let Some(url) = url {
+                config.database_url = url;
+            }
+            tweak(config);
+        })
+        .await
+    }
+
+    /// [`sender`] on this database.
+    pub(crate) async fn sender(&self, schedule: &str) -> Sender {
+        self.sender_with(schedule, |_| {}).await
     }
 }
 
