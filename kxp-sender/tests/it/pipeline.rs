@@ -1,12 +1,12 @@
-//! The delivery pipeline end to end over loopback: the real sender (in-process, SQLite)
-//! delivering to scripted receivers.
+//! The delivery pipeline end to end over loopback: the real sender (in-process, on SQLite, and
+//! on every backend for the scenarios of `each_backend!`) delivering to scripted receivers.
 
 use std::time::Duration;
 
 use kxp_api::{BulkReplay, DeliveryQuery};
 use serde_json::json;
 
-use crate::support::{Receiver, Reply, sender, verifies};
+use crate::support::{Database, Receiver, Reply, sender, typed, value, verifies};
 
 const SECS_10: Duration = Duration::from_secs(10);
 
@@ -482,5 +482,64 @@ async fn retry_after_as_an_http_date_schedules_the_next_try() {
     assert_eq!(two_hours.seen().len(), 1);
     assert_eq!(two_days.seen().len(), 1);
     assert_eq!(past.seen().len(), 2);
+    s.server.shutdown().await;
+}
+
+each_backend!(retries_dead_letters_replays_and_idempotency);
+
+/// The pipeline's main paths on one sender: retries to a dead letter, a replay, and an
+/// idempotency key.
+async fn retries_dead_letters_replays_and_idempotency(database: Database) {
+    let s = database.sender("0s,20ms,40ms").await;
+    let health = s.api.client.healthz().await.unwrap();
+    assert_eq!(health.database, database.backend().name());
+
+    let receiver = Receiver::start(vec![
+        Reply::Status(500),
+        Reply::Status(503),
+        Reply::Status(500),
+    ])
+    .await;
+    let (endpoint_id, _) = s.api.endpoint(&receiver.url, json!({})).await;
+    let event_id = s.api.emit("payment.succeeded", json!({"amount": 1})).await;
+    let dead = s
+        .api
+        .wait_for(&event_id, "dead", Duration::from_secs(10))
+        .await;
+    assert_eq!(s.api.attempts(dead["id"].as_str().unwrap()).await.len(), 3);
+    let queued = s
+        .api
+        .client
+        .replay_endpoint(&endpoint_id.as_str().into(), &typed(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(value(&queued)["queued"].as_u64(), Some(1), "{queued:?}");
+    s.api
+        .wait_for(&event_id, "delivered", Duration::from_secs(10))
+        .await;
+    assert!(receiver.seen().iter().all(|r| r.event_id() == event_id));
+
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let response = s
+            .api
+            .http
+            .post(format!("{}/v1/events", s.api.base))
+            .bearer_auth(&s.api.key)
+            .header("Idempotency-Key", "pg-key")
+            .json(&json!({"type": "t", "data": {}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202);
+        ids.push(
+            response.json::<serde_json::Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1);
     s.server.shutdown().await;
 }

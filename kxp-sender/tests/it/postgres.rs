@@ -1,5 +1,7 @@
-//! The pipeline on PostgreSQL: the same scenarios as on SQLite, through the same code, against
-//! a fresh database (skipped loudly without `KXP_TEST_DATABASE_URL`).
+//! What only PostgreSQL does, on a fresh database (skipped loudly without
+//! `KXP_TEST_DATABASE_URL`): processes that share one database and announce work to each other,
+//! the database's clock, and group commit racing on an idempotency key. The scenarios that run
+//! on every backend are instantiated by `each_backend!` in the files of their subject.
 
 use std::time::Duration;
 
@@ -7,68 +9,7 @@ use kxp_sender::Db;
 use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-use crate::support::{Receiver, Reply, sender_with, typed, value};
-
-#[tokio::test]
-async fn retries_dead_letters_replays_and_idempotency_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_pipeline").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s,20ms,40ms", move |c| c.database_url = url).await;
-    let health = s.api.client.healthz().await.unwrap();
-    assert_eq!(health.database, "postgres");
-
-    let receiver = Receiver::start(vec![
-        Reply::Status(500),
-        Reply::Status(503),
-        Reply::Status(500),
-    ])
-    .await;
-    let (endpoint_id, _) = s.api.endpoint(&receiver.url, json!({})).await;
-    let event_id = s.api.emit("payment.succeeded", json!({"amount": 1})).await;
-    let dead = s
-        .api
-        .wait_for(&event_id, "dead", Duration::from_secs(10))
-        .await;
-    assert_eq!(s.api.attempts(dead["id"].as_str().unwrap()).await.len(), 3);
-    let queued = s
-        .api
-        .client
-        .replay_endpoint(&endpoint_id.as_str().into(), &typed(json!({})))
-        .await
-        .unwrap();
-    assert_eq!(value(&queued)["queued"].as_u64(), Some(1), "{queued:?}");
-    s.api
-        .wait_for(&event_id, "delivered", Duration::from_secs(10))
-        .await;
-    assert!(receiver.seen().iter().all(|r| r.event_id() == event_id));
-
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        let response = s
-            .api
-            .http
-            .post(format!("{}/v1/events", s.api.base))
-            .bearer_auth(&s.api.key)
-            .header("Idempotency-Key", "pg-key")
-            .json(&json!({"type": "t", "data": {}}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 202);
-        ids.push(
-            response.json::<serde_json::Value>().await.unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
-    }
-    ids.dedup();
-    assert_eq!(ids.len(), 1);
-    s.server.shutdown().await;
-    database.drop().await;
-}
+use crate::support::{Receiver, sender_with};
 
 #[tokio::test]
 async fn an_api_only_process_announces_new_work_to_the_workers_on_postgresql() {

@@ -76,6 +76,14 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// The backend's name as the sender's health gives it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
     /// Runs `scenario` (named `name`) on a fresh database of this backend, then deletes the
     /// database; on PostgreSQL without `KXP_TEST_DATABASE_URL`, returns after the SKIPPED
     /// line instead. The scenario shuts its senders down before it returns: the database is
@@ -87,7 +95,11 @@ impl Backend {
     {
         match self {
             Backend::Sqlite => {
-                scenario(Database { url: None }).await;
+                scenario(Database {
+                    backend: self,
+                    url: None,
+                })
+                .await;
             }
             Backend::Postgres => {
                 // PgDatabase takes prefixes of up to 30 bytes (names are at most 63).
@@ -97,6 +109,7 @@ impl Backend {
                     return;
                 };
                 scenario(Database {
+                    backend: self,
                     url: Some(database.url().to_owned()),
                 })
                 .await;
@@ -109,12 +122,18 @@ impl Backend {
 /// The database one scenario's senders run on.
 #[derive(Debug, Clone)]
 pub(crate) struct Database {
+    backend: Backend,
     /// `None` on SQLite: each sender makes its own file, and a process that shares it takes
     /// the first one's [`Sender::database_url`].
     url: Option<String>,
 }
 
 impl Database {
+    /// Which backend this is.
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// [`sender_with`] on this database (`tweak` runs after the URL is set).
     pub(crate) async fn sender_with(
         &self,
