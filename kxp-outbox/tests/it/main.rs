@@ -6,6 +6,29 @@
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Instantiates each named scenario once per [`support::Backend`] of the outbox: a module named
+/// after the scenario, holding `scenario::sqlite` and `scenario::postgres`. A scenario is
+/// `async fn(support::Outbox)`; the PostgreSQL test says SKIPPED on stderr and passes when
+/// `KXP_TEST_DATABASE_URL` is unset. A third backend is a variant of [`support::Backend`] and
+/// a line here.
+macro_rules! each_backend {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            mod $scenario {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    crate::support::Backend::Sqlite.run(super::$scenario).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    crate::support::Backend::Postgres.run(super::$scenario).await;
+                }
+            }
+        )*
+    };
+}
+
 mod support;
 
 use std::collections::BTreeSet;
@@ -17,7 +40,7 @@ use kxp_outbox::sqlx::{self, SqlitePool};
 use kxp_outbox::{EmitError, NewEvent, Relay, RelayConfig, RelayError, emit};
 use serde_json::json;
 
-use support::{Proxy, Receiver, Sender, drain, emit_payments, outbox_ids};
+use support::{Outbox, Proxy, Receiver, Sender, drain, emit_payments, outbox_ids};
 
 #[tokio::test]
 async fn an_event_exists_if_and_only_if_its_transaction_commits() {
@@ -65,17 +88,14 @@ async fn an_event_exists_if_and_only_if_its_transaction_commits() {
     );
 }
 
-async fn relays_each_event_once(sender: &Sender, outbox: SqlitePoolOrPg) {
+each_backend!(the_relay_hands_each_event_to_kxp_serve_once_and_empties_the_outbox);
+
+async fn the_relay_hands_each_event_to_kxp_serve_once_and_empties_the_outbox(outbox: Outbox) {
+    let sender = Sender::start(|_| {}).await;
     let receiver = Receiver::start().await;
     sender.endpoint(&receiver.url).await;
-    let ids = match &outbox {
-        SqlitePoolOrPg::Sqlite(pool) => emit_payments(pool, 25).await,
-        SqlitePoolOrPg::Postgres(pool) => emit_payments(pool, 25).await,
-    };
-    match &outbox {
-        SqlitePoolOrPg::Sqlite(pool) => drain(&Relay::new(pool.clone(), sender.client())).await,
-        SqlitePoolOrPg::Postgres(pool) => drain(&Relay::new(pool.clone(), sender.client())).await,
-    }
+    let ids = outbox.emit_payments(25).await;
+    outbox.drain(sender.client()).await;
     for id in &ids {
         let event = sender.client().event(&id.as_str().into()).await.unwrap();
         assert_eq!(event.event_type, "payment.succeeded");
@@ -86,35 +106,7 @@ async fn relays_each_event_once(sender: &Sender, outbox: SqlitePoolOrPg) {
         ids,
         "each event delivered, with its emitted id"
     );
-}
-
-enum SqlitePoolOrPg {
-    Sqlite(SqlitePool),
-    Postgres(sqlx::PgPool),
-}
-
-#[tokio::test]
-async fn the_relay_hands_each_event_to_kxp_serve_once_and_empties_the_outbox_on_sqlite() {
-    let sender = Sender::start(|_| {}).await;
-    let (_dir, pool) = support::sqlite_outbox().await;
-    relays_each_event_once(&sender, SqlitePoolOrPg::Sqlite(pool.clone())).await;
-    assert!(outbox_ids(&pool).await.is_empty());
-}
-
-#[tokio::test]
-async fn the_relay_hands_each_event_to_kxp_serve_once_and_empties_the_outbox_on_postgresql() {
-    let Some(db) = kxp_testkit::db::PgDatabase::create("kxp_outbox").await else {
-        return;
-    };
-    let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
-    kxp_outbox::migrate(&pool).await.unwrap();
-    let sender = Sender::start(|_| {}).await;
-    relays_each_event_once(&sender, SqlitePoolOrPg::Postgres(pool.clone())).await;
-    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kxp_outbox")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(outbox.rows().await, 0);
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! A sender in-process on a temporary SQLite file, a receiver that records what reaches it, a
-//! proxy that can lose the sender's answers, and outbox helpers.
+//! proxy that can lose the sender's answers, and outbox helpers, on each [`Backend`].
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,10 @@ use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kxp_outbox::sqlx::{self, Pool, SqlitePool};
-use kxp_outbox::{Backend, NewEvent, Relay, emit};
+use kxp_outbox::sqlx::{self, PgPool, Pool, SqlitePool};
+use kxp_outbox::{NewEvent, Relay, emit};
 use kxp_sender::{Config, Schedule, Server};
+use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
 const KEY: &str = "kxp_outbox_test_key";
@@ -257,7 +259,10 @@ pub(crate) async fn sqlite_outbox() -> (tempfile::TempDir, SqlitePool) {
 }
 
 /// Emits `n` `payment.succeeded` events, each in its own committed transaction; their ids.
-pub(crate) async fn emit_payments<DB: Backend>(pool: &Pool<DB>, n: usize) -> BTreeSet<String> {
+pub(crate) async fn emit_payments<DB: kxp_outbox::Backend>(
+    pool: &Pool<DB>,
+    n: usize,
+) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     for i in 0..n {
         let mut tx = pool.begin().await.unwrap();
@@ -280,7 +285,7 @@ pub(crate) async fn outbox_ids(pool: &SqlitePool) -> BTreeSet<String> {
 
 /// Runs passes until the outbox has nothing waiting (at most 60 s), sleeping the waits the
 /// passes ask for.
-pub(crate) async fn drain<DB: Backend>(relay: &Relay<DB>) {
+pub(crate) async fn drain<DB: kxp_outbox::Backend>(relay: &Relay<DB>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while relay.waiting().await.unwrap() > 0 {
         assert!(Instant::now() < deadline, "the outbox did not drain");
@@ -293,6 +298,79 @@ pub(crate) async fn drain<DB: Backend>(relay: &Relay<DB>) {
                 }
             }
             Err(e) => panic!("relay pass: {e}"),
+        }
+    }
+}
+
+/// The databases each scenario of `each_backend!` keeps its outbox in. A third is a variant
+/// here, its arm below and in [`Outbox`], and a line in the macro.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Backend {
+    /// A fresh SQLite file ([`sqlite_outbox`]).
+    Sqlite,
+    /// A fresh database on the server of `KXP_TEST_DATABASE_URL`, deleted after the scenario.
+    Postgres,
+}
+
+impl Backend {
+    /// Runs `scenario` on a migrated outbox in a fresh database of this backend, then deletes
+    /// the database; on PostgreSQL without `KXP_TEST_DATABASE_URL`, returns after the SKIPPED
+    /// line instead.
+    pub(crate) async fn run<F, Fut>(self, scenario: F)
+    where
+        F: FnOnce(Outbox) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        match self {
+            Backend::Sqlite => {
+                let (_dir, pool) = sqlite_outbox().await;
+                scenario(Outbox::Sqlite(pool)).await;
+            }
+            Backend::Postgres => {
+                let Some(database) = PgDatabase::create("kxp_outbox").await else {
+                    return;
+                };
+                let pool = PgPool::connect(database.url()).await.unwrap();
+                kxp_outbox::migrate(&pool).await.unwrap();
+                scenario(Outbox::Postgres(pool.clone())).await;
+                pool.close().await;
+                database.drop().await;
+            }
+        }
+    }
+}
+
+/// A producer's database with the outbox table, on one of the [`Backend`]s.
+pub(crate) enum Outbox {
+    /// On [`Backend::Sqlite`].
+    Sqlite(SqlitePool),
+    /// On [`Backend::Postgres`].
+    Postgres(PgPool),
+}
+
+impl Outbox {
+    /// [`emit_payments`] into this outbox.
+    pub(crate) async fn emit_payments(&self, n: usize) -> BTreeSet<String> {
+        match self {
+            Outbox::Sqlite(pool) => emit_payments(pool, n).await,
+            Outbox::Postgres(pool) => emit_payments(pool, n).await,
+        }
+    }
+
+    /// [`drain`]s this outbox with a relay handing off through `client`.
+    pub(crate) async fn drain(&self, client: kxp_api::Client) {
+        match self {
+            Outbox::Sqlite(pool) => drain(&Relay::new(pool.clone(), client)).await,
+            Outbox::Postgres(pool) => drain(&Relay::new(pool.clone(), client)).await,
+        }
+    }
+
+    /// How many rows the outbox holds.
+    pub(crate) async fn rows(&self) -> i64 {
+        let sql = "SELECT COUNT(*) FROM kxp_outbox";
+        match self {
+            Outbox::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
+            Outbox::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
         }
     }
 }
