@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use kxp_api::{ClientError, ErrorCode, NewAccount, NewPortalLink};
 use kxp_sender::Db;
-use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
 use crate::console::Browser;
-use crate::support::{Sender, sender, sender_with};
+use crate::support::{Database, sender};
 
 /// `POST /v1/events` with `body` as it is: bytes no JSON value could produce.
 async fn post_event_bytes(s: &crate::support::Sender, body: Vec<u8>) -> reqwest::Response {
@@ -116,7 +115,10 @@ async fn link_refusal(client: &kxp_api::Client) -> Option<(u16, ErrorCode, Optio
     }
 }
 
-async fn an_account_has_at_most_1000_unused_portal_links(s: &Sender) {
+each_backend!(an_account_has_at_most_1000_unused_portal_links);
+
+async fn an_account_has_at_most_1000_unused_portal_links(database: Database) {
+    let s = database.sender("0s").await;
     assert_eq!(kxp_sender::MAX_UNUSED_PORTAL_LINKS, 1_000);
     let client = &s.api.client;
     let mut links = Vec::new();
@@ -144,7 +146,7 @@ async fn an_account_has_at_most_1000_unused_portal_links(s: &Sender) {
     assert!(link_refusal(&other).await.is_none());
 
     // A used link frees its place, and so does an expired one; then it is full again.
-    let response = Browser::of(s).press_link(&links[0].url).await;
+    let response = Browser::of(&s).press_link(&links[0].url).await;
     assert_eq!(response.status(), 303);
     assert!(link_refusal(client).await.is_none());
     assert!(link_refusal(client).await.is_some());
@@ -158,23 +160,6 @@ async fn an_account_has_at_most_1000_unused_portal_links(s: &Sender) {
     assert!(link_refusal(client).await.is_none());
     let (status, code, _) = link_refusal(client).await.expect("full again");
     assert_eq!((status, code), (429, ErrorCode::TooManyPortalLinks));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_account_has_at_most_1000_unused_portal_links_on_sqlite() {
-    let s = sender("0s").await;
-    an_account_has_at_most_1000_unused_portal_links(&s).await;
-    s.server.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_account_has_at_most_1000_unused_portal_links_on_postgresql() {
-    let Some(database) = PgDatabase::create("kxp_sender_links").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s", move |c| c.database_url = url).await;
-    an_account_has_at_most_1000_unused_portal_links(&s).await;
     s.server.shutdown().await;
 }
 
