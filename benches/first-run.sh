@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The newcomer's first run, cold (issue 41): a fresh clone, an empty target directory, the
 # crates already downloaded, then the README's run command timed from `cargo run` to the demo's
-# verdict. Prints the wall-clock seconds on stdout (the CPU seconds and the demo's summary on
-# stderr); exits non-zero, with the end of the output, if the command fails.
+# verdict. Prints the wall-clock seconds on stdout (the CPU seconds, cargo's build time and the
+# demo's summary on stderr); exits non-zero, with the end of the output, if the command fails.
 #
 #   benches/first-run.sh [REV]      # REV: a commit of this repository, HEAD by default
 #
@@ -38,5 +38,6 @@ TIMEFORMAT='%R %U %S'
 }
 read -r real user sys <"$work/time"
 echo "CPU (user + sys) seconds: $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')" >&2
-grep -A 12 '^kxp demo summary' "$work/run.log" >&2 || true
+grep -E '^ +Finished ' "$work/run.log" >&2 || true
+sed -n '/^kxp demo summary/,$p' "$work/run.log" >&2
 echo "$real"
