@@ -150,6 +150,12 @@ macro_rules! string_enum {
             }
         }
 
+        impl From<String> for $name {
+            fn from(text: String) -> $name {
+                $name::parse(&text)
+            }
+        }
+
         impl core::str::FromStr for $name {
             type Err = core::convert::Infallible;
 

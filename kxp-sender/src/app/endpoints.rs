@@ -150,7 +150,7 @@ pub(crate) async fn change(
     let new_format = patch
         .format
         .as_ref()
-        .filter(|format| format.as_str() != current.format);
+        .filter(|format| **format != current.format);
     if new_format.is_some() && patch.signing.is_some() {
         // Each is its own transaction: together, a refused rotation would leave the signing
         // change made.

@@ -32,8 +32,8 @@ impl From<Endpoint> for api::Endpoint {
             api_version: e.api_version,
             rate_limit_per_second: e.rate_limit_per_second.map(unsigned),
             circuit_state: api::CircuitState::parse(e.circuit_state.as_str()),
-            signing: api::Signing::parse(&e.signing),
-            format: api::Format::parse(&e.format),
+            signing: e.signing.clone(),
+            format: e.format.clone(),
             encryption_jwk: e
                 .encryption_jwk
                 .as_deref()

@@ -14,7 +14,7 @@ use super::error::ConsoleError;
 use super::pages::{self, DeadLetters};
 use super::scope::InAccount;
 use crate::app::{self, AppState, Error};
-use crate::model::{DeliveryFilter, Endpoint, EndpointId, now_ms};
+use crate::model::{ConsoleAction, DeliveryFilter, Endpoint, EndpointId, now_ms};
 use crate::store::StoreError;
 
 /// Dead deliveries per page.
@@ -213,11 +213,10 @@ pub(super) async fn replay_all(
         };
     }
     tracing::info!(target: "kxp_sender", queued, "dead deliveries replayed from the console");
-    let action = format!("dead_letters.replay ({queued} queued)");
     scope
         .audit(
             &state,
-            &action,
+            ConsoleAction::DeadLettersReplay { queued },
             form.endpoint.as_ref().map(EndpointId::as_str),
         )
         .await;

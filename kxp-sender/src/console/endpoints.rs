@@ -16,7 +16,7 @@ use super::scope::{Checked, InAccount};
 use super::sign_in::SIGNED_IN;
 use crate::app::views::endpoint_details;
 use crate::app::{self, AppState, DEFAULT_OVERLAP, Error, change, register};
-use crate::model::{EndpointId, Ingest, Ingested};
+use crate::model::{ConsoleAction, EndpointId, Ingest, Ingested};
 use crate::store::StoreError;
 use crate::store::seal::{open_stored, to_stored};
 
@@ -129,7 +129,7 @@ pub(super) async fn create(
                 state.db.set_flash(&scope.signed.cookie, &flash).await?;
             }
             scope
-                .audit(&state, "endpoint.create", Some(id.as_str()))
+                .audit(&state, ConsoleAction::EndpointCreate, Some(id.as_str()))
                 .await;
             Ok(Redirect::to(&scope.url(&format!("/endpoints/{id}"))).into_response())
         }
@@ -351,7 +351,7 @@ pub(super) async fn edit(
         Ok(_) => {
             tracing::info!(target: "kxp_sender", endpoint_id = %id, "endpoint changed from the console");
             scope
-                .audit(&state, "endpoint.edit", Some(id.as_str()))
+                .audit(&state, ConsoleAction::EndpointEdit, Some(id.as_str()))
                 .await;
             Ok(back_to(&scope, &id))
         }
@@ -389,7 +389,7 @@ pub(super) async fn pause(
     let (_, held) = app::pause(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, held, "endpoint paused from the console");
     scope
-        .audit(&state, "endpoint.pause", Some(id.as_str()))
+        .audit(&state, ConsoleAction::EndpointPause, Some(id.as_str()))
         .await;
     Ok(back_to(&scope, &id))
 }
@@ -402,7 +402,7 @@ pub(super) async fn resume(
     let (_, due) = app::resume(&state, &scope.account, &id).await?;
     tracing::info!(target: "kxp_sender", endpoint_id = %id, due, "endpoint resumed from the console");
     scope
-        .audit(&state, "endpoint.resume", Some(id.as_str()))
+        .audit(&state, ConsoleAction::EndpointResume, Some(id.as_str()))
         .await;
     Ok(back_to(&scope, &id))
 }
@@ -460,7 +460,11 @@ async fn rotate_with(
         state.db.set_flash(&scope.signed.cookie, &flash).await?;
     }
     scope
-        .audit(state, "endpoint.rotate_secret", Some(id.as_str()))
+        .audit(
+            state,
+            ConsoleAction::EndpointRotateSecret,
+            Some(id.as_str()),
+        )
         .await;
     Ok(back_to(&scope, &id))
 }
@@ -513,7 +517,7 @@ pub(super) async fn test(
     tracing::info!(target: "kxp_sender", endpoint_id = %id, event_id = %event.id,
         "test event sent from the console");
     scope
-        .audit(&state, "endpoint.test_event", Some(id.as_str()))
+        .audit(&state, ConsoleAction::EndpointTestEvent, Some(id.as_str()))
         .await;
     Ok(Redirect::to(&scope.url(&format!("/events/{}", event.id))).into_response())
 }
@@ -544,7 +548,7 @@ pub(super) async fn delete(
     tracing::info!(target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,
         "endpoint deleted from the console");
     scope
-        .audit(&state, "endpoint.delete", Some(id.as_str()))
+        .audit(&state, ConsoleAction::EndpointDelete, Some(id.as_str()))
         .await;
     Ok(Redirect::to(&scope.url("")).into_response())
 }

@@ -11,7 +11,9 @@ use super::error::ConsoleError;
 use super::pages::{self, DeliveryView, Found, SearchForm};
 use super::scope::{Checked, InAccount};
 use crate::app::{self, AppState, Error};
-use crate::model::{DeliveryFilter, DeliveryId, EndpointId, EventFilter, EventId, parse_rfc3339};
+use crate::model::{
+    ConsoleAction, DeliveryFilter, DeliveryId, EndpointId, EventFilter, EventId, parse_rfc3339,
+};
 use crate::store::StoreError;
 
 /// Results per page.
@@ -240,7 +242,7 @@ pub(super) async fn replay(
     tracing::info!(target: "kxp_sender", delivery_id = %id, replay = %replayed.id,
         "delivery replayed from the console");
     scope
-        .audit(&state, "delivery.replay", Some(id.as_str()))
+        .audit(&state, ConsoleAction::DeliveryReplay, Some(id.as_str()))
         .await;
     let to = scope.url(&format!("/events/{}#{}", replayed.event_id, replayed.id));
     Ok(Redirect::to(&to).into_response())

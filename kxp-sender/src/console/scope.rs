@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use super::error::ConsoleError;
 use super::session::{CsrfForm, Signed};
 use crate::app::AppState;
-use crate::model::{Account, AccountId, Actor, NewAudit, SignedIn};
+use crate::model::{Account, AccountId, Actor, AuditAction, ConsoleAction, NewAudit, SignedIn};
 
 /// A signed-in request about one account the session may see.
 pub(crate) struct InAccount {
@@ -103,33 +103,38 @@ impl InAccount {
     /// Records a change this session made to the account, in the audit log. Called once the
     /// change is committed, so a failure to record it is logged, not answered: the change
     /// stands (and a secret it made must still be shown once).
-    pub(crate) async fn audit(&self, state: &AppState, action: &str, target: Option<&str>) {
+    pub(crate) async fn audit(
+        &self,
+        state: &AppState,
+        action: ConsoleAction,
+        target: Option<&str>,
+    ) {
         let actor = match &self.signed.session.who {
             SignedIn::Operator(id) => match state.db.operator(id).await {
                 Ok(Some(operator)) => Actor::Operator {
-                    id: id.to_string(),
+                    id: id.clone(),
                     name: operator.name,
                 },
                 // Deleted since: its name is gone with it.
                 Ok(None) | Err(_) => Actor::Operator {
-                    id: id.to_string(),
+                    id: id.clone(),
                     name: String::new(),
                 },
             },
             SignedIn::Account { .. } => Actor::Account {
-                id: self.account.id.to_string(),
+                id: self.account.id.clone(),
                 name: self.account.name.clone(),
             },
         };
+        let action = AuditAction::Console(action);
         let entry = NewAudit {
             actor: &actor,
-            via: "console",
-            account_id: Some(self.account.id.as_str()),
-            action,
+            account_id: Some(&self.account.id),
+            action: &action,
             target,
         };
         if let Err(e) = state.db.audit(&entry).await {
-            tracing::error!(target: "kxp_sender", error = %e, action,
+            tracing::error!(target: "kxp_sender", error = %e, action = %action.text(),
                 "could not record a console change in the audit log");
         }
     }

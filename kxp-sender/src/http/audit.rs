@@ -10,7 +10,7 @@ use axum::response::Response;
 use kxp_api::ACCOUNT_HEADER;
 
 use super::AppState;
-use crate::model::{Actor, KeyKind, NewAudit};
+use crate::model::{AccountId, Actor, AuditAction, KeyKind, NewAudit};
 
 /// Runs the request; records it afterwards when it was a change made with an operator key.
 pub(super) async fn record(
@@ -36,7 +36,7 @@ pub(super) async fn record(
         .headers()
         .get(ACCOUNT_HEADER)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim().to_owned());
+        .map(|v| AccountId::from(v.trim()));
     let route = request.extensions().get::<MatchedPath>().map_or_else(
         || request.uri().path().to_owned(),
         |m| m.as_str().to_owned(),
@@ -44,20 +44,22 @@ pub(super) async fn record(
     // The operator routes act for no account (they make and list accounts): a header sent
     // with them names nothing that was acted on.
     let account = account.filter(|_| !route.starts_with("/v1/accounts"));
-    let action = format!("{} {route}", request.method());
+    let action = AuditAction::Api {
+        method: request.method().to_string(),
+        route,
+    };
     let path = request.uri().path().to_owned();
     let response = next.run(request).await;
     if response.status().is_success() {
         let recorded = match state.db.operator_by_key(&key).await {
             Ok(Some(operator)) => {
                 let actor = Actor::Operator {
-                    id: operator.id.to_string(),
+                    id: operator.id,
                     name: operator.name,
                 };
                 let entry = NewAudit {
                     actor: &actor,
-                    via: "api",
-                    account_id: account.as_deref(),
+                    account_id: account.as_ref(),
                     action: &action,
                     target: Some(&path),
                 };
@@ -67,7 +69,7 @@ pub(super) async fn record(
             Err(e) => Err(e),
         };
         if let Err(e) = recorded {
-            tracing::error!(target: "kxp_sender", error = %e, action = %action,
+            tracing::error!(target: "kxp_sender", error = %e, action = %action.text(),
                 "could not record an operator's change in the audit log");
         }
     }

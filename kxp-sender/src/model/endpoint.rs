@@ -41,10 +41,12 @@ pub struct Endpoint {
     pub created_at: i64,
     /// Unix ms.
     pub updated_at: i64,
-    /// `hmac`, `ed25519` or `both` ([`kxp_api::Signing`]).
-    pub signing: String,
-    /// `kxp` or `standard-webhooks` ([`kxp_api::Format`]): the form new secrets and keys take.
-    pub format: String,
+    /// What the endpoint's deliveries are signed with.
+    #[sqlx(try_from = "String")]
+    pub signing: kxp_api::Signing,
+    /// The form its new secrets and keys take.
+    #[sqlx(try_from = "String")]
+    pub format: kxp_api::Format,
     /// The public JWK each attempt encrypts `data` to ([`kxp_jwe::EncryptionKey::to_jwk`]);
     /// `None`: in the clear.
     pub encryption_jwk: Option<String>,

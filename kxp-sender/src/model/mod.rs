@@ -20,7 +20,7 @@ mod time;
 
 pub use account::Account;
 pub(crate) use account::{AccountChanges, AccountOverview, DEFAULT_API_VERSION};
-pub(crate) use audit::{Actor, AuditEntry, NewAudit};
+pub(crate) use audit::{Actor, AuditAction, AuditEntry, ConsoleAction, NewAudit};
 pub(crate) use delivery::{Attempt, Job, KeyCheck, Secrets};
 pub use delivery::{AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, NextState};
 pub(crate) use endpoint::{

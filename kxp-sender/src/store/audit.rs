@@ -1,16 +1,12 @@
 //! `kxp_audit`: the changes made through the console or with an operator key. Written beside
 //! the change (after it succeeded), read by operators newest first.
 
-use crate::model::{Actor, AuditEntry, NewAudit, new_id, now_ms};
+use crate::model::{AuditEntry, NewAudit, new_id, now_ms};
 use crate::store::{Db, StoreError, on_db};
 
 impl Db {
     /// Records a change.
     pub(crate) async fn audit(&self, entry: &NewAudit<'_>) -> Result<(), StoreError> {
-        let (kind, actor_id, actor_name) = match entry.actor {
-            Actor::Operator { id, name } => ("operator", id, name),
-            Actor::Account { id, name } => ("account", id, name),
-        };
         on_db!(self, |pool| {
             sqlx::query(
                 "INSERT INTO kxp_audit (id, at, actor_kind, actor_id, actor_name, via, account_id, action, target) \
@@ -18,12 +14,12 @@ impl Db {
             )
             .bind(new_id("aud"))
             .bind(now_ms())
-            .bind(kind)
-            .bind(actor_id)
-            .bind(actor_name)
-            .bind(entry.via)
+            .bind(entry.actor.kind())
+            .bind(entry.actor.id())
+            .bind(entry.actor.name())
+            .bind(entry.action.via())
             .bind(entry.account_id)
-            .bind(entry.action)
+            .bind(entry.action.text())
             .bind(entry.target)
             .execute(pool)
             .await?;

@@ -73,8 +73,8 @@ impl Db {
             circuit_probe_at: None,
             created_at: now,
             updated_at: now,
-            signing: new.signing.as_str().to_owned(),
-            format: new.format.as_str().to_owned(),
+            signing: new.signing.clone(),
+            format: new.format.clone(),
             encryption_jwk: new.encryption_jwk.clone(),
             confirm_secret_id: None,
             confirm_needed: None,
@@ -107,8 +107,8 @@ impl Db {
             .bind(endpoint.rate_limit_per_second)
             .bind(now)
             .bind(now)
-            .bind(&endpoint.signing)
-            .bind(&endpoint.format)
+            .bind(endpoint.signing.as_str())
+            .bind(endpoint.format.as_str())
             .bind(&endpoint.encryption_jwk)
             .execute(&mut *tx)
             .await?;
