@@ -108,7 +108,6 @@ impl Params {
 /// text, the broker's words with the causes, is the log's `error` and `/healthz`'s
 /// `last_error` once its credentials are removed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub(crate) enum IngestError {
     /// The broker could not be reached, or refused the connection.
     #[error("{0}")]
@@ -278,4 +277,29 @@ pub(crate) fn chain(error: &dyn std::error::Error) -> String {
         next = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_error_has_a_stable_name_and_says_what_the_broker_said() {
+        let text = || "said".to_owned();
+        let source = IngestError::Source {
+            what: "queue \"q\"".to_owned(),
+            detail: text(),
+        };
+        assert_eq!(source.to_string(), "queue \"q\": said");
+        for (error, name) in [
+            (IngestError::Connect(text()), "connect"),
+            (source, "source"),
+            (IngestError::ConnectionLost(text()), "connection_lost"),
+            (IngestError::Cancelled(text()), "cancelled"),
+            (IngestError::Protocol(text()), "protocol"),
+            (IngestError::Settle(text()), "settle"),
+        ] {
+            assert_eq!(error.as_str(), name);
+        }
+    }
 }
