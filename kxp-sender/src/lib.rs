@@ -48,7 +48,11 @@
 //!   attempts; ingestion on SQLite) and SQLite's write gate, the announcements of new work
 //!   between processes (PostgreSQL), the notifier, the purger, this process's metrics, the
 //!   schema validator cache, and the pieces they send with: the address guard, the one guarded
-//!   HTTP client, SMTP. Everything they share is built once at [`start`] from the [`Config`].
+//!   HTTP client, SMTP. The broker sources too (`engine::sources`): one module per broker,
+//!   each behind its Cargo feature (`amqp`, `nats`), owning its URL grammar, its sessions and
+//!   the settlement of its messages through one trait, and handing each message to an intake
+//!   the ingest layer provides. Everything they share is built once at [`start`] from the
+//!   [`Config`].
 //! - **app** — the service: the use cases every front end shares (taking an event in,
 //!   registering and changing an endpoint) with every check they make, the state they share,
 //!   the domain limits ([`MAX_TIMEOUT`], …), the views of the store's rows as
@@ -58,13 +62,13 @@
 //!   notifications, health and metrics) plus the errors, authentication and pagination they
 //!   share. Handlers parse the request, call the service (or the store, for plain reads), and
 //!   shape the answer; the service's errors become the API's status, code and body here.
-//! - **ingest** — the broker sources of `kxp serve --ingest` ([`IngestSource`]): a RabbitMQ
-//!   queue or a JetStream stream consumed by one task per source, each message taken in through
-//!   the service's acceptance of an event (the one `POST /v1/events` uses) and acknowledged
-//!   only once stored; whether a refused message is held, retried or rejected follows the
-//!   service's error. The broker's message id is the idempotency key, so a redelivery answers
-//!   the first event. What the consumers report (state, lag, counters) lives in `engine`, for
-//!   `/healthz` and `/metrics`.
+//! - **ingest** — the broker sources of `kxp serve --ingest` ([`IngestSource`]) at work: one
+//!   task per source runs its broker's sessions, reconnecting with backoff, and each message
+//!   is taken in through the service's acceptance of an event (the one `POST /v1/events` uses)
+//!   and acknowledged only once stored; whether a refused message is held, retried or rejected
+//!   follows the service's error. The broker's message id is the idempotency key, so a
+//!   redelivery answers the first event. What the consumers report (state, lag, counters)
+//!   lives in `engine`, for `/healthz` and `/metrics`.
 //! - **console** — the HTML pages for people under `/console` (and `/`, which redirects
 //!   there): sign-in by a one-time portal link (`POST /v1/portal-links`) or an operator key,
 //!   server-side sessions in a cookie, CSRF tokens on every form, strict security headers. It

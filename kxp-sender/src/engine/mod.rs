@@ -19,5 +19,4 @@ pub(crate) mod recorder;
 pub(crate) mod retention;
 pub(crate) mod schemas;
 pub(crate) mod sources;
-pub(crate) mod subjects;
 pub(crate) mod worker;

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use super::{Run, stopping};
+use super::Run;
 use crate::app::{AppState, Error, REQUEST_OVERHEAD, accept, is_idempotency_key};
 use crate::engine::backlog::RETRY_AFTER_SECS;
+use crate::engine::sources::broker::{Claim, Delivery, Verdict, stopping};
 use crate::engine::sources::{AccountHeader, IngestSource, RejectReason, SourceStatus};
 use crate::model::{Account, AccountId, sha256_hex};
 
@@ -15,45 +16,6 @@ const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
 
 /// The most of a rejection's explanation kept for the log and a NATS header.
 const MAX_DETAIL: usize = 512;
-
-/// A message as the brokers' consumers hand it over.
-pub(crate) struct Message<'a, K> {
-    /// Its body: what `POST /v1/events` is sent.
-    pub body: &'a [u8],
-    /// Makes its idempotency key ([`key`]), once its length has passed: AMQP's may hash the
-    /// body.
-    pub key: K,
-    /// Its `x-kxp-account` header.
-    pub account: Claim<'a>,
-}
-
-/// What a message's `x-kxp-account` header says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Claim<'a> {
-    /// It has none.
-    Absent,
-    /// An account id (as a string: not checked yet).
-    Account(&'a str),
-    /// Something that is not one string: AMQP headers are typed (an integer, a table, bytes…),
-    /// and a NATS header may be given twice. Said what it is, for the rejection.
-    Unreadable(&'static str),
-}
-
-/// What the consumer does with the message.
-#[derive(Debug)]
-pub(crate) enum Verdict {
-    /// Its event is stored (now or before): acknowledge it.
-    Accepted,
-    /// No retry can cure it: reject it to the dead-letter path.
-    Rejected {
-        /// Why, by its stable name.
-        reason: RejectReason,
-        /// Why, for people (bounded, one line).
-        detail: String,
-    },
-    /// The process is stopping before the message could be stored: give it back.
-    Abandoned,
-}
 
 /// The idempotency key of a message: the broker's id for it when that can be a key as it is
 /// (1 to 255 printable ASCII characters); a hash of it when not; and `identity()` (a
@@ -66,40 +28,26 @@ pub(crate) fn key(id: Option<&str>, prefix: &str, identity: impl FnOnce() -> Str
     }
 }
 
-/// What a broker does for a message that is held for another try: JetStream extends its ack
-/// deadline; AMQP has no deadline (`()`).
-pub(crate) trait Hold: Sync {
-    /// Tells the broker the message is still being worked on.
-    fn hold(&self) -> impl Future<Output = ()> + Send;
-}
-
-impl Hold for () {
-    async fn hold(&self) {}
-}
-
 /// Takes `message` in. Errors that may pass (the backlog is full, the database is down) hold
-/// it: `held` is told ([`Hold`]) and it is tried again, until it is stored, rejected, or
-/// `stopped` is set.
-pub(super) async fn take<K: FnOnce() -> String>(
-    run: &Run,
-    message: Message<'_, K>,
-    held: &impl Hold,
-) -> Verdict {
+/// it: the broker is told ([`Delivery::hold`]) and it is tried again, until it is stored,
+/// rejected, or `stopped` is set.
+pub(super) async fn take(run: &Run, message: &dyn Delivery) -> Verdict {
     let (state, source, status) = (&run.state, &run.source, &run.status);
-    if let Err((reason, detail)) = check_length(message.body, state.shared.config.max_event_data) {
+    let body = message.body();
+    if let Err((reason, detail)) = check_length(body, state.shared.config.max_event_data) {
         return rejected(status, reason, detail);
     }
-    let key = (message.key)();
+    let key = key(message.id(), message.broker(), || message.identity());
     let mut stopped = run.stopped.clone();
     let mut store_wait = Duration::from_millis(100);
     let mut account: Option<Account> = None;
     loop {
         let tried = match &account {
-            Some(account) => accept(state, account, message.body, Some(&key))
+            Some(account) => accept(state, account, body, Some(&key))
                 .await
                 .map(|accepted| status.accepted(accepted.created))
                 .map_err(|e| (Refused::of(&e), e.to_string())),
-            None => match resolve(state, source, message.account).await {
+            None => match resolve(state, source, message.account()).await {
                 Ok(found) => {
                     account = Some(found);
                     continue;
@@ -124,7 +72,7 @@ pub(super) async fn take<K: FnOnce() -> String>(
                 store_wait
             }
         };
-        held.hold().await;
+        message.hold().await;
         tokio::select! {
             () = stopping(&mut stopped) => return Verdict::Abandoned,
             () = tokio::time::sleep(pause) => {}
@@ -347,6 +295,8 @@ mod tests {
         assert!(check_length(b"not json", 0).is_ok());
     }
 
+    // Shown on AMQP sources: the header's rules are the same on every broker.
+    #[cfg(feature = "amqp")]
     #[test]
     fn the_header_names_an_account_only_as_far_as_the_source_lets_it() {
         const OWN: &str = "acc_own";

@@ -1,6 +1,7 @@
-//! The broker sources (`kxp serve --ingest <URL>`): consumers of a RabbitMQ queue ([`amqp`])
-//! or a JetStream stream ([`nats`]) whose messages are taken in exactly as `POST /v1/events`
-//! would take them ([`message`]).
+//! The broker sources (`kxp serve --ingest <URL>`) at work: one task per source runs its
+//! broker's sessions (each broker's module is the engine's, `engine::sources`, behind its Cargo
+//! feature), and every message they hand over is taken in exactly as `POST /v1/events` would
+//! take it ([`message`]).
 //!
 //! **At least once in, exactly one event out.** A message is acknowledged only after its event
 //! and deliveries are committed, so a crash at any instant leaves it with the broker, which
@@ -19,18 +20,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 use crate::app::AppState;
-use crate::engine::sources::{Broker, IngestSource, SourceStatus};
+use crate::engine::sources::broker::{Boxed, Delivery, Intake, Session, Verdict, stopping};
+use crate::engine::sources::{IngestSource, SourceStatus};
 use crate::store::redact_passwords;
 
-mod amqp;
 mod message;
-mod nats;
-
-/// How often a consuming source reads its lag from the broker.
-const LAG_EVERY: Duration = Duration::from_secs(5);
 
 /// The first wait before connecting again; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
@@ -56,8 +53,7 @@ pub(crate) fn start(state: &AppState, stopped: &watch::Receiver<bool>) -> Vec<Jo
         .collect()
 }
 
-/// One source's consumer, and what each of its messages' tasks gets a clone of.
-#[derive(Clone)]
+/// One source's consumer: the [`Intake`] of its sessions' messages.
 struct Run {
     state: AppState,
     source: IngestSource,
@@ -67,52 +63,50 @@ struct Run {
 
 impl Run {
     /// The source's life: sessions, each started again after a failure, until stopped.
-    async fn sessions(mut self) {
+    async fn sessions(self) {
+        let mut stopped = self.stopped.clone();
         if let Some(reason) = self.source.refusal() {
             tracing::error!(target: "kxp_sender", source = %self.status.name, reason = %reason,
                 "broker source: refused to start");
             self.status.refused(reason);
-            stopping(&mut self.stopped).await;
+            stopping(&mut stopped).await;
             return;
         }
+        let (broker, status) = (self.source.broker.clone(), self.status.clone());
+        let session = Session {
+            prefetch: self.source.prefetch,
+            status: status.clone(),
+            stopped: stopped.clone(),
+            intake: Arc::new(self),
+        };
         let mut backoff = Backoff::default();
         loop {
-            self.status.connecting();
-            let ended = match &self.source.broker {
-                Broker::Amqp { .. } => amqp::session(&self, &mut backoff).await,
-                Broker::Nats { .. } => nats::session(&self, &mut backoff).await,
-            };
-            let Err(error) = ended else {
+            status.connecting();
+            let Err(error) = broker.session(&session).await else {
                 return;
             };
+            // A session that got as far as consuming: the next failure waits the first wait.
+            if status.is_up() {
+                backoff.reset();
+            }
             // The clients' errors may quote a URL: redacted once, for the log and `/healthz`.
-            let error = redact_passwords(&error);
-            tracing::warn!(target: "kxp_sender", source = %self.status.name, error = %error,
-                "broker source: the session ended; connecting again");
-            self.status.down(error);
+            let text = redact_passwords(&error.to_string());
+            tracing::warn!(target: "kxp_sender", source = %status.name, kind = error.as_str(),
+                error = %text, "broker source: the session ended; connecting again");
+            status.down(text);
             let wait = backoff.next();
             tokio::select! {
-                () = stopping(&mut self.stopped) => return,
+                () = stopping(&mut stopped) => return,
                 () = tokio::time::sleep(wait) => {}
             }
         }
     }
 }
 
-/// Ends a session's messages in flight. On a stop, each is stored and acknowledged, or given
-/// back. After a failure the channel is gone and nothing can be acknowledged any more: they
-/// are dropped, and the broker delivers each again (a stored one answers its event then).
-async fn settle_in_flight(tasks: &mut JoinSet<()>, ended: &Result<(), String>) {
-    match ended {
-        Ok(()) => while tasks.join_next().await.is_some() {},
-        Err(_) => tasks.shutdown().await,
+impl Intake for Run {
+    fn take<'a>(&'a self, delivery: &'a dyn Delivery) -> Boxed<'a, Verdict> {
+        Box::pin(message::take(self, delivery))
     }
-}
-
-/// Returns once `stopped` is set (or its sender is gone). The flag's read guard is dropped
-/// here, so a `select!` arm that awaits after this one fired keeps its future `Send`.
-async fn stopping(stopped: &mut watch::Receiver<bool>) {
-    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// Exponential backoff with full jitter, reset once a session is consuming.
@@ -142,21 +136,6 @@ impl Backoff {
     fn reset(&mut self) {
         self.0 = FIRST_BACKOFF;
     }
-}
-
-/// An error's text with its causes, on one line: the brokers' clients nest the useful part.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(cause) = next {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        next = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
