@@ -23,7 +23,7 @@ fn unsigned<T: TryFrom<i64> + Default>(n: i64) -> T {
 impl From<Endpoint> for api::Endpoint {
     fn from(e: Endpoint) -> api::Endpoint {
         api::Endpoint {
-            event_types: e.types(),
+            event_types: e.types().to_vec(),
             id: e.id,
             url: e.url,
             description: e.description,

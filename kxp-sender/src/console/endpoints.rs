@@ -227,7 +227,13 @@ async fn known_types(state: &AppState, scope: &InAccount) -> Result<Vec<String>,
         .map(|s| s.event_type)
         .collect();
     for endpoint in state.db.endpoints(account, None, LISTED).await? {
-        types.extend(endpoint.types().into_iter().filter(|t| !t.contains('*')));
+        types.extend(
+            endpoint
+                .types()
+                .iter()
+                .filter(|t| !t.contains('*'))
+                .cloned(),
+        );
     }
     types.sort();
     types.dedup();
@@ -304,7 +310,7 @@ pub(super) async fn edit_form(
         .await
         .map_err(not_found)?;
     let known = known_types(&state, &scope).await?;
-    let types = endpoint.types();
+    let types = endpoint.types().to_vec();
     let form = EndpointForm {
         url: endpoint.url.clone(),
         other_types: types

@@ -17,8 +17,9 @@ pub struct Endpoint {
     pub url: String,
     /// Free text.
     pub description: String,
-    /// JSON array of event types; `["*"]` for all.
-    pub event_types: String,
+    /// The event types it subscribes to (stored as a JSON array; `["*"]` for all).
+    #[sqlx(try_from = "String")]
+    pub event_types: EventTypes,
     /// Per-attempt timeout.
     pub timeout_ms: i64,
     /// `active`; `paused` (deliveries are held, events still queue for it); `disabled` (held
@@ -193,8 +194,8 @@ pub struct Rotated {
 
 impl Endpoint {
     /// The subscribed types.
-    pub fn types(&self) -> Vec<String> {
-        serde_json::from_str(&self.event_types).unwrap_or_default()
+    pub fn types(&self) -> &[String] {
+        &self.event_types.0
     }
 
     /// When a new delivery to this endpoint is due: now while it is active with a closed
@@ -207,7 +208,7 @@ impl Endpoint {
     /// Whether an event of `event_type` goes to this endpoint: `*` takes everything,
     /// `payment.*` every type under `payment.`, anything else only itself.
     pub fn subscribes_to(&self, event_type: &str) -> bool {
-        subscribes_to(&self.event_types, event_type)
+        self.event_types.take(event_type)
     }
 }
 
@@ -223,8 +224,9 @@ pub(crate) struct Subscriber {
     /// Its circuit.
     #[sqlx(try_from = "String")]
     pub circuit_state: CircuitState,
-    /// JSON array of event types.
-    pub event_types: String,
+    /// The event types it subscribes to.
+    #[sqlx(try_from = "String")]
+    pub event_types: EventTypes,
     /// The schema version pinned for it, if any.
     pub api_version: Option<String>,
 }
@@ -233,7 +235,7 @@ impl Subscriber {
     /// Whether an event of this type and version goes to it: its types take the type, and a
     /// pinned endpoint takes only events of its version (an unpinned one takes all).
     pub(crate) fn takes(&self, event_type: &str, api_version: &str) -> bool {
-        subscribes_to(&self.event_types, event_type)
+        self.event_types.take(event_type)
             && self.api_version.as_deref().is_none_or(|v| v == api_version)
     }
 
@@ -252,15 +254,31 @@ fn due_for_new_delivery(status: EndpointStatus, circuit: CircuitState, now: i64)
     }
 }
 
-/// [`Endpoint::subscribes_to`]'s rule, on the stored JSON array of types. Reads the array
-/// without copying its strings.
-fn subscribes_to(event_types: &str, event_type: &str) -> bool {
-    let patterns: Vec<std::borrow::Cow<'_, str>> =
-        serde_json::from_str(event_types).unwrap_or_default();
-    patterns
-        .iter()
-        .any(|pattern| match pattern.strip_suffix('*') {
-            Some(prefix) => event_type.starts_with(prefix),
-            None => pattern == event_type,
-        })
+/// The event types an endpoint subscribes to: `*` takes everything, `payment.*` every type
+/// under `payment.`, anything else only itself. Stored as a JSON array; a row that does not
+/// hold one subscribes to nothing (as a hand-edited row should not route events anywhere).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventTypes(pub Vec<String>);
+
+impl EventTypes {
+    /// Whether an event of `event_type` goes to an endpoint with these types.
+    pub fn take(&self, event_type: &str) -> bool {
+        self.0
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => event_type.starts_with(prefix),
+                None => pattern == event_type,
+            })
+    }
+
+    /// The JSON array the row stores.
+    pub(crate) fn json(&self) -> String {
+        serde_json::to_string(&self.0).unwrap_or_else(|_| "[\"*\"]".to_owned())
+    }
+}
+
+impl From<String> for EventTypes {
+    fn from(json: String) -> EventTypes {
+        EventTypes(serde_json::from_str(&json).unwrap_or_default())
+    }
 }

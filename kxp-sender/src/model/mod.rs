@@ -24,7 +24,8 @@ pub(crate) use audit::{Actor, AuditAction, AuditEntry, ConsoleAction, NewAudit};
 pub(crate) use delivery::{Attempt, Job, KeyCheck, Secrets};
 pub use delivery::{AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, NextState};
 pub(crate) use endpoint::{
-    Created, Endpoint, EndpointChanges, HELD, LiveSecret, NewEndpoint, Rotated, Subscriber,
+    Created, Endpoint, EndpointChanges, EventTypes, HELD, LiveSecret, NewEndpoint, Rotated,
+    Subscriber,
 };
 pub(crate) use event::{Event, EventFilter, EventListed, Ingest, Ingested};
 pub use failure::AttemptError;

@@ -2,11 +2,11 @@
 //! merchant makes (pause, resume, delete), each with what it does to the endpoint's deliveries
 //! in the same transaction.
 
-use sqlx::Pool;
+use sqlx::{Pool, QueryBuilder};
 
 use crate::model::{
     Account, AccountId, CircuitState, Created, Endpoint, EndpointChanges, EndpointId,
-    EndpointStatus, NewEndpoint, new_id, new_key, new_secret, now_ms, public_key_of,
+    EndpointStatus, EventTypes, NewEndpoint, new_id, new_key, new_secret, now_ms, public_key_of,
 };
 use crate::policy::circuit::{Protection, spacing_ms};
 use crate::store::backend::Backend;
@@ -63,7 +63,7 @@ impl Db {
             account_id: account.id.clone(),
             url: new.url.to_owned(),
             description: new.description.to_owned(),
-            event_types: types_json(new.event_types),
+            event_types: EventTypes(new.event_types.to_vec()),
             timeout_ms: new.timeout_ms,
             status: EndpointStatus::Active,
             api_version: new.api_version.map(str::to_owned),
@@ -100,7 +100,7 @@ impl Db {
             .bind(&endpoint.account_id)
             .bind(&endpoint.url)
             .bind(&endpoint.description)
-            .bind(&endpoint.event_types)
+            .bind(endpoint.event_types.json())
             .bind(endpoint.timeout_ms)
             .bind(endpoint.status.as_str())
             .bind(&endpoint.api_version)
@@ -194,54 +194,50 @@ impl Db {
         if changes.is_empty() {
             return self.endpoint(account_id, id).await;
         }
-        enum Value<'a> {
-            Text(Option<&'a str>),
-            Int(Option<i64>),
-        }
-        let event_types = changes.event_types.as_deref().map(types_json);
-        let mut values: Vec<(&str, Value<'_>)> = Vec::new();
-        if let Some(url) = &changes.url {
-            values.push(("url", Value::Text(Some(url.as_str()))));
-        }
-        if let Some(types) = &event_types {
-            values.push(("event_types", Value::Text(Some(types.as_str()))));
-        }
-        if let Some(description) = &changes.description {
-            values.push(("description", Value::Text(Some(description.as_str()))));
-        }
-        if let Some(timeout_ms) = changes.timeout_ms {
-            values.push(("timeout_ms", Value::Int(Some(timeout_ms))));
-        }
-        if let Some(api_version) = &changes.api_version {
-            values.push(("api_version", Value::Text(api_version.as_deref())));
-        }
-        if let Some(limit) = changes.rate_limit_per_second {
-            values.push(("rate_limit_per_second", Value::Int(limit)));
-        }
-        if let Some(jwk) = &changes.encryption_jwk {
-            values.push(("encryption_jwk", Value::Text(jwk.as_deref())));
-        }
-        values.push(("updated_at", Value::Int(Some(now_ms()))));
-        let sets: Vec<String> = values
-            .iter()
-            .enumerate()
-            .map(|(n, (column, _))| format!("{column} = ${}", n + 1))
-            .collect();
-        let sql = format!(
-            "UPDATE kxp_endpoints SET {} WHERE account_id = ${} AND id = ${} AND status <> 'deleted' RETURNING *",
-            sets.join(", "),
-            values.len() + 1,
-            values.len() + 2,
-        );
-        on_db!(self, |pool| {
-            let mut query = sqlx::query_as::<_, Endpoint>(&sql);
-            for (_, value) in &values {
-                query = match value {
-                    Value::Text(text) => query.bind(*text),
-                    Value::Int(n) => query.bind(*n),
-                };
+        let event_types = changes
+            .event_types
+            .as_ref()
+            .map(|types| EventTypes(types.clone()).json());
+        on_db!(self, |pool, DB| {
+            let mut query = QueryBuilder::<DB>::new("UPDATE kxp_endpoints SET ");
+            let mut sets = query.separated(", ");
+            if let Some(url) = &changes.url {
+                sets.push("url = ").push_bind_unseparated(url.as_str());
             }
-            query.bind(account_id).bind(id).fetch_optional(pool).await?
+            if let Some(types) = &event_types {
+                sets.push("event_types = ")
+                    .push_bind_unseparated(types.as_str());
+            }
+            if let Some(description) = &changes.description {
+                sets.push("description = ")
+                    .push_bind_unseparated(description.as_str());
+            }
+            if let Some(timeout_ms) = changes.timeout_ms {
+                sets.push("timeout_ms = ").push_bind_unseparated(timeout_ms);
+            }
+            if let Some(api_version) = &changes.api_version {
+                sets.push("api_version = ")
+                    .push_bind_unseparated(api_version.as_deref());
+            }
+            if let Some(limit) = changes.rate_limit_per_second {
+                sets.push("rate_limit_per_second = ")
+                    .push_bind_unseparated(limit);
+            }
+            if let Some(jwk) = &changes.encryption_jwk {
+                sets.push("encryption_jwk = ")
+                    .push_bind_unseparated(jwk.as_deref());
+            }
+            sets.push("updated_at = ").push_bind_unseparated(now_ms());
+            query
+                .push(" WHERE account_id = ")
+                .push_bind(account_id)
+                .push(" AND id = ")
+                .push_bind(id)
+                .push(" AND status <> 'deleted' RETURNING *");
+            query
+                .build_query_as::<Endpoint>()
+                .fetch_optional(pool)
+                .await?
         })
         .ok_or(StoreError::NotFound)
     }
@@ -346,9 +342,4 @@ async fn delete_on<DB: Backend>(
     DB::erase_secrets(&mut *tx, id).await?;
     tx.commit().await?;
     Ok(ended)
-}
-
-/// Subscribed types as stored: a JSON array.
-fn types_json(types: &[String]) -> String {
-    serde_json::to_string(types).unwrap_or_else(|_| "[\"*\"]".to_owned())
 }
