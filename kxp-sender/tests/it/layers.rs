@@ -3,6 +3,7 @@
 //! module of a crate sees every other), so this test reads the sources: a `crate::` path in
 //! code (comments aside) that names a later layer or a sibling fails, with the file and line.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -55,11 +56,16 @@ fn code(text: &str) -> String {
 /// `crate::store::Db` names `store`; `use crate::{model::X, policy::{a, b}}`, on one line or
 /// several, names `model` and `policy`.
 fn named(code: &str) -> Vec<(String, usize)> {
+    named_after(code, "crate::")
+}
+
+/// What [`named`] reads, after any path `prefix` (`crate::engine::`, `super::`).
+fn named_after(code: &str, prefix: &str) -> Vec<(String, usize)> {
     let line_of = |at: usize| code[..at].matches('\n').count() + 1;
     let mut names = Vec::new();
     let mut from = 0;
-    while let Some(found) = code[from..].find("crate::") {
-        let start = from + found + "crate::".len();
+    while let Some(found) = code[from..].find(prefix) {
+        let start = from + found + prefix.len();
         from = start;
         let rest = &code[start..];
         if rest.starts_with('{') {
@@ -144,6 +150,54 @@ fn no_layer_imports_a_later_one_or_a_sibling() {
         wrong.is_empty(),
         "imports against the layers:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// Within the engine, no two modules import each other (`config` and `announce` did): a circle
+/// makes both one module in all but name, and neither can be read or changed alone.
+#[test]
+fn no_two_engine_modules_import_each_other() {
+    let engine = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
+    let mut imports = BTreeSet::new();
+    for file in sources(&engine) {
+        let relative = file.strip_prefix(&engine).unwrap();
+        let module = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        if module == "mod" {
+            continue;
+        }
+        let code = code(&fs::read_to_string(&file).unwrap());
+        let mut names = named_after(&code, "crate::engine::");
+        // In engine/<module>.rs, `super::` is the engine itself.
+        if relative.components().count() == 1 {
+            names.extend(named_after(&code, "super::"));
+        }
+        for (other, _) in names {
+            if !other.is_empty() && other != module {
+                imports.insert((module.clone(), other));
+            }
+        }
+    }
+    assert!(
+        imports.len() > 10,
+        "only {} imports between engine modules found: is the layout still src/engine/?",
+        imports.len()
+    );
+    let circles: Vec<String> = imports
+        .iter()
+        .filter(|(a, b)| a < b && imports.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("engine::{a} and engine::{b}"))
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "engine modules that import each other:\n{}",
+        circles.join("\n")
     );
 }
 
