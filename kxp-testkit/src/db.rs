@@ -210,13 +210,62 @@ impl SqliteFile {
     }
 }
 
-/// Which database a test runs on.
+/// Which database a test runs on. A third backend is a variant here, its arms in this module
+/// and in each suite's runner, and a line in [`each_backend!`](crate::each_backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// A [`SqliteFile`]: always available.
     Sqlite,
     /// A [`PgDatabase`]: only when [`PG_ENV`] is set.
     Postgres,
+}
+
+impl Backend {
+    /// The backend's name: `sqlite` or `postgres` (what the sender's health says too).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// Instantiates each named scenario of the calling module once per [`Backend`]: a module
+/// named after the scenario, holding one `#[tokio::test]` per backend (`scenario::sqlite`,
+/// `scenario::postgres`), each of which awaits `run(backend, "scenario", scenario)`. `run` is
+/// the suite's own: it makes a fresh database of the backend (a [`TestDatabase`]), hands the
+/// scenario what it works with (a store, a pool, a URL) and deletes the database; on
+/// PostgreSQL without [`PG_ENV`] it returns after the `SKIPPED` line. Every suite that runs
+/// its scenarios per backend uses this one macro, so a third backend is one line here. A
+/// suite names its runner once, in a one-line macro of its own that calls this one with
+/// `crate::support::run => $($scenario),+`.
+#[macro_export]
+macro_rules! each_backend {
+    ($run:path => $($scenario:ident),+ $(,)?) => {
+        $(
+            mod $scenario {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    $run(
+                        $crate::db::Backend::Sqlite,
+                        stringify!($scenario),
+                        super::$scenario,
+                    )
+                    .await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    $run(
+                        $crate::db::Backend::Postgres,
+                        stringify!($scenario),
+                        super::$scenario,
+                    )
+                    .await;
+                }
+            }
+        )+
+    };
 }
 
 /// A fresh database of either [`Backend`], for suites that run each scenario on both.

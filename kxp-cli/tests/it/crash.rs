@@ -220,27 +220,12 @@ async fn kill_loop(
     acknowledged
 }
 
-/// Instantiates each named scenario once per [`Backend`]: a module named after the scenario,
-/// holding `scenario::sqlite` and `scenario::postgres`, as kxp-sender's `each_backend!` does.
-/// A scenario is `async fn(Backend, String)`, the backend and its database's URL; the
-/// PostgreSQL test says SKIPPED on stderr and passes when `KXP_TEST_DATABASE_URL` is unset. A
-/// third backend is a variant of kxp-testkit's [`Backend`], its arm in [`processes`], and a
-/// line here.
+/// Each named scenario, once per backend ([`kxp_testkit::each_backend!`] with [`run`]):
+/// `scenario::sqlite` and `scenario::postgres`. A scenario is `async fn(Backend, String)`, the
+/// backend and its database's URL.
 macro_rules! each_backend {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::run(super::Backend::Sqlite, super::$scenario).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    super::run(super::Backend::Postgres, super::$scenario).await;
-                }
-            }
-        )*
+    ($($scenario:ident),+ $(,)?) => {
+        kxp_testkit::each_backend!(super::run => $($scenario),+);
     };
 }
 
@@ -255,7 +240,7 @@ fn processes(backend: Backend) -> usize {
 
 /// Runs `scenario` on a fresh database of `backend`, then deletes it; on PostgreSQL without
 /// `KXP_TEST_DATABASE_URL`, returns after the SKIPPED line instead.
-async fn run<F, Fut>(backend: Backend, scenario: F)
+async fn run<F, Fut>(backend: Backend, _name: &str, scenario: F)
 where
     F: FnOnce(Backend, String) -> Fut,
     Fut: Future<Output = ()>,

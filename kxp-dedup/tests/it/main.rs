@@ -8,22 +8,11 @@
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-/// Instantiates each named scenario of the calling module for both backends.
+/// Each named scenario of the calling module, once per backend ([`kxp_testkit::each_backend!`]
+/// with [`support::run`]).
 macro_rules! both_backends {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    crate::support::run(crate::support::Db::Sqlite, super::$scenario).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    crate::support::run(crate::support::Db::Postgres, super::$scenario).await;
-                }
-            }
-        )*
+    ($($scenario:ident),+ $(,)?) => {
+        kxp_testkit::each_backend!(crate::support::run => $($scenario),+);
     };
 }
 

@@ -9,7 +9,7 @@ use kxp_testkit::db::TestDatabase;
 
 /// Runs `scenario` on a fresh database of `db`, then deletes that database, also when the
 /// scenario panics (the panic is re-raised afterwards).
-pub(crate) async fn run<F, Fut>(db: Db, scenario: F)
+pub(crate) async fn run<F, Fut>(db: Db, _name: &str, scenario: F)
 where
     F: FnOnce(Store) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,

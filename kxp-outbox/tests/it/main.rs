@@ -6,26 +6,12 @@
 // Helpers outside #[test] functions unwrap too: in a test, a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-/// Instantiates each named scenario once per [`support::Backend`] of the outbox: a module named
-/// after the scenario, holding `scenario::sqlite` and `scenario::postgres`. A scenario is
-/// `async fn(support::Outbox)`; the PostgreSQL test says SKIPPED on stderr and passes when
-/// `KXP_TEST_DATABASE_URL` is unset. A third backend is a variant of [`support::Backend`] and
-/// a line here.
+/// Each named scenario, once per backend of the outbox ([`kxp_testkit::each_backend!`] with
+/// [`support::run`]): `scenario::sqlite` and `scenario::postgres`. A scenario is
+/// `async fn(support::Outbox)`.
 macro_rules! each_backend {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    crate::support::Backend::Sqlite.run(super::$scenario).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    crate::support::Backend::Postgres.run(super::$scenario).await;
-                }
-            }
-        )*
+    ($($scenario:ident),+ $(,)?) => {
+        kxp_testkit::each_backend!(crate::support::run => $($scenario),+);
     };
 }
 

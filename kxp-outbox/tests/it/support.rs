@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use kxp_outbox::sqlx::{self, PgPool, Pool, SqlitePool};
 use kxp_outbox::{NewEvent, Relay, emit};
 use kxp_sender::{Config, Schedule, Server};
-use kxp_testkit::db::PgDatabase;
+use kxp_testkit::db::{Backend, PgDatabase};
 use serde_json::json;
 
 const KEY: &str = "kxp_outbox_test_key";
@@ -302,40 +302,29 @@ pub(crate) async fn drain<DB: kxp_outbox::Backend>(relay: &Relay<DB>) {
     }
 }
 
-/// The databases each scenario of `each_backend!` keeps its outbox in. A third is a variant
-/// here, its arm below and in [`Outbox`], and a line in the macro.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Backend {
-    /// A fresh SQLite file ([`sqlite_outbox`]).
-    Sqlite,
-    /// A fresh database on the server of `KXP_TEST_DATABASE_URL`, deleted after the scenario.
-    Postgres,
-}
-
-impl Backend {
-    /// Runs `scenario` on a migrated outbox in a fresh database of this backend, then deletes
-    /// the database; on PostgreSQL without `KXP_TEST_DATABASE_URL`, returns after the SKIPPED
-    /// line instead.
-    pub(crate) async fn run<F, Fut>(self, scenario: F)
-    where
-        F: FnOnce(Outbox) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        match self {
-            Backend::Sqlite => {
-                let (_dir, pool) = sqlite_outbox().await;
-                scenario(Outbox::Sqlite(pool)).await;
-            }
-            Backend::Postgres => {
-                let Some(database) = PgDatabase::create("kxp_outbox").await else {
-                    return;
-                };
-                let pool = PgPool::connect(database.url()).await.unwrap();
-                kxp_outbox::migrate(&pool).await.unwrap();
-                scenario(Outbox::Postgres(pool.clone())).await;
-                pool.close().await;
-                database.drop().await;
-            }
+/// Runs `scenario` on a migrated outbox in a fresh database of `backend`, then deletes the
+/// database; on PostgreSQL without `KXP_TEST_DATABASE_URL`, returns after the SKIPPED line
+/// instead. (`each_backend!` passes the scenario's name, which the outbox's databases do not
+/// need.)
+pub(crate) async fn run<F, Fut>(backend: Backend, _name: &str, scenario: F)
+where
+    F: FnOnce(Outbox) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    match backend {
+        Backend::Sqlite => {
+            let (_dir, pool) = sqlite_outbox().await;
+            scenario(Outbox::Sqlite(pool)).await;
+        }
+        Backend::Postgres => {
+            let Some(database) = PgDatabase::create("kxp_outbox").await else {
+                return;
+            };
+            let pool = PgPool::connect(database.url()).await.unwrap();
+            kxp_outbox::migrate(&pool).await.unwrap();
+            scenario(Outbox::Postgres(pool.clone())).await;
+            pool.close().await;
+            database.drop().await;
         }
     }
 }

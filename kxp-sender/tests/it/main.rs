@@ -6,30 +6,12 @@
 // work with the clock, which the crate's own layers leave to store/ and model/time.rs.
 #![allow(clippy::disallowed_methods)]
 
-/// Instantiates each named scenario of the calling module once per [`support::Backend`]: a
-/// module named after the scenario, holding a test per backend (`scenario::sqlite`,
-/// `scenario::postgres`). A scenario is `async fn(support::Database)`; the PostgreSQL test
-/// says SKIPPED on stderr and passes when `KXP_TEST_DATABASE_URL` is unset. A third backend
-/// is a variant of [`support::Backend`] and a line here.
+/// Each named scenario of the calling module, once per backend ([`kxp_testkit::each_backend!`]
+/// with [`support::run`]): `scenario::sqlite` and `scenario::postgres`. A scenario is
+/// `async fn(support::Database)`.
 macro_rules! each_backend {
-    ($($scenario:ident),* $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    crate::support::Backend::Sqlite
-                        .run(stringify!($scenario), super::$scenario)
-                        .await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    crate::support::Backend::Postgres
-                        .run(stringify!($scenario), super::$scenario)
-                        .await;
-                }
-            }
-        )*
+    ($($scenario:ident),+ $(,)?) => {
+        kxp_testkit::each_backend!(crate::support::run => $($scenario),+);
     };
 }
 

@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kxp_sender::Protection;
 use kxp_sender::{Config, Schedule, Server};
+pub(crate) use kxp_testkit::db::Backend;
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 
@@ -64,57 +65,33 @@ pub(crate) async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config))
     }
 }
 
-/// The databases each scenario of `each_backend!` runs on. A third is a variant here, its arms
-/// below, and a line in the macro.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backend {
-    /// A fresh SQLite file in each sender's own temporary directory: [`sender_with`]'s.
-    Sqlite,
-    /// A fresh database on the server of `KXP_TEST_DATABASE_URL`, shared by the scenario's
-    /// senders and deleted after it.
-    Postgres,
-}
-
-impl Backend {
-    /// The backend's name as the sender's health gives it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
+/// Runs `scenario` (named `name`) on a fresh database of `backend`, then deletes the
+/// database; on PostgreSQL without `KXP_TEST_DATABASE_URL`, returns after the SKIPPED line
+/// instead. The scenario shuts its senders down before it returns: the database is deleted
+/// with `WITH (FORCE)`, which a sender still running would see as an outage. SQLite's file is
+/// each sender's own ([`sender_with`]'s temporary directory).
+pub(crate) async fn run<F, Fut>(backend: Backend, name: &str, scenario: F)
+where
+    F: FnOnce(Database) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    match backend {
+        Backend::Sqlite => {
+            scenario(Database { backend, url: None }).await;
         }
-    }
-
-    /// Runs `scenario` (named `name`) on a fresh database of this backend, then deletes the
-    /// database; on PostgreSQL without `KXP_TEST_DATABASE_URL`, returns after the SKIPPED
-    /// line instead. The scenario shuts its senders down before it returns: the database is
-    /// deleted with `WITH (FORCE)`, which a sender still running would see as an outage.
-    pub(crate) async fn run<F, Fut>(self, name: &str, scenario: F)
-    where
-        F: FnOnce(Database) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        match self {
-            Backend::Sqlite => {
-                scenario(Database {
-                    backend: self,
-                    url: None,
-                })
-                .await;
-            }
-            Backend::Postgres => {
-                // PgDatabase takes prefixes of up to 30 bytes (names are at most 63).
-                let mut prefix = format!("kxp_sender_{name}");
-                prefix.truncate(30);
-                let Some(database) = PgDatabase::create(&prefix).await else {
-                    return;
-                };
-                scenario(Database {
-                    backend: self,
-                    url: Some(database.url().to_owned()),
-                })
-                .await;
-                database.drop().await;
-            }
+        Backend::Postgres => {
+            // PgDatabase takes prefixes of up to 30 bytes (names are at most 63).
+            let mut prefix = format!("kxp_sender_{name}");
+            prefix.truncate(30);
+            let Some(database) = PgDatabase::create(&prefix).await else {
+                return;
+            };
+            scenario(Database {
+                backend,
+                url: Some(database.url().to_owned()),
+            })
+            .await;
+            database.drop().await;
         }
     }
 }
