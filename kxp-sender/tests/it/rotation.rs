@@ -197,12 +197,7 @@ async fn rotating_while_deliveries_flow_fails_no_verification(database: Database
     let emitted_events: BTreeSet<&str> = emitted.iter().map(String::as_str).collect();
     assert_eq!(delivered_events, emitted_events);
 
-    let live = s
-        .server
-        .db()
-        .live_secrets(&EndpointId::from(endpoint_id.as_str()))
-        .await
-        .unwrap();
+    let live = live_secrets(&s, &endpoint_id).await;
     assert_eq!(
         live,
         [new.as_str()],
@@ -279,6 +274,15 @@ async fn wait_delivered(api: &Api, endpoint_id: &str, expected: usize) -> Vec<De
 }
 
 // ---- the rules ----
+
+/// The endpoint's live secrets, newest first, as the store reads them.
+async fn live_secrets(s: &Sender, endpoint_id: &str) -> Vec<String> {
+    s.server
+        .db()
+        .live_secrets(&EndpointId::from(endpoint_id))
+        .await
+        .unwrap()
+}
 
 async fn rotate(s: &Sender, endpoint_id: &str, body: Option<Value>) -> (u16, Value) {
     s.api
@@ -364,14 +368,7 @@ async fn an_overlap_of_zero_retires_the_old_secret_at_once() {
     let new = rotated["secret"].as_str().unwrap();
     let expires = unix_ms_of(&rotated["previous_expires_at"]);
     assert!(expires <= kxp_sender::now_ms());
-    assert_eq!(
-        s.server
-            .db()
-            .live_secrets(&EndpointId::from(id.as_str()))
-            .await
-            .unwrap(),
-        [new]
-    );
+    assert_eq!(live_secrets(&s, &id).await, [new]);
     deliver_one(&s, &receiver).await;
     let seen = receiver.seen();
     assert_eq!(v1_count(&seen[0].header("x-kxp-signature")), 1);
@@ -391,12 +388,7 @@ async fn live_secrets_are_capped_at_what_a_signature_carries() {
         assert_eq!(status, 200, "{rotated}");
         secrets.push(rotated["secret"].as_str().unwrap().to_owned());
     }
-    let live = s
-        .server
-        .db()
-        .live_secrets(&EndpointId::from(id.as_str()))
-        .await
-        .unwrap();
+    let live = live_secrets(&s, &id).await;
     assert_eq!(live.len(), kxp_verify::MAX_SECRETS);
 
     // One more would make a fifth: refused, and nothing changes.
@@ -406,14 +398,7 @@ async fn live_secrets_are_capped_at_what_a_signature_carries() {
     let message = refused["message"].as_str().unwrap();
     assert!(message.contains("4 live secrets"), "{message}");
     assert!(message.contains("\"overlap\": \"0s\""), "{message}");
-    assert_eq!(
-        s.server
-            .db()
-            .live_secrets(&EndpointId::from(id.as_str()))
-            .await
-            .unwrap(),
-        live
-    );
+    assert_eq!(live_secrets(&s, &id).await, live);
     let (signature, _) = deliver_one(&s, &receiver).await;
     assert_eq!(v1_count(&signature), kxp_verify::MAX_SECRETS);
 
@@ -421,14 +406,7 @@ async fn live_secrets_are_capped_at_what_a_signature_carries() {
     let (status, rotated) = rotate(&s, &id, Some(json!({"overlap": "0s"}))).await;
     assert_eq!(status, 200, "{rotated}");
     let newest = rotated["secret"].as_str().unwrap();
-    assert_eq!(
-        s.server
-            .db()
-            .live_secrets(&EndpointId::from(id.as_str()))
-            .await
-            .unwrap(),
-        [newest]
-    );
+    assert_eq!(live_secrets(&s, &id).await, [newest]);
     s.server.shutdown().await;
 }
 
@@ -466,14 +444,7 @@ async fn rotation_requests_are_checked() {
         )
         .await;
     assert_eq!(status, 404);
-    assert_eq!(
-        s.server
-            .db()
-            .live_secrets(&EndpointId::from(id.as_str()))
-            .await
-            .unwrap(),
-        [secret]
-    );
+    assert_eq!(live_secrets(&s, &id).await, [secret]);
 
     // A week is the longest overlap.
     let (status, rotated) = rotate(&s, &id, Some(json!({"overlap": "7d"}))).await;
