@@ -11,8 +11,8 @@ use crate::{
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointUpdated, ErrorBody,
     ErrorCode, Event, EventId, EventQuery, EventSummary, FeedToken, IDEMPOTENCY_KEY, NewAccount,
-    NewEndpoint, NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink, PublicKeys,
-    ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
+    NewEndpoint, NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink, Probe,
+    PublicKeys, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -486,6 +486,17 @@ impl Client {
     /// `GET /healthz`.
     pub async fn healthz(&self) -> Result<ServiceHealth, ClientError> {
         self.call(Method::GET, &["healthz"], |r| r).await
+    }
+
+    /// `GET /livez`: whether the process runs.
+    pub async fn livez(&self) -> Result<Probe, ClientError> {
+        self.call(Method::GET, &["livez"], |r| r).await
+    }
+
+    /// `GET /readyz`: whether the server should be sent traffic; a [`ClientError::Api`] with
+    /// the reason's code when it should not.
+    pub async fn readyz(&self) -> Result<Probe, ClientError> {
+        self.call(Method::GET, &["readyz"], |r| r).await
     }
 
     /// `GET /metrics`: the Prometheus text.

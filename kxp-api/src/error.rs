@@ -64,6 +64,12 @@ string_enum! {
         /// (1,000), so no link was made; use one, or retry after the `Retry-After` header's
         /// seconds, when the oldest expires.
         TooManyPortalLinks = "too_many_portal_links",
+        /// 503: this process is shutting down (SIGTERM): it finishes what it started and takes
+        /// nothing new; retry after the `Retry-After` header's seconds, on another process.
+        ShuttingDown = "shutting_down",
+        /// 503, from `/readyz` only: the database lacks migrations of this server's version
+        /// (`kxp migrate apply`), so it should not be sent traffic.
+        MigrationsPending = "migrations_pending",
     }
 }
 
@@ -92,7 +98,10 @@ impl ErrorCode {
             | ErrorCode::InvalidSchema => 422,
             ErrorCode::SequencePurged => 410,
             ErrorCode::RateLimited | ErrorCode::TooManyPortalLinks => 429,
-            ErrorCode::StoreUnavailable | ErrorCode::BacklogFull => 503,
+            ErrorCode::StoreUnavailable
+            | ErrorCode::BacklogFull
+            | ErrorCode::ShuttingDown
+            | ErrorCode::MigrationsPending => 503,
             ErrorCode::Unknown(_) => 500,
         }
     }
@@ -143,7 +152,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 23);
+        assert_eq!(ErrorCode::KNOWN.len(), 25);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -114,6 +114,16 @@ pub struct ServiceHealth {
     pub sources: Vec<SourceHealth>,
 }
 
+/// `GET /livez` and `GET /readyz` (no key) when they answer 200: `{"status": "ok"}` (the
+/// process runs) and `{"status": "ready"}` (send it traffic). `/readyz` answers 503 otherwise:
+/// `store_unavailable`, `migrations_pending` or `shutting_down`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"status": "ready"}))]
+pub struct Probe {
+    /// `ok` for `/livez`, `ready` for `/readyz`.
+    pub status: String,
+}
+
 /// One broker source of this process (`kxp serve --ingest <URL>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SourceHealth {
