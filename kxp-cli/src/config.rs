@@ -19,7 +19,7 @@ use kxp_sender::Cidr;
 use kxp_sender::IngestSource;
 use kxp_sender::Protection;
 use kxp_sender::redact_passwords;
-use kxp_sender::{Config, Schedule};
+use kxp_sender::{Config, LOCK_TIMEOUT, Migrations, Schedule};
 use kxp_sender::{format_duration, parse_duration};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -37,6 +37,13 @@ pub(crate) struct Settings {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database_url: Option<String>,
+    /// Apply the migrations this version has and a PostgreSQL database lacks at start, each
+    /// statement waiting at most 5s for a lock. Without it, `serve` refuses to start while one
+    /// is pending: `kxp migrate plan|apply` first (docs/upgrading.md). SQLite always migrates.
+    #[arg(long, env = "KXP_MIGRATE", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migrate: Option<bool>,
     /// Where the API listens.
     #[arg(long, env = "KXP_LISTEN", value_name = "ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +171,12 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_API_RATE_LIMIT", value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_rate_limit: Option<u32>,
+    /// On SIGTERM or Ctrl-C, how long the attempts in flight may take to finish (`/readyz`
+    /// answers 503 and new work is refused meanwhile); what is still running after it is
+    /// stopped and released for another process, never lost.
+    #[arg(long, env = "KXP_SHUTDOWN_GRACE", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_grace: Option<Dur>,
     /// The largest event `data` accepted, in bytes of JSON (413 beyond it). The default keeps
     /// the delivered body under the 1 MiB receivers accept; raise it only with receivers set
     /// for more.
@@ -312,10 +325,10 @@ impl Settings {
     /// `self` where it says something, `lower` elsewhere.
     pub(crate) fn over(self, lower: Settings) -> Settings {
         let high = self;
-        layer!(high over lower: database_url, listen, public_url, dev, api_only, allow_address, trusted_proxy, retry_schedule, jitter,
+        layer!(high over lower: database_url, migrate, listen, public_url, dev, api_only, allow_address, trusted_proxy, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, max_event_bytes, ingest, json_logs, api_key,
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace, max_event_bytes, ingest, json_logs, api_key,
             secrets_key)
     }
 
@@ -353,6 +366,12 @@ impl Settings {
             .map_or(d.retention, |r| (!r.0.is_zero()).then_some(r.0));
         Ok(Config {
             database_url: self.database_url.clone().unwrap_or(d.database_url),
+            migrations: match self.migrate {
+                Some(true) => Migrations::Apply {
+                    lock_timeout: LOCK_TIMEOUT,
+                },
+                Some(false) | None => d.migrations,
+            },
             listen: self.listen.unwrap_or(d.listen),
             public_url: self.public_url.clone().filter(|url| !url.is_empty()),
             dev: self.dev.unwrap_or(d.dev),
@@ -396,6 +415,7 @@ impl Settings {
                 )?)
                 .max_connections(self.max_connections.unwrap_or(d.api_limits.connections())),
             api_rate_limit: self.api_rate_limit.unwrap_or(d.api_rate_limit),
+            shutdown_grace: self.shutdown_grace.map_or(d.shutdown_grace, |g| g.0),
             max_event_data: self.max_event_bytes.unwrap_or(d.max_event_data).max(1),
             ingest: self
                 .ingest
@@ -422,6 +442,7 @@ impl Settings {
     pub(crate) fn effective(config: &Config, json_logs: bool) -> Settings {
         Settings {
             database_url: Some(redact_passwords(&config.database_url)),
+            migrate: Some(matches!(config.migrations, Migrations::Apply { .. })),
             listen: Some(config.listen),
             public_url: config.public_url.clone(),
             dev: Some(config.dev),
@@ -446,6 +467,7 @@ impl Settings {
             header_timeout: Some(Dur(config.api_limits.header_read_timeout())),
             max_connections: Some(config.api_limits.connections()),
             api_rate_limit: Some(config.api_rate_limit),
+            shutdown_grace: Some(Dur(config.shutdown_grace)),
             max_event_bytes: Some(config.max_event_data),
             ingest: Some(config.ingest.iter().map(IngestSource::redacted).collect()),
             json_logs: Some(json_logs),

@@ -9,6 +9,7 @@ mod debug;
 mod demo;
 mod encryption_key;
 mod keyholders;
+mod migrate;
 mod operators;
 mod secrets_key;
 mod send;
@@ -76,6 +77,9 @@ enum Command {
     /// A merchant's key pair for payload encryption: generate the private JWK the receiver
     /// keeps, and print the public JWK to register as the endpoint's `encryption_jwk`.
     EncryptionKey(encryption_key::EncryptionKeyArgs),
+    /// The sender's schema: list applied and pending migrations, print the SQL of the pending
+    /// ones, apply them. `kxp serve` on PostgreSQL refuses to start with one pending.
+    Migrate(migrate::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,5 +101,6 @@ fn main() -> ExitCode {
         Command::Operators(args) => operators::operators(args),
         Command::SecretsKey(args) => secrets_key::secrets_key(args),
         Command::EncryptionKey(args) => encryption_key::encryption_key(args),
+        Command::Migrate(args) => migrate::migrate(args),
     }
 }

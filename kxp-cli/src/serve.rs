@@ -65,6 +65,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let dev = config.dev;
+    let grace = config.shutdown_grace;
     let allowed = config
         .allow_addresses
         .iter()
@@ -92,7 +93,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         }
         println!("kxp serve listening on http://{}", server.addr());
         stop_signal().await;
-        tracing::info!(target: "kxp_sender", "shutting down: finishing in-flight attempts");
+        tracing::info!(target: "kxp_sender", grace = %kxp_sender::format_duration(grace), "shutting down: /readyz answers 503, new work is refused, in-flight attempts finish within the grace");
         server.shutdown().await;
         ExitCode::SUCCESS
     })

@@ -120,7 +120,10 @@ pub use model::{
     Account, AccountId, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, EventId,
     Operator, OperatorId,
 };
-pub use store::{StoreConflict, StoreError, redact_passwords};
+pub use store::{
+    AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
+    StoreConflict, StoreError, redact_passwords,
+};
 
 // The API's limits and its description.
 pub use app::{MAX_TIMEOUT, MAX_UNUSED_PORTAL_LINKS, REQUEST_OVERHEAD};

@@ -3,12 +3,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::app::{self, AppState};
+use crate::app::AppState;
 use crate::console::{self, SignInKey};
 use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
@@ -23,15 +24,19 @@ use crate::engine::{announce, notifier, retention, worker};
 use crate::http;
 use crate::ingest;
 use crate::model::{KeyKind, set_database_offset};
-use crate::store::{Db, StoreError};
+use crate::store::{Db, SchemaError, StoreError};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
-    /// The database could not be opened or migrated.
+    /// The database could not be opened.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// The schema is not this version's, and could not be brought there (or was not to be:
+    /// [`Config::migrations`]).
+    #[error("database: {0}")]
+    Schema(#[from] SchemaError),
     /// A query failed while bootstrapping.
     #[error("{0}")]
     Store(#[from] StoreError),
@@ -73,7 +78,9 @@ pub struct Server {
     addr: SocketAddr,
     db: Db,
     new_api_key: Option<String>,
+    shared: Arc<Shared>,
     stop: watch::Sender<bool>,
+    stop_http: watch::Sender<bool>,
     http: JoinHandle<()>,
     workers: Option<JoinHandle<()>>,
     sources: Vec<JoinHandle<()>>,
@@ -101,10 +108,14 @@ impl Server {
         self.new_api_key.as_deref()
     }
 
-    /// Stops taking requests, messages and claims, lets in-flight attempts finish (or puts them
-    /// back) and settles the broker messages in flight,
-    /// and returns when everything has stopped.
+    /// Drains, then stops: `/readyz` answers 503 at once and the API refuses new work
+    /// (`shutting_down`) while the broker messages in flight are settled and the attempts in
+    /// flight finish, for up to [`Config::shutdown_grace`]; what is still running then is
+    /// stopped and released for another process. Then the API closes (the requests still
+    /// running finish first) and this returns.
     pub async fn shutdown(self) {
+        // First, so that a load balancer stops sending here while the rest drains.
+        self.shared.draining.store(true, Ordering::SeqCst);
         let _ = self.stop.send(true);
         for source in self.sources {
             let _ = source.await;
@@ -112,6 +123,7 @@ impl Server {
         if let Some(workers) = self.workers {
             let _ = workers.await;
         }
+        let _ = self.stop_http.send(true);
         let _ = self.http.await;
         self.db.close().await;
     }
@@ -131,7 +143,19 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         Some(url) => Some(mail::Mailer::new(url, &config.smtp_from)?),
         None => None,
     };
-    let db = Db::connect(&config.database_url).await?;
+    let db = Db::connect_with(&config.database_url, config.migrations).await?;
+    // A newer version's migrations are tolerated (a rolling upgrade), and said once.
+    if let Ok(status) = db.schema_status().await {
+        let newer: Vec<i64> = status
+            .applied
+            .iter()
+            .filter(|m| !m.known)
+            .map(|m| m.version)
+            .collect();
+        if !newer.is_empty() {
+            tracing::warn!(target: "kxp_sender", migrations = ?newer, "the database has migrations of a newer kxp: this version runs beside it until it is upgraded too (docs/upgrading.md)");
+        }
+    }
     // On PostgreSQL every stored time follows the database's clock, measured before anything is
     // written and every minute after (see `follow_database_clock`).
     if let Some(offset) = db.clock_offset().await {
@@ -188,6 +212,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
                 .collect(),
         ),
         sign_in_failures: Default::default(),
+        draining: AtomicBool::new(false),
     });
     let state = AppState {
         db: db.clone(),
@@ -199,8 +224,12 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     let reserved = shared.config.workers + crate::store::POOL_MAX as usize + 64;
     let api_limits = shared.config.api_limits.within_file_limit(reserved);
     let sources = ingest::start(&state, &stopped);
-    let app = http::app(state.clone()).merge(console::app(state, sign_in_key));
-    let mut http_stopped = stopped.clone();
+    let app = http::drains(
+        http::app(state.clone()).merge(console::app(state, sign_in_key)),
+        shared.clone(),
+    );
+    // The API outlives the workers: it answers the probes, and refuses new work, while they drain.
+    let (stop_http, mut http_stopped) = watch::channel(false);
     let http = tokio::spawn(async move {
         let shutdown = async move {
             let _ = http_stopped.wait_for(|stop| *stop).await;
@@ -233,8 +262,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
             shared.config.retention,
             stopped.clone(),
         ));
-        // In-flight attempts end by their own timeouts; wait that long before putting back.
-        let grace = app::MAX_TIMEOUT + Duration::from_secs(1);
+        let grace = shared.config.shutdown_grace;
         let workers = worker::run(db.clone(), shared.clone(), stopped, grace);
         tokio::spawn(async move {
             workers.await;
@@ -246,7 +274,9 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         addr,
         db,
         new_api_key,
+        shared,
         stop,
+        stop_http,
         http,
         workers,
         sources,

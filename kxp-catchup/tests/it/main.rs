@@ -56,6 +56,10 @@ pub(crate) async fn sender_at(database_url: &str, listen: SocketAddr) -> (Server
             breaker_failures: u32::MAX,
             ..kxp_sender::Protection::default()
         },
+        // A fresh PostgreSQL database is migrated by the sender that opens it.
+        migrations: kxp_sender::Migrations::Apply {
+            lock_timeout: Duration::ZERO,
+        },
         ..Config::default()
     };
     let server = kxp_sender::start(config).await.unwrap();

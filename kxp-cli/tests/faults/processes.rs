@@ -110,7 +110,7 @@ impl Sender {
     fn command(&self) -> Command {
         let mut serve = Command::new(env!("CARGO_BIN_EXE_kxp"));
         serve
-            .args(["serve", "--dev"])
+            .args(["serve", "--dev", "--migrate"])
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--database-url", &self.database_url])
             // Long enough (32 s in all) to outlast every outage the suite causes, so an

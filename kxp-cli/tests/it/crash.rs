@@ -27,14 +27,22 @@ pub(crate) struct Serve {
 }
 
 impl Serve {
+    /// This version's `kxp serve`, migrating the database at start.
     pub(crate) fn start(database_url: &str) -> Serve {
+        Serve::start_with(env!("CARGO_BIN_EXE_kxp"), database_url, &["--migrate"])
+    }
+
+    /// `kxp serve` of the binary at `kxp` (another release's, for the upgrade test), with
+    /// `extra` flags.
+    pub(crate) fn start_with(kxp: &str, database_url: &str, extra: &[&str]) -> Serve {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kxp"))
+        let mut child = Command::new(kxp)
             .args(["serve", "--dev", "--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .args(["--database-url", database_url])
             .args([
                 "--retry-schedule",
@@ -67,6 +75,20 @@ impl Serve {
     pub(crate) fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// Sends SIGTERM, as a process manager stopping it does; [`Serve::wait`] for its exit.
+    pub(crate) fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit (after [`Serve::terminate`]).
+    pub(crate) fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
     }
 }
 

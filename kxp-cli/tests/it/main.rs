@@ -17,6 +17,8 @@ mod operators;
 mod outbox_crash;
 mod secrets_key;
 mod send;
+mod shutdown;
+mod upgrade;
 // The in-process sender and scripted receivers of kxp-sender's own tests: the commands tested
 // here run against the same fixtures.
 // Only part of them is used here.

@@ -54,6 +54,10 @@ impl Sender {
                 .unwrap(),
             poll_interval: Duration::from_millis(20),
             api_key: Some(KEY.to_owned()),
+            // A fresh PostgreSQL database is migrated by the sender that opens it.
+            migrations: kxp_sender::Migrations::Apply {
+                lock_timeout: Duration::ZERO,
+            },
             ..Config::default()
         };
         tweak(&mut config);

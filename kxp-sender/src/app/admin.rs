@@ -1,15 +1,17 @@
 //! The offline commands' door to the database: what `kxp accounts`, `kxp operators`,
-//! `kxp replay --database-url` and `kxp secrets-key reseal|census` do without a running server.
+//! `kxp replay --database-url`, `kxp secrets-key reseal|census` and `kxp migrate` do without a
+//! running server.
 //! The store's own methods stay the crate's business; this is the short list another crate
 //! may call, each a single store call with the same effect as the API's.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::model::{
     Account, AccountId, Delivery, DeliveryFilter, DeliveryId, EndpointId, Operator, OperatorId,
 };
 use crate::store::seal::KeyRing;
-use crate::store::{Db, StoreError};
+use crate::store::{Db, Migrations, PendingMigration, SchemaError, SchemaStatus, StoreError};
 
 /// A connection pool for the offline commands. A running `kxp serve` picks up what they write
 /// (a replayed delivery is due now) by its usual polling.
@@ -19,12 +21,38 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// Connects and runs the migrations, as `kxp serve` does (`sqlite://path` creates the
-    /// file; `postgres://…` needs the database to exist).
-    pub async fn connect(url: &str) -> Result<Admin, sqlx::Error> {
+    /// Connects, as `kxp serve` does: SQLite's migrations are applied (`sqlite://path`
+    /// creates the file), and a PostgreSQL database must have all of this version's
+    /// ([`SchemaError::Pending`] otherwise: `kxp migrate apply` first).
+    pub async fn connect(url: &str) -> Result<Admin, SchemaError> {
         Ok(Admin {
-            db: Db::connect(url).await?,
+            db: Db::connect_with(url, Migrations::Require).await?,
         })
+    }
+
+    /// Connects and leaves the schema as it is, for `kxp migrate`.
+    pub async fn connect_unmigrated(url: &str) -> Result<Admin, sqlx::Error> {
+        Ok(Admin {
+            db: Db::open(url).await?,
+        })
+    }
+
+    /// The database's migrations against this version's: applied, pending, modified. Reads
+    /// only (a database never migrated stays without a migrations table).
+    pub async fn schema_status(&self) -> Result<SchemaStatus, sqlx::Error> {
+        self.db.schema_status().await
+    }
+
+    /// Applies the pending migrations in order, calling `applied` after each with how long it
+    /// took, and returns them. On PostgreSQL each statement waits at most `lock_timeout` for a
+    /// lock (zero: no limit); a migration that waits longer is rolled back
+    /// ([`SchemaError::LockTimeout`]) and the ones after it are not run.
+    pub async fn apply_migrations(
+        &self,
+        lock_timeout: Duration,
+        applied: impl FnMut(&PendingMigration, Duration),
+    ) -> Result<Vec<PendingMigration>, SchemaError> {
+        self.db.apply_migrations(lock_timeout, applied).await
     }
 
     /// Closes the pool: a command closes it before it exits, so SQLite checkpoints its WAL.

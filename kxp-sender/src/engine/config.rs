@@ -25,8 +25,8 @@ use crate::policy::circuit::Protection;
 use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::Schedule;
 use crate::policy::sign_in::SignInLimiter;
-use crate::store::redact_passwords;
 use crate::store::seal::KeyRing;
+use crate::store::{Migrations, redact_passwords};
 
 /// Everything `kxp serve` can be told. Its `Debug` hides the API key and the passwords in the
 /// database and SMTP URLs.
@@ -34,6 +34,10 @@ use crate::store::seal::KeyRing;
 pub struct Config {
     /// `sqlite://path` (created if missing) or `postgres://…`.
     pub database_url: String,
+    /// What to do at start with this version's migrations that a PostgreSQL database lacks:
+    /// refuse to start (the default: `kxp migrate apply` first, as docs/upgrading.md plans it)
+    /// or apply them (`kxp serve --migrate`). SQLite always applies its own.
+    pub migrations: Migrations,
     /// Where the API listens.
     pub listen: SocketAddr,
     /// The origin people reach this server at (`https://kxp.example.com`), which portal links
@@ -85,8 +89,12 @@ pub struct Config {
     /// open-circuit endpoints) and scheduled retries left out. 0: no limit.
     pub backlog_limit: u64,
     /// The API server's bounds: header-read and idle timeout, connection cap (lowered to fit
-    /// the file limit beside the workers' and the database's own sockets), shutdown grace.
+    /// the file limit beside the workers' and the database's own sockets), and how long the
+    /// requests still running when it closes may take.
     pub api_limits: ServeLimits,
+    /// How long a shutdown lets the attempts in flight finish: what is still running after it
+    /// is stopped and released at once for another process (its lease ended), never lost.
+    pub shutdown_grace: Duration,
     /// API requests one account's key may make per second in this process (bursts of one
     /// second's worth); beyond it, 429 `rate_limited` with `Retry-After`. 0: no limit.
     pub api_rate_limit: u32,
@@ -106,6 +114,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("database_url", &redact_passwords(&self.database_url))
+            .field("migrations", &self.migrations)
             .field("listen", &self.listen)
             .field("public_url", &self.public_url)
             .field("dev", &self.dev)
@@ -125,6 +134,7 @@ impl fmt::Debug for Config {
             .field("retention", &self.retention)
             .field("backlog_limit", &self.backlog_limit)
             .field("api_limits", &self.api_limits)
+            .field("shutdown_grace", &self.shutdown_grace)
             .field("api_rate_limit", &self.api_rate_limit)
             .field("max_event_data", &self.max_event_data)
             .field("ingest", &self.ingest)
@@ -137,6 +147,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             database_url: "sqlite://kxp.db".to_owned(),
+            migrations: Migrations::Require,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             dev: false,
@@ -156,6 +167,7 @@ impl Default for Config {
             retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
             backlog_limit: 10_000,
             api_limits: ServeLimits::default(),
+            shutdown_grace: Duration::from_secs(30),
             api_rate_limit: 5_000,
             max_event_data: MAX_EVENT_DATA,
             ingest: Vec::new(),
@@ -223,6 +235,9 @@ pub(crate) struct Shared {
     pub sources: Sources,
     /// Failed console sign-ins per client address, against the sign-in limit.
     pub sign_in_failures: Mutex<SignInLimiter>,
+    /// Set when the shutdown begins: `/readyz` answers 503 from then on, and the API takes no
+    /// new work while the attempts in flight finish.
+    pub draining: AtomicBool,
 }
 
 impl Shared {

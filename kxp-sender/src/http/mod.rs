@@ -36,14 +36,17 @@ mod schemas;
 pub(crate) use auth::Authed;
 pub(crate) use errors::ApiError;
 use errors::{ApiBody, ApiQuery};
+pub(crate) use health::drains;
 pub use openapi::document as openapi;
 
 use crate::app::checks::parse;
 use crate::app::{AppState, REQUEST_OVERHEAD};
 
-/// The router: `/v1/…`, and `/healthz`.
+/// The router: `/v1/…`, the probes and `/metrics`.
 pub(crate) fn app(state: AppState) -> Router {
     Router::new()
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
         .route("/v1/openapi.json", get(openapi::openapi_json))

@@ -31,7 +31,7 @@ use super::{
         accounts::create_account, accounts::list_accounts,
         portal_links::create_portal_link,
         schemas::list_schemas, schemas::get_schema, schemas::put_schema, schemas::delete_schema,
-        health::healthz, health::metrics, openapi_json,
+        health::livez, health::readyz, health::healthz, health::metrics, openapi_json,
     ),
     tags(
         (name = "endpoints", description = "Where events are delivered, and how each endpoint is doing"),

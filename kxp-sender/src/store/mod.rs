@@ -20,9 +20,10 @@
 //! [`deliveries`] (the API's side), [`claim`] (the worker's claim, release and reclaim of
 //! expired leases), [`record`] (finished attempts, in batches), [`circuit`], [`health`],
 //! [`notifications`], [`schemas`], [`retention`], [`metrics`], [`sequence`] (each endpoint's
-//! numbering), [`feed`] (the catch-up feed's reads). What to write is decided by the model's
-//! rules and the pure [`policy`](crate::policy) functions, which the store calls inside its
-//! transactions; no other module holds SQL.
+//! numbering), [`feed`] (the catch-up feed's reads), [`migrations`] (the schema's versions:
+//! applied, pending, applying). What to write is decided by the model's rules and the pure
+//! [`policy`](crate::policy) functions, which the store calls inside its transactions; no other
+//! module holds SQL.
 
 mod accounts;
 mod audit;
@@ -35,6 +36,7 @@ mod events;
 mod feed;
 pub(crate) mod health;
 mod metrics;
+mod migrations;
 pub(crate) mod notifications;
 mod operators;
 mod record;
@@ -47,6 +49,9 @@ mod sessions;
 
 pub(crate) use feed::{FeedRow, FeedSource};
 pub(crate) use metrics::Gauges;
+pub use migrations::{
+    AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
+};
 pub use retention::Purged;
 pub(crate) use secrets::open_secret;
 pub(crate) use sessions::{NewLink, Opening};
@@ -136,13 +141,34 @@ impl Db {
         offset_from(before, database, system_ms())
     }
 
-    /// Connects and runs the migrations. `sqlite://path` creates the file if missing;
-    /// `postgres://…` needs the database to exist.
+    /// Connects and applies the migrations the database lacks (the tests' and SQLite's way;
+    /// `kxp serve` on PostgreSQL uses [`connect_with`](Db::connect_with)). `sqlite://path`
+    /// creates the file if missing; `postgres://…` needs the database to exist.
+    #[cfg(any(test, feature = "test-util"))]
     #[cfg_attr(
         not(feature = "test-util"),
         expect(unreachable_pub, reason = "public with feature test-util only")
     )]
-    pub async fn connect(url: &str) -> Result<Db, sqlx::Error> {
+    pub async fn connect(url: &str) -> Result<Db, SchemaError> {
+        Db::connect_with(
+            url,
+            Migrations::Apply {
+                lock_timeout: Duration::ZERO,
+            },
+        )
+        .await
+    }
+
+    /// Connects, and applies the pending migrations or refuses to go on with one pending, as
+    /// `migrations` says (SQLite always applies them).
+    pub(crate) async fn connect_with(url: &str, migrations: Migrations) -> Result<Db, SchemaError> {
+        let db = Db::open(url).await?;
+        db.settle_schema(migrations).await?;
+        Ok(db)
+    }
+
+    /// Connects, leaving the schema as it is (`kxp migrate`).
+    pub(crate) async fn open(url: &str) -> Result<Db, sqlx::Error> {
         let db = if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -184,17 +210,7 @@ impl Db {
                     .await?,
             )
         };
-        db.migrate().await?;
         Ok(db)
-    }
-
-    /// Brings the schema up to date (idempotent; safe with several processes starting at once).
-    pub(crate) async fn migrate(&self) -> Result<(), sqlx::Error> {
-        match self {
-            Db::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
-            Db::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
-        }
-        Ok(())
     }
 
     /// Which backend, for logs and `/healthz`.

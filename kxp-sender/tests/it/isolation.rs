@@ -178,7 +178,14 @@ const OPERATOR: &[&str] = &["GET /v1/accounts", "POST /v1/accounts"];
 
 /// Routes of `api::app` that take no key and show no account's data.
 // `/jwks/{id}`: public keys, public by design (ed25519.rs tests it).
-const PUBLIC: &[&str] = &["GET /healthz", "GET /metrics", OPENAPI, "GET /jwks/{id}"];
+const PUBLIC: &[&str] = &[
+    "GET /livez",
+    "GET /readyz",
+    "GET /healthz",
+    "GET /metrics",
+    OPENAPI,
+    "GET /jwks/{id}",
+];
 
 /// Routes read with an endpoint's own credential, never an API key (any account's key is 401
 /// there): the catch-up feed, which feed.rs tests.

@@ -332,7 +332,7 @@ async fn the_running_server_answers_as_documented() {
         "401",
     );
     // The ones without a key, answered as documented too.
-    for (path, status) in [("/healthz", 200)] {
+    for (path, status) in [("/healthz", 200), ("/livez", 200), ("/readyz", 200)] {
         let answer: Value = reqwest::get(format!("http://{}{path}", s.server.addr()))
             .await
             .unwrap()

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kxp_sender::Protection;
-use kxp_sender::{Config, Schedule, Server};
+use kxp_sender::{Config, Migrations, Schedule, Server};
 pub(crate) use kxp_testkit::db::Backend;
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
@@ -50,6 +50,11 @@ pub(crate) async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config))
         protection: Protection {
             breaker_failures: u32::MAX,
             ..Protection::default()
+        },
+        // A fresh PostgreSQL database is migrated by the sender that opens it, as `kxp serve
+        // --migrate` would (SQLite always is).
+        migrations: Migrations::Apply {
+            lock_timeout: Duration::ZERO,
         },
         ..Config::default()
     };

@@ -228,6 +228,28 @@ impl Deployment {
 
     async fn start_kxp(&mut self, setup: &Setup<'_>) -> Result<()> {
         let url = self.database_url(setup);
+        // A kxp that has `kxp migrate` refuses to serve a PostgreSQL database lacking its
+        // migrations: apply them first, as an operator would. Earlier builds (the baseline of an
+        // A/B) have no such command and migrate at start.
+        let knows_migrate = Command::new(setup.kxp_bin)
+            .args(["migrate", "--help"])
+            .output()
+            .await
+            .is_ok_and(|out| out.status.success());
+        if knows_migrate {
+            let out = Command::new(setup.kxp_bin)
+                .args(["migrate", "apply"])
+                .env("KXP_DATABASE_URL", &url)
+                .output()
+                .await
+                .map_err(|e| format!("kxp migrate apply: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "kxp migrate apply failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
         // One after the other: each process makes sure the first account exists on start.
         for _ in 0..setup.processes {
             let mut command = Command::new(setup.kxp_bin);

@@ -112,7 +112,13 @@ impl Serve {
             .port();
         let (log, stderr) = logs.file();
         let mut child = Command::new(env!("CARGO_BIN_EXE_kxp"))
-            .args(["serve", "--dev", "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "serve",
+                "--dev",
+                "--migrate",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
             .args(["--database-url", database_url])
             .args([
                 "--retry-schedule",
