@@ -77,11 +77,19 @@ where
     }
 }
 
-fn code(result: Result<impl std::fmt::Debug, ClientError>) -> Option<ErrorCode> {
-    match result {
-        Err(ClientError::Api { code, .. }) => Some(code),
-        other => panic!("expected an API error, got {other:?}"),
-    }
+/// `kxp healthcheck` against `base`'s `/readyz`: whether it exited 0, and what it printed.
+async fn healthcheck(base: &str) -> (bool, String) {
+    let url = format!("{base}/readyz");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kxp"))
+        .args(["healthcheck", "--url", &url])
+        .output()
+        .await
+        .unwrap();
+    let said = [out.stdout, out.stderr].concat();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&said).into_owned(),
+    )
 }
 
 /// A sender on a fresh SQLite file, with `--shutdown-grace <grace>`, and the gated receiver
@@ -134,14 +142,31 @@ async fn sigterm_turns_readiness_off_refuses_new_work_and_lets_the_attempt_in_fl
         open,
         arrived,
     } = one_attempt_held("60s").await;
+    // The container image's health check says the same as the probe.
+    let (ok, said) = healthcheck(&serve.base).await;
+    assert!(ok, "{said}");
+    assert_eq!(said.trim(), "200 OK");
 
     serve.terminate();
     // The attempt is held by the receiver, so all of this happens during the drain.
     wait_for("/readyz to answer 503", || async {
-        code(api.readyz().await) == Some(ErrorCode::ShuttingDown)
+        // 200 until the process has handled the signal, then 503 for good.
+        matches!(
+            api.readyz().await,
+            Err(ClientError::Api {
+                code: ErrorCode::ShuttingDown,
+                ..
+            })
+        )
     })
     .await;
     assert_eq!(api.livez().await.unwrap().status, "ok");
+    let (ok, said) = healthcheck(&serve.base).await;
+    assert!(!ok);
+    assert!(
+        said.contains("503 Service Unavailable") && said.contains("shutting_down"),
+        "{said}"
+    );
     let event = NewEvent::new("payment.succeeded", &json!({"n": 2})).unwrap();
     match api.create_event(&event, None).await {
         Err(ClientError::Api {
