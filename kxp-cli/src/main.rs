@@ -8,6 +8,7 @@ mod config;
 mod debug;
 mod demo;
 mod encryption_key;
+mod healthcheck;
 mod keyholders;
 mod migrate;
 mod operators;
@@ -80,6 +81,10 @@ enum Command {
     /// The sender's schema: list applied and pending migrations, print the SQL of the pending
     /// ones, apply them. `kxp serve` on PostgreSQL refuses to start with one pending.
     Migrate(migrate::MigrateArgs),
+    /// GET a probe (default: this machine's `kxp serve` at http://127.0.0.1:8080/readyz) and
+    /// exit 0 when it answers 2xx, 1 otherwise: the container image's health check, which has
+    /// no shell or curl to run.
+    Healthcheck(healthcheck::HealthcheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -102,5 +107,6 @@ fn main() -> ExitCode {
         Command::SecretsKey(args) => secrets_key::secrets_key(args),
         Command::EncryptionKey(args) => encryption_key::encryption_key(args),
         Command::Migrate(args) => migrate::migrate(args),
+        Command::Healthcheck(args) => healthcheck::healthcheck(args),
     }
 }
