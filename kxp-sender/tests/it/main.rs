@@ -35,6 +35,7 @@ mod layers;
 mod lifecycle;
 mod limits;
 mod metrics;
+mod monitoring;
 mod notifications;
 mod openapi;
 mod operators;
