@@ -125,7 +125,7 @@ async fn send_one(db: &Db, notifier: &Shared, owner: &str, n: &Notification) {
     }
     let error = result.as_ref().err().map(|e| e.error.as_str());
     if let Err(e) = db
-        .finish_notification(&n.id, owner, attempts, next, error)
+        .finish_notification(n, owner, attempts, next, error)
         .await
     {
         // The lease runs out and the notification is tried again: at least once.

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::engine::batch::{Answer, Batcher};
 use crate::engine::gate::WriteGate;
-use crate::model::{EndpointId, FinishAttempt, Finished, KeyCheck};
+use crate::model::{EndpointKey, FinishAttempt, Finished, KeyCheck};
 use crate::policy::circuit::Protection;
 use crate::store::{Db, StoreError};
 
@@ -80,7 +80,7 @@ impl Written {
             })
     }
 
-    fn wrote(&mut self, checks: &[(EndpointId, i64, KeyCheck)]) {
+    fn wrote(&mut self, checks: &[(EndpointKey, i64, KeyCheck)]) {
         for (_, at, check) in checks {
             if let Some(secret) = check.verified {
                 self.0.insert(secret, *at);
@@ -101,7 +101,7 @@ async fn record_keys(
     results: &[Finished],
     written: &Mutex<Written>,
 ) {
-    let checks: Vec<(EndpointId, i64, KeyCheck)> = {
+    let checks: Vec<(EndpointKey, i64, KeyCheck)> = {
         let written = written
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -113,7 +113,7 @@ async fn record_keys(
                 let at = item.record.started_at;
                 item.keys
                     .filter(|check| written.news(at, check))
-                    .map(|check| (item.endpoint_id.clone(), at, check))
+                    .map(|check| (item.endpoint(), at, check))
             })
             .collect()
     };
@@ -126,9 +126,9 @@ async fn record_keys(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .wrote(&checks);
-            for endpoint_id in ended {
+            for endpoint in ended {
                 tracing::info!(
-                    target: "kxp_sender", endpoint_id = %endpoint_id,
+                    target: "kxp_sender", endpoint_id = %endpoint.id,
                     "the receiver confirmed the new secret: the older secrets stopped signing"
                 );
             }

@@ -101,7 +101,7 @@ pub(super) async fn feed(
             ));
         }
     };
-    let rows = state.db.feed_rows(&source.id, after, limit).await?;
+    let rows = state.db.feed_rows(&source, after, limit).await?;
     let rows = contiguous(&source, after, rows, &item_key)?;
     let items = rows
         .into_iter()

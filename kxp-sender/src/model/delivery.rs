@@ -3,7 +3,7 @@
 use sqlx::FromRow;
 
 use super::failure::AttemptError;
-use super::ids::{DeliveryId, EndpointId, EventId};
+use super::ids::{AccountId, DeliveryId, EndpointId, EventId};
 use super::status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
 
 /// A delivery: one event to one endpoint, tried until delivered or dead.
@@ -73,6 +73,9 @@ pub(crate) struct Job {
     pub payload: String,
     /// The endpoint.
     pub endpoint_id: EndpointId,
+    /// The endpoint's (and so the delivery's) account: what the worker's fair shares count
+    /// by, and what every statement about the delivery is scoped by.
+    pub account_id: AccountId,
     /// Its URL.
     pub url: String,
     /// Its per-attempt timeout.
@@ -160,6 +163,8 @@ pub struct FinishAttempt {
     pub delivery_id: DeliveryId,
     /// Its endpoint (whose statistics and breaker the attempt moves).
     pub endpoint_id: EndpointId,
+    /// Their account: every row the attempt writes is the account's.
+    pub account_id: AccountId,
     /// The worker that holds the delivery's lease: nothing is written unless it still does.
     pub owner: String,
     /// The attempt's number (1-based).
@@ -170,6 +175,13 @@ pub struct FinishAttempt {
     pub next: NextState,
     /// What a 2xx says about the endpoint's secrets, when it says anything.
     pub keys: Option<KeyCheck>,
+}
+
+impl FinishAttempt {
+    /// Its endpoint's key.
+    pub(crate) fn endpoint(&self) -> super::EndpointKey {
+        super::EndpointKey::new(&self.account_id, &self.endpoint_id)
+    }
 }
 
 /// What one delivered attempt tells about its endpoint's secrets: which one the receiver

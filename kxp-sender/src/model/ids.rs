@@ -8,6 +8,44 @@
 pub use kxp_api::{AccountId, DeliveryId, EndpointId, EventId, OperatorId};
 pub(crate) use kxp_api::{NotificationId, SchemaId};
 
+/// An endpoint as the account-keyed schema names it: by its account and its id. Endpoint ids
+/// are unique on their own in practice, but the tables are keyed by account first (so that a
+/// database can be split by account), and a statement that names an endpoint without its account
+/// cannot be routed to the account's part: the store's statements about one endpoint take this.
+///
+/// Keys sort by endpoint id (then account): the order in which every process, this release's
+/// and the one before, locks endpoint rows, so two batches never wait for each other in
+/// opposite orders.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct EndpointKey {
+    /// The account.
+    pub account_id: AccountId,
+    /// The endpoint.
+    pub id: EndpointId,
+}
+
+impl EndpointKey {
+    /// The key of the account's endpoint `id`.
+    pub(crate) fn new(account_id: &AccountId, id: &EndpointId) -> EndpointKey {
+        EndpointKey {
+            account_id: account_id.clone(),
+            id: id.clone(),
+        }
+    }
+}
+
+impl Ord for EndpointKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.id, &self.account_id).cmp(&(&other.id, &other.account_id))
+    }
+}
+
+impl PartialOrd for EndpointKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// An id with a type prefix and a UUIDv7, so ids sort by creation time and serve as cursors.
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())

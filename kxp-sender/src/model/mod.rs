@@ -34,7 +34,7 @@ pub(crate) use health::{EndpointHealth, Window};
 pub use ids::{
     AccountId, DeliveryId, EndpointId, EventId, OperatorId, new_id, random_hex_32, sha256_hex,
 };
-pub(crate) use ids::{KeyKind, NotificationId, fill_random, new_delivery_id};
+pub(crate) use ids::{EndpointKey, KeyKind, fill_random, new_delivery_id};
 pub(crate) use keys::{ED25519_PREFIX, Key, Material, new_key, new_secret, public_key_of};
 pub use notification::NoticeNext;
 pub(crate) use notification::{NoticeFacts, Notification};

@@ -116,20 +116,23 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// already holds the lock.)
     fn endpoint_shared(
         conn: &mut Self::Connection,
+        account_id: &AccountId,
         endpoint_id: &EndpointId,
     ) -> impl Future<Output = Result<Option<Endpoint>, sqlx::Error>> + Send;
 
-    /// Links a replayed delivery to its replay.
+    /// Links one of the account's replayed deliveries to its replay.
     fn mark_replayed(
         conn: &mut Self::Connection,
+        account_id: &AccountId,
         old_id: &DeliveryId,
         new_id: &DeliveryId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
-    /// Links a replayed delivery to its replay unless another replay did: answers whether
-    /// this one did.
+    /// Links one of the account's replayed deliveries to its replay unless another replay
+    /// did: answers whether this one did.
     fn claim_replay(
         conn: &mut Self::Connection,
+        account_id: &AccountId,
         old_id: &DeliveryId,
         new_id: &DeliveryId,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
@@ -176,9 +179,11 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
-    /// Ends the endpoint's pending deliveries dead with `endpoint_deleted`; answers how many.
+    /// Ends the account's endpoint's pending deliveries dead with `endpoint_deleted`; answers
+    /// how many.
     fn end_pending(
         conn: &mut Self::Connection,
+        account_id: &AccountId,
         id: &EndpointId,
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
@@ -307,22 +312,29 @@ macro_rules! backend {
 
             async fn endpoint_shared(
                 conn: &mut Self::Connection,
+                account_id: &AccountId,
                 endpoint_id: &EndpointId,
             ) -> Result<Option<Endpoint>, sqlx::Error> {
-                sqlx::query_as::<_, Endpoint>(concat!("SELECT * FROM kxp_endpoints WHERE id = $1", $share))
-                    .bind(endpoint_id)
+                sqlx::query_as::<_, Endpoint>(concat!(
+                    "SELECT * FROM kxp_endpoints WHERE account_id = $2 AND id = $1",
+                    $share
+                ))
+                .bind(endpoint_id)
+                .bind(account_id)
                     .fetch_optional(&mut *conn)
                     .await
             }
 
             async fn mark_replayed(
                 conn: &mut Self::Connection,
+                account_id: &AccountId,
                 old_id: &DeliveryId,
                 new_id: &DeliveryId,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query("UPDATE kxp_deliveries SET replayed_by = $1 WHERE id = $2")
+                sqlx::query("UPDATE kxp_deliveries SET replayed_by = $1 WHERE account_id = $3 AND id = $2")
                     .bind(new_id)
                     .bind(old_id)
+                    .bind(account_id)
                     .execute(&mut *conn)
                     .await?;
                 Ok(())
@@ -330,15 +342,17 @@ macro_rules! backend {
 
             async fn claim_replay(
                 conn: &mut Self::Connection,
+                account_id: &AccountId,
                 old_id: &DeliveryId,
                 new_id: &DeliveryId,
             ) -> Result<bool, sqlx::Error> {
                 let claimed = sqlx::query(
                     "UPDATE kxp_deliveries SET replayed_by = $1 \
-                     WHERE id = $2 AND replayed_by IS NULL",
+                     WHERE account_id = $3 AND id = $2 AND replayed_by IS NULL",
                 )
                 .bind(new_id)
                 .bind(old_id)
+                .bind(account_id)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected();
@@ -415,15 +429,17 @@ macro_rules! backend {
 
             async fn end_pending(
                 conn: &mut Self::Connection,
+                account_id: &AccountId,
                 id: &EndpointId,
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
                     "UPDATE kxp_deliveries SET status = 'dead', last_error = 'endpoint_deleted', \
-                     next_attempt_at = $1, updated_at = $1 WHERE endpoint_id = $2 AND status = 'pending'",
+                     next_attempt_at = $1, updated_at = $1 WHERE account_id = $3 AND endpoint_id = $2 AND status = 'pending'",
                 )
                 .bind(now)
                 .bind(id)
+                .bind(account_id)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected())

@@ -11,16 +11,6 @@ use crate::store::{Db, StoreError, on_db};
 use sqlx::Sqlite;
 use sqlx::query::QueryAs;
 
-/// A claimed job and the account it belongs to (what the worker's fair shares count by).
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct Claimed {
-    /// The endpoint's (and so the delivery's) account.
-    pub account_id: AccountId,
-    /// The job.
-    #[sqlx(flatten)]
-    pub job: Job,
-}
-
 impl Db {
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
     /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
@@ -55,11 +45,10 @@ impl Db {
                 &AccountCaps::unbounded(),
             )
             .await?;
-        Ok(claimed.into_iter().map(|c| c.job.id).collect())
+        Ok(claimed.into_iter().map(|job| job.id).collect())
     }
 
-    /// [`Db::claim`], with each account's deliveries bounded by `accounts` as well, and the
-    /// jobs' accounts returned with them. Accounts at 0 are left out of the scan's window, so
+    /// [`Db::claim`], with each account's deliveries bounded by `accounts` as well. Accounts at 0 are left out of the scan's window, so
     /// one account's backlog cannot fill it, and the window's deliveries are taken account by
     /// account in turn (each account's oldest first), not in due order alone: the claim's
     /// `limit` goes round the accounts with due work. `endpoints` is `caps` and `default_cap`
@@ -71,7 +60,7 @@ impl Db {
         limit: i64,
         endpoints: (&[(EndpointId, usize)], usize),
         accounts: &AccountCaps,
-    ) -> Result<Vec<Claimed>, StoreError> {
+    ) -> Result<Vec<Job>, StoreError> {
         let (caps, default_cap) = endpoints;
         let now = now_ms();
         let caps = serde_json::to_string(&caps.iter().cloned().collect::<HashMap<_, _>>())
@@ -91,7 +80,7 @@ impl Db {
         Ok(match self {
             // One statement: the claim's UPDATE in a CTE, joined with what each job needs.
             Db::Postgres(pool) => {
-                args.bind(sqlx::query_as::<_, Claimed>(CLAIM_POSTGRES.as_str()))
+                args.bind(sqlx::query_as::<_, Job>(CLAIM_POSTGRES.as_str()))
                     .fetch_all(pool)
                     .await?
             }
@@ -117,15 +106,14 @@ impl Db {
     /// circuit give deliveries, and a half-open one only its probe.
     ///
     /// Each account's deliveries are bounded by `accounts` as well (an
-    /// account's endpoints share its cap, oldest due delivery first), and the jobs' accounts
-    /// returned with them.
+    /// account's endpoints share its cap, oldest due delivery first).
     pub(crate) async fn claim_for_fair(
         &self,
         owner: &str,
         lease_extra_ms: i64,
         targets: &[(EndpointId, usize)],
         accounts: &AccountCaps,
-    ) -> Result<Vec<Claimed>, StoreError> {
+    ) -> Result<Vec<Job>, StoreError> {
         let targets: Vec<(&EndpointId, i64)> = targets
             .iter()
             .filter(|(_, cap)| *cap > 0)
@@ -142,7 +130,7 @@ impl Db {
                     .map(|(id, cap)| (id.as_str(), *cap))
                     .collect();
                 let caps = serde_json::to_string(&caps).unwrap_or_else(|_| "{}".to_owned());
-                sqlx::query_as::<_, Claimed>(CLAIM_FOR_POSTGRES.as_str())
+                sqlx::query_as::<_, Job>(CLAIM_FOR_POSTGRES.as_str())
                     .bind(lease_extra_ms)
                     .bind(owner)
                     .bind(now)
@@ -185,6 +173,7 @@ impl Db {
                         .bind(now)
                         .bind(*endpoint_id)
                         .bind(cap)
+                        .bind(account_id)
                         .fetch_all(&mut *tx)
                         .await?;
                     *left = left.saturating_sub(taken.len());
@@ -201,12 +190,13 @@ impl Db {
     /// it ends dead with `endpoint_deleted` instead.
     pub(crate) async fn release(
         &self,
+        account_id: &AccountId,
         delivery_id: &DeliveryId,
         owner: &str,
     ) -> Result<(), StoreError> {
         let sql = format!(
             "UPDATE kxp_deliveries SET {}, updated_at = $1 \
-             WHERE id = $2 AND lease_owner = $3 AND status = 'delivering'",
+             WHERE account_id = $4 AND id = $2 AND lease_owner = $3 AND status = 'delivering'",
             *PUT_BACK
         );
         on_db!(self, |pool| {
@@ -214,6 +204,7 @@ impl Db {
                 .bind(now_ms())
                 .bind(delivery_id)
                 .bind(owner)
+                .bind(account_id)
                 .execute(pool)
                 .await?;
         });
@@ -229,7 +220,8 @@ impl Db {
         Ok(on_db!(self, |pool, DB| {
             let sql = format!(
                 "UPDATE kxp_deliveries SET {}, next_attempt_at = $1, updated_at = $1 \
-                 WHERE id IN (SELECT id FROM kxp_deliveries WHERE status = 'delivering' AND lease_until < $1{}) \
+                 WHERE (account_id, id) IN (SELECT account_id, id FROM kxp_deliveries \
+                   WHERE status = 'delivering' AND lease_until < $1{}) \
                  AND status = 'delivering' AND lease_until < $1",
                 *PUT_BACK,
                 DB::row_lock(" FOR UPDATE SKIP LOCKED")
@@ -286,12 +278,12 @@ async fn jobs_sqlite(
     pool: &sqlx::SqlitePool,
     ids: &[String],
     now: i64,
-) -> Result<Vec<Claimed>, sqlx::Error> {
+) -> Result<Vec<Job>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
-    sqlx::query_as::<_, Claimed>(JOBS_SQLITE.as_str())
+    sqlx::query_as::<_, Job>(JOBS_SQLITE.as_str())
         .bind(&ids)
         .bind(now)
         .fetch_all(pool)
@@ -334,14 +326,14 @@ fn claim_sql(sqlite: bool) -> String {
     // Then at most each endpoint's cap (`rn`), then at most each account's (`an`), taken
     // round the accounts: every account's oldest, then every account's second, …
     let claim = format!(
-        "{TAKE} WHERE id IN (SELECT c.id FROM ( \
+        "{TAKE} WHERE (account_id, id) IN (SELECT c.account_id, c.id FROM ( \
              SELECT e.id, e.account_id, e.next_attempt_at, \
                ROW_NUMBER() OVER (PARTITION BY e.account_id ORDER BY e.next_attempt_at) AS an \
              FROM (SELECT w.id, w.endpoint_id, w.account_id, w.next_attempt_at, \
                  ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
                FROM (SELECT d.id, d.endpoint_id, d.account_id, d.next_attempt_at FROM kxp_deliveries d \
                  WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND {cap_d} > 0 AND {account_d} > 0 \
-                 AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.id = d.endpoint_id AND a.status = 'active' \
+                 AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.account_id = d.account_id AND a.id = d.endpoint_id AND a.status = 'active' \
                    AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
                  ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
              ) e WHERE e.rn <= {cap_e} \
@@ -362,14 +354,17 @@ fn job_select(from: &str, now: &str) -> String {
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence \
-         FROM {from} JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id JOIN kxp_endpoints p ON p.id = d.endpoint_id",
+         FROM {from} JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id \
+         JOIN kxp_endpoints p ON p.account_id = d.account_id AND p.id = d.endpoint_id",
         live_secrets(now)
     )
 }
 
 /// The live secrets of the endpoint `p` at `now`, as [`Secrets`](crate::model::Secrets) reads
 /// them: newest first, comma-separated, each after its row id and a colon (an Ed25519 key's
-/// stored seed after `ed25519:`). One aggregate, as the claim is the hot path.
+/// stored seed after `ed25519:`). One aggregate, as the claim is the hot path. Matched by the
+/// endpoint alone: a secret the previous release made during a rolling upgrade has no account
+/// until `kxp migrate apply` fills it in (docs/upgrading.md).
 pub(super) fn live_secrets(now: &str) -> String {
     format!(
         "COALESCE((SELECT string_agg(CAST(s.id AS TEXT) || ':' || CASE WHEN s.kind = 'ed25519' THEN 'ed25519:' || s.secret ELSE s.secret END, ',' ORDER BY s.id DESC) \
@@ -386,13 +381,16 @@ const NUMBERED: &str = "(d.sequence IS NOT NULL OR d.created_at <= $3 - 2000)";
 /// What a claim sets on each delivery it takes: `$1` the lease's extra ms, `$2` the owner, `$3`
 /// now.
 const TAKE: &str = "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
-       lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p WHERE p.id = endpoint_id)";
+       lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p \
+         WHERE p.account_id = kxp_deliveries.account_id AND p.id = kxp_deliveries.endpoint_id)";
 
-/// [`Db::claim_for_fair`] on SQLite, for one endpoint: `$4` the endpoint, `$5` its cap.
+/// [`Db::claim_for_fair`] on SQLite, for one endpoint: `$4` the endpoint, `$5` its cap, `$6` its
+/// account.
 static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{TAKE} WHERE id IN (SELECT d.id FROM kxp_deliveries d JOIN kxp_endpoints p ON p.id = d.endpoint_id \
-           WHERE d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND p.status = 'active' \
+        "{TAKE} WHERE account_id = $6 AND id IN (SELECT d.id FROM kxp_deliveries d \
+           JOIN kxp_endpoints p ON p.account_id = d.account_id AND p.id = d.endpoint_id \
+           WHERE d.account_id = $6 AND d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND p.status = 'active' \
            AND (p.circuit_state = 'closed' OR (p.circuit_state = 'half_open' AND p.circuit_probe_id = d.id)) \
            ORDER BY d.next_attempt_at LIMIT $5) \
          RETURNING id"
@@ -408,14 +406,14 @@ static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
         "WITH t AS (SELECT key AS endpoint_id, value::bigint AS cap FROM jsonb_each_text($4::jsonb)), \
          picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
            CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM kxp_deliveries d \
-             WHERE d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} \
+             WHERE d.account_id = p.account_id AND d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} \
              AND (p.circuit_state = 'closed' OR d.id = p.circuit_probe_id) \
              ORDER BY d.next_attempt_at LIMIT t.cap FOR UPDATE SKIP LOCKED) x \
            WHERE p.status = 'active' AND p.circuit_state <> 'open' \
            AND COALESCE(($5::jsonb ->> p.account_id)::bigint, $6) > 0), \
          ranked AS (SELECT id, account_id, \
            ROW_NUMBER() OVER (PARTITION BY account_id ORDER BY next_attempt_at) AS an FROM picked), \
-         d AS ({TAKE} WHERE id IN (SELECT id FROM ranked \
+         d AS ({TAKE} WHERE (account_id, id) IN (SELECT account_id, id FROM ranked \
            WHERE an <= COALESCE(($5::jsonb ->> account_id)::bigint, $6)) \
            RETURNING id, account_id, event_id, endpoint_id, attempts, sequence) \
          {}",
@@ -446,5 +444,5 @@ static PUT_BACK: LazyLock<String> = LazyLock::new(|| {
 
 /// True when the row's endpoint is deleted, in an `UPDATE kxp_deliveries`: a delivery that
 /// would go back to pending then ends dead instead, as the deletion made its siblings.
-pub(crate) const ENDPOINT_DELETED: &str =
-    "(SELECT p.status FROM kxp_endpoints p WHERE p.id = kxp_deliveries.endpoint_id) = 'deleted'";
+pub(crate) const ENDPOINT_DELETED: &str = "(SELECT p.status FROM kxp_endpoints p \
+     WHERE p.account_id = kxp_deliveries.account_id AND p.id = kxp_deliveries.endpoint_id) = 'deleted'";

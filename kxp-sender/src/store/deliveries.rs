@@ -83,7 +83,7 @@ impl Db {
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
-            "SELECT {columns} FROM kxp_deliveries o JOIN kxp_deliveries n ON n.id = o.replayed_by \
+            "SELECT {columns} FROM kxp_deliveries o JOIN kxp_deliveries n ON n.account_id = o.account_id AND n.id = o.replayed_by \
              WHERE o.replayed_by >= $2 AND o.account_id = $1 AND o.status = 'dead' \
              AND (CAST($3 AS TEXT) IS NULL OR o.endpoint_id = $3) \
              ORDER BY o.replayed_by DESC LIMIT $4"
@@ -262,10 +262,10 @@ async fn replay_on<DB: Backend>(
     now: i64,
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin_with(DB::BEGIN).await?;
-    let endpoint = DB::endpoint_shared(&mut *tx, &old.endpoint_id).await?;
+    let endpoint = DB::endpoint_shared(&mut *tx, account_id, &old.endpoint_id).await?;
     let due = replay_due(endpoint.as_ref(), &old.endpoint_id, now)?;
     DB::insert_delivery(&mut *tx, &replay_of(old, new_id, account_id, now, due)).await?;
-    DB::mark_replayed(&mut *tx, &old.id, new_id).await?;
+    DB::mark_replayed(&mut *tx, account_id, &old.id, new_id).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -280,7 +280,7 @@ async fn replay_page<DB: Backend>(
     now: i64,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin_with(DB::BEGIN).await?;
-    let endpoint = DB::endpoint_shared(&mut *tx, endpoint_id).await?;
+    let endpoint = DB::endpoint_shared(&mut *tx, account_id, endpoint_id).await?;
     let due = replay_due(endpoint.as_ref(), endpoint_id, now)?;
     let mut queued = 0;
     for old in page.iter().filter(|d| {
@@ -291,7 +291,7 @@ async fn replay_page<DB: Backend>(
         let new_id = new_delivery_id();
         // Claimed in the transaction: a delivery another bulk replay took since the page was
         // read (or that retention removed) is left alone, so each is replayed once.
-        if !DB::claim_replay(&mut *tx, &old.id, &new_id).await? {
+        if !DB::claim_replay(&mut *tx, account_id, &old.id, &new_id).await? {
             continue;
         }
         DB::insert_delivery(&mut *tx, &replay_of(old, &new_id, account_id, now, due)).await?;

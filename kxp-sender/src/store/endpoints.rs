@@ -5,7 +5,7 @@
 use sqlx::{Pool, QueryBuilder};
 
 use crate::model::{
-    Account, AccountId, CircuitState, Created, Endpoint, EndpointChanges, EndpointId,
+    Account, AccountId, CircuitState, Created, Endpoint, EndpointChanges, EndpointId, EndpointKey,
     EndpointStatus, EventTypes, NewEndpoint, new_id, new_key, new_secret, now_ms, public_key_of,
 };
 use crate::policy::circuit::{Protection, spacing_ms};
@@ -113,11 +113,15 @@ impl Db {
             .execute(&mut *tx)
             .await?;
             for (kind, stored) in &rows {
-                sqlx::query("INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) VALUES ($1, $2, $3, $4)")
-                    .bind(&endpoint.id)
-                    .bind(stored.as_str())
-                    .bind(now)
-                    .bind(kind)
+                sqlx::query(
+                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, account_id) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(&endpoint.id)
+                .bind(stored.as_str())
+                .bind(now)
+                .bind(kind)
+                .bind(&endpoint.account_id)
                     .execute(&mut *tx)
                     .await?;
             }
@@ -299,7 +303,7 @@ async fn pause_on<DB: Backend>(
     let endpoint = DB::pause_endpoint(&mut *tx, account_id, id, now)
         .await?
         .ok_or(StoreError::NotFound)?;
-    let moved = DB::hold_pending(&mut *tx, id, now).await?;
+    let moved = DB::hold_pending(&mut *tx, &EndpointKey::new(account_id, id), now).await?;
     tx.commit().await?;
     Ok((endpoint, moved))
 }
@@ -321,7 +325,7 @@ async fn resume_on<DB: Backend>(
     // and the full period again.
     DB::reset_failures(&mut *tx, id).await?;
     let spacing = spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
-    let moved = DB::spread_held(&mut *tx, id, now, spacing).await?;
+    let moved = DB::spread_held(&mut *tx, &EndpointKey::new(account_id, id), now, spacing).await?;
     tx.commit().await?;
     Ok((endpoint, moved))
 }
@@ -338,7 +342,7 @@ async fn delete_on<DB: Backend>(
     if DB::delete_endpoint(&mut *tx, account_id, id, now).await? == 0 {
         return Err(StoreError::NotFound);
     }
-    let ended = DB::end_pending(&mut *tx, id, now).await?;
+    let ended = DB::end_pending(&mut *tx, account_id, id, now).await?;
     DB::erase_secrets(&mut *tx, id).await?;
     tx.commit().await?;
     Ok(ended)

@@ -15,6 +15,8 @@ use crate::store::{Db, StoreError, on_db};
 pub(crate) struct FeedSource {
     /// The endpoint.
     pub id: EndpointId,
+    /// Its account: the feed's rows are read in it.
+    pub account_id: AccountId,
     /// The highest number it has given (its `kxp_sequences.next_sequence - 1`).
     pub latest: i64,
     /// Its encryption key, if it has one: items are sealed to it, as deliveries are.
@@ -46,7 +48,7 @@ pub(crate) struct FeedRow {
 /// endpoint, `$2` now.
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT p.id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s WHERE s.endpoint_id = p.id), 1) - 1 AS latest, \
+        "SELECT p.id, p.account_id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s WHERE s.endpoint_id = p.id), 1) - 1 AS latest, \
          p.encryption_jwk, p.feed_token_hash, {} AS secrets \
          FROM kxp_endpoints p WHERE p.id = $1 AND p.status <> 'deleted'",
         live_secrets("$2")
@@ -57,7 +59,7 @@ static SOURCE: LazyLock<String> = LazyLock::new(|| {
 /// delivery no replay has replaced (a replay carries its original's number).
 const ROWS: &str = "SELECT d.sequence, d.event_id, e.event_type, e.ordering_key, e.payload FROM kxp_deliveries d \
        JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id \
-     WHERE d.endpoint_id = $1 AND d.sequence > $2 AND d.replayed_by IS NULL ORDER BY d.sequence LIMIT $3";
+     WHERE d.account_id = $4 AND d.endpoint_id = $1 AND d.sequence > $2 AND d.replayed_by IS NULL ORDER BY d.sequence LIMIT $3";
 
 impl Db {
     /// The endpoint `id` (of whichever account: the feed authenticates with the endpoint's
@@ -76,18 +78,20 @@ impl Db {
         }))
     }
 
-    /// At most `limit` of the endpoint's events numbered after `after`, by number.
+    /// At most `limit` of the endpoint's ([`FeedSource`]) events numbered after `after`, by
+    /// number.
     pub(crate) async fn feed_rows(
         &self,
-        endpoint_id: &EndpointId,
+        source: &FeedSource,
         after: i64,
         limit: i64,
     ) -> Result<Vec<FeedRow>, StoreError> {
         Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, FeedRow>(ROWS)
-                .bind(endpoint_id)
+                .bind(&source.id)
                 .bind(after)
                 .bind(limit)
+                .bind(&source.account_id)
                 .fetch_all(pool)
                 .await?
         }))

@@ -10,7 +10,7 @@
 
 use sqlx::FromRow;
 
-use crate::model::{AccountId, EndpointHealth, EndpointId, now_ms, rfc3339};
+use crate::model::{AccountId, EndpointHealth, EndpointId, EndpointKey, now_ms, rfc3339};
 use crate::policy::health::{HOUR_MS, hour_of, window};
 use crate::store::{Db, StoreError, on_db};
 
@@ -24,22 +24,23 @@ const BUCKET_COLUMNS: [&str; 12] = [
 /// statement each, for one backend: the ids and values travel as one JSON parameter, which
 /// both backends take apart in SQL (`json_each`, `jsonb_to_recordset`).
 pub(crate) struct StatsSql {
-    /// Makes sure each endpoint of `$1` (a JSON array of ids) has a stats row (`$2` the time),
+    /// Makes sure each endpoint of `$1` (a [`keys_json`](crate::store::record::keys_json)) has
+    /// a stats row (`$2` the time), with its account,
     /// locks the rows until the transaction ends, and returns them: an upsert that changes
     /// nothing on conflict, because an `ON CONFLICT DO UPDATE` locks a row on both backends
     /// where a `SELECT` of a missing row locks nothing. In id order on PostgreSQL, so two
     /// batches lock the same rows in the same order.
     pub lock: String,
     /// Writes the running statistics back: `$1` a JSON array of
-    /// `{id, cf, fs, ls, lf, le}` (consecutive failures, failing since, last success, last
+    /// `{a, id, cf, fs, ls, lf, le}` (account, endpoint, consecutive failures, failing since, last success, last
     /// failure, last error), `$2` now.
     pub write: String,
     /// Adds each endpoint's [`HourTally`](crate::policy::health::HourTally) to its clock hour:
-    /// `$1` a JSON array of `{id, hour, s, f, b0 … b11}`.
+    /// `$1` a JSON array of `{a, id, hour, s, f, b0 … b11}`.
     pub add_hourly: String,
 }
 
-const STATS_RETURNING: &str = "RETURNING endpoint_id, consecutive_failures, failing_since, last_success_at, last_failure_at, last_error";
+const STATS_RETURNING: &str = "RETURNING endpoint_id, account_id, consecutive_failures, failing_since, last_success_at, last_failure_at, last_error";
 
 fn stats_sql(sqlite: bool) -> StatsSql {
     let hourly_columns = BUCKET_COLUMNS.join(", ");
@@ -47,10 +48,15 @@ fn stats_sql(sqlite: bool) -> StatsSql {
         .iter()
         .chain(BUCKET_COLUMNS.iter())
         .map(|c| format!("{c} = kxp_endpoint_stats_hourly.{c} + excluded.{c}"))
+        .chain(std::iter::once(
+            "account_id = excluded.account_id".to_owned(),
+        ))
         .collect::<Vec<_>>()
         .join(", ");
-    let upsert_stats =
-        "ON CONFLICT (endpoint_id) DO UPDATE SET updated_at = kxp_endpoint_stats.updated_at";
+    // The account is written on conflict too: a row the previous release made during a
+    // rolling upgrade has none.
+    let upsert_stats = "ON CONFLICT (endpoint_id) DO UPDATE SET updated_at = kxp_endpoint_stats.updated_at, \
+         account_id = excluded.account_id";
     if sqlite {
         let buckets = (0..BUCKET_COLUMNS.len())
             .map(|i| format!("value ->> '$.b{i}'"))
@@ -58,17 +64,17 @@ fn stats_sql(sqlite: bool) -> StatsSql {
             .join(", ");
         StatsSql {
             lock: format!(
-                "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
-                 SELECT value, 0, $2 FROM json_each($1) WHERE true {upsert_stats} {STATS_RETURNING}"
+                "INSERT INTO kxp_endpoint_stats (endpoint_id, account_id, consecutive_failures, updated_at) \
+                 SELECT value ->> '$.id', value ->> '$.a', 0, $2 FROM json_each($1) WHERE true {upsert_stats} {STATS_RETURNING}"
             ),
             write: "UPDATE kxp_endpoint_stats SET consecutive_failures = v.value ->> '$.cf', \
                    failing_since = v.value ->> '$.fs', last_success_at = v.value ->> '$.ls', \
                    last_failure_at = v.value ->> '$.lf', last_error = v.value ->> '$.le', updated_at = $2 \
-                 FROM json_each($1) AS v WHERE endpoint_id = v.value ->> '$.id'"
+                 FROM json_each($1) AS v WHERE account_id = v.value ->> '$.a' AND endpoint_id = v.value ->> '$.id'"
                 .to_owned(),
             add_hourly: format!(
-                "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, {hourly_columns}) \
-                 SELECT value ->> '$.id', value ->> '$.hour', value ->> '$.s', value ->> '$.f', {buckets} \
+                "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, account_id, hour, successes, failures, {hourly_columns}) \
+                 SELECT value ->> '$.id', value ->> '$.a', value ->> '$.hour', value ->> '$.s', value ->> '$.f', {buckets} \
                  FROM json_each($1) WHERE true ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
             ),
         }
@@ -83,19 +89,19 @@ fn stats_sql(sqlite: bool) -> StatsSql {
             .join(", ");
         StatsSql {
             lock: format!(
-                "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
-                 SELECT id, 0, $2 FROM jsonb_array_elements_text($1::jsonb) AS t(id) ORDER BY id \
+                "INSERT INTO kxp_endpoint_stats (endpoint_id, account_id, consecutive_failures, updated_at) \
+                 SELECT id, a, 0, $2 FROM jsonb_to_recordset($1::jsonb) AS t(a text, id text) ORDER BY id \
                  {upsert_stats} {STATS_RETURNING}"
             ),
             write: "UPDATE kxp_endpoint_stats s SET consecutive_failures = v.cf, failing_since = v.fs, \
                    last_success_at = v.ls, last_failure_at = v.lf, last_error = v.le, updated_at = $2 \
-                 FROM jsonb_to_recordset($1::jsonb) AS v(id text, cf bigint, fs bigint, ls bigint, lf bigint, le text) \
-                 WHERE s.endpoint_id = v.id"
+                 FROM jsonb_to_recordset($1::jsonb) AS v(a text, id text, cf bigint, fs bigint, ls bigint, lf bigint, le text) \
+                 WHERE s.account_id = v.a AND s.endpoint_id = v.id"
                 .to_owned(),
             add_hourly: format!(
-                "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, {hourly_columns}) \
-                 SELECT v.id, v.hour, v.s, v.f, {bucket_names} \
-                 FROM jsonb_to_recordset($1::jsonb) AS v(id text, hour bigint, s bigint, f bigint, {bucket_types}) \
+                "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, account_id, hour, successes, failures, {hourly_columns}) \
+                 SELECT v.id, v.a, v.hour, v.s, v.f, {bucket_names} \
+                 FROM jsonb_to_recordset($1::jsonb) AS v(a text, id text, hour bigint, s bigint, f bigint, {bucket_types}) \
                  ORDER BY v.id ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
             ),
         }
@@ -112,11 +118,19 @@ pub(crate) static STATS_POSTGRES: std::sync::LazyLock<StatsSql> =
 #[derive(Debug, FromRow)]
 pub(crate) struct StatsRow {
     pub endpoint_id: crate::model::EndpointId,
+    pub account_id: AccountId,
     pub consecutive_failures: i64,
     pub failing_since: Option<i64>,
     pub last_success_at: Option<i64>,
     pub last_failure_at: Option<i64>,
     pub last_error: Option<String>,
+}
+
+impl StatsRow {
+    /// Its endpoint's key.
+    pub(crate) fn key(&self) -> EndpointKey {
+        EndpointKey::new(&self.account_id, &self.endpoint_id)
+    }
 }
 
 impl From<StatsRow> for crate::policy::health::RunningStats {
@@ -133,16 +147,11 @@ impl From<StatsRow> for crate::policy::health::RunningStats {
 
 /// The JSON of [`StatsSql::write`] for these endpoints' statistics.
 pub(crate) fn stats_json<'a>(
-    stats: impl Iterator<
-        Item = (
-            &'a crate::model::EndpointId,
-            &'a crate::policy::health::RunningStats,
-        ),
-    >,
+    stats: impl Iterator<Item = (&'a EndpointKey, &'a crate::policy::health::RunningStats)>,
 ) -> String {
     let rows: Vec<serde_json::Value> = stats
-        .map(|(id, s)| {
-            serde_json::json!({"id": id, "cf": s.consecutive_failures, "fs": s.failing_since,
+        .map(|(key, s)| {
+            serde_json::json!({"a": key.account_id, "id": key.id, "cf": s.consecutive_failures, "fs": s.failing_since,
                 "ls": s.last_success_at, "lf": s.last_failure_at, "le": s.last_error})
         })
         .collect();
@@ -152,17 +161,12 @@ pub(crate) fn stats_json<'a>(
 /// The JSON of [`StatsSql::add_hourly`] for these endpoints' tallies of the clock hour `hour`.
 pub(crate) fn hourly_json<'a>(
     hour: i64,
-    tallies: impl Iterator<
-        Item = (
-            &'a crate::model::EndpointId,
-            &'a crate::policy::health::HourTally,
-        ),
-    >,
+    tallies: impl Iterator<Item = (&'a EndpointKey, &'a crate::policy::health::HourTally)>,
 ) -> String {
     let rows: Vec<serde_json::Value> = tallies
-        .map(|(id, t)| {
-            let mut row =
-                serde_json::json!({"id": id, "hour": hour, "s": t.successes, "f": t.failures});
+        .map(|(key, t)| {
+            let mut row = serde_json::json!({"a": key.account_id, "id": key.id, "hour": hour,
+                "s": t.successes, "f": t.failures});
             for (i, count) in t.histogram.iter().enumerate() {
                 row[format!("b{i}")] = serde_json::Value::from(*count);
             }
@@ -246,18 +250,20 @@ impl Db {
             .await?;
             let counts = sqlx::query_as::<_, (String, i64)>(
                 "SELECT status, COUNT(*) FROM kxp_deliveries \
-                 WHERE endpoint_id = $1 AND status IN ('pending', 'delivering', 'dead') GROUP BY status",
+                 WHERE account_id = $2 AND endpoint_id = $1 AND status IN ('pending', 'delivering', 'dead') GROUP BY status",
             )
             .bind(&endpoint.id)
+            .bind(account_id)
             .fetch_all(pool)
             .await?;
             // On the endpoint's due index: held deliveries sit past every due time.
             let backlog = sqlx::query_as::<_, (i64, Option<i64>)>(
                 "SELECT COUNT(*), MIN(next_attempt_at) FROM kxp_deliveries \
-                 WHERE endpoint_id = $1 AND status = 'pending' AND next_attempt_at <= $2",
+                 WHERE account_id = $3 AND endpoint_id = $1 AND status = 'pending' AND next_attempt_at <= $2",
             )
             .bind(&endpoint.id)
             .bind(now)
+            .bind(account_id)
             .fetch_one(pool)
             .await?;
             (stats, hourly, counts, backlog)

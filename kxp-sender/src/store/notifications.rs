@@ -2,7 +2,7 @@
 //! transaction of the state change it announces ([`queue_notices`]), so each change is announced
 //! exactly once; the notifier claims due rows under a lease and records each try.
 
-use crate::model::{AccountId, EndpointId, NoticeNext, Notification, NotificationId, now_ms};
+use crate::model::{AccountId, EndpointKey, NoticeNext, Notification, now_ms};
 use crate::policy::notice;
 use crate::store::backend::{Backend, NewNotice};
 use crate::store::seal::KeyRing;
@@ -15,18 +15,19 @@ pub(crate) const NOTICE_FACTS: &str = "SELECT p.id AS endpoint_id, p.account_id,
        p.circuit_state, p.circuit_probe_at, a.ops_url, a.contact_email, a.default_api_version, \
        s.consecutive_failures, s.failing_since, s.last_error \
      FROM kxp_endpoints p JOIN kxp_accounts a ON a.id = p.account_id \
-     LEFT JOIN kxp_endpoint_stats s ON s.endpoint_id = p.id WHERE p.id = $1";
+     LEFT JOIN kxp_endpoint_stats s ON s.account_id = p.account_id AND s.endpoint_id = p.id \
+     WHERE p.account_id = $2 AND p.id = $1";
 
-/// Writes the notice `kind` about the endpoint `endpoint_id` to the outbox on the transaction
+/// Writes the notice `kind` about the endpoint to the outbox on the transaction
 /// `conn`, one row per configured channel. Answers the rows written (0 when the account
 /// configured no channel: the change is still logged).
 pub(crate) async fn queue_notices<DB: Backend>(
     conn: &mut DB::Connection,
     kind: &str,
-    endpoint_id: &EndpointId,
+    endpoint: &EndpointKey,
     now: i64,
 ) -> Result<usize, sqlx::Error> {
-    let facts = DB::notice_facts(conn, endpoint_id).await?;
+    let facts = DB::notice_facts(conn, endpoint).await?;
     let (event_id, payload) = notice::envelope(&facts, kind, now);
     let channels = notice::channels(&facts);
     for (channel, target) in &channels {
@@ -97,7 +98,7 @@ impl Db {
     )]
     pub async fn finish_notification(
         &self,
-        id: &NotificationId,
+        notification: &Notification,
         owner: &str,
         attempts: i64,
         next: NoticeNext,
@@ -113,15 +114,16 @@ impl Db {
             sqlx::query(
                 "UPDATE kxp_notifications SET status = $1, attempts = $2, next_attempt_at = $3, \
                  lease_until = NULL, lease_owner = NULL, last_error = $4, updated_at = $5 \
-                 WHERE id = $6 AND lease_owner = $7",
+                 WHERE account_id = $8 AND id = $6 AND lease_owner = $7",
             )
             .bind(status)
             .bind(attempts)
             .bind(next_at)
             .bind(error)
             .bind(now)
-            .bind(id)
+            .bind(&notification.id)
             .bind(owner)
+            .bind(&notification.account_id)
             .execute(pool)
             .await?;
         });

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use sqlx::Pool;
 
-use crate::model::{EndpointId, FinishAttempt, Finished, NextState, now_ms};
+use crate::model::{EndpointKey, FinishAttempt, Finished, NextState, now_ms};
 use crate::policy::circuit::Protection;
 use crate::policy::health::{HourTally, RunningStats, hour_of};
 use crate::store::backend::Backend;
@@ -97,6 +97,17 @@ async fn finish<DB: Backend>(
     Ok(results)
 }
 
+/// The endpoints `keys` as one JSON parameter, as the recording statements take them apart:
+/// `[{"a": account, "id": endpoint}, …]`.
+pub(crate) fn keys_json(keys: &[EndpointKey]) -> String {
+    serde_json::Value::from(
+        keys.iter()
+            .map(|key| serde_json::json!({"a": key.account_id, "id": key.id}))
+            .collect::<Vec<_>>(),
+    )
+    .to_string()
+}
+
 /// What a batch's finished attempts do to their endpoints, on the transaction `conn`, once the
 /// delivery and attempt rows are written (`recorded[i]`: item `i` still held its lease): the
 /// statistics of every endpoint touched are locked and read in one statement, and their
@@ -113,34 +124,37 @@ async fn record_endpoints<DB: Backend>(
     protection: &Protection,
 ) -> Result<Vec<Finished>, sqlx::Error> {
     let mut results = vec![Finished::LeaseLost; batch.len()];
-    let mut touched: Vec<&EndpointId> = (0..batch.len())
+    let mut touched: Vec<EndpointKey> = (0..batch.len())
         .filter(|&i| recorded[i])
-        .map(|i| &batch[i].endpoint_id)
+        .map(|i| batch[i].endpoint())
         .collect();
     touched.sort_unstable();
     touched.dedup();
     if touched.is_empty() {
         return Ok(results);
     }
-    let ids = serde_json::to_string(&touched).unwrap_or_else(|_| "[]".to_owned());
-    let mut stats: BTreeMap<EndpointId, RunningStats> = DB::lock_stats(conn, &ids, now)
+    let keys = keys_json(&touched);
+    let mut stats: BTreeMap<EndpointKey, RunningStats> = DB::lock_stats(conn, &keys, now)
         .await?
         .into_iter()
-        .map(|row| (row.endpoint_id.clone(), RunningStats::from(row)))
+        .map(|row| (row.key(), RunningStats::from(row)))
         .collect();
-    let mut rows: BTreeMap<EndpointId, BreakerRow> = DB::breaker_rows(conn, &ids)
+    let mut rows: BTreeMap<EndpointKey, BreakerRow> = DB::breaker_rows(conn, &keys)
         .await?
         .into_iter()
-        .map(|row| (row.id.clone(), row))
+        .map(|row| (row.key(), row))
         .collect();
-    let mut tallies: BTreeMap<EndpointId, HourTally> = BTreeMap::new();
-    // Endpoint by endpoint in id order (a breaker's transition locks its row: two batches take
+    let mut tallies: BTreeMap<EndpointKey, HourTally> = BTreeMap::new();
+    // Endpoint by endpoint in key order (a breaker's transition locks its row: two batches take
     // such locks in the same order), each endpoint's attempts in order.
-    let mut order: Vec<usize> = (0..batch.len()).filter(|&i| recorded[i]).collect();
-    order.sort_by_key(|&i| (&batch[i].endpoint_id, i));
-    for i in order {
+    let mut order: Vec<(EndpointKey, usize)> = (0..batch.len())
+        .filter(|&i| recorded[i])
+        .map(|i| (batch[i].endpoint(), i))
+        .collect();
+    order.sort_unstable();
+    for (endpoint, i) in &order {
+        let (endpoint, i) = (endpoint, *i);
         let item = &batch[i];
-        let endpoint = &item.endpoint_id;
         let (Some(stats), Some(row)) = (stats.get_mut(endpoint), rows.get_mut(endpoint)) else {
             continue;
         };
@@ -177,7 +191,7 @@ async fn record_endpoints<DB: Backend>(
 }
 
 /// Records an attempt's outcome on its delivery ([`Db::finish_attempts`] on SQLite, one delivery
-/// at a time): `$1` the new status, … `$8` the delivery, `$9` the lease owner. A retry for an endpoint deleted during the
+/// at a time): `$1` the new status, … `$8` the delivery, `$9` the lease owner, `$10` its account. A retry for an endpoint deleted during the
 /// attempt ends the delivery instead. Built once: it runs with every attempt.
 pub(crate) static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -185,20 +199,21 @@ pub(crate) static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
          attempts = $2, first_attempt_at = COALESCE(first_attempt_at, $3), \
          next_attempt_at = $4, lease_until = NULL, lease_owner = NULL, last_status = $5, \
          last_error = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE $6 END, updated_at = $7 \
-         WHERE id = $8 AND lease_owner = $9 AND status = 'delivering'"
+         WHERE account_id = $10 AND id = $8 AND lease_owner = $9 AND status = 'delivering'"
     )
 });
 
 /// [`FINISH_ATTEMPT`] for a whole batch, on PostgreSQL: `$1`… `$8` the batch's columns as
 /// arrays (delivery, status, attempt, started at, next at, HTTP status, error, lease owner),
-/// `$9` now. Each row is checked against its own lease; returns the deliveries it recorded.
+/// `$9` now, `$10` the deliveries' accounts. Each row is checked against its own lease; returns the deliveries it recorded.
 pub(crate) const FINISH_ATTEMPTS_POSTGRES: &str = "UPDATE kxp_deliveries d SET \
        status = CASE WHEN u.status = 'pending' AND p.status = 'deleted' THEN 'dead' ELSE u.status END, \
        attempts = u.attempt, first_attempt_at = COALESCE(d.first_attempt_at, u.started_at), \
        next_attempt_at = u.next_at, lease_until = NULL, lease_owner = NULL, last_status = u.status_code, \
        last_error = CASE WHEN u.status = 'pending' AND p.status = 'deleted' THEN 'endpoint_deleted' ELSE u.error END, \
        updated_at = $9 \
-     FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::text[]) \
-       AS u(id, status, attempt, started_at, next_at, status_code, error, owner), kxp_endpoints p \
-     WHERE d.id = u.id AND d.lease_owner = u.owner AND d.status = 'delivering' AND p.id = d.endpoint_id \
+     FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::text[], $10::text[]) \
+       AS u(id, status, attempt, started_at, next_at, status_code, error, owner, account_id), kxp_endpoints p \
+     WHERE d.account_id = u.account_id AND d.id = u.id AND d.lease_owner = u.owner AND d.status = 'delivering' \
+       AND p.account_id = d.account_id AND p.id = d.endpoint_id \
      RETURNING d.id";

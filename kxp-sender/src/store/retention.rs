@@ -123,7 +123,7 @@ impl Db {
              (SELECT id FROM kxp_deliveries WHERE {FINISHED} ORDER BY updated_at, id LIMIT $2)"
         );
         let deliveries = format!(
-            "DELETE FROM kxp_deliveries WHERE id IN (SELECT id FROM kxp_deliveries WHERE {FINISHED} \
+            "DELETE FROM kxp_deliveries WHERE (account_id, id) IN (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED} \
              AND NOT EXISTS (SELECT 1 FROM kxp_attempts a WHERE a.delivery_id = kxp_deliveries.id) \
              ORDER BY updated_at, id LIMIT $2)"
         );

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    AccountId, EndpointId, KeyCheck, LiveSecret, Rotated, new_key, new_secret, now_ms,
+    AccountId, EndpointId, EndpointKey, KeyCheck, LiveSecret, Rotated, new_key, new_secret, now_ms,
     public_key_of, rfc3339,
 };
 use crate::store::seal::{KeyRing, OpenError, Stored, open_stored, to_stored};
@@ -207,12 +207,14 @@ impl Db {
             let mut first_new = None;
             for (kind, plain) in &fresh {
                 let row = sqlx::query_scalar::<_, i64>(
-                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) VALUES ($1, $2, $3, $4) RETURNING id",
+                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, account_id) \
+                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
                 )
                 .bind(id)
                 .bind(stored_secret(ring, id, plain))
                 .bind(now)
                 .bind(kind)
+                .bind(account_id)
                 .fetch_one(&mut *tx)
                 .await?;
                 first_new.get_or_insert(row);
@@ -220,11 +222,13 @@ impl Db {
             // Only a rotation that keeps older secrets has anything to wait for.
             let confirm = confirmations.filter(|_| kept > 0).map(i64::from);
             sqlx::query(
-                "UPDATE kxp_endpoints SET confirm_secret_id = $1, confirm_needed = $2, confirmations = 0 WHERE id = $3",
+                "UPDATE kxp_endpoints SET confirm_secret_id = $1, confirm_needed = $2, confirmations = 0 \
+                 WHERE account_id = $4 AND id = $3",
             )
             .bind(confirm.and(first_new))
             .bind(confirm)
             .bind(id)
+            .bind(account_id)
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -274,11 +278,13 @@ impl Db {
             if to.ed25519() && !from.ed25519() {
                 let key = new_key(&kxp_api::Format::parse(&format));
                 sqlx::query(
-                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) VALUES ($1, $2, $3, 'ed25519')",
+                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, account_id) \
+                     VALUES ($1, $2, $3, 'ed25519', $4)",
                 )
                 .bind(id)
                 .bind(stored_secret(ring, id, &key))
                 .bind(now)
+                .bind(account_id)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -298,9 +304,10 @@ impl Db {
                     .await?;
                 }
             }
-            sqlx::query("UPDATE kxp_endpoints SET signing = $1 WHERE id = $2")
+            sqlx::query("UPDATE kxp_endpoints SET signing = $1 WHERE account_id = $3 AND id = $2")
                 .bind(to.as_str())
                 .bind(id)
+                .bind(account_id)
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
@@ -463,10 +470,10 @@ impl Db {
     /// that ended.
     pub(crate) async fn record_key_checks(
         &self,
-        checks: &[(EndpointId, i64, KeyCheck)],
-    ) -> Result<Vec<EndpointId>, StoreError> {
+        checks: &[(EndpointKey, i64, KeyCheck)],
+    ) -> Result<Vec<EndpointKey>, StoreError> {
         let mut latest: BTreeMap<i64, i64> = BTreeMap::new();
-        let mut confirming: BTreeMap<&EndpointId, Vec<Option<i64>>> = BTreeMap::new();
+        let mut confirming: BTreeMap<&EndpointKey, Vec<Option<i64>>> = BTreeMap::new();
         for (endpoint, at, check) in checks {
             if let Some(secret) = check.verified {
                 let seen = latest.entry(secret).or_insert(*at);
@@ -481,7 +488,8 @@ impl Db {
             // NO KEY UPDATE: compatible with the KEY SHARE a batch of attempts holds on its
             // endpoints.
             let read = format!(
-                "SELECT confirm_secret_id, confirm_needed, confirmations FROM kxp_endpoints WHERE id = $1{}",
+                "SELECT confirm_secret_id, confirm_needed, confirmations FROM kxp_endpoints \
+                 WHERE account_id = $2 AND id = $1{}",
                 DB::row_lock(" FOR NO KEY UPDATE")
             );
             let mut tx = pool.begin_with(DB::BEGIN).await?;
@@ -496,10 +504,11 @@ impl Db {
                 .await?;
             }
             let mut ended = Vec::new();
-            // Endpoints in id order: two recorders lock their rows in the same order.
+            // Endpoints in key order: two recorders lock their rows in the same order.
             for (endpoint, seen) in confirming {
                 let row = sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(&read)
-                    .bind(endpoint)
+                    .bind(&endpoint.id)
+                    .bind(&endpoint.account_id)
                     .fetch_optional(&mut *tx)
                     .await?;
                 let Some((Some(secret), Some(needed), mut count)) = row else {
@@ -517,15 +526,18 @@ impl Db {
                     "SELECT COUNT(*) FROM kxp_endpoint_secrets WHERE endpoint_id = $1 AND id < $2 \
                      AND (expires_at IS NULL OR expires_at > $3)",
                 )
-                .bind(endpoint)
+                .bind(&endpoint.id)
                 .bind(secret)
                 .bind(now)
                 .fetch_one(&mut *tx)
                 .await?;
                 if count < needed && older > 0 {
-                    sqlx::query("UPDATE kxp_endpoints SET confirmations = $1 WHERE id = $2")
-                        .bind(count)
-                        .bind(endpoint)
+                    sqlx::query(
+                        "UPDATE kxp_endpoints SET confirmations = $1 WHERE account_id = $3 AND id = $2",
+                    )
+                    .bind(count)
+                    .bind(&endpoint.id)
+                    .bind(&endpoint.account_id)
                         .execute(&mut *tx)
                         .await?;
                     continue;
@@ -536,14 +548,16 @@ impl Db {
                      AND (expires_at IS NULL OR expires_at > $1)",
                 )
                 .bind(now)
-                .bind(endpoint)
+                .bind(&endpoint.id)
                 .bind(secret)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(
-                    "UPDATE kxp_endpoints SET confirm_secret_id = NULL, confirm_needed = NULL, confirmations = 0 WHERE id = $1",
+                    "UPDATE kxp_endpoints SET confirm_secret_id = NULL, confirm_needed = NULL, confirmations = 0 \
+                     WHERE account_id = $2 AND id = $1",
                 )
-                .bind(endpoint)
+                .bind(&endpoint.id)
+                .bind(&endpoint.account_id)
                 .execute(&mut *tx)
                 .await?;
                 if older > 0 {

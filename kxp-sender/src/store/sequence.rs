@@ -39,10 +39,12 @@ const UNNUMBERED_POSTGRES: &str = "SELECT DISTINCT endpoint_id FROM kxp_deliveri
 /// The sequencer rows of the endpoints in `$1` (a text array), locked for this pass: those it
 /// makes (endpoints numbered for the first time; this transaction holds a row it inserts) and
 /// those no other sequencer holds (the rest are skipped). The insert's rows are not in the
-/// locking read's snapshot, so none is listed twice.
-const LOCK_POSTGRES: &str = "WITH made AS (INSERT INTO kxp_sequences (endpoint_id, next_sequence) \
-       SELECT id, 1 FROM unnest($1::text[]) AS id \
-       WHERE NOT EXISTS (SELECT 1 FROM kxp_sequences s WHERE s.endpoint_id = id) \
+/// locking read's snapshot, so none is listed twice. A row made takes its endpoint's account.
+/// The rows are matched by endpoint alone: one the previous release made during a rolling
+/// upgrade has no account until `kxp migrate apply` fills it in.
+const LOCK_POSTGRES: &str = "WITH made AS (INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
+       SELECT e.id, e.account_id, 1 FROM kxp_endpoints e WHERE e.id = ANY($1::text[]) \
+       AND NOT EXISTS (SELECT 1 FROM kxp_sequences s WHERE s.endpoint_id = e.id) \
        ON CONFLICT DO NOTHING RETURNING endpoint_id), \
      held AS (SELECT endpoint_id FROM kxp_sequences WHERE endpoint_id = ANY($1::text[]) \
        ORDER BY endpoint_id FOR UPDATE SKIP LOCKED) \
@@ -50,12 +52,12 @@ const LOCK_POSTGRES: &str = "WITH made AS (INSERT INTO kxp_sequences (endpoint_i
 
 /// Numbers the oldest `$2` unnumbered deliveries of each endpoint in `$1` (a text array, locked
 /// by [`LOCK_POSTGRES`]) and moves their `next_sequence` past them; answers how many it numbered.
-const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.endpoint_id, \
+const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.account_id, d.endpoint_id, \
        ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
        FROM kxp_deliveries d WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND d.endpoint_id = ANY($1::text[])), \
      numbered AS (UPDATE kxp_deliveries d SET sequence = p.next_sequence + t.n - 1 \
        FROM todo t JOIN kxp_sequences p ON p.endpoint_id = t.endpoint_id \
-       WHERE d.id = t.id AND t.n <= $2 RETURNING d.endpoint_id, d.sequence), \
+       WHERE d.account_id = t.account_id AND d.id = t.id AND t.n <= $2 RETURNING d.endpoint_id, d.sequence), \
      moved AS (UPDATE kxp_sequences p SET next_sequence = m.top + 1 \
        FROM (SELECT endpoint_id, MAX(sequence) AS top FROM numbered GROUP BY endpoint_id) m \
        WHERE p.endpoint_id = m.endpoint_id RETURNING p.endpoint_id) \
@@ -63,18 +65,19 @@ const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.endpoint_id, \
 
 /// [`NUMBER_POSTGRES`] on SQLite: `$1` a JSON array of endpoint ids or NULL for all; returns
 /// the endpoints it numbered deliveries of, one row per delivery.
-const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELECT d.id, \
+const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELECT d.id, d.account_id, \
        COALESCE(p.next_sequence, 1) + ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) - 1 AS s, \
        ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
        FROM kxp_deliveries d LEFT JOIN kxp_sequences p ON p.endpoint_id = d.endpoint_id \
        WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND ($1 IS NULL OR d.endpoint_id IN (SELECT value FROM json_each($1)))) t \
-     WHERE kxp_deliveries.id = t.id AND t.n <= $2 RETURNING endpoint_id";
+     WHERE kxp_deliveries.account_id = t.account_id AND kxp_deliveries.id = t.id AND t.n <= $2 RETURNING endpoint_id";
 
 /// Moves `next_sequence` of the endpoints in `$1` (a JSON array) past their highest number,
-/// making their rows the first time.
-const MOVE_SQLITE: &str = "INSERT INTO kxp_sequences (endpoint_id, next_sequence) \
-       SELECT j.value, (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d WHERE d.endpoint_id = j.value) \
-       FROM json_each($1) AS j WHERE true \
+/// making their rows (with their endpoint's account) the first time.
+const MOVE_SQLITE: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
+       SELECT e.id, e.account_id, (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d \
+         WHERE d.account_id = e.account_id AND d.endpoint_id = e.id) \
+       FROM json_each($1) AS j JOIN kxp_endpoints e ON e.id = j.value WHERE true \
      ON CONFLICT (endpoint_id) DO UPDATE SET next_sequence = excluded.next_sequence";
 
 impl Db {

@@ -173,9 +173,11 @@ async fn health_follows_attempts(database: Database) {
         signed_with: String::new(),
         verified_key: None,
     };
+    let account = db.account_by_key(&s.api.key).await.unwrap().unwrap();
     let lost = FinishAttempt {
         delivery_id: delivered["id"].as_str().unwrap().into(),
         endpoint_id: endpoint_id.as_str().into(),
+        account_id: account.id,
         owner: "not-the-owner".to_owned(),
         attempt: 2,
         record,

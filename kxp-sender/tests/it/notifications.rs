@@ -315,7 +315,7 @@ async fn a_notification_is_recorded_only_by_the_notifier_holding_its_lease() {
             .unwrap()
             .is_some_and(|n| n.id == "ntf_a")
     );
-    db.finish_notification(&"ntf_b".into(), "b", 1, NoticeNext::Sent, None)
+    db.finish_notification(&a, "b", 1, NoticeNext::Sent, None)
         .await
         .unwrap();
     let status = async |id: &str| -> String {
@@ -326,7 +326,7 @@ async fn a_notification_is_recorded_only_by_the_notifier_holding_its_lease() {
             .unwrap()
     };
     assert_eq!(status("ntf_b").await, "pending");
-    db.finish_notification(&"ntf_b".into(), "a", 1, NoticeNext::Sent, None)
+    db.finish_notification(&a, "a", 1, NoticeNext::Sent, None)
         .await
         .unwrap();
     assert_eq!(status("ntf_b").await, "sent");

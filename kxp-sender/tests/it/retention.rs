@@ -64,7 +64,7 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue() {
     let Db::Sqlite(pool) = db else { unreachable!() };
     sqlx::query(
         "INSERT INTO kxp_endpoint_stats_hourly SELECT endpoint_id, 0, successes, failures, le_10, le_25, \
-         le_50, le_100, le_250, le_500, le_1000, le_2500, le_5000, le_10000, le_30000, le_inf \
+         le_50, le_100, le_250, le_500, le_1000, le_2500, le_5000, le_10000, le_30000, le_inf, account_id \
          FROM kxp_endpoint_stats_hourly LIMIT 1",
     )
     .execute(pool)

@@ -108,6 +108,7 @@ pub(super) async fn attempt(
         .finish(FinishAttempt {
             delivery_id: job.id.clone(),
             endpoint_id: job.endpoint_id.clone(),
+            account_id: job.account_id.clone(),
             owner: owner.to_owned(),
             attempt: number,
             record,

@@ -32,7 +32,7 @@ pub(super) struct InFlight {
     pub(super) ready: HashSet<EndpointId>,
     limits: HashMap<EndpointId, (Adaptive, Instant)>,
     /// The deliveries of the attempts in flight: put back at shutdown if they do not finish.
-    pub(super) deliveries: HashSet<DeliveryId>,
+    pub(super) deliveries: HashMap<DeliveryId, AccountId>,
     limiter: RateLimiter<EndpointId>,
     ceiling: usize,
 }
@@ -48,7 +48,7 @@ impl InFlight {
             fairness: Fairness::new(workers),
             ready: HashSet::new(),
             limits: HashMap::new(),
-            deliveries: HashSet::new(),
+            deliveries: HashMap::new(),
             limiter: RateLimiter::default(),
             ceiling,
         }
@@ -203,7 +203,8 @@ impl InFlight {
                 .entry(job.endpoint_id.clone())
                 .or_insert(0) += 1;
             *self.per_account.entry(account_id.clone()).or_insert(0) += 1;
-            self.deliveries.insert(job.id.clone());
+            self.deliveries
+                .insert(job.id.clone(), job.account_id.clone());
         }
         admitted
     }
@@ -296,6 +297,7 @@ mod tests {
             event_type: "order.paid".to_owned(),
             payload: "{}".to_owned(),
             endpoint_id: EndpointId::from(endpoint_id),
+            account_id: AccountId::from("acc_a"),
             url: "https://example.com/hook".to_owned(),
             timeout_ms: 5000,
             attempts: 0,

@@ -220,7 +220,7 @@ impl Loop {
                 &plan.accounts,
             )
             .await;
-        let claimed = claimed_jobs(claimed, |c| (c.account_id, c.job));
+        let claimed = claimed_jobs(claimed);
         plan.charge(
             claimed
                 .iter()
@@ -254,7 +254,7 @@ impl Loop {
             )
             .await;
         drop(turn);
-        claimed_jobs(taken, |c| (c.account_id, c.job))
+        claimed_jobs(taken)
     }
 
     /// Starts an attempt for each claimed job it admits, and puts back the others untried.
@@ -268,7 +268,7 @@ impl Loop {
                 .insert(job.endpoint_id.clone(), account_id.clone());
             match self.admit(&account_id, &job, with_work.len()) {
                 Some(permit) => self.spawn(account_id, job, permit),
-                None => release(&self.db, &job.id, &self.owner).await,
+                None => release(&self.db, &account_id, &job.id, &self.owner).await,
             }
         }
     }
@@ -349,21 +349,23 @@ impl Loop {
         drop(self.recorder);
         // Bounded: with the database gone, what is left is reclaimed when its leases run out.
         let _ = tokio::time::timeout(grace, recording).await;
-        let left: Vec<DeliveryId> = lock(&self.in_flight).deliveries.iter().cloned().collect();
-        for id in left {
-            release(&self.db, &id, &self.owner).await;
+        let left: Vec<(DeliveryId, AccountId)> = lock(&self.in_flight)
+            .deliveries
+            .iter()
+            .map(|(id, account_id)| (id.clone(), account_id.clone()))
+            .collect();
+        for (id, account_id) in left {
+            release(&self.db, &account_id, &id, &self.owner).await;
         }
     }
 }
-/// The jobs a claim took, each with its account (`parts` of the store's row); a failed claim
-/// is logged and took none.
-fn claimed_jobs<C>(
-    claim: Result<Vec<C>, StoreError>,
-    parts: impl FnMut(C) -> Claimed,
-) -> Vec<Claimed> {
+/// The jobs a claim took, each with its account; a failed claim is logged and took none.
+fn claimed_jobs(claim: Result<Vec<Job>, StoreError>) -> Vec<Claimed> {
     match claim {
-        // Moved in place: the claim's vector is reused.
-        Ok(jobs) => jobs.into_iter().map(parts).collect(),
+        Ok(jobs) => jobs
+            .into_iter()
+            .map(|job| (job.account_id.clone(), job))
+            .collect(),
         Err(e) => {
             tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed");
             Vec::new()
@@ -389,8 +391,8 @@ async fn probe(db: &Db) {
     }
 }
 
-async fn release(db: &Db, id: &DeliveryId, owner: &str) {
-    if let Err(e) = db.release(id, owner).await {
+async fn release(db: &Db, account_id: &AccountId, id: &DeliveryId, owner: &str) {
+    if let Err(e) = db.release(account_id, id, owner).await {
         // Not fatal: the lease runs out and the delivery is reclaimed then.
         tracing::error!(target: "kxp_sender", delivery_id = %id, error = %e, "releasing a delivery failed");
     }

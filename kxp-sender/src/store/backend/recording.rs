@@ -5,7 +5,9 @@
 
 use std::future::Future;
 
-use crate::model::{DeliveryId, EndpointId, EventId, FinishAttempt, NoticeFacts, Transition};
+use crate::model::{
+    AccountId, DeliveryId, EndpointKey, EventId, FinishAttempt, NoticeFacts, Transition,
+};
 use crate::store::circuit::{BREAKER_ROW, BreakerRow, CLOSE, DISABLE, OPEN, REOPEN};
 use crate::store::health::{STATS_POSTGRES, STATS_SQLITE, StatsRow};
 use crate::store::notifications::NOTICE_FACTS;
@@ -44,10 +46,11 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
         now: i64,
     ) -> impl Future<Output = Result<Vec<bool>, sqlx::Error>> + Send;
 
-    /// [`StatsSql::lock`](crate::store::health::StatsSql::lock): `ids` a JSON array.
+    /// [`StatsSql::lock`](crate::store::health::StatsSql::lock): `keys` the endpoints'
+    /// [`keys_json`](crate::store::record::keys_json).
     fn lock_stats(
         conn: &mut Self::Connection,
-        ids: &str,
+        keys: &str,
         now: i64,
     ) -> impl Future<Output = Result<Vec<StatsRow>, sqlx::Error>> + Send;
 
@@ -64,16 +67,17 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
         tallies: String,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
-    /// The [`BreakerRow`]s of the endpoints in `ids`, a JSON array.
+    /// The [`BreakerRow`]s of the endpoints `keys`, a
+    /// [`keys_json`](crate::store::record::keys_json).
     fn breaker_rows(
         conn: &mut Self::Connection,
-        ids: &str,
+        keys: &str,
     ) -> impl Future<Output = Result<Vec<BreakerRow>, sqlx::Error>> + Send;
 
     /// One endpoint's [`BreakerRow`].
     fn breaker_row(
         conn: &mut Self::Connection,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
     ) -> impl Future<Output = Result<BreakerRow, sqlx::Error>> + Send;
 
     /// Makes `transition` on the endpoint (`probe_at`: the next probe, for the two that open
@@ -82,14 +86,15 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     fn transition(
         conn: &mut Self::Connection,
         transition: Transition,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
         now: i64,
         probe_at: Option<i64>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
-    /// Holds one pending delivery (a half-open circuit's failed probe).
+    /// Holds one pending delivery of the account (a half-open circuit's failed probe).
     fn hold_delivery(
         conn: &mut Self::Connection,
+        account_id: &AccountId,
         delivery_id: &DeliveryId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
@@ -98,7 +103,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// `UPDATE … FROM` with a window function works on both backends. Answers how many.
     fn spread_held(
         conn: &mut Self::Connection,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
         now: i64,
         spacing: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
@@ -107,7 +112,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// [`spread_held`](Backend::spread_held) releases them). Answers how many.
     fn hold_pending(
         conn: &mut Self::Connection,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
@@ -115,7 +120,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// it moved (0 when another process did it first).
     fn half_open(
         conn: &mut Self::Connection,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
@@ -123,7 +128,7 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     /// endpoint's probe.
     fn release_probe(
         conn: &mut Self::Connection,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
         now: i64,
     ) -> impl Future<Output = Result<Option<DeliveryId>, sqlx::Error>> + Send;
 
@@ -131,13 +136,13 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     fn set_probe(
         conn: &mut Self::Connection,
         probe: &str,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// The facts a notice about the endpoint describes.
     fn notice_facts(
         conn: &mut Self::Connection,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
     ) -> impl Future<Output = Result<NoticeFacts, sqlx::Error>> + Send;
 
     /// Queues one notice on one channel.
@@ -147,8 +152,8 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }
 
-/// The statement that makes `transition`, if it makes one: `$1` the endpoint, `$2` now, and
-/// for the two that open the circuit `$3` the next probe time.
+/// The statement that makes `transition`, if it makes one: `$1` the endpoint, `$2` now, `$3`
+/// its account, and for the two that open the circuit `$4` the next probe time.
 fn transition_sql(transition: Transition) -> Option<&'static str> {
     match transition {
         Transition::Stay => None,
@@ -175,11 +180,11 @@ macro_rules! recording_sql {
 
             async fn lock_stats(
                 conn: &mut Self::Connection,
-                ids: &str,
+                keys: &str,
                 now: i64,
             ) -> Result<Vec<StatsRow>, sqlx::Error> {
                 sqlx::query_as::<_, StatsRow>(&$stats.lock)
-                    .bind(ids)
+                    .bind(keys)
                     .bind(now)
                     .fetch_all(&mut *conn)
                     .await
@@ -211,20 +216,21 @@ macro_rules! recording_sql {
 
             async fn breaker_rows(
                 conn: &mut Self::Connection,
-                ids: &str,
+                keys: &str,
             ) -> Result<Vec<BreakerRow>, sqlx::Error> {
                 sqlx::query_as::<_, BreakerRow>($breakers)
-                    .bind(ids)
+                    .bind(keys)
                     .fetch_all(&mut *conn)
                     .await
             }
 
             async fn breaker_row(
                 conn: &mut Self::Connection,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
             ) -> Result<BreakerRow, sqlx::Error> {
                 sqlx::query_as::<_, BreakerRow>(BREAKER_ROW)
-                    .bind(endpoint_id)
+                    .bind(&endpoint.id)
+                    .bind(&endpoint.account_id)
                     .fetch_one(&mut *conn)
                     .await
             }
@@ -232,14 +238,17 @@ macro_rules! recording_sql {
             async fn transition(
                 conn: &mut Self::Connection,
                 transition: Transition,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
                 now: i64,
                 probe_at: Option<i64>,
             ) -> Result<bool, sqlx::Error> {
                 let Some(sql) = transition_sql(transition) else {
                     return Ok(false);
                 };
-                let query = sqlx::query(sql).bind(endpoint_id).bind(now);
+                let query = sqlx::query(sql)
+                    .bind(&endpoint.id)
+                    .bind(now)
+                    .bind(&endpoint.account_id);
                 let query = match probe_at {
                     Some(at) => query.bind(at),
                     None => query,
@@ -249,14 +258,16 @@ macro_rules! recording_sql {
 
             async fn hold_delivery(
                 conn: &mut Self::Connection,
+                account_id: &AccountId,
                 delivery_id: &DeliveryId,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query(
                     "UPDATE kxp_deliveries SET next_attempt_at = $1 \
-                     WHERE id = $2 AND status = 'pending'",
+                     WHERE account_id = $3 AND id = $2 AND status = 'pending'",
                 )
                 .bind(crate::model::HELD)
                 .bind(delivery_id)
+                .bind(account_id)
                 .execute(&mut *conn)
                 .await?;
                 Ok(())
@@ -264,20 +275,21 @@ macro_rules! recording_sql {
 
             async fn spread_held(
                 conn: &mut Self::Connection,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
                 now: i64,
                 spacing: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
                     "UPDATE kxp_deliveries SET next_attempt_at = $1 + s.rn * $2, updated_at = $1 \
                      FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) - 1 AS rn FROM kxp_deliveries \
-                           WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at = $4) AS s \
-                     WHERE kxp_deliveries.id = s.id",
+                           WHERE account_id = $5 AND endpoint_id = $3 AND status = 'pending' AND next_attempt_at = $4) AS s \
+                     WHERE kxp_deliveries.account_id = $5 AND kxp_deliveries.id = s.id",
                 )
                 .bind(now)
                 .bind(spacing)
-                .bind(endpoint_id)
+                .bind(&endpoint.id)
                 .bind(crate::model::HELD)
+                .bind(&endpoint.account_id)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected())
@@ -285,16 +297,17 @@ macro_rules! recording_sql {
 
             async fn hold_pending(
                 conn: &mut Self::Connection,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
                     "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $2 \
-                     WHERE endpoint_id = $3 AND status = 'pending' AND next_attempt_at <> $1",
+                     WHERE account_id = $4 AND endpoint_id = $3 AND status = 'pending' AND next_attempt_at <> $1",
                 )
                 .bind(crate::model::HELD)
                 .bind(now)
-                .bind(endpoint_id)
+                .bind(&endpoint.id)
+                .bind(&endpoint.account_id)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected())
@@ -302,15 +315,16 @@ macro_rules! recording_sql {
 
             async fn half_open(
                 conn: &mut Self::Connection,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
                     "UPDATE kxp_endpoints SET circuit_state = 'half_open', updated_at = $2 \
-                     WHERE id = $1 AND circuit_state = 'open' AND circuit_probe_at <= $2 AND status = 'active'",
+                     WHERE account_id = $3 AND id = $1 AND circuit_state = 'open' AND circuit_probe_at <= $2 AND status = 'active'",
                 )
-                .bind(endpoint_id)
+                .bind(&endpoint.id)
                 .bind(now)
+                .bind(&endpoint.account_id)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected())
@@ -318,17 +332,18 @@ macro_rules! recording_sql {
 
             async fn release_probe(
                 conn: &mut Self::Connection,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
                 now: i64,
             ) -> Result<Option<DeliveryId>, sqlx::Error> {
                 sqlx::query_scalar::<_, DeliveryId>(
-                    "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $1 WHERE id = \
-                     (SELECT id FROM kxp_deliveries WHERE endpoint_id = $2 AND status = 'pending' \
+                    "UPDATE kxp_deliveries SET next_attempt_at = $1, updated_at = $1 WHERE account_id = $4 AND id = \
+                     (SELECT id FROM kxp_deliveries WHERE account_id = $4 AND endpoint_id = $2 AND status = 'pending' \
                       AND next_attempt_at = $3 ORDER BY attempts, id LIMIT 1) RETURNING id",
                 )
                 .bind(now)
-                .bind(endpoint_id)
+                .bind(&endpoint.id)
                 .bind(crate::model::HELD)
+                .bind(&endpoint.account_id)
                 .fetch_optional(&mut *conn)
                 .await
             }
@@ -336,11 +351,12 @@ macro_rules! recording_sql {
             async fn set_probe(
                 conn: &mut Self::Connection,
                 probe: &str,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query("UPDATE kxp_endpoints SET circuit_probe_id = $1 WHERE id = $2")
+                sqlx::query("UPDATE kxp_endpoints SET circuit_probe_id = $1 WHERE account_id = $3 AND id = $2")
                     .bind(probe)
-                    .bind(endpoint_id)
+                    .bind(&endpoint.id)
+                    .bind(&endpoint.account_id)
                     .execute(&mut *conn)
                     .await?;
                 Ok(())
@@ -348,10 +364,11 @@ macro_rules! recording_sql {
 
             async fn notice_facts(
                 conn: &mut Self::Connection,
-                endpoint_id: &EndpointId,
+                endpoint: &EndpointKey,
             ) -> Result<NoticeFacts, sqlx::Error> {
                 sqlx::query_as::<_, NoticeFacts>(NOTICE_FACTS)
-                    .bind(endpoint_id)
+                    .bind(&endpoint.id)
+                    .bind(&endpoint.account_id)
                     .fetch_one(&mut *conn)
                     .await
             }
@@ -384,8 +401,9 @@ macro_rules! recording_sql {
 
 recording_sql!(
     sqlx::Sqlite,
-    breakers: "SELECT id, status, circuit_state, circuit_failed_probes, \
-       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints WHERE id IN (SELECT value FROM json_each($1))",
+    breakers: "SELECT p.id, p.account_id, p.status, p.circuit_state, p.circuit_failed_probes, \
+       p.circuit_probe_id, p.rate_limit_per_second FROM json_each($1) k \
+     JOIN kxp_endpoints p ON p.account_id = k.value ->> '$.a' AND p.id = k.value ->> '$.id'",
     stats: STATS_SQLITE,
     {
         // In-process: one small statement per delivery costs microseconds.
@@ -408,6 +426,7 @@ recording_sql!(
                     .bind(now)
                     .bind(&item.delivery_id)
                     .bind(&item.owner)
+                    .bind(&item.account_id)
                     .execute(&mut *conn)
                     .await?
                     .rows_affected();
@@ -415,8 +434,8 @@ recording_sql!(
                     continue;
                 }
                 sqlx::query(
-                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key, account_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 )
                 .bind(&item.delivery_id)
                 .bind(item.attempt)
@@ -427,6 +446,7 @@ recording_sql!(
                 .bind(&record.response_snippet)
                 .bind(&record.signed_with)
                 .bind(&record.verified_key)
+                .bind(&item.account_id)
                 .execute(&mut *conn)
                 .await?;
                 recorded[i] = true;
@@ -438,9 +458,9 @@ recording_sql!(
 
 recording_sql!(
     sqlx::Postgres,
-    breakers: "SELECT id, status, circuit_state, circuit_failed_probes, \
-       circuit_probe_id, rate_limit_per_second FROM kxp_endpoints \
-     WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb))",
+    breakers: "SELECT p.id, p.account_id, p.status, p.circuit_state, p.circuit_failed_probes, \
+       p.circuit_probe_id, p.rate_limit_per_second FROM jsonb_to_recordset($1::jsonb) AS k(a text, id text) \
+     JOIN kxp_endpoints p ON p.account_id = k.a AND p.id = k.id",
     stats: STATS_POSTGRES,
     {
         // Over the network: every delivery of the batch in one statement, and every attempt
@@ -451,16 +471,24 @@ recording_sql!(
             finishing: &[Finishing<'_>],
             now: i64,
         ) -> Result<Vec<bool>, sqlx::Error> {
-            let mut endpoints: Vec<&str> = batch.iter().map(|f| f.endpoint_id.as_str()).collect();
+            let mut endpoints: Vec<(&str, &str)> = batch
+                .iter()
+                .map(|f| (f.endpoint_id.as_str(), f.account_id.as_str()))
+                .collect();
             endpoints.sort_unstable();
             endpoints.dedup();
+            let (ids, accounts): (Vec<&str>, Vec<&str>) = endpoints.into_iter().unzip();
             // The endpoint rows under KEY SHARE: a pause, resume or delete (FOR UPDATE)
             // waits for this batch's outcome instead of missing it, and batches, ingestion
             // (FOR SHARE) and the breaker's own updates never wait for each other.
-            sqlx::query("SELECT 1 FROM kxp_endpoints WHERE id = ANY($1) ORDER BY id FOR KEY SHARE")
-                .bind(&endpoints)
-                .execute(&mut *conn)
-                .await?;
+            sqlx::query(
+                "SELECT 1 FROM kxp_endpoints p JOIN UNNEST($1::text[], $2::text[]) AS k(id, a) \
+                 ON p.account_id = k.a AND p.id = k.id ORDER BY p.id FOR KEY SHARE OF p",
+            )
+            .bind(&ids)
+            .bind(&accounts)
+            .execute(&mut *conn)
+            .await?;
             let column = |f: fn(&FinishAttempt) -> String| batch.iter().map(f).collect::<Vec<_>>();
             let updated: std::collections::HashSet<String> =
                 sqlx::query_scalar::<_, String>(FINISH_ATTEMPTS_POSTGRES)
@@ -473,6 +501,7 @@ recording_sql!(
                     .bind(finishing.iter().map(|f| f.error).collect::<Vec<_>>())
                     .bind(column(|item| item.owner.clone()))
                     .bind(now)
+                    .bind(column(|item| item.account_id.to_string()))
                     .fetch_all(&mut *conn)
                     .await?
                     .into_iter()
@@ -490,8 +519,8 @@ recording_sql!(
                 .collect();
             if !rows.is_empty() {
                 sqlx::query(
-                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key) \
-                     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[])",
+                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key, account_id) \
+                     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])",
                 )
                 .bind(rows.iter().map(|(item, _)| item.delivery_id.as_str()).collect::<Vec<_>>())
                 .bind(rows.iter().map(|(item, _)| item.attempt).collect::<Vec<_>>())
@@ -514,6 +543,7 @@ recording_sql!(
                         .map(|(item, _)| item.record.verified_key.as_deref())
                         .collect::<Vec<_>>(),
                 )
+                .bind(rows.iter().map(|(item, _)| item.account_id.as_str()).collect::<Vec<_>>())
                 .execute(&mut *conn)
                 .await?;
             }
