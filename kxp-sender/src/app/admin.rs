@@ -55,6 +55,14 @@ impl Admin {
         self.db.apply_migrations(lock_timeout, applied).await
     }
 
+    /// Fills in what the account-keyed schema's expand step leaves to be filled: the account
+    /// of rows written before it (and by the previous release during a rolling upgrade), and
+    /// the credential directories' rows. In batches, idempotent; answers how many rows it
+    /// wrote. `kxp migrate apply` runs it after the migrations (docs/upgrading.md).
+    pub async fn fill_accounts(&self) -> Result<u64, sqlx::Error> {
+        self.db.fill_accounts().await
+    }
+
     /// Closes the pool: a command closes it before it exits, so SQLite checkpoints its WAL.
     pub async fn close(&self) {
         self.db.close().await;

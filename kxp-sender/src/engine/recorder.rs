@@ -62,28 +62,29 @@ impl Recorder {
     }
 }
 
-/// When this process last wrote each secret's latest verification (secret row id → Unix ms).
+/// When this process last wrote each secret's latest verification ((endpoint, secret row id) →
+/// Unix ms).
 #[derive(Default)]
-struct Written(HashMap<i64, i64>);
+struct Written(HashMap<(EndpointKey, i64), i64>);
 
 impl Written {
     /// The most secrets remembered; past it, entries old enough to be written again go.
     const MAX: usize = 10_000;
 
-    /// Whether `check`, made at `at`, is worth a write.
-    fn news(&self, at: i64, check: &KeyCheck) -> bool {
+    /// Whether `check` of `endpoint`, made at `at`, is worth a write.
+    fn news(&self, endpoint: &EndpointKey, at: i64, check: &KeyCheck) -> bool {
         check.confirming
             || check.verified.is_some_and(|secret| {
                 self.0
-                    .get(&secret)
+                    .get(&(endpoint.clone(), secret))
                     .is_none_or(|&written| at.saturating_sub(written) >= VERIFIED_PRECISION_MS)
             })
     }
 
     fn wrote(&mut self, checks: &[(EndpointKey, i64, KeyCheck)]) {
-        for (_, at, check) in checks {
+        for (endpoint, at, check) in checks {
             if let Some(secret) = check.verified {
-                self.0.insert(secret, *at);
+                self.0.insert((endpoint.clone(), secret), *at);
             }
         }
         if self.0.len() > Written::MAX {
@@ -110,10 +111,10 @@ async fn record_keys(
             .zip(results)
             .filter(|(_, result)| matches!(result, Finished::Recorded { .. }))
             .filter_map(|(item, _)| {
-                let at = item.record.started_at;
+                let (endpoint, at) = (item.endpoint(), item.record.started_at);
                 item.keys
-                    .filter(|check| written.news(at, check))
-                    .map(|check| (item.endpoint(), at, check))
+                    .filter(|check| written.news(&endpoint, at, check))
+                    .map(|check| (endpoint, at, check))
             })
             .collect()
     };

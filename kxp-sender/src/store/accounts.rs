@@ -10,6 +10,23 @@ use crate::store::{Db, StoreError, on_db};
 
 const ACCOUNT_COLUMNS: &str = "id, name, default_api_version, ops_url, contact_email, created_at";
 
+/// The account whose key hashes to `$1`, through the key directory.
+static BY_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM kxp_api_keys k JOIN kxp_accounts a ON a.id = k.account_id WHERE k.key_hash = $1",
+        ACCOUNT_COLUMNS
+            .split(", ")
+            .map(|c| format!("a.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+});
+
+/// The account whose own row holds the key hash `$1` (one the previous release created).
+static BY_OWN_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE api_key_hash = $1")
+});
+
 impl Db {
     /// Creates an account and returns it with its API key, which is shown once and stored only
     /// as a hash.
@@ -31,35 +48,58 @@ impl Db {
             contact_email: None,
             created_at: now_ms(),
         };
-        on_db!(self, |pool| {
+        let hash = sha256_hex(key.as_bytes());
+        on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
+            // The key's hash on the account row too, where the previous release looks it up
+            // during a rolling upgrade (docs/upgrading.md).
             sqlx::query(
                 "INSERT INTO kxp_accounts (id, name, api_key_hash, default_api_version, created_at) \
                  VALUES ($1, $2, $3, $4, $5)",
             )
             .bind(&account.id)
             .bind(&account.name)
-            .bind(sha256_hex(key.as_bytes()))
+            .bind(&hash)
             .bind(&account.default_api_version)
             .bind(account.created_at)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?;
+            sqlx::query(
+                "INSERT INTO kxp_api_keys (key_hash, account_id, created_at) VALUES ($1, $2, $3)",
+            )
+            .bind(&hash)
+            .bind(&account.id)
+            .bind(account.created_at)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
         });
         Ok((account, key))
     }
 
-    /// The account an API key belongs to.
+    /// The account an API key belongs to, found by the key's hash in `kxp_api_keys`. An account
+    /// the previous release created during a rolling upgrade has its hash on its own row only:
+    /// looked up there when the directory does not know the key.
     #[cfg_attr(
         not(feature = "test-util"),
         expect(unreachable_pub, reason = "public with feature test-util only")
     )]
     pub async fn account_by_key(&self, key: &str) -> Result<Option<Account>, StoreError> {
         let hash = sha256_hex(key.as_bytes());
-        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE api_key_hash = $1");
         Ok(on_db!(self, |pool| {
-            sqlx::query_as::<_, Account>(&sql)
-                .bind(hash)
+            match sqlx::query_as::<_, Account>(&BY_KEY)
+                .bind(&hash)
                 .fetch_optional(pool)
                 .await?
+            {
+                Some(account) => Some(account),
+                None => {
+                    sqlx::query_as::<_, Account>(&BY_OWN_KEY)
+                        .bind(&hash)
+                        .fetch_optional(pool)
+                        .await?
+                }
+            }
         }))
     }
 

@@ -15,6 +15,35 @@ use crate::store::secrets::stored_secret;
 use crate::store::{Db, StoreError, on_db};
 
 impl Db {
+    /// The account of the endpoint `id`, whatever its status, through the endpoint directory:
+    /// for what names an endpoint and no account (the catch-up feed). An endpoint the previous
+    /// release created during a rolling upgrade is only in `kxp_endpoints`: looked up there
+    /// when the directory does not know it.
+    pub(crate) async fn endpoint_account(
+        &self,
+        id: &EndpointId,
+    ) -> Result<Option<AccountId>, StoreError> {
+        Ok(on_db!(self, |pool| {
+            match sqlx::query_scalar::<_, AccountId>(
+                "SELECT account_id FROM kxp_endpoint_directory WHERE endpoint_id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            {
+                Some(account_id) => Some(account_id),
+                None => {
+                    sqlx::query_scalar::<_, AccountId>(
+                        "SELECT account_id FROM kxp_endpoints WHERE id = $1",
+                    )
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?
+                }
+            }
+        }))
+    }
+
     /// Creates an endpoint with a fresh secret; returns both. Outside the API's checks: for
     /// the tests that store an endpoint no registration would take (feature `test-util`).
     #[cfg(feature = "test-util")]
@@ -112,16 +141,20 @@ impl Db {
             .bind(&endpoint.encryption_jwk)
             .execute(&mut *tx)
             .await?;
+            sqlx::query(
+                "INSERT INTO kxp_endpoint_directory (endpoint_id, account_id) VALUES ($1, $2)",
+            )
+            .bind(&endpoint.id)
+            .bind(&endpoint.account_id)
+            .execute(&mut *tx)
+            .await?;
             for (kind, stored) in &rows {
-                sqlx::query(
-                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, account_id) \
-                     VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(&endpoint.id)
-                .bind(stored.as_str())
-                .bind(now)
-                .bind(kind)
-                .bind(&endpoint.account_id)
+                sqlx::query(DB::INSERT_SECRET)
+                    .bind(&endpoint.id)
+                    .bind(stored.as_str())
+                    .bind(now)
+                    .bind(kind)
+                    .bind(&endpoint.account_id)
                     .execute(&mut *tx)
                     .await?;
             }

@@ -45,12 +45,12 @@ pub(crate) struct FeedRow {
 }
 
 /// An endpoint not deleted, with its live secrets (as the claim reads them): `$1` the
-/// endpoint, `$2` now.
+/// endpoint, `$2` now, `$3` its account.
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT p.id, p.account_id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s WHERE s.endpoint_id = p.id), 1) - 1 AS latest, \
          p.encryption_jwk, p.feed_token_hash, {} AS secrets \
-         FROM kxp_endpoints p WHERE p.id = $1 AND p.status <> 'deleted'",
+         FROM kxp_endpoints p WHERE p.account_id = $3 AND p.id = $1 AND p.status <> 'deleted'",
         live_secrets("$2")
     )
 });
@@ -63,16 +63,21 @@ const ROWS: &str = "SELECT d.sequence, d.event_id, e.event_type, e.ordering_key,
 
 impl Db {
     /// The endpoint `id` (of whichever account: the feed authenticates with the endpoint's
-    /// own credential), unless it does not exist or was deleted.
+    /// own credential, and its account is looked up by its id), unless it does not exist or
+    /// was deleted.
     pub(crate) async fn feed_source(
         &self,
         id: &EndpointId,
     ) -> Result<Option<FeedSource>, StoreError> {
+        let Some(account_id) = self.endpoint_account(id).await? else {
+            return Ok(None);
+        };
         let now = now_ms();
         Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, FeedSource>(SOURCE.as_str())
                 .bind(id)
                 .bind(now)
+                .bind(&account_id)
                 .fetch_optional(pool)
                 .await?
         }))

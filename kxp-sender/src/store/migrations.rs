@@ -190,10 +190,12 @@ impl Db {
             },
             (_, Migrations::Apply { lock_timeout }) => {
                 self.apply_migrations(lock_timeout, |_, _| {}).await?;
+                self.fill_accounts().await?;
                 Ok(())
             }
             (Db::Sqlite(_), Migrations::Require) => {
                 self.apply_migrations(Duration::ZERO, |_, _| {}).await?;
+                self.fill_accounts().await?;
                 Ok(())
             }
         }
@@ -386,5 +388,6 @@ fn compare(
     }
 }
 
+mod fill;
 #[cfg(test)]
 mod tests;

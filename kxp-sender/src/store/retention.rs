@@ -94,10 +94,14 @@ impl Db {
                 stats_cutoff,
             )
             .await?;
+        // The expiry is checked again outside: once the account-keyed schema numbers secrets
+        // per endpoint, a batch's ids name rows of other endpoints too, and only expired ones
+        // may go. (Not `(endpoint_id, id) IN (…)`: SQLite matches no row by that pair while
+        // `id` is its rowid.)
         purged.secrets = self
             .delete_batches(
-                "DELETE FROM kxp_endpoint_secrets WHERE id IN (SELECT id FROM kxp_endpoint_secrets \
-                 WHERE expires_at IS NOT NULL AND expires_at <= $1 LIMIT $2)",
+                "DELETE FROM kxp_endpoint_secrets WHERE expires_at IS NOT NULL AND expires_at <= $1 \
+                 AND id IN (SELECT id FROM kxp_endpoint_secrets WHERE expires_at IS NOT NULL AND expires_at <= $1 LIMIT $2)",
                 now,
             )
             .await?;

@@ -206,17 +206,14 @@ impl Db {
             .await?;
             let mut first_new = None;
             for (kind, plain) in &fresh {
-                let row = sqlx::query_scalar::<_, i64>(
-                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, account_id) \
-                     VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                )
-                .bind(id)
-                .bind(stored_secret(ring, id, plain))
-                .bind(now)
-                .bind(kind)
-                .bind(account_id)
-                .fetch_one(&mut *tx)
-                .await?;
+                let row = sqlx::query_scalar::<_, i64>(DB::INSERT_SECRET)
+                    .bind(id)
+                    .bind(stored_secret(ring, id, plain))
+                    .bind(now)
+                    .bind(kind)
+                    .bind(account_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
                 first_new.get_or_insert(row);
             }
             // Only a rotation that keeps older secrets has anything to wait for.
@@ -277,16 +274,14 @@ impl Db {
             }
             if to.ed25519() && !from.ed25519() {
                 let key = new_key(&kxp_api::Format::parse(&format));
-                sqlx::query(
-                    "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, account_id) \
-                     VALUES ($1, $2, $3, 'ed25519', $4)",
-                )
-                .bind(id)
-                .bind(stored_secret(ring, id, &key))
-                .bind(now)
-                .bind(account_id)
-                .execute(&mut *tx)
-                .await?;
+                sqlx::query(DB::INSERT_SECRET)
+                    .bind(id)
+                    .bind(stored_secret(ring, id, &key))
+                    .bind(now)
+                    .bind("ed25519")
+                    .bind(account_id)
+                    .execute(&mut *tx)
+                    .await?;
             }
             for (kind, dropped) in [
                 ("hmac", from.hmac() && !to.hmac()),
@@ -472,11 +467,11 @@ impl Db {
         &self,
         checks: &[(EndpointKey, i64, KeyCheck)],
     ) -> Result<Vec<EndpointKey>, StoreError> {
-        let mut latest: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut latest: BTreeMap<(&EndpointKey, i64), i64> = BTreeMap::new();
         let mut confirming: BTreeMap<&EndpointKey, Vec<Option<i64>>> = BTreeMap::new();
         for (endpoint, at, check) in checks {
             if let Some(secret) = check.verified {
-                let seen = latest.entry(secret).or_insert(*at);
+                let seen = latest.entry((endpoint, secret)).or_insert(*at);
                 *seen = (*seen).max(*at);
             }
             if check.confirming {
@@ -493,13 +488,15 @@ impl Db {
                 DB::row_lock(" FOR NO KEY UPDATE")
             );
             let mut tx = pool.begin_with(DB::BEGIN).await?;
-            for (secret, at) in &latest {
+            // A secret's id is its endpoint's: the account-keyed schema numbers them per endpoint.
+            for ((endpoint, secret), at) in &latest {
                 sqlx::query(
                     "UPDATE kxp_endpoint_secrets SET last_verified_at = $1 \
-                     WHERE id = $2 AND (last_verified_at IS NULL OR last_verified_at < $1)",
+                     WHERE endpoint_id = $3 AND id = $2 AND (last_verified_at IS NULL OR last_verified_at < $1)",
                 )
                 .bind(at)
                 .bind(secret)
+                .bind(&endpoint.id)
                 .execute(&mut *tx)
                 .await?;
             }

@@ -15,6 +15,7 @@ macro_rules! each_backend {
     };
 }
 
+mod account_keys;
 mod api_errors;
 mod backpressure;
 mod concurrency;

@@ -23,10 +23,12 @@ use sqlx::{Connection, PgConnection, SqliteConnection};
 const KNOWN: &[&str] = &[];
 
 /// Tables keyed by something other than an account, by design: the accounts themselves and
-/// the directories a request reads before it knows its account (operators, portal links,
-/// console sessions).
+/// the directories a request reads before it knows its account (API keys, endpoints named by
+/// the feed, operators, portal links, console sessions).
 const ACCOUNTLESS: &[&str] = &[
     "kxp_accounts",
+    "kxp_api_keys",
+    "kxp_endpoint_directory",
     "kxp_operators",
     "kxp_portal_links",
     "kxp_sessions",

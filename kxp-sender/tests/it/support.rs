@@ -101,6 +101,31 @@ where
     }
 }
 
+/// A database of `backend` migrated with this crate's migrations before `version`, then
+/// `rows` written (in the shape of then): an earlier release's database, for a test of what
+/// the later migrations do to it. `None` (said loudly) without PostgreSQL.
+pub(crate) async fn database_before(
+    backend: Backend,
+    name: &str,
+    version: i64,
+    rows: &[String],
+) -> Option<kxp_testkit::db::TestDatabase> {
+    let database = kxp_testkit::db::TestDatabase::create(backend, name).await?;
+    let folder = match backend {
+        Backend::Sqlite => "migrations/sqlite",
+        Backend::Postgres => "migrations/postgres",
+    };
+    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+    database
+        .migrate_before(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(folder),
+            version,
+            &rows,
+        )
+        .await;
+    Some(database)
+}
+
 /// The database one scenario's senders run on.
 #[derive(Debug, Clone)]
 pub(crate) struct Database {

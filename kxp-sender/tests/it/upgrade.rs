@@ -1,12 +1,10 @@
 //! Upgrading a database of an earlier release: the migrations carry its rows into the new
 //! shape, on both backends, and the server reads them back through the API.
 
-use std::path::Path;
-
-use kxp_testkit::db::{Backend, TestDatabase};
+use kxp_testkit::db::Backend;
 use serde_json::json;
 
-use crate::support::sender_with;
+use crate::support::{database_before, sender_with};
 
 /// The migration that keys events by account (security round 2, item 1).
 const EVENT_IDS_PER_ACCOUNT: i64 = 20261203000001;
@@ -70,22 +68,16 @@ async fn postgres_events_keep_their_rows_when_keyed_by_account() {
 }
 
 async fn events_keep_their_rows(backend: Backend) {
-    let Some(database) = TestDatabase::create(backend, "kxp_sender_upgrade").await else {
+    let Some(database) = database_before(
+        backend,
+        "kxp_sender_upgrade",
+        EVENT_IDS_PER_ACCOUNT,
+        &rows(),
+    )
+    .await
+    else {
         return;
     };
-    let folder = match backend {
-        Backend::Sqlite => "migrations/sqlite",
-        Backend::Postgres => "migrations/postgres",
-    };
-    let rows = rows();
-    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
-    database
-        .migrate_before(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join(folder),
-            EVENT_IDS_PER_ACCOUNT,
-            &rows,
-        )
-        .await;
 
     let url = database.url().to_owned();
     let s = sender_with("0s", |config| config.database_url = url).await;

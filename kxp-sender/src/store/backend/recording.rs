@@ -456,6 +456,20 @@ recording_sql!(
     }
 );
 
+/// Writes a batch's attempt rows on PostgreSQL: `$1`… `$10` their columns as arrays. Each id is
+/// the identity's next while the column has one (the previous release, beside this one, takes
+/// its ids from it), and its delivery's next once the account-keyed schema dropped it: ids are
+/// then per delivery, and this transaction holds the delivery's row (its lease was just
+/// checked by updating it), so no two take the same. The sequence is looked up once per
+/// statement.
+const ATTEMPTS_POSTGRES: &str = "INSERT INTO kxp_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, \
+       error, response_snippet, signed_with, verified_key, account_id) OVERRIDING SYSTEM VALUE \
+     SELECT COALESCE(nextval((SELECT pg_get_serial_sequence('kxp_attempts', 'id')::regclass)), \
+       (SELECT MAX(a.id) + 1 FROM kxp_attempts a WHERE a.delivery_id = u.delivery_id), 1), u.* \
+     FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], \
+       $9::text[], $10::text[]) AS u(delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, \
+       signed_with, verified_key, account_id)";
+
 recording_sql!(
     sqlx::Postgres,
     breakers: "SELECT p.id, p.account_id, p.status, p.circuit_state, p.circuit_failed_probes, \
@@ -519,8 +533,7 @@ recording_sql!(
                 .collect();
             if !rows.is_empty() {
                 sqlx::query(
-                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key, account_id) \
-                     SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])",
+                    ATTEMPTS_POSTGRES,
                 )
                 .bind(rows.iter().map(|(item, _)| item.delivery_id.as_str()).collect::<Vec<_>>())
                 .bind(rows.iter().map(|(item, _)| item.attempt).collect::<Vec<_>>())
