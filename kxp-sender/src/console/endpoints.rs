@@ -16,7 +16,7 @@ use super::scope::{Checked, InAccount};
 use super::sign_in::SIGNED_IN;
 use crate::app::views::endpoint_details;
 use crate::app::{self, AppState, DEFAULT_OVERLAP, Error, change, register};
-use crate::model::{ConsoleAction, EndpointId, Ingest, Ingested};
+use crate::model::{ConsoleAction, EndpointId, EndpointKey, Ingest, Ingested};
 use crate::store::StoreError;
 use crate::store::seal::{open_stored, to_stored};
 
@@ -271,7 +271,10 @@ pub(super) async fn show(
     let endpoint = state.db.endpoint(account, &id).await.map_err(not_found)?;
     let health = state.db.endpoint_health(account, &id).await?;
     let ring = state.shared.config.secrets_key.as_ref();
-    let secrets = state.db.live_secret_states(&id, ring).await?;
+    let secrets = state
+        .db
+        .live_secret_states(&EndpointKey::new(account, &id), ring)
+        .await?;
     let flash = state
         .db
         .take_flash(&scope.signed.cookie, id.as_str())

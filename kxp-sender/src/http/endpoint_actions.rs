@@ -14,7 +14,7 @@ use super::deliveries::filter;
 use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::app::checks::parse_overlap;
 use crate::app::{self, DEFAULT_OVERLAP, views};
-use crate::model::{EndpointId, ms};
+use crate::model::{EndpointId, EndpointKey, ms};
 
 /// Pauses an endpoint: its deliveries are held (still pending, no attempt spent) until it is
 /// resumed.
@@ -159,7 +159,7 @@ pub(super) async fn public_key(
     Path(id): Path<EndpointId>,
 ) -> Result<Json<PublicKeys>, ApiError> {
     state.db.endpoint(&account.id, &id).await?;
-    let keys = live_public_keys(&state, &id).await?;
+    let keys = live_public_keys(&state, &EndpointKey::new(&account.id, &id)).await?;
     let Some(newest) = keys.first() else {
         return Err(ApiError::new(
             ErrorCode::NotFound,
@@ -186,7 +186,11 @@ pub(super) async fn jwks(
     State(state): State<AppState>,
     Path(id): Path<EndpointId>,
 ) -> Result<Response, ApiError> {
-    let keys = live_public_keys(&state, &id).await?;
+    // The request names the endpoint only: its account, through the endpoint directory.
+    let keys = match state.db.endpoint_account(&id).await? {
+        Some(account_id) => live_public_keys(&state, &EndpointKey::new(&account_id, &id)).await?,
+        None => Vec::new(),
+    };
     if keys.is_empty() {
         return Err(ApiError::new(ErrorCode::NotFound, "no such key set"));
     }
@@ -201,9 +205,9 @@ pub(super) async fn jwks(
 /// The endpoint's live Ed25519 public keys, newest first.
 async fn live_public_keys(
     state: &AppState,
-    id: &EndpointId,
+    endpoint: &EndpointKey,
 ) -> Result<Vec<kxp_verify::PublicKey>, ApiError> {
     let ring = state.shared.config.secrets_key.as_ref();
-    let secrets = state.db.live_secret_states(id, ring).await?;
+    let secrets = state.db.live_secret_states(endpoint, ring).await?;
     Ok(secrets.iter().filter_map(|s| s.public_key()).collect())
 }

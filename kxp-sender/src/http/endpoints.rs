@@ -14,7 +14,7 @@ use super::pagination::{PageParams, page};
 use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, parse};
 use crate::app::views::endpoint_details;
 use crate::app::{self, change, register};
-use crate::model::EndpointId;
+use crate::model::{EndpointId, EndpointKey};
 
 /// Registers an endpoint. Unless `skip_challenge` is set, the endpoint must first answer the
 /// challenge (`GET <url>?challenge=<token>` echoing the token): a URL is registered only when
@@ -65,7 +65,8 @@ pub(super) async fn get_endpoint(
 ) -> Result<Json<EndpointDetails>, ApiError> {
     let endpoint = state.db.endpoint(&account.id, &id).await?;
     let ring = state.shared.config.secrets_key.as_ref();
-    let secrets = state.db.live_secret_states(&endpoint.id, ring).await?;
+    let key = EndpointKey::new(&account.id, &endpoint.id);
+    let secrets = state.db.live_secret_states(&key, ring).await?;
     Ok(Json(endpoint_details(endpoint, &secrets)))
 }
 

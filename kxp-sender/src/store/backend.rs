@@ -170,9 +170,10 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
         now: i64,
     ) -> impl Future<Output = Result<Option<Endpoint>, sqlx::Error>> + Send;
 
-    /// Starts the endpoint's failure period and consecutive failures again.
+    /// Starts the account's endpoint's failure period and consecutive failures again.
     fn reset_failures(
         conn: &mut Self::Connection,
+        account_id: &AccountId,
         id: &EndpointId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
@@ -193,9 +194,10 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
-    /// Erases the endpoint's secrets.
+    /// Erases the account's endpoint's secrets.
     fn erase_secrets(
         conn: &mut Self::Connection,
+        account_id: &AccountId,
         id: &EndpointId,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }
@@ -402,13 +404,15 @@ macro_rules! backend {
 
             async fn reset_failures(
                 conn: &mut Self::Connection,
+                account_id: &AccountId,
                 id: &EndpointId,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query(
                     "UPDATE kxp_endpoint_stats SET failing_since = NULL, consecutive_failures = 0 \
-                     WHERE endpoint_id = $1",
+                     WHERE account_id = $2 AND endpoint_id = $1",
                 )
                 .bind(id)
+                .bind(account_id)
                 .execute(&mut *conn)
                 .await?;
                 Ok(())
@@ -452,10 +456,12 @@ macro_rules! backend {
 
             async fn erase_secrets(
                 conn: &mut Self::Connection,
+                account_id: &AccountId,
                 id: &EndpointId,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query("DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1")
+                sqlx::query("DELETE FROM kxp_endpoint_secrets WHERE account_id = $2 AND endpoint_id = $1")
                     .bind(id)
+                    .bind(account_id)
                     .execute(&mut *conn)
                     .await?;
                 Ok(())

@@ -362,13 +362,11 @@ fn job_select(from: &str, now: &str) -> String {
 
 /// The live secrets of the endpoint `p` at `now`, as [`Secrets`](crate::model::Secrets) reads
 /// them: newest first, comma-separated, each after its row id and a colon (an Ed25519 key's
-/// stored seed after `ed25519:`). One aggregate, as the claim is the hot path. Matched by the
-/// endpoint alone: a secret the previous release made during a rolling upgrade has no account
-/// until `kxp migrate apply` fills it in (docs/upgrading.md).
+/// stored seed after `ed25519:`). One aggregate, as the claim is the hot path.
 pub(super) fn live_secrets(now: &str) -> String {
     format!(
         "COALESCE((SELECT string_agg(CAST(s.id AS TEXT) || ':' || CASE WHEN s.kind = 'ed25519' THEN 'ed25519:' || s.secret ELSE s.secret END, ',' ORDER BY s.id DESC) \
-         FROM kxp_endpoint_secrets s WHERE s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '')"
+         FROM kxp_endpoint_secrets s WHERE s.account_id = p.account_id AND s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '')"
     )
 }
 

@@ -356,7 +356,7 @@ async fn resume_on<DB: Backend>(
         .ok_or(StoreError::NotFound)?;
     // The breaker and auto-disable count from here: a resumed endpoint gets the full threshold
     // and the full period again.
-    DB::reset_failures(&mut *tx, id).await?;
+    DB::reset_failures(&mut *tx, account_id, id).await?;
     let spacing = spacing_ms(protection.rate_of(endpoint.rate_limit_per_second));
     let moved = DB::spread_held(&mut *tx, &EndpointKey::new(account_id, id), now, spacing).await?;
     tx.commit().await?;
@@ -376,7 +376,7 @@ async fn delete_on<DB: Backend>(
         return Err(StoreError::NotFound);
     }
     let ended = DB::end_pending(&mut *tx, account_id, id, now).await?;
-    DB::erase_secrets(&mut *tx, id).await?;
+    DB::erase_secrets(&mut *tx, account_id, id).await?;
     tx.commit().await?;
     Ok(ended)
 }

@@ -48,7 +48,8 @@ pub(crate) struct FeedRow {
 /// endpoint, `$2` now, `$3` its account.
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT p.id, p.account_id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s WHERE s.endpoint_id = p.id), 1) - 1 AS latest, \
+        "SELECT p.id, p.account_id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s \
+           WHERE s.account_id = p.account_id AND s.endpoint_id = p.id), 1) - 1 AS latest, \
          p.encryption_jwk, p.feed_token_hash, {} AS secrets \
          FROM kxp_endpoints p WHERE p.account_id = $3 AND p.id = $1 AND p.status <> 'deleted'",
         live_secrets("$2")

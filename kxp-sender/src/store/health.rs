@@ -48,15 +48,9 @@ fn stats_sql(sqlite: bool) -> StatsSql {
         .iter()
         .chain(BUCKET_COLUMNS.iter())
         .map(|c| format!("{c} = kxp_endpoint_stats_hourly.{c} + excluded.{c}"))
-        .chain(std::iter::once(
-            "account_id = excluded.account_id".to_owned(),
-        ))
         .collect::<Vec<_>>()
         .join(", ");
-    // The account is written on conflict too: a row the previous release made during a
-    // rolling upgrade has none.
-    let upsert_stats = "ON CONFLICT (endpoint_id) DO UPDATE SET updated_at = kxp_endpoint_stats.updated_at, \
-         account_id = excluded.account_id";
+    let upsert_stats = "ON CONFLICT (account_id, endpoint_id) DO UPDATE SET updated_at = kxp_endpoint_stats.updated_at";
     if sqlite {
         let buckets = (0..BUCKET_COLUMNS.len())
             .map(|i| format!("value ->> '$.b{i}'"))
@@ -75,7 +69,7 @@ fn stats_sql(sqlite: bool) -> StatsSql {
             add_hourly: format!(
                 "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, account_id, hour, successes, failures, {hourly_columns}) \
                  SELECT value ->> '$.id', value ->> '$.a', value ->> '$.hour', value ->> '$.s', value ->> '$.f', {buckets} \
-                 FROM json_each($1) WHERE true ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
+                 FROM json_each($1) WHERE true ON CONFLICT (account_id, endpoint_id, hour) DO UPDATE SET {updates}"
             ),
         }
     } else {
@@ -102,7 +96,7 @@ fn stats_sql(sqlite: bool) -> StatsSql {
                 "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, account_id, hour, successes, failures, {hourly_columns}) \
                  SELECT v.id, v.a, v.hour, v.s, v.f, {bucket_names} \
                  FROM jsonb_to_recordset($1::jsonb) AS v(a text, id text, hour bigint, s bigint, f bigint, {bucket_types}) \
-                 ORDER BY v.id ON CONFLICT (endpoint_id, hour) DO UPDATE SET {updates}"
+                 ORDER BY v.id ON CONFLICT (account_id, endpoint_id, hour) DO UPDATE SET {updates}"
             ),
         }
     }
@@ -234,18 +228,20 @@ impl Db {
         let (stats, hourly, counts, (due, oldest_due)) = on_db!(self, |pool| {
             let stats = sqlx::query_as::<_, HealthRow>(
                 "SELECT consecutive_failures, last_success_at, last_failure_at, last_error, failing_since \
-                 FROM kxp_endpoint_stats WHERE endpoint_id = $1",
+                 FROM kxp_endpoint_stats WHERE account_id = $2 AND endpoint_id = $1",
             )
             .bind(&endpoint.id)
+            .bind(account_id)
             .fetch_optional(pool)
             .await?;
             let hourly = sqlx::query_as::<_, Hourly>(&format!(
                 "SELECT hour, successes, failures, {} FROM kxp_endpoint_stats_hourly \
-                 WHERE endpoint_id = $1 AND hour >= $2",
+                 WHERE account_id = $3 AND endpoint_id = $1 AND hour >= $2",
                 BUCKET_COLUMNS.join(", ")
             ))
             .bind(&endpoint.id)
             .bind(since)
+            .bind(account_id)
             .fetch_all(pool)
             .await?;
             let counts = sqlx::query_as::<_, (String, i64)>(

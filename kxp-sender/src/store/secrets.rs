@@ -151,16 +151,19 @@ impl Db {
             let signing = kxp_api::Signing::parse(&signing);
             let format = kxp_api::Format::parse(&format);
             sqlx::query(
-                "DELETE FROM kxp_endpoint_secrets WHERE endpoint_id = $1 AND expires_at IS NOT NULL AND expires_at <= $2",
+                "DELETE FROM kxp_endpoint_secrets WHERE account_id = $3 AND endpoint_id = $1 \
+                 AND expires_at IS NOT NULL AND expires_at <= $2",
             )
             .bind(id)
             .bind(now)
+            .bind(account_id)
             .execute(&mut *tx)
             .await?;
             let live = sqlx::query_as::<_, (String, Option<i64>)>(
-                "SELECT kind, expires_at FROM kxp_endpoint_secrets WHERE endpoint_id = $1",
+                "SELECT kind, expires_at FROM kxp_endpoint_secrets WHERE account_id = $2 AND endpoint_id = $1",
             )
             .bind(id)
+            .bind(account_id)
             .fetch_all(&mut *tx)
             .await?;
             let secret = signing.hmac().then(|| new_secret(&format));
@@ -198,10 +201,11 @@ impl Db {
             }
             sqlx::query(
                 "UPDATE kxp_endpoint_secrets SET expires_at = $1 \
-                 WHERE endpoint_id = $2 AND (expires_at IS NULL OR expires_at > $1)",
+                 WHERE account_id = $3 AND endpoint_id = $2 AND (expires_at IS NULL OR expires_at > $1)",
             )
             .bind(expires_at)
             .bind(id)
+            .bind(account_id)
             .execute(&mut *tx)
             .await?;
             let mut first_new = None;
@@ -289,12 +293,13 @@ impl Db {
             ] {
                 if dropped {
                     sqlx::query(
-                        "UPDATE kxp_endpoint_secrets SET expires_at = $1 WHERE endpoint_id = $2 AND kind = $3 \
-                         AND (expires_at IS NULL OR expires_at > $1)",
+                        "UPDATE kxp_endpoint_secrets SET expires_at = $1 WHERE account_id = $4 AND endpoint_id = $2 \
+                         AND kind = $3 AND (expires_at IS NULL OR expires_at > $1)",
                     )
                     .bind(now)
                     .bind(id)
                     .bind(kind)
+                    .bind(account_id)
                     .execute(&mut *tx)
                     .await?;
                 }
@@ -331,16 +336,18 @@ impl Db {
     /// verified with each.
     pub(crate) async fn live_secret_states(
         &self,
-        endpoint_id: &EndpointId,
+        endpoint: &EndpointKey,
         ring: Option<&KeyRing>,
     ) -> Result<Vec<LiveSecret>, StoreError> {
+        let endpoint_id = &endpoint.id;
         let rows = on_db!(self, |pool| {
             sqlx::query_as::<_, LiveSecret>(
                 "SELECT id, kind, secret, created_at, expires_at, last_verified_at FROM kxp_endpoint_secrets \
-                 WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC",
+                 WHERE account_id = $3 AND endpoint_id = $1 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC",
             )
             .bind(endpoint_id)
             .bind(now_ms())
+            .bind(&endpoint.account_id)
             .fetch_all(pool)
             .await?
         });
@@ -492,11 +499,13 @@ impl Db {
             for ((endpoint, secret), at) in &latest {
                 sqlx::query(
                     "UPDATE kxp_endpoint_secrets SET last_verified_at = $1 \
-                     WHERE endpoint_id = $3 AND id = $2 AND (last_verified_at IS NULL OR last_verified_at < $1)",
+                     WHERE account_id = $4 AND endpoint_id = $3 AND id = $2 \
+                     AND (last_verified_at IS NULL OR last_verified_at < $1)",
                 )
                 .bind(at)
                 .bind(secret)
                 .bind(&endpoint.id)
+                .bind(&endpoint.account_id)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -520,12 +529,13 @@ impl Db {
                     };
                 }
                 let older = sqlx::query_scalar::<_, i64>(
-                    "SELECT COUNT(*) FROM kxp_endpoint_secrets WHERE endpoint_id = $1 AND id < $2 \
-                     AND (expires_at IS NULL OR expires_at > $3)",
+                    "SELECT COUNT(*) FROM kxp_endpoint_secrets WHERE account_id = $4 AND endpoint_id = $1 \
+                     AND id < $2 AND (expires_at IS NULL OR expires_at > $3)",
                 )
                 .bind(&endpoint.id)
                 .bind(secret)
                 .bind(now)
+                .bind(&endpoint.account_id)
                 .fetch_one(&mut *tx)
                 .await?;
                 if count < needed && older > 0 {
@@ -541,12 +551,13 @@ impl Db {
                 }
                 // Confirmed, or the overlap ran out first: the rotation is over either way.
                 sqlx::query(
-                    "UPDATE kxp_endpoint_secrets SET expires_at = $1 WHERE endpoint_id = $2 AND id < $3 \
-                     AND (expires_at IS NULL OR expires_at > $1)",
+                    "UPDATE kxp_endpoint_secrets SET expires_at = $1 WHERE account_id = $4 AND endpoint_id = $2 \
+                     AND id < $3 AND (expires_at IS NULL OR expires_at > $1)",
                 )
                 .bind(now)
                 .bind(&endpoint.id)
                 .bind(secret)
+                .bind(&endpoint.account_id)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(

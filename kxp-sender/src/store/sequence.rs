@@ -40,11 +40,9 @@ const UNNUMBERED_POSTGRES: &str = "SELECT DISTINCT endpoint_id FROM kxp_deliveri
 /// makes (endpoints numbered for the first time; this transaction holds a row it inserts) and
 /// those no other sequencer holds (the rest are skipped). The insert's rows are not in the
 /// locking read's snapshot, so none is listed twice. A row made takes its endpoint's account.
-/// The rows are matched by endpoint alone: one the previous release made during a rolling
-/// upgrade has no account until `kxp migrate apply` fills it in.
 const LOCK_POSTGRES: &str = "WITH made AS (INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
        SELECT e.id, e.account_id, 1 FROM kxp_endpoints e WHERE e.id = ANY($1::text[]) \
-       AND NOT EXISTS (SELECT 1 FROM kxp_sequences s WHERE s.endpoint_id = e.id) \
+       AND NOT EXISTS (SELECT 1 FROM kxp_sequences s WHERE s.account_id = e.account_id AND s.endpoint_id = e.id) \
        ON CONFLICT DO NOTHING RETURNING endpoint_id), \
      held AS (SELECT endpoint_id FROM kxp_sequences WHERE endpoint_id = ANY($1::text[]) \
        ORDER BY endpoint_id FOR UPDATE SKIP LOCKED) \
@@ -56,11 +54,11 @@ const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.account_id, d.endpoi
        ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
        FROM kxp_deliveries d WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND d.endpoint_id = ANY($1::text[])), \
      numbered AS (UPDATE kxp_deliveries d SET sequence = p.next_sequence + t.n - 1 \
-       FROM todo t JOIN kxp_sequences p ON p.endpoint_id = t.endpoint_id \
-       WHERE d.account_id = t.account_id AND d.id = t.id AND t.n <= $2 RETURNING d.endpoint_id, d.sequence), \
+       FROM todo t JOIN kxp_sequences p ON p.account_id = t.account_id AND p.endpoint_id = t.endpoint_id \
+       WHERE d.account_id = t.account_id AND d.id = t.id AND t.n <= $2 RETURNING d.account_id, d.endpoint_id, d.sequence), \
      moved AS (UPDATE kxp_sequences p SET next_sequence = m.top + 1 \
-       FROM (SELECT endpoint_id, MAX(sequence) AS top FROM numbered GROUP BY endpoint_id) m \
-       WHERE p.endpoint_id = m.endpoint_id RETURNING p.endpoint_id) \
+       FROM (SELECT account_id, endpoint_id, MAX(sequence) AS top FROM numbered GROUP BY account_id, endpoint_id) m \
+       WHERE p.account_id = m.account_id AND p.endpoint_id = m.endpoint_id RETURNING p.endpoint_id) \
      SELECT COUNT(*) FROM numbered";
 
 /// [`NUMBER_POSTGRES`] on SQLite: `$1` a JSON array of endpoint ids or NULL for all; returns
@@ -68,7 +66,7 @@ const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.account_id, d.endpoi
 const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELECT d.id, d.account_id, \
        COALESCE(p.next_sequence, 1) + ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) - 1 AS s, \
        ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.created_at, d.id) AS n \
-       FROM kxp_deliveries d LEFT JOIN kxp_sequences p ON p.endpoint_id = d.endpoint_id \
+       FROM kxp_deliveries d LEFT JOIN kxp_sequences p ON p.account_id = d.account_id AND p.endpoint_id = d.endpoint_id \
        WHERE d.sequence IS NULL AND d.replayed_by IS NULL AND ($1 IS NULL OR d.endpoint_id IN (SELECT value FROM json_each($1)))) t \
      WHERE kxp_deliveries.account_id = t.account_id AND kxp_deliveries.id = t.id AND t.n <= $2 RETURNING endpoint_id";
 
@@ -78,7 +76,7 @@ const MOVE_SQLITE: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, n
        SELECT e.id, e.account_id, (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d \
          WHERE d.account_id = e.account_id AND d.endpoint_id = e.id) \
        FROM json_each($1) AS j JOIN kxp_endpoints e ON e.id = j.value WHERE true \
-     ON CONFLICT (endpoint_id) DO UPDATE SET next_sequence = excluded.next_sequence";
+     ON CONFLICT (account_id, endpoint_id) DO UPDATE SET next_sequence = excluded.next_sequence";
 
 impl Db {
     /// One sequencer pass over `endpoints` (every endpoint when `None`): numbers their committed,

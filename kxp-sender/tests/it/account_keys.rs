@@ -208,7 +208,23 @@ async fn what_the_previous_release_writes_is_found_and_filled(database: Database
         ),
     )
     .await;
-    execute(db, "UPDATE kxp_endpoint_stats SET account_id = NULL").await;
+    let (quiet, _) = s
+        .api
+        .endpoint(&receiver.url, json!({"event_types": ["none"]}))
+        .await;
+    execute(
+        db,
+        &format!(
+            "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
+             VALUES ('{quiet}', 0, 1)"
+        ),
+    )
+    .await;
+    // On PostgreSQL, where the previous release runs beside this one, the small tables' rows
+    // get their endpoint's account as they are inserted (a trigger); the fill does the rest.
+    let on_insert = matches!(db, Db::Postgres(_));
+    let stats = "SELECT COUNT(*) FROM kxp_endpoint_stats WHERE account_id IS NULL";
+    assert_eq!(number(db, stats).await, i64::from(!on_insert));
 
     // The account's key works though only its own row knows it.
     let (status, listed) = s
@@ -237,12 +253,6 @@ async fn what_the_previous_release_writes_is_found_and_filled(database: Database
         .await
         .unwrap();
     assert_eq!(feed.status().as_u16(), 200);
-    // Statistics without their account are written with it at the next attempt.
-    let event = s.api.emit("payment.succeeded", json!({"n": 2})).await;
-    s.api.wait_for(&event, "delivered", WITHIN).await;
-    let stats = "SELECT COUNT(*) FROM kxp_endpoint_stats WHERE account_id IS NULL";
-    assert_eq!(number(db, stats).await, 0);
-
     // And the hourly tallies (the sender's own, emptied of their account here).
     execute(db, "UPDATE kxp_endpoint_stats_hourly SET account_id = NULL").await;
     let tallies = number(db, "SELECT COUNT(*) FROM kxp_endpoint_stats_hourly").await;
@@ -250,8 +260,9 @@ async fn what_the_previous_release_writes_is_found_and_filled(database: Database
     let filled = db.fill_accounts().await.unwrap();
     assert_eq!(
         i64::try_from(filled).unwrap(),
-        4 + tallies,
-        "an attempt, a secret, a key, a directory row and the tallies"
+        3 + tallies + if on_insert { 0 } else { 2 },
+        "an attempt, a key, a directory row, the tallies (and without the trigger a secret \
+         and a statistics row)"
     );
     let unfilled = without_account(db).await;
     assert!(unfilled.is_empty(), "{unfilled:?}");
