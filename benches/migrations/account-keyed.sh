@@ -26,7 +26,7 @@ INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms) SELECT 
 INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms) SELECT 'dlv_' || i, 2, i, 5 FROM s;
 INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, le_10, le_25, le_50, le_100,
     le_250, le_500, le_1000, le_2500, le_5000, le_10000, le_30000, le_inf)
-    SELECT 'ep_' || (1 + i % 1000), 3600000 * (i / 1000), 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 FROM s;
+    SELECT 'ep_' || (1 + i % 1000), CAST(3600000 AS BIGINT) * (i / 1000), 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 FROM s;
 SQL
 }
 

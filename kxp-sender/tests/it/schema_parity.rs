@@ -24,11 +24,12 @@ const KNOWN: &[&str] = &[];
 
 /// Tables keyed by something other than an account, by design: the accounts themselves and
 /// the directories a request reads before it knows its account (API keys, endpoints named by
-/// the feed, operators, portal links, console sessions).
+/// the feed, operators, portal links, console sessions), and the operators' own audit rows.
 const ACCOUNTLESS: &[&str] = &[
     "kxp_accounts",
     "kxp_api_keys",
     "kxp_endpoint_directory",
+    "kxp_operator_audit",
     "kxp_operators",
     "kxp_portal_links",
     "kxp_sessions",
