@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How long the account-keyed schema's expand step (migrations 20261204000001 to …04, then the
+# How long the account-keyed schema's expand step (migrations 20261204000001 to …11, then the
 # fill `kxp migrate apply` runs after them) takes per million rows: a database migrated up to
 # the release before it, filled with N events, N deliveries, 2N attempts and N hourly tallies,
 # then `kxp migrate apply`, which prints each migration's time and the fill's.

@@ -201,25 +201,17 @@ async fn apply(args: ApplyArgs) -> Result<(), String> {
             );
         })
         .await;
-    let applied = match applied {
-        Ok(applied) => applied,
-        Err(e) => {
-            db.close().await;
-            return Err(kxp_sender::redact_passwords(&e.to_string()));
-        }
-    };
-    if applied.is_empty() {
+    db.close().await;
+    let applied = applied.map_err(|e| kxp_sender::redact_passwords(&e.to_string()))?;
+    if applied.migrations.is_empty() {
         println!("up to date: nothing pending");
     }
-    let start = std::time::Instant::now();
-    let filled = db.fill_accounts().await;
-    db.close().await;
-    match filled.map_err(|e| kxp_sender::redact_passwords(&e.to_string()))? {
-        0 => {}
-        rows => println!(
-            "filled in the account of {rows} row(s) written without one, in {} ms",
-            start.elapsed().as_millis()
-        ),
+    if applied.filled.rows > 0 {
+        println!(
+            "filled in the account of {} row(s) written without one, in {} ms",
+            applied.filled.rows,
+            applied.filled.took.as_millis()
+        );
     }
     Ok(())
 }

@@ -121,8 +121,8 @@ pub use model::{
     Operator, OperatorId,
 };
 pub use store::{
-    AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
-    StoreConflict, StoreError, redact_passwords,
+    Applied, AppliedMigration, Filled, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError,
+    SchemaStatus, StoreConflict, StoreError, redact_passwords,
 };
 
 // The API's limits and its description.

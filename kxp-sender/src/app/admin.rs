@@ -11,7 +11,9 @@ use crate::model::{
     Account, AccountId, Delivery, DeliveryFilter, DeliveryId, EndpointId, Operator, OperatorId,
 };
 use crate::store::seal::KeyRing;
-use crate::store::{Db, Migrations, PendingMigration, SchemaError, SchemaStatus, StoreError};
+use crate::store::{
+    Applied, Db, Migrations, PendingMigration, SchemaError, SchemaStatus, StoreError,
+};
 
 /// A connection pool for the offline commands. A running `kxp serve` picks up what they write
 /// (a replayed delivery is due now) by its usual polling.
@@ -44,23 +46,17 @@ impl Admin {
     }
 
     /// Applies the pending migrations in order, calling `applied` after each with how long it
-    /// took, and returns them. On PostgreSQL each statement waits at most `lock_timeout` for a
-    /// lock (zero: no limit); a migration that waits longer is rolled back
+    /// took, then fills in what the account-keyed schema's expand step leaves to be filled (the
+    /// account of rows an earlier release wrote without one, in batches; the credential
+    /// directories' rows), and returns both. On PostgreSQL each statement waits at most
+    /// `lock_timeout` for a lock (zero: no limit); a migration that waits longer is rolled back
     /// ([`SchemaError::LockTimeout`]) and the ones after it are not run.
     pub async fn apply_migrations(
         &self,
         lock_timeout: Duration,
         applied: impl FnMut(&PendingMigration, Duration),
-    ) -> Result<Vec<PendingMigration>, SchemaError> {
+    ) -> Result<Applied, SchemaError> {
         self.db.apply_migrations(lock_timeout, applied).await
-    }
-
-    /// Fills in what the account-keyed schema's expand step leaves to be filled: the account
-    /// of rows written before it (and by the previous release during a rolling upgrade), and
-    /// the credential directories' rows. In batches, idempotent; answers how many rows it
-    /// wrote. `kxp migrate apply` runs it after the migrations (docs/upgrading.md).
-    pub async fn fill_accounts(&self) -> Result<u64, sqlx::Error> {
-        self.db.fill_accounts().await
     }
 
     /// Closes the pool: a command closes it before it exits, so SQLite checkpoints its WAL.

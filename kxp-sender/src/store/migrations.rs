@@ -190,12 +190,10 @@ impl Db {
             },
             (_, Migrations::Apply { lock_timeout }) => {
                 self.apply_migrations(lock_timeout, |_, _| {}).await?;
-                self.fill_accounts().await?;
                 Ok(())
             }
             (Db::Sqlite(_), Migrations::Require) => {
                 self.apply_migrations(Duration::ZERO, |_, _| {}).await?;
-                self.fill_accounts().await?;
                 Ok(())
             }
         }
@@ -258,23 +256,27 @@ impl Db {
         &self,
         lock_timeout: Duration,
         applied: impl FnMut(&PendingMigration, Duration),
-    ) -> Result<Vec<PendingMigration>, SchemaError> {
-        self.apply_from(self.migrator(), lock_timeout, applied)
+    ) -> Result<Applied, SchemaError> {
+        self.apply_from(self.migrator(), lock_timeout, applied, Fill::After)
             .await
     }
 
-    /// [`Db::apply_migrations`] of `migrator`'s migrations.
+    /// [`Db::apply_migrations`] of `migrator`'s migrations, and the fill after them if `fill`
+    /// says so (the tests' own migrators have none of the sender's tables).
     async fn apply_from(
         &self,
         migrator: &Migrator,
         lock_timeout: Duration,
         mut applied: impl FnMut(&PendingMigration, Duration),
-    ) -> Result<Vec<PendingMigration>, SchemaError> {
+        fill: Fill,
+    ) -> Result<Applied, SchemaError> {
         // A connection of its own, closed after: its session settings never reach the pool.
         match self {
             Db::Sqlite(pool) => {
                 let mut conn = pool.acquire().await?.detach();
-                apply_on(&mut conn, self, migrator, Duration::ZERO, &mut applied).await
+                let migrations =
+                    apply_on(&mut conn, self, migrator, Duration::ZERO, &mut applied).await?;
+                self.filled_after(migrations, fill).await
             }
             Db::Postgres(pool) => {
                 let mut conn = pool.acquire().await?.detach();
@@ -291,7 +293,11 @@ impl Db {
                         .execute(&mut conn)
                         .await?;
                     }
-                    apply_on(&mut conn, self, migrator, lock_timeout, &mut applied).await
+                    let migrations =
+                        apply_on(&mut conn, self, migrator, lock_timeout, &mut applied).await?;
+                    // Under the lock: processes starting at once fill one after the other,
+                    // and the second finds nothing left.
+                    self.filled_after(migrations, fill).await
                 }
                 .await;
                 // Also on failure; the connection is closed after anyway.
@@ -300,6 +306,59 @@ impl Db {
             }
         }
     }
+}
+
+impl Db {
+    /// `migrations`, applied, with the fill that follows them ([`Db::fill_accounts`]) unless
+    /// `fill` is [`Fill::Not`].
+    async fn filled_after(
+        &self,
+        migrations: Vec<PendingMigration>,
+        fill: Fill,
+    ) -> Result<Applied, SchemaError> {
+        let start = crate::model::instant();
+        let rows = match fill {
+            Fill::After => self.fill_accounts().await?,
+            #[cfg(test)]
+            Fill::Not => 0,
+        };
+        Ok(Applied {
+            migrations,
+            filled: Filled {
+                rows,
+                took: start.elapsed(),
+            },
+        })
+    }
+}
+
+/// Whether applying migrations is followed by the fill ([`Db::fill_accounts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    /// The sender's migrations: filled after.
+    After,
+    /// Another migrator's (the tests'): nothing to fill.
+    #[cfg(test)]
+    Not,
+}
+
+/// What applying the migrations did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The migrations applied, in order (none: the database was up to date).
+    pub migrations: Vec<PendingMigration>,
+    /// What the fill after them wrote.
+    pub filled: Filled,
+}
+
+/// What the fill after the migrations did: the rows of earlier releases it gave their account
+/// (or a directory entry), and how long it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filled {
+    /// Rows written.
+    pub rows: u64,
+    /// How long.
+    pub took: Duration,
 }
 
 /// Applies what is pending, on `conn` (holding the migrations' lock, on PostgreSQL).
@@ -323,6 +382,9 @@ async fn apply_on<C: Migrate + Send>(
         let Some(migration) = migrator.iter().find(|m| m.version == pending.version) else {
             continue;
         };
+        if migration.no_tx {
+            drop_invalid_indexes(db, &migration.sql).await?;
+        }
         match conn.apply(migration).await {
             Ok(took) => applied(pending, took),
             Err(MigrateError::ExecuteMigration(e, version)) if is_lock_timeout(&e) => {
@@ -335,6 +397,68 @@ async fn apply_on<C: Migrate + Send>(
         }
     }
     Ok(status.pending)
+}
+
+/// Drops what an earlier, failed run of a `-- no-transaction` migration left behind: an index
+/// built `CONCURRENTLY` that failed stays, marked invalid (never used, but kept up to date), and
+/// the migration is not recorded, so it runs again — and its `IF NOT EXISTS` would then keep
+/// the invalid index and record the migration as done. PostgreSQL only (SQLite builds no index
+/// concurrently).
+async fn drop_invalid_indexes(db: &Db, sql: &str) -> Result<(), sqlx::Error> {
+    let Db::Postgres(pool) = db else {
+        return Ok(());
+    };
+    for name in concurrent_indexes(sql) {
+        let invalid: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+             WHERE c.relname = $1 AND pg_table_is_visible(c.oid) AND NOT i.indisvalid)",
+        )
+        .bind(name)
+        .fetch_one(pool)
+        .await?;
+        if invalid {
+            tracing::warn!(target: "kxp_sender", index = name, "dropping the invalid index a failed migration left, to build it again");
+            // The name is the migration's own text (an identifier), never a user's.
+            sqlx::query(&format!("DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+                .execute(pool)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The names of the indexes `sql` builds `CONCURRENTLY`.
+fn concurrent_indexes(sql: &str) -> Vec<&str> {
+    let words: Vec<&str> = sql
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .flat_map(str::split_whitespace)
+        .collect();
+    let mut names = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        if !word.eq_ignore_ascii_case("CONCURRENTLY")
+            || !i
+                .checked_sub(1)
+                .and_then(|j| words.get(j))
+                .is_some_and(|w| w.eq_ignore_ascii_case("INDEX"))
+        {
+            continue;
+        }
+        let rest = words.get(i + 1..).unwrap_or_default();
+        let name = match rest {
+            [w1, w2, w3, name, ..]
+                if w1.eq_ignore_ascii_case("IF")
+                    && w2.eq_ignore_ascii_case("NOT")
+                    && w3.eq_ignore_ascii_case("EXISTS") =>
+            {
+                name
+            }
+            [name, ..] => name,
+            [] => continue,
+        };
+        names.push(*name);
+    }
+    names
 }
 
 fn is_lock_timeout(e: &sqlx::Error) -> bool {

@@ -50,7 +50,8 @@ mod sessions;
 pub(crate) use feed::{FeedRow, FeedSource};
 pub(crate) use metrics::Gauges;
 pub use migrations::{
-    AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
+    Applied, AppliedMigration, Filled, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError,
+    SchemaStatus,
 };
 pub use retention::Purged;
 pub(crate) use secrets::open_secret;

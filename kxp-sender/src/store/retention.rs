@@ -96,8 +96,8 @@ impl Db {
             .await?;
         // The expiry is checked again outside: once the account-keyed schema numbers secrets
         // per endpoint, a batch's ids name rows of other endpoints too, and only expired ones
-        // may go. (Not `(endpoint_id, id) IN (…)`: SQLite matches no row by that pair while
-        // `id` is its rowid.)
+        // may go. (Not `(endpoint_id, id) IN (…)`: the SQLite sqlx bundles matched no row by
+        // that pair while `id` is its rowid, where the sqlite3 shell's 3.40 did.)
         purged.secrets = self
             .delete_batches(
                 "DELETE FROM kxp_endpoint_secrets WHERE expires_at IS NOT NULL AND expires_at <= $1 \

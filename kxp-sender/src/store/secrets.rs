@@ -474,11 +474,13 @@ impl Db {
         &self,
         checks: &[(EndpointKey, i64, KeyCheck)],
     ) -> Result<Vec<EndpointKey>, StoreError> {
-        let mut latest: BTreeMap<(&EndpointKey, i64), i64> = BTreeMap::new();
+        // By secret id, then endpoint: the order the rows are locked in, which is the previous
+        // release's (by id alone) while ids are unique, so the two never lock in opposite orders.
+        let mut latest: BTreeMap<(i64, &EndpointKey), i64> = BTreeMap::new();
         let mut confirming: BTreeMap<&EndpointKey, Vec<Option<i64>>> = BTreeMap::new();
         for (endpoint, at, check) in checks {
             if let Some(secret) = check.verified {
-                let seen = latest.entry((endpoint, secret)).or_insert(*at);
+                let seen = latest.entry((secret, endpoint)).or_insert(*at);
                 *seen = (*seen).max(*at);
             }
             if check.confirming {
@@ -496,7 +498,7 @@ impl Db {
             );
             let mut tx = pool.begin_with(DB::BEGIN).await?;
             // A secret's id is its endpoint's: the account-keyed schema numbers them per endpoint.
-            for ((endpoint, secret), at) in &latest {
+            for ((secret, endpoint), at) in &latest {
                 sqlx::query(
                     "UPDATE kxp_endpoint_secrets SET last_verified_at = $1 \
                      WHERE account_id = $4 AND endpoint_id = $3 AND id = $2 \

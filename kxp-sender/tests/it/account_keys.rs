@@ -31,6 +31,8 @@ fn rows() -> Vec<String> {
         .as_millis()
         - 60_000;
     let hour = at - at % 3_600_000;
+    // Older than what the migrations fill themselves: `kxp migrate apply`'s fill does.
+    let earlier = hour - 5 * 3_600_000;
     vec![
         format!(
             "INSERT INTO kxp_accounts (id, name, api_key_hash, default_api_version, created_at) \
@@ -49,7 +51,8 @@ fn rows() -> Vec<String> {
         format!(
             "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, hour, successes, failures, le_10, le_25, \
              le_50, le_100, le_250, le_500, le_1000, le_2500, le_5000, le_10000, le_30000, le_inf) \
-             VALUES ('ep_old', {hour}, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1)"
+             VALUES ('ep_old', {hour}, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1), \
+             ('ep_old', {earlier}, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)"
         ),
         "INSERT INTO kxp_sequences (endpoint_id, next_sequence) VALUES ('ep_old', 2)".to_owned(),
         format!(

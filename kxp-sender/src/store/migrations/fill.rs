@@ -2,7 +2,8 @@
 //! of the five tables that gained one (`20261204000001`), and the directories' rows
 //! (`20261204000002`), for the rows written before those migrations and those the previous
 //! release writes beside this one during a rolling upgrade. Run after the migrations by
-//! `kxp migrate apply` and `kxp serve --migrate`, in batches of its own transactions, never
+//! `kxp migrate apply` and `kxp serve --migrate` (under their lock, so processes starting at
+//! once take turns), in batches of its own transactions, never
 //! one statement over a large table; idempotent, and cheap when there is nothing left (the
 //! large tables' unfilled rows are found through partial indexes that hold only them).
 
@@ -39,10 +40,12 @@ const WHOLE: [&str; 5] = [
      WHERE account_id IS NULL",
     "INSERT INTO kxp_api_keys (key_hash, account_id, created_at) \
      SELECT a.api_key_hash, a.id, a.created_at FROM kxp_accounts a \
-     WHERE NOT EXISTS (SELECT 1 FROM kxp_api_keys k WHERE k.key_hash = a.api_key_hash)",
+     WHERE NOT EXISTS (SELECT 1 FROM kxp_api_keys k WHERE k.key_hash = a.api_key_hash) \
+     ON CONFLICT DO NOTHING",
     "INSERT INTO kxp_endpoint_directory (endpoint_id, account_id) \
      SELECT p.id, p.account_id FROM kxp_endpoints p \
-     WHERE NOT EXISTS (SELECT 1 FROM kxp_endpoint_directory e WHERE e.endpoint_id = p.id)",
+     WHERE NOT EXISTS (SELECT 1 FROM kxp_endpoint_directory e WHERE e.endpoint_id = p.id) \
+     ON CONFLICT DO NOTHING",
 ];
 
 impl Db {

@@ -68,11 +68,16 @@ async fn applies_in_order_and_tolerates_a_newer_versions_migrations(db: Db, _url
 
     let mut reported = Vec::new();
     let applied = db
-        .apply_from(&two, Duration::ZERO, |m, _| reported.push(m.version))
+        .apply_from(
+            &two,
+            Duration::ZERO,
+            |m, _| reported.push(m.version),
+            Fill::Not,
+        )
         .await
         .unwrap();
     assert_eq!(reported, [1, 2]);
-    assert_eq!(versions(&applied, |m| m.version), [1, 2]);
+    assert_eq!(versions(&applied.migrations, |m| m.version), [1, 2]);
     let status = db.status_against(&two).await.unwrap();
     assert!(status.is_current());
     assert!(
@@ -95,23 +100,28 @@ async fn applies_in_order_and_tolerates_a_newer_versions_migrations(db: Db, _url
         [(1, true), (2, false)]
     );
     let mut reported = Vec::new();
-    db.apply_from(&migrator(&[T, U, V]), Duration::ZERO, |m, _| {
-        reported.push(m.version)
-    })
+    db.apply_from(
+        &migrator(&[T, U, V]),
+        Duration::ZERO,
+        |m, _| reported.push(m.version),
+        Fill::Not,
+    )
     .await
     .unwrap();
     assert_eq!(reported, [3]);
 }
 
 async fn refuses_a_migration_applied_with_other_sql(db: Db, _url: String) {
-    db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {})
+    db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {}, Fill::Not)
         .await
         .unwrap();
     let changed = migrator(&[(1, "CREATE TABLE t (id BIGINT)", false), U]);
     let status = db.status_against(&changed).await.unwrap();
     assert_eq!(status.modified, [1]);
     assert!(matches!(status.refusal(), Some(SchemaError::Modified(1))));
-    let refused = db.apply_from(&changed, Duration::ZERO, |_, _| {}).await;
+    let refused = db
+        .apply_from(&changed, Duration::ZERO, |_, _| {}, Fill::Not)
+        .await;
     assert!(
         matches!(refused, Err(SchemaError::Modified(1))),
         "{refused:?}"
@@ -127,7 +137,7 @@ async fn refuses_a_migration_applied_with_other_sql(db: Db, _url: String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_waiting_past_the_lock_timeout_is_rolled_back_and_stops_the_rest() {
     run(Backend::Postgres, "lock_timeout", |db, url| async move {
-        db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {})
+        db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {}, Fill::Not)
             .await
             .unwrap();
         // A long transaction writing to t: the ALTER below needs the table to itself.
@@ -148,7 +158,7 @@ async fn a_migration_waiting_past_the_lock_timeout_is_rolled_back_and_stops_the_
             (3, "CREATE INDEX CONCURRENTLY t_x ON t (x)", true),
         ]);
         let waited = db
-            .apply_from(&steps, Duration::from_millis(200), |_, _| {})
+            .apply_from(&steps, Duration::from_millis(200), |_, _| {}, Fill::Not)
             .await;
         assert!(
             matches!(waited, Err(SchemaError::LockTimeout { version: 2, .. })),
@@ -172,12 +182,71 @@ async fn a_migration_waiting_past_the_lock_timeout_is_rolled_back_and_stops_the_
         // must be.
         sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
         let applied = db
-            .apply_from(&steps, Duration::from_millis(200), |_, _| {})
+            .apply_from(&steps, Duration::from_millis(200), |_, _| {}, Fill::Not)
             .await
             .unwrap();
-        assert_eq!(versions(&applied, |m| m.version), [2, 3]);
-        assert!(!applied[1].transaction);
+        assert_eq!(versions(&applied.migrations, |m| m.version), [2, 3]);
+        assert!(!applied.migrations[1].transaction);
         writer.close().await.unwrap();
+    })
+    .await;
+}
+
+#[test]
+fn the_indexes_a_migration_builds_concurrently_are_named() {
+    let sql = "-- no-transaction\n-- CREATE INDEX CONCURRENTLY in a comment is not one\n\
+               CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS kxp_a_key\n    ON kxp_a (x);\n\
+               create index concurrently kxp_b ON kxp_b (y)";
+    assert_eq!(concurrent_indexes(sql), ["kxp_a_key", "kxp_b"]);
+    assert!(concurrent_indexes("CREATE INDEX kxp_c ON kxp_c (z)").is_empty());
+    assert!(concurrent_indexes("CREATE INDEX CONCURRENTLY").is_empty());
+}
+
+/// A concurrent index build that failed leaves an invalid index and no record of its
+/// migration: the next apply drops it and builds it again, rather than keeping it because of
+/// `IF NOT EXISTS`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_index_a_failed_migration_left_is_built_again() {
+    run(Backend::Postgres, "invalid_index", |db, _url| async move {
+        let steps = migrator(&[
+            T,
+            (
+                2,
+                "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS t_key ON t (id)",
+                true,
+            ),
+        ]);
+        db.apply_from(&steps, Duration::ZERO, |_, _| {}, Fill::Not)
+            .await
+            .unwrap();
+        let Db::Postgres(pool) = &db else {
+            unreachable!()
+        };
+        let valid = async || -> bool {
+            sqlx::query_scalar(
+                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+                 WHERE c.relname = 't_key'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap()
+        };
+        assert!(valid().await);
+        // What a build that failed half-way leaves: the index, invalid, and no record.
+        sqlx::query("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 't_key'::regclass")
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM _sqlx_migrations WHERE version = 2")
+            .execute(pool)
+            .await
+            .unwrap();
+        let applied = db
+            .apply_from(&steps, Duration::ZERO, |_, _| {}, Fill::Not)
+            .await
+            .unwrap();
+        assert_eq!(versions(&applied.migrations, |m| m.version), [2]);
+        assert!(valid().await, "built again, valid");
     })
     .await;
 }
