@@ -267,3 +267,104 @@ fn text_of(kv: &KeyValue) -> String {
         None => String::new(),
     }
 }
+
+/// The handler-span checks every receiver adapter with `otel` passes (feature `conformance`
+/// too), written once. `serve` starts the adapter: a route behind its verification with the
+/// secret it is given, whose handler answers 2xx, each request run under the `tracing`
+/// dispatcher it is given (whose spans reach a sink of these checks); it returns the route's
+/// URL and whatever keeps the server up. A signed delivery's handler runs in a span that is a
+/// child of its `traceparent`; a delivery whose signature does not verify leaves no span in
+/// that trace; an invalid `traceparent` is ignored (the span is the root of a trace of its own).
+#[cfg(feature = "conformance")]
+pub async fn check_handler_spans<T, Served>(
+    serve: impl FnOnce(tracing::Dispatch, &'static str) -> Served,
+) where
+    Served: std::future::Future<Output = (String, T)>,
+{
+    use crate::conformance::{event_body, sign};
+    const SECRET: &str = "4f2c1e0a9b8d7c6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e";
+    let sink = OtlpSink::start().await;
+    let exporting = sink.exporting("merchant");
+    let (url, _server) = serve(exporting.dispatch.clone(), SECRET).await;
+    let (url, secret) = (url.as_str(), SECRET);
+    let client = reqwest::Client::new();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let send = |id: &str, signature: String, traceparent: String| {
+        let body = event_body(id, 100, "EUR");
+        client
+            .post(url)
+            .header("x-kxp-signature", signature)
+            .header("traceparent", traceparent)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let forged_trace = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let invalid_trace = "6BF92F3577B34DA6A3CE929D0E0E4736";
+    let ids = [
+        "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f61",
+        "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62",
+        "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f63",
+    ];
+    let signed = |id: &str| sign(&[secret], t, event_body(id, 100, "EUR").as_bytes());
+    let answers = [
+        send(ids[0], signed(ids[0]), format!("00-{trace}-{parent}-01")),
+        send(
+            ids[1],
+            sign(&["not the secret"], t, b"x"),
+            format!("00-{forged_trace}-{parent}-01"),
+        ),
+        send(
+            ids[2],
+            signed(ids[2]),
+            format!("00-{invalid_trace}-{parent}-01"),
+        ),
+    ];
+    let mut statuses = Vec::new();
+    for request in answers {
+        statuses.push(
+            request
+                .send()
+                .await
+                .expect("the receiver answers")
+                .status()
+                .as_u16(),
+        );
+    }
+    assert!((200..300).contains(&statuses[0]), "signed: {statuses:?}");
+    assert_eq!(statuses[1], 401, "forged: {statuses:?}");
+    assert!(
+        (200..300).contains(&statuses[2]),
+        "invalid traceparent: {statuses:?}"
+    );
+    exporting.shutdown().await;
+    let spans = sink
+        .wait_for(Duration::from_secs(20), |spans| {
+            spans.iter().filter(|s| s.name == "kxp.webhook").count() >= 2
+        })
+        .await;
+    let handler = |id: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == "kxp.webhook" && s.attribute("kxp.event.id") == Some(id))
+            .unwrap_or_else(|| panic!("no handler span for {id}: {spans:#?}"))
+    };
+    let joined = handler(ids[0]);
+    assert_eq!(
+        (joined.trace_id.as_str(), joined.parent_span_id.as_str()),
+        (trace, parent)
+    );
+    assert_eq!(joined.kind, 2, "server");
+    assert!(
+        spans.iter().all(|s| s.trace_id != forged_trace),
+        "an unverified request's trace got a span: {spans:#?}"
+    );
+    let own = handler(ids[2]);
+    assert_eq!(
+        own.parent_span_id, "",
+        "an invalid traceparent is no parent"
+    );
+    assert_ne!(own.trace_id, invalid_trace.to_lowercase());
+}
