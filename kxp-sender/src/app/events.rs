@@ -52,13 +52,10 @@ pub(crate) async fn accept(
         })
     });
     let accepted = take_in(state, account, body, key, trace).await;
-    let code = accepted.as_ref().err().map(Error::code);
-    let ended = match (&accepted, &code) {
-        (Ok(a), _) if a.created => traces::Ingested::Created { id: a.id.as_str() },
-        (Ok(a), _) => traces::Ingested::Replayed { id: a.id.as_str() },
-        (Err(_), code) => traces::Ingested::Refused {
-            code: code.as_ref().map_or("", |c| c.as_str()),
-        },
+    let ended = match &accepted {
+        Ok(a) if a.created => traces::Ingested::Created { id: a.id.as_str() },
+        Ok(a) => traces::Ingested::Replayed { id: a.id.as_str() },
+        Err(e) => traces::Ingested::Refused { code: e.code() },
     };
     span.end_ingest(ended, accepted.as_ref().ok().map(|a| a.event_type.as_str()));
     accepted

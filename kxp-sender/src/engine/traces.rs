@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use kxp_api::ErrorCode;
 use kxp_verify::TraceParent;
 
 use crate::engine::dispatch::Outcome;
@@ -59,14 +60,14 @@ pub(crate) enum Source {
 }
 
 /// How an ingestion ended, for its span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ingested<'a> {
     /// Stored now, as this event.
     Created { id: &'a str },
     /// An earlier request with the same key or id stored it.
     Replayed { id: &'a str },
     /// Refused, with the API's error code.
-    Refused { code: &'a str },
+    Refused { code: ErrorCode },
 }
 
 /// The server's tracer: [`Traces::off`] unless an OTLP endpoint is configured.

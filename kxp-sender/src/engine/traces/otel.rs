@@ -151,8 +151,9 @@ pub(super) fn end_ingest(mut span: Span, ended: Ingested<'_>, event_type: Option
         Ingested::Created { id } => ("created", Some(id)),
         Ingested::Replayed { id } => ("replayed", Some(id)),
         Ingested::Refused { code } => {
-            span.set_attribute(KeyValue::new("error.type", code.to_owned()));
-            span.set_status(Status::error(code.to_owned()));
+            let code = code.as_str().to_owned();
+            span.set_attribute(KeyValue::new("error.type", code.clone()));
+            span.set_status(Status::error(code));
             ("refused", None)
         }
     };
