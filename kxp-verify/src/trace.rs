@@ -25,8 +25,27 @@ pub const TRACESTATE: &str = "tracestate";
 /// The longest `tracestate` kept; a longer one is dropped (the recommendation's limit).
 pub const MAX_TRACESTATE_LEN: usize = 512;
 
-/// A parsed `traceparent` of version `00`: a trace id, the id of the caller's span (the parent)
-/// and the trace flags.
+/// A parsed W3C `traceparent` of version `00`: a trace id, the id of the caller's span (the
+/// parent) and the trace flags.
+///
+/// [`parse`](TraceParent::parse) is strict: exactly `00-<32 hex>-<16 hex>-<2 hex>` in
+/// lowercase, neither id all zeros. Anything else is to be **ignored**, never refused: a
+/// request with a malformed header is taken as if it had none, and starts a trace of its own.
+///
+/// **The header is outside the signature.** Verifying a delivery proves who sent its body, not
+/// its `traceparent`: whoever can alter the request on its way (or replay a captured one within
+/// the timestamp tolerance) chooses the trace it joins. Use it to correlate spans, never to
+/// decide anything.
+///
+/// ```
+/// use kxp_verify::TraceParent;
+///
+/// let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+/// let parent = TraceParent::parse(header).unwrap();
+/// assert!(parent.sampled());
+/// assert_eq!(parent.to_string(), header);
+/// assert_eq!(TraceParent::parse("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"), None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TraceParent {
     trace_id: [u8; 16],
@@ -45,7 +64,7 @@ impl TraceParent {
         })
     }
 
-    /// Parses a `traceparent` header value strictly ([module docs](self)); `None` when it is
+    /// Parses a `traceparent` header value strictly (see [`TraceParent`]); `None` when it is
     /// not one, which the caller treats as no header at all.
     pub fn parse(value: &str) -> Option<TraceParent> {
         let bytes: &[u8; 55] = value.as_bytes().try_into().ok()?;

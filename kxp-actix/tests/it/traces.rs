@@ -23,7 +23,9 @@ async fn the_handler_span_joins_the_trace_of_a_verified_delivery_only() {
                     .wrap_fn(move |request, service| {
                         WithSubscriber::with_subscriber(service.call(request), dispatch.clone())
                     })
-                    .route(web::post().to(|_: VerifiedEvent| async { HttpResponse::Ok() })),
+                    .route(
+                        web::post().to(|_: VerifiedEvent| async { HttpResponse::Ok().finish() }),
+                    ),
             );
         });
         (format!("{}/hook", server.base), server)
