@@ -285,8 +285,8 @@ async fn trace_propagation_false_sends_no_traceparent_and_can_be_turned_back_on(
 async fn without_an_otlp_endpoint_nothing_is_exported() {
     let sink = OtlpSink::start().await;
     let receiver = Receiver::start(vec![]).await;
-    // The standard variable is read by `kxp serve` (clap), not by the library: a server
-    // without `otlp_endpoint` exports nothing even with it set elsewhere.
+    // Only `Config::otlp_endpoint` turns export on (`kxp serve` fills it from its flag or the
+    // standard `OTEL_EXPORTER_OTLP_ENDPOINT`): without it no span is made or sent.
     let s = sender_with("0s", |_| {}).await;
     s.api.endpoint(&receiver.url, json!({})).await;
     let id = s.api.emit("payment.succeeded", json!({})).await;
