@@ -19,7 +19,7 @@ use serde_json::json;
 use tower::ServiceBuilder;
 use tracing::instrument::WithSubscriber;
 
-use crate::support::{Receiver, Reply, sender_with};
+use crate::support::{Receiver, Reply, Sender, sender_with};
 
 const SECS_20: Duration = Duration::from_secs(20);
 
@@ -73,6 +73,21 @@ async fn merchant(
     (url, exporting)
 }
 
+/// Emits a `payment.succeeded` event in the trace `trace` and waits until it is delivered; its
+/// id.
+async fn delivered_in(s: &Sender, trace: &TraceContext) -> String {
+    let event = NewEvent::new("payment.succeeded", &json!({"amount": 4200})).unwrap();
+    let event = s
+        .api
+        .client
+        .create_event_in_trace(&event, None, trace)
+        .await
+        .expect("an event in a trace, its traceparent valid or not, is taken");
+    let id = event.id.into_string();
+    s.api.wait_for(&id, "delivered", SECS_20).await;
+    id
+}
+
 fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
     spans.iter().filter(|s| s.name == name).collect()
 }
@@ -95,15 +110,7 @@ async fn one_trace_runs_from_the_producer_through_every_attempt_to_the_merchants
         .await
         .unwrap();
 
-    let event = NewEvent::new("payment.succeeded", &json!({"amount": 4200})).unwrap();
-    let event = s
-        .api
-        .client
-        .create_event_in_trace(&event, None, &producer())
-        .await
-        .unwrap();
-    let event_id = event.id.into_string();
-    s.api.wait_for(&event_id, "delivered", SECS_20).await;
+    let event_id = delivered_in(&s, &producer()).await;
     // The handler's spans first (the sender's flush comes with its shutdown).
     sink.wait_for(SECS_20, |spans| named(spans, "kxp.webhook").len() == 2)
         .await;
@@ -191,16 +198,7 @@ async fn a_delivery_names_its_attempt_and_never_forwards_the_producers_tracestat
     let endpoint = sink.endpoint();
     let s = sender_with("0s,0s", |c| c.otlp_endpoint = Some(endpoint)).await;
     s.api.endpoint(&receiver.url, json!({})).await;
-    let event = NewEvent::new("payment.succeeded", &json!({})).unwrap();
-    let event = s
-        .api
-        .client
-        .create_event_in_trace(&event, None, &producer())
-        .await
-        .unwrap();
-    s.api
-        .wait_for(event.id.as_str(), "delivered", SECS_20)
-        .await;
+    delivered_in(&s, &producer()).await;
     s.server.shutdown().await;
     let spans = sink
         .wait_for(SECS_20, |spans| named(spans, "POST").len() == 2)
@@ -242,16 +240,7 @@ async fn trace_propagation_false_sends_no_traceparent_and_can_be_turned_back_on(
         .await
         .unwrap();
     assert!(!endpoint.endpoint.trace_propagation);
-    let event = NewEvent::new("payment.succeeded", &json!({})).unwrap();
-    let first = s
-        .api
-        .client
-        .create_event_in_trace(&event, None, &producer())
-        .await
-        .unwrap();
-    s.api
-        .wait_for(first.id.as_str(), "delivered", SECS_20)
-        .await;
+    delivered_in(&s, &producer()).await;
     assert_eq!(receiver.seen()[0].header("traceparent"), "");
 
     let mut patch = EndpointPatch::default();
@@ -263,15 +252,7 @@ async fn trace_propagation_false_sends_no_traceparent_and_can_be_turned_back_on(
         .await
         .unwrap();
     assert!(updated.endpoint.trace_propagation);
-    let second = s
-        .api
-        .client
-        .create_event_in_trace(&event, None, &producer())
-        .await
-        .unwrap();
-    s.api
-        .wait_for(second.id.as_str(), "delivered", SECS_20)
-        .await;
+    delivered_in(&s, &producer()).await;
     // No span of its own to name: the producer's, unchanged (its tracestate still not).
     assert_eq!(
         receiver.seen()[1].header("traceparent"),
@@ -306,16 +287,7 @@ async fn an_invalid_traceparent_is_ignored_and_the_event_starts_its_own_trace() 
     let s = sender_with("0s", |c| c.otlp_endpoint = Some(endpoint)).await;
     s.api.endpoint(&receiver.url, json!({})).await;
     let invalid = TraceContext::new(format!("00-{}-{PRODUCER_SPAN}-01", TRACE_ID.to_uppercase()));
-    let event = NewEvent::new("payment.succeeded", &json!({})).unwrap();
-    let event = s
-        .api
-        .client
-        .create_event_in_trace(&event, None, &invalid)
-        .await
-        .expect("an invalid traceparent is not refused");
-    s.api
-        .wait_for(event.id.as_str(), "delivered", SECS_20)
-        .await;
+    delivered_in(&s, &invalid).await;
     s.server.shutdown().await;
     let spans = sink
         .wait_for(SECS_20, |spans| named(spans, "POST").len() == 1)
