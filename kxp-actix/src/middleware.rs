@@ -158,11 +158,23 @@ where
     let key = accepted.key_fingerprint();
     let verified = VerifiedBody::new(accepted);
     let event_id = verified.shared_event_id();
+    // Only now, once the signature verified: the handler joins the sender's trace.
+    #[cfg(feature = "otel")]
+    let span = kxp_receiver::handler_span(
+        request
+            .headers()
+            .get(kxp_verify::TRACEPARENT)
+            .and_then(|v| v.to_str().ok()),
+        &event_id,
+    );
     // The payload was consumed above: hand the same bytes to the extractors that come next.
     request.set_payload(Payload::from(body));
     request.extensions_mut().insert(verified);
 
-    match service.call(request).await {
+    let call = service.call(request);
+    #[cfg(feature = "otel")]
+    let call = tracing::Instrument::instrument(call, span);
+    match call.await {
         Ok(mut response) => {
             let status = response.status().as_u16();
             // Set here, whatever the handler did: the header names the verifier's key on a 2xx, and

@@ -13,6 +13,7 @@ use crate::{
     ErrorCode, Event, EventId, EventQuery, EventSummary, FeedToken, IDEMPOTENCY_KEY, NewAccount,
     NewEndpoint, NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink, Probe,
     PublicKeys, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
+    TRACEPARENT, TRACESTATE, TraceContext,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -305,6 +306,28 @@ impl Client {
     ) -> Result<Event, ClientError> {
         self.call(Method::POST, &["v1", "events"], |r| {
             let r = r.json(event);
+            match idempotency_key {
+                Some(key) => r.header(IDEMPOTENCY_KEY, key),
+                None => r,
+            }
+        })
+        .await
+    }
+
+    /// [`create_event`](Client::create_event) as part of the producer's trace: the request
+    /// carries `trace`'s `traceparent` (and `tracestate`), which the sender stores with the
+    /// event; its spans and the merchant's handler join that trace.
+    pub async fn create_event_in_trace(
+        &self,
+        event: &NewEvent,
+        idempotency_key: Option<&str>,
+        trace: &TraceContext,
+    ) -> Result<Event, ClientError> {
+        self.call(Method::POST, &["v1", "events"], |r| {
+            let mut r = r.json(event).header(TRACEPARENT, &trace.traceparent);
+            if let Some(state) = &trace.tracestate {
+                r = r.header(TRACESTATE, state);
+            }
             match idempotency_key {
                 Some(key) => r.header(IDEMPOTENCY_KEY, key),
                 None => r,

@@ -136,6 +136,7 @@ pub struct PublicKeys {
     "signing": "hmac",
     "format": "kxp",
     "encryption_jwk": null,
+    "trace_propagation": true,
     "created_at": "2026-11-30T01:02:03Z",
     "updated_at": "2026-11-30T01:02:03Z"
 }))]
@@ -173,6 +174,10 @@ pub struct Endpoint {
     #[serde(default)]
     #[schema(value_type = Option<Object>, required = true)]
     pub encryption_jwk: Option<serde_json::Value>,
+    /// Whether each delivery carries a W3C `traceparent` naming its attempt's span, so the
+    /// merchant's handler can join the producer's trace (never the producer's `tracestate`).
+    #[serde(default = "yes")]
+    pub trace_propagation: bool,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -237,6 +242,10 @@ pub struct NewEndpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub encryption_jwk: Option<serde_json::Value>,
+    /// Whether deliveries carry a W3C `traceparent` (default true); false for a merchant who
+    /// must not see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_propagation: Option<bool>,
     /// Registers without the challenge (`GET <url>?challenge=<token>`), for a receiver that is
     /// not up yet or does not speak kxp.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -256,6 +265,7 @@ impl NewEndpoint {
             signing: None,
             format: None,
             encryption_jwk: None,
+            trace_propagation: None,
             skip_challenge: false,
         }
     }
@@ -334,6 +344,14 @@ pub struct EndpointPatch {
     #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
     #[schema(value_type = Option<Object>, required = false)]
     pub encryption_jwk: Patch<serde_json::Value>,
+    /// Start (`true`) or stop (`false`) sending a `traceparent` with each delivery.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(value_type = bool, required = false)]
+    pub trace_propagation: Option<bool>,
     /// Changes the URL without the challenge.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub skip_challenge: bool,
@@ -557,4 +575,9 @@ impl BulkReplay {
 pub struct ReplayQueued {
     /// New deliveries queued, one per delivery replayed.
     pub queued: u64,
+}
+
+/// `trace_propagation`'s default when an answer leaves it out (a server from before it).
+fn yes() -> bool {
+    true
 }

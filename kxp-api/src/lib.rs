@@ -26,6 +26,7 @@ mod portal;
 mod schemas;
 mod secret;
 mod timestamp;
+mod trace;
 
 // The public interface.
 pub use account::{Account, AccountCreated, AccountPatch, AccountUpdated, NewAccount};
@@ -56,6 +57,7 @@ pub use portal::{NewPortalLink, PortalLink, PortalScope};
 pub use schemas::{Schema, SchemaDeleted};
 pub use secret::Secret;
 pub use timestamp::{Timestamp, TimestampError};
+pub use trace::{TRACEPARENT, TRACESTATE, TraceContext};
 
 /// The header that makes `POST /v1/events` idempotent.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";

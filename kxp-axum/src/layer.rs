@@ -133,9 +133,21 @@ where
     let key = accepted.key_fingerprint();
     let verified = VerifiedBody::new(accepted);
     let event_id = verified.shared_event_id();
+    // Only now, once the signature verified: the handler joins the sender's trace.
+    #[cfg(feature = "otel")]
+    let span = kxp_receiver::handler_span(
+        parts
+            .headers
+            .get(kxp_verify::TRACEPARENT)
+            .and_then(|v| v.to_str().ok()),
+        &event_id,
+    );
     let mut request = Request::from_parts(parts, Body::from(body));
     request.extensions_mut().insert(verified);
-    let mut response = inner.call(request).await?;
+    let call = inner.call(request);
+    #[cfg(feature = "otel")]
+    let call = tracing::Instrument::instrument(call, span);
+    let mut response = call.await?;
 
     let status = response.status().as_u16();
     // Set here, whatever the handler did: the header names the verifier's key on a 2xx, and

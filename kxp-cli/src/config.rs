@@ -198,6 +198,13 @@ pub(crate) struct Settings {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ingest: Option<Vec<String>>,
+    /// Export traces (a span per ingestion and per delivery attempt) over OTLP/HTTP with
+    /// protobuf to this collector (`http://127.0.0.1:4318`; spans are POSTed to
+    /// `<URL>/v1/traces`). Unset: no spans are made. The other `OTEL_*` variables (service
+    /// name, resource attributes, sampler, headers, timeout) are read by the exporter.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
     /// Log lines as JSON objects instead of text.
     #[arg(long, env = "KXP_JSON_LOGS", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
@@ -328,7 +335,7 @@ impl Settings {
         layer!(high over lower: database_url, migrate, listen, public_url, dev, api_only, allow_address, trusted_proxy, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace, max_event_bytes, ingest, json_logs, api_key,
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace, max_event_bytes, ingest, otlp_endpoint, json_logs, api_key,
             secrets_key)
     }
 
@@ -433,6 +440,7 @@ impl Settings {
                 .filter(|ring| !ring.trim().is_empty())
                 .map(|ring| ring.parse().map_err(|e| invalid("secrets_key", e)))
                 .transpose()?,
+            otlp_endpoint: self.otlp_endpoint.clone().filter(|url| !url.is_empty()),
             ..d
         })
     }
@@ -470,6 +478,7 @@ impl Settings {
             shutdown_grace: Some(Dur(config.shutdown_grace)),
             max_event_bytes: Some(config.max_event_data),
             ingest: Some(config.ingest.iter().map(IngestSource::redacted).collect()),
+            otlp_endpoint: config.otlp_endpoint.clone(),
             json_logs: Some(json_logs),
             api_key: config.api_key.as_ref().map(|_| "[redacted]".to_owned()),
             secrets_key: config.secrets_key.as_ref().map(|ring| {

@@ -2,6 +2,10 @@
 
 use sqlx::Transaction;
 
+use kxp_api::TraceContext;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
 use crate::backend::Backend;
 use crate::{EventId, NewEvent};
 
@@ -31,7 +35,55 @@ pub enum EmitError {
 /// the console and `GET /v1/events/{id}` will show the same id.
 pub async fn emit<DB: Backend>(
     tx: &mut Transaction<'_, DB>,
+    event: NewEvent,
+) -> Result<EventId, EmitError> {
+    write(tx, event, None).await
+}
+
+/// [`emit`] as part of the producer's trace: the row keeps `trace` (its `traceparent` and
+/// `tracestate`) inside its stored request, and the relay's `POST /v1/events` carries it, so
+/// the sender's spans and the merchant's handler join the trace the producer's transaction
+/// ran in, however much later the row is handed off.
+pub async fn emit_in_trace<DB: Backend>(
+    tx: &mut Transaction<'_, DB>,
+    event: NewEvent,
+    trace: &TraceContext,
+) -> Result<EventId, EmitError> {
+    write(tx, event, Some(trace)).await
+}
+
+/// A row's stored request when it carries a trace context: the event beside it. (A row without
+/// one stores the event alone, as before: the outbox's table never gains a column, and a row
+/// written by an earlier version reads the same.)
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Traced<'a> {
+    traceparent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
+    #[serde(borrow)]
+    event: &'a RawValue,
+}
+
+/// The event a stored request holds, and the trace context it was emitted in, if any.
+pub(crate) fn stored(request: &str) -> Result<(NewEvent, Option<TraceContext>), serde_json::Error> {
+    match serde_json::from_str::<Traced<'_>>(request) {
+        Ok(traced) => {
+            let event = serde_json::from_str(traced.event.get())?;
+            let trace = TraceContext {
+                traceparent: traced.traceparent,
+                tracestate: traced.tracestate,
+            };
+            Ok((event, Some(trace)))
+        }
+        Err(_) => Ok((serde_json::from_str(request)?, None)),
+    }
+}
+
+async fn write<DB: Backend>(
+    tx: &mut Transaction<'_, DB>,
     mut event: NewEvent,
+    trace: Option<&TraceContext>,
 ) -> Result<EventId, EmitError> {
     let id = match event.id.take() {
         Some(id) if kxp_api::is_event_id(id.as_str()) => id,
@@ -39,7 +91,14 @@ pub async fn emit<DB: Backend>(
         None => EventId::from(uuid::Uuid::new_v4().to_string()),
     };
     event.id = Some(id.clone());
-    let request = serde_json::to_string(&event)?;
+    let request = match trace {
+        None => serde_json::to_string(&event)?,
+        Some(trace) => serde_json::to_string(&Traced {
+            traceparent: trace.traceparent.clone(),
+            tracestate: trace.tracestate.clone(),
+            event: &serde_json::value::to_raw_value(&event)?,
+        })?,
+    };
     let row = format!("ob_{}", uuid::Uuid::now_v7().simple());
     DB::insert(tx, &row, id.as_str(), &request, crate::relay::now_ms()).await?;
     Ok(id)

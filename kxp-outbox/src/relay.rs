@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kxp_api::{Client, ClientError, NewEvent};
+use kxp_api::{Client, ClientError};
 use sqlx::Pool;
 
 use crate::EventId;
@@ -254,12 +254,18 @@ impl<DB: Backend> Relay<DB> {
 
     /// Sends one row and says what its answer means.
     async fn hand_off(&self, row: &Row) -> HandOff {
-        let event: NewEvent = match serde_json::from_str(&row.request) {
-            Ok(event) => event,
+        let (event, trace) = match crate::emit::stored(&row.request) {
+            Ok(stored) => stored,
             // Written by `emit`, so only a row altered by hand gets here; no retry cures it.
             Err(e) => return HandOff::Refused(format!("the outbox row is not an event: {e}")),
         };
-        let call = self.client.create_event(&event, Some(&row.id));
+        let key = Some(row.id.as_str());
+        let call = async {
+            match &trace {
+                Some(trace) => self.client.create_event_in_trace(&event, key, trace).await,
+                None => self.client.create_event(&event, key).await,
+            }
+        };
         match tokio::time::timeout(self.config.request_timeout, call).await {
             Err(_) => HandOff::Later {
                 wait: None,

@@ -32,6 +32,8 @@ mod format;
 mod log;
 mod receiver;
 mod rejection;
+#[cfg(feature = "otel")]
+mod trace;
 
 pub use challenge::challenge_token;
 pub use confirm::{VERIFIED_KEY_HEADER, verified_key_value};
@@ -41,3 +43,5 @@ pub use kxp_jwe::DecryptionKey;
 pub use log::{RequestLog, outcome_for_status};
 pub use receiver::{Accepted, DEFAULT_BODY_LIMIT, FromEnvError, Receiver};
 pub use rejection::Rejection;
+#[cfg(feature = "otel")]
+pub use trace::handler_span;

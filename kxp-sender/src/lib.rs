@@ -105,6 +105,7 @@ mod store;
 pub use engine::config::{Config, MAX_EVENT_DATA};
 pub use engine::guard::{Cidr, CidrError};
 pub use engine::sources::{IngestSource, IngestUrlError};
+pub use engine::traces::TracesError;
 /// The API server's bounds ([`Config::api_limits`]): the receivers' server, from kxp-axum.
 pub use kxp_axum::ServeLimits;
 pub use policy::circuit::Protection;

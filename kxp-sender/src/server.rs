@@ -20,6 +20,7 @@ use crate::engine::ingester::Ingester;
 use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
 use crate::engine::sources::{SourceStatus, Sources};
+use crate::engine::traces::{Traces, TracesError};
 use crate::engine::{announce, notifier, retention, worker};
 use crate::http;
 use crate::ingest;
@@ -63,6 +64,9 @@ pub enum StartError {
          https, and a host; no path, query or fragment), not {0:?}"
     )]
     InvalidPublicUrl(String),
+    /// Traces could not be exported as configured ([`Config::otlp_endpoint`]).
+    #[error("traces: {0}")]
+    Traces(#[from] TracesError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -112,7 +116,7 @@ impl Server {
     /// (`shutting_down`) while the broker messages in flight are settled and the attempts in
     /// flight finish, for up to [`Config::shutdown_grace`]; what is still running then is
     /// stopped and released for another process. Then the API closes (the requests still
-    /// running finish first) and this returns.
+    /// running finish first), the spans still buffered are exported, and this returns.
     pub async fn shutdown(self) {
         // First, so that a load balancer stops sending here while the rest drains.
         self.shared.draining.store(true, Ordering::SeqCst);
@@ -126,6 +130,7 @@ impl Server {
         let _ = self.stop_http.send(true);
         let _ = self.http.await;
         self.db.close().await;
+        self.shared.traces.shutdown().await;
     }
 
     /// Waits until the server stops by itself (it does not, short of a panic).
@@ -143,6 +148,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         Some(url) => Some(mail::Mailer::new(url, &config.smtp_from)?),
         None => None,
     };
+    let traces = Traces::start(config.otlp_endpoint.as_deref())?;
     let db = Db::connect_with(&config.database_url, config.migrations).await?;
     // A newer version's migrations are tolerated (a rolling upgrade), and said once.
     if let Ok(status) = db.schema_status().await {
@@ -213,6 +219,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         ),
         sign_in_failures: Default::default(),
         draining: AtomicBool::new(false),
+        traces,
     });
     let state = AppState {
         db: db.clone(),

@@ -9,7 +9,8 @@
 //!
 //! With the feature `db`, the module `db` gives each test a fresh PostgreSQL database or SQLite
 //! file. With the feature `smtp`, the module `smtp` runs an SMTP server on 127.0.0.1 that records
-//! the e-mails it receives. With the feature `brokers`, the module `brokers` gives each test a
+//! the e-mails it receives. With the feature `otlp`, the module `otlp` runs an OTLP/HTTP trace
+//! receiver on 127.0.0.1 that decodes and keeps the spans sent to it. With the feature `brokers`, the module `brokers` gives each test a
 //! RabbitMQ queue (with a dead-letter queue) or a NATS JetStream stream of its own, and runs
 //! private `nats-server`s to stop and start. The module `confine` runs processes on a small
 //! tmpfs of their own, for full-disk tests. The module `interop` runs the independent libraries
@@ -28,6 +29,8 @@ pub mod conformance;
 #[cfg(feature = "db")]
 pub mod db;
 pub mod interop;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 #[cfg(feature = "smtp")]
 pub mod smtp;
 

@@ -27,6 +27,7 @@ mod hex;
 mod secret;
 mod sign;
 mod standard;
+mod trace;
 mod verify;
 
 // The public interface.
@@ -44,6 +45,7 @@ pub use secret::{FEED_KEY_LABEL, Secret};
 pub use secret::{feed_message, to_whsec};
 pub use sign::{SignedHeader, Signer};
 pub use standard::{StandardEd25519SignedHeader, StandardSignedHeader};
+pub use trace::{MAX_TRACESTATE_LEN, TRACEPARENT, TRACESTATE, TraceParent, tracestate};
 pub use verify::{Verified, VerifiedBuf, Verifier};
 
 /// The header that carries the signature, in the lowercase form `http::HeaderName` wants.

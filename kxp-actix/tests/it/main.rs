@@ -8,3 +8,4 @@ mod api;
 mod conformance;
 mod encryption;
 mod receiver;
+mod traces;

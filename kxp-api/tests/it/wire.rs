@@ -29,6 +29,7 @@ fn endpoint_json() -> Value {
         "signing": "hmac",
         "format": "kxp",
         "encryption_jwk": null,
+        "trace_propagation": true,
         "created_at": "2026-11-30T01:02:03Z",
         "updated_at": "2026-11-30T01:02:03Z"
     })
@@ -454,4 +455,12 @@ fn ids_and_timestamps() {
     );
     assert!("yesterday".parse::<Timestamp>().is_err());
     assert!("2026-11-30T01:02:03.5+01:00".parse::<Timestamp>().is_ok());
+}
+
+#[test]
+fn an_endpoint_from_a_server_before_trace_propagation_reads_as_propagating() {
+    let mut wire = endpoint_json();
+    wire.as_object_mut().unwrap().remove("trace_propagation");
+    let endpoint: Endpoint = serde_json::from_value(wire).unwrap();
+    assert!(endpoint.trace_propagation);
 }

@@ -7,3 +7,4 @@
 mod api;
 mod conformance;
 mod receiver;
+mod traces;

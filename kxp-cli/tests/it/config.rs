@@ -360,3 +360,55 @@ fn the_public_url_comes_from_every_source_and_a_non_loopback_listener_needs_one(
         "the database was opened"
     );
 }
+
+#[test]
+fn the_otlp_endpoint_comes_from_its_flag_the_standard_variable_or_the_file() {
+    let otel = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    assert_eq!(
+        effective(&[], &[(otel, "")]).get("otlp_endpoint"),
+        None,
+        "default: none"
+    );
+    let (_dir, path) = file("otlp_endpoint = \"http://file:4318\"\n");
+    let config = effective(&["--config", &path], &[]);
+    assert_eq!(
+        config["otlp_endpoint"].as_str(),
+        Some("http://file:4318"),
+        "file"
+    );
+    let config = effective(&["--config", &path], &[(otel, "http://env:4318")]);
+    assert_eq!(
+        config["otlp_endpoint"].as_str(),
+        Some("http://env:4318"),
+        "env over file"
+    );
+    let config = effective(
+        &["--otlp-endpoint", "http://flag:4318"],
+        &[(otel, "http://env:4318")],
+    );
+    assert_eq!(
+        config["otlp_endpoint"].as_str(),
+        Some("http://flag:4318"),
+        "flag over env"
+    );
+}
+
+#[test]
+fn an_otlp_endpoint_that_is_not_an_http_url_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("kxp.db").display());
+    let out = Command::new(env!("CARGO_BIN_EXE_kxp"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &database,
+        ])
+        .args(["--otlp-endpoint", "collector:4318"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid_otlp_endpoint"), "{stderr}");
+}

@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kxp_outbox::sqlx::{self, SqlitePool};
-use kxp_outbox::{EmitError, NewEvent, Relay, RelayConfig, RelayError, emit};
+use kxp_outbox::{
+    EmitError, NewEvent, Relay, RelayConfig, RelayError, TraceContext, emit, emit_in_trace,
+};
 use serde_json::json;
 
 use support::{Outbox, Proxy, Receiver, Sender, drain, emit_payments, outbox_ids};
@@ -367,4 +369,58 @@ fn quick() -> RelayConfig {
         max_backoff: Duration::from_millis(200),
         ..RelayConfig::default()
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_emitted_in_a_trace_is_handed_off_in_that_trace() {
+    const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
+    let sink = kxp_testkit::otlp::OtlpSink::start().await;
+    let endpoint = sink.endpoint();
+    let sender = Sender::start(|c| c.otlp_endpoint = Some(endpoint)).await;
+    let (_dir, pool) = support::sqlite_outbox().await;
+    let trace = TraceContext {
+        traceparent: format!("00-{TRACE_ID}-{PRODUCER_SPAN}-01"),
+        tracestate: Some("producer=1".to_owned()),
+    };
+    let mut tx = pool.begin().await.unwrap();
+    let event = || NewEvent::new("payment.succeeded", &json!({})).unwrap();
+    let traced = emit_in_trace(&mut tx, event(), &trace).await.unwrap();
+    let plain = emit(&mut tx, event()).await.unwrap();
+    tx.commit().await.unwrap();
+    // Inside the stored request: the outbox's table has no column for it.
+    let stored: String = sqlx::query_scalar("SELECT request FROM kxp_outbox WHERE event_id = $1")
+        .bind(traced.as_str())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(stored.contains(&trace.traceparent), "{stored}");
+
+    let pass = Relay::new(pool.clone(), sender.client())
+        .relay_once()
+        .await
+        .unwrap();
+    assert_eq!(pass.handed_off, 2);
+    // The sender's exporter sends its batch within seconds; nothing here times it.
+    let spans = sink
+        .wait_for(Duration::from_secs(30), |spans| {
+            spans.iter().filter(|s| s.name == "kxp.ingest").count() == 2
+        })
+        .await;
+    let ingest_of = |id: &kxp_outbox::EventId| {
+        spans
+            .iter()
+            .find(|s| s.name == "kxp.ingest" && s.attribute("kxp.event.id") == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("no ingestion span of {id:?}: {spans:#?}"))
+    };
+    let joined = ingest_of(&traced);
+    assert_eq!(
+        (joined.trace_id.as_str(), joined.parent_span_id.as_str()),
+        (TRACE_ID, PRODUCER_SPAN)
+    );
+    assert_eq!(
+        ingest_of(&plain).parent_span_id,
+        "",
+        "no context, a trace of its own"
+    );
 }

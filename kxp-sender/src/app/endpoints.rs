@@ -71,6 +71,7 @@ pub(crate) async fn register(
                 signing: new.signing.clone().unwrap_or_default(),
                 format: new.format.clone().unwrap_or_default(),
                 encryption_jwk,
+                trace_propagation: new.trace_propagation.unwrap_or(true),
             },
             state.shared.config.secrets_key.as_ref(),
         )
@@ -188,6 +189,7 @@ pub(crate) async fn change(
         api_version,
         rate_limit_per_second: rate_limit,
         encryption_jwk,
+        trace_propagation: patch.trace_propagation,
     };
     let endpoint = state.db.update_endpoint(&account.id, id, &changes).await?;
     Ok((endpoint, rotated))

@@ -2,6 +2,8 @@
 //! for people, the same whoever shows it; the API turns a kind into its status and code, the
 //! console into a page, a broker source into holding, retrying or rejecting a message.
 
+use kxp_api::ErrorCode;
+
 use super::MAX_UNUSED_PORTAL_LINKS;
 use crate::store::{StoreConflict, StoreError};
 
@@ -78,6 +80,31 @@ impl Error {
     /// A field that is not acceptable, `message` naming it.
     pub(crate) fn invalid(message: impl Into<String>) -> Error {
         Error::Invalid(message.into())
+    }
+
+    /// The API's error code for this refusal (which fixes its status), also what an ingestion
+    /// span records as its `error.type`.
+    pub(crate) fn code(&self) -> ErrorCode {
+        match self {
+            Error::NotFound => ErrorCode::NotFound,
+            Error::InvalidJson(_) => ErrorCode::InvalidJson,
+            Error::Invalid(_) => ErrorCode::InvalidRequest,
+            Error::TooLarge(_) => ErrorCode::PayloadTooLarge,
+            Error::SchemaViolation { .. } => ErrorCode::SchemaViolation,
+            Error::KeyReused => ErrorCode::IdempotencyKeyReused,
+            Error::TooManyEndpoints(_) => ErrorCode::TooManyEndpoints,
+            Error::BlockedAddress(_) => ErrorCode::BlockedAddress,
+            Error::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
+            Error::Conflict { kind, .. } => match kind {
+                StoreConflict::EndpointDeleted => ErrorCode::EndpointDeleted,
+                StoreConflict::TooManySecrets => ErrorCode::TooManySecrets,
+                StoreConflict::SharedSecretRetired => ErrorCode::InvalidRequest,
+            },
+            Error::InvalidTtl => ErrorCode::InvalidTtl,
+            Error::TooManyPortalLinks { .. } => ErrorCode::TooManyPortalLinks,
+            Error::BacklogFull(_) => ErrorCode::BacklogFull,
+            Error::Unavailable | Error::Sealed => ErrorCode::StoreUnavailable,
+        }
     }
 }
 

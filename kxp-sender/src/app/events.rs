@@ -9,7 +9,8 @@ use serde_json::value::RawValue;
 use super::checks::{check_name, check_unicode, parse};
 use super::{AppState, Error};
 use crate::engine::backlog::Admission;
-use crate::model::{Account, Ingest, Ingested, sha256_hex};
+use crate::engine::traces::{self, Source};
+use crate::model::{Account, Ingest, Ingested, Trace, sha256_hex};
 
 /// Whether `key` can be an idempotency key: 1 to 255 printable ASCII characters.
 pub(crate) fn is_idempotency_key(key: &str) -> bool {
@@ -18,6 +19,10 @@ pub(crate) fn is_idempotency_key(key: &str) -> bool {
 
 /// An event taken in by [`accept`].
 pub(crate) struct Accepted {
+    /// Its id.
+    pub id: EventId,
+    /// Its type.
+    pub event_type: String,
     /// The envelope, byte for byte as receivers get it.
     pub payload: String,
     /// Whether this call stored it (false: an earlier request with the same idempotency key
@@ -27,12 +32,42 @@ pub(crate) struct Accepted {
 
 /// Takes in one event from `body` (what `POST /v1/events` is sent) for `account`, idempotent
 /// on `key` ([`is_idempotency_key`]): every check, the backlog's backpressure
-/// ([`Error::BacklogFull`], nothing stored), then the store.
+/// ([`Error::BacklogFull`], nothing stored), then the store. `producer` is the request's (or
+/// message's) trace context, if it had a valid one: the ingestion's span from `source` is its
+/// child, and the event keeps it (else, when traces are exported, that span's own context, so
+/// that the event's attempts join the ingestion's trace).
 pub(crate) async fn accept(
     state: &AppState,
     account: &Account,
     body: &[u8],
     key: Option<&str>,
+    producer: Option<Trace>,
+    source: Source,
+) -> Result<Accepted, Error> {
+    let span = state.shared.traces.ingest(producer.as_ref(), source);
+    let trace = producer.or_else(|| {
+        span.traceparent().map(|parent| Trace {
+            parent,
+            state: None,
+        })
+    });
+    let accepted = take_in(state, account, body, key, trace).await;
+    let ended = match &accepted {
+        Ok(a) if a.created => traces::Ingested::Created { id: a.id.as_str() },
+        Ok(a) => traces::Ingested::Replayed { id: a.id.as_str() },
+        Err(e) => traces::Ingested::Refused { code: e.code() },
+    };
+    span.end_ingest(ended, accepted.as_ref().ok().map(|a| a.event_type.as_str()));
+    accepted
+}
+
+/// [`accept`], once the span is started.
+async fn take_in(
+    state: &AppState,
+    account: &Account,
+    body: &[u8],
+    key: Option<&str>,
+    trace: Option<Trace>,
 ) -> Result<Accepted, Error> {
     let new: NewEvent = parse(body)?;
     check_name("type", &new.event_type, 128)?;
@@ -78,6 +113,7 @@ pub(crate) async fn accept(
         tags,
         ordering_key: new.ordering_key.clone(),
         only: None,
+        trace,
     };
     let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {
         Admission::Admit => state.shared.ingester.ingest(item).await?,
@@ -103,11 +139,15 @@ pub(crate) async fn accept(
             state.shared.backlog.queued(&account.id, due_to.len());
             state.shared.wake_for(due_to);
             Ok(Accepted {
+                id: event.id,
+                event_type: event.event_type,
                 payload: event.payload,
                 created: true,
             })
         }
         Ingested::Replayed(event) => Ok(Accepted {
+            id: event.id,
+            event_type: event.event_type,
             payload: event.payload,
             created: false,
         }),

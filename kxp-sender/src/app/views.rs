@@ -38,6 +38,7 @@ impl From<Endpoint> for api::Endpoint {
                 .encryption_jwk
                 .as_deref()
                 .and_then(|jwk| serde_json::from_str(jwk).ok()),
+            trace_propagation: e.trace_propagation,
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
         }

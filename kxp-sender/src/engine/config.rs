@@ -20,6 +20,7 @@ use crate::engine::ingester::Ingester;
 use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
 use crate::engine::sources::{IngestSource, Sources};
+use crate::engine::traces::Traces;
 use crate::model::EndpointId;
 use crate::policy::circuit::Protection;
 use crate::policy::rate::RateLimiter;
@@ -108,6 +109,12 @@ pub struct Config {
     /// The key ring endpoint secrets are sealed under at rest (`KXP_SECRETS_KEY`); `None`
     /// stores them as they are. Its `Debug` names key ids only.
     pub secrets_key: Option<KeyRing>,
+    /// Where spans are exported, over OTLP/HTTP with protobuf: the collector's base URL
+    /// (`http://127.0.0.1:4318`), spans POSTed to `<it>/v1/traces`. `None`: no spans are made
+    /// (the producer's `traceparent` is still stored and passed on). Needs the `otel` feature;
+    /// the exporter's other settings (service name, resource, sampler, headers, timeout) come
+    /// from the standard `OTEL_*` variables.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl fmt::Debug for Config {
@@ -139,6 +146,7 @@ impl fmt::Debug for Config {
             .field("max_event_data", &self.max_event_data)
             .field("ingest", &self.ingest)
             .field("secrets_key", &self.secrets_key)
+            .field("otlp_endpoint", &self.otlp_endpoint)
             .finish()
     }
 }
@@ -172,6 +180,7 @@ impl Default for Config {
             max_event_data: MAX_EVENT_DATA,
             ingest: Vec::new(),
             secrets_key: None,
+            otlp_endpoint: None,
         }
     }
 }
@@ -238,6 +247,8 @@ pub(crate) struct Shared {
     /// Set when the shutdown begins: `/readyz` answers 503 from then on, and the API takes no
     /// new work while the attempts in flight finish.
     pub draining: AtomicBool,
+    /// The spans of ingestion and attempts, and their exporter (off without an OTLP endpoint).
+    pub traces: Traces,
 }
 
 impl Shared {

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use kxp_api::Format;
-use kxp_verify::{Secret, Signer, SigningKey};
+use kxp_verify::{Secret, Signer, SigningKey, TraceParent};
 use reqwest::{Client, Url};
 
 use crate::engine::guard::{AddressGuard, BlockedName, GuardedResolver};
@@ -87,6 +87,8 @@ pub(crate) struct Request<'a> {
     pub endpoint_id: Option<&'a str>,
     /// The delivery's number in the endpoint's sequence, for `X-Kxp-Sequence`, once it has one.
     pub sequence: Option<i64>,
+    /// The W3C `traceparent` the request carries (the attempt's span), if any.
+    pub traceparent: Option<TraceParent>,
     /// The endpoint's live signing material, newest first: one `v1` per secret, one `v1a`
     /// per Ed25519 key, each in its own format's header.
     pub secrets: &'a [Material],
@@ -329,6 +331,10 @@ fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
     }
     if let Some(sequence) = request.sequence {
         put("x-kxp-sequence", &sequence.to_string())?;
+    }
+    // Outside the signature too: it proves nothing about the trace, only names one.
+    if let Some(traceparent) = request.traceparent {
+        put("traceparent", &traceparent.to_string())?;
     }
     put("content-type", "application/json")?;
     Ok(headers)

@@ -19,4 +19,5 @@ pub(crate) mod recorder;
 pub(crate) mod retention;
 pub(crate) mod schemas;
 pub(crate) mod sources;
+pub(crate) mod traces;
 pub(crate) mod worker;

@@ -160,6 +160,7 @@ async fn webhook(
         attempt,
         endpoint_id: None,
         sequence: None,
+        traceparent: None,
         secrets: &secrets,
         timeout: notifier.config.delivery_timeout,
         allow_http: notifier.config.dev,

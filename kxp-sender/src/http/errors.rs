@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 
 use crate::app::Error;
 use crate::engine::backlog::RETRY_AFTER_SECS;
-use crate::store::{StoreConflict, StoreError};
+use crate::store::StoreError;
 
 /// An API error: one of the vocabulary's codes and a message for people.
 #[derive(Debug)]
@@ -85,26 +85,7 @@ impl From<StoreError> for ApiError {
 /// status); the message is the service's.
 impl From<Error> for ApiError {
     fn from(error: Error) -> ApiError {
-        let code = match &error {
-            Error::NotFound => ErrorCode::NotFound,
-            Error::InvalidJson(_) => ErrorCode::InvalidJson,
-            Error::Invalid(_) => ErrorCode::InvalidRequest,
-            Error::TooLarge(_) => ErrorCode::PayloadTooLarge,
-            Error::SchemaViolation { .. } => ErrorCode::SchemaViolation,
-            Error::KeyReused => ErrorCode::IdempotencyKeyReused,
-            Error::TooManyEndpoints(_) => ErrorCode::TooManyEndpoints,
-            Error::BlockedAddress(_) => ErrorCode::BlockedAddress,
-            Error::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
-            Error::Conflict { kind, .. } => match kind {
-                StoreConflict::EndpointDeleted => ErrorCode::EndpointDeleted,
-                StoreConflict::TooManySecrets => ErrorCode::TooManySecrets,
-                StoreConflict::SharedSecretRetired => ErrorCode::InvalidRequest,
-            },
-            Error::InvalidTtl => ErrorCode::InvalidTtl,
-            Error::TooManyPortalLinks { .. } => ErrorCode::TooManyPortalLinks,
-            Error::BacklogFull(_) => ErrorCode::BacklogFull,
-            Error::Unavailable | Error::Sealed => ErrorCode::StoreUnavailable,
-        };
+        let code = error.code();
         let message = error.to_string();
         match error {
             Error::SchemaViolation { path, .. } => ApiError::new(code, message).at(path),

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kxp_api::{ErrorCode, Event, EventSummary, NewEvent, Page, is_tag};
+use kxp_api::{ErrorCode, Event, EventSummary, NewEvent, Page, TRACEPARENT, TRACESTATE, is_tag};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -14,7 +14,8 @@ use super::{ApiBody, ApiError, ApiQuery, AppState, Authed};
 use crate::app::checks::parse_time;
 use crate::app::views::time;
 use crate::app::{TAG_RULE, accept, is_idempotency_key};
-use crate::model::{EventFilter, EventId, EventListed};
+use crate::engine::traces::Source;
+use crate::model::{EventFilter, EventId, EventListed, Trace};
 
 /// Emits an event: stored with one delivery per subscribed endpoint, in one transaction,
 /// before this answers. The answer is the envelope exactly as receivers will get it. With an
@@ -29,7 +30,16 @@ use crate::model::{EventFilter, EventId, EventListed};
     params(("Idempotency-Key" = Option<String>, Header,
         description = "1 to 255 printable ASCII characters. The same key with the same body \
             answers the first request's event again (for as long as the event is retained); \
-            with another body, 422 `idempotency_key_reused`.")),
+            with another body, 422 `idempotency_key_reused`."),
+        ("traceparent" = Option<String>, Header,
+        description = "The producer's W3C trace context (`00-<trace id>-<parent id>-<flags>`, \
+            version 00, lowercase): the event's spans are its children, it is stored with the \
+            event, and deliveries carry a `traceparent` of the same trace (unless the \
+            endpoint's `trace_propagation` is false). Outside the idempotency hash; an invalid \
+            value is ignored, never refused."),
+        ("tracestate" = Option<String>, Header,
+        description = "Vendor data that goes with `traceparent` (at most 512 characters): \
+            stored with the event for the sender's own spans, never forwarded to merchants.")),
     responses(
         (status = 202, description = "Accepted: stored, deliveries queued", body = Event),
         (status = 400, description = "`invalid_json`, `invalid_idempotency_key`, or `schema_violation` (with `path`)", body = kxp_api::ErrorBody),
@@ -59,7 +69,11 @@ pub(super) async fn create_event(
                 })?,
         ),
     };
-    let accepted = accept(&state, &account, &body, key).await?;
+    // Outside the body, so outside its hash: the same event sent again in another trace is
+    // still the same request. An invalid `traceparent` is ignored, as W3C asks, not refused.
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let producer = Trace::from_headers(header(TRACEPARENT), header(TRACESTATE));
+    let accepted = accept(&state, &account, &body, key, producer, Source::Api).await?;
     Ok((StatusCode::ACCEPTED, raw_json(accepted.payload)).into_response())
 }
 

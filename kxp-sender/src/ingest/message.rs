@@ -4,12 +4,15 @@
 
 use std::time::Duration;
 
+use kxp_api::{TRACEPARENT, TRACESTATE};
+
 use super::Run;
 use crate::app::{AppState, Error, REQUEST_OVERHEAD, accept, is_idempotency_key};
 use crate::engine::backlog::RETRY_AFTER_SECS;
 use crate::engine::sources::broker::{Claim, Delivery, Verdict, stopping};
 use crate::engine::sources::{AccountHeader, IngestSource, RejectReason, SourceStatus};
-use crate::model::{Account, AccountId, sha256_hex};
+use crate::engine::traces::Source;
+use crate::model::{Account, AccountId, Trace, sha256_hex};
 
 /// The longest wait between two tries of a message the database could not take.
 const MAX_STORE_RETRY: Duration = Duration::from_secs(5);
@@ -38,15 +41,23 @@ pub(super) async fn take(run: &Run, message: &dyn Delivery) -> Verdict {
         return rejected(status, reason, detail);
     }
     let key = key(message.id(), message.broker(), || message.identity());
+    let producer = Trace::from_headers(message.header(TRACEPARENT), message.header(TRACESTATE));
     let mut stopped = run.stopped.clone();
     let mut store_wait = Duration::from_millis(100);
     let mut account: Option<Account> = None;
     loop {
         let tried = match &account {
-            Some(account) => accept(state, account, body, Some(&key))
-                .await
-                .map(|accepted| status.accepted(accepted.created))
-                .map_err(|e| (Refused::of(&e), e.to_string())),
+            Some(account) => accept(
+                state,
+                account,
+                body,
+                Some(&key),
+                producer.clone(),
+                Source::Broker(message.broker()),
+            )
+            .await
+            .map(|accepted| status.accepted(accepted.created))
+            .map_err(|e| (Refused::of(&e), e.to_string())),
             None => match resolve(state, source, message.account()).await {
                 Ok(found) => {
                     account = Some(found);

@@ -105,6 +105,17 @@ pub(crate) struct Job {
     /// The delivery's number in the endpoint's sequence, for `X-Kxp-Sequence`; `None` if the
     /// sequencer has not numbered it yet (the attempt is never held back for a number).
     pub sequence: Option<i64>,
+    /// The producer's W3C `traceparent`, stored with the event: the parent of the attempt's
+    /// span. `None` for an event that came without a valid one.
+    pub traceparent: Option<String>,
+    /// The producer's `tracestate`, for the attempt's span; never sent to the endpoint.
+    #[cfg_attr(
+        not(feature = "otel"),
+        expect(dead_code, reason = "only the attempt's span reads it")
+    )]
+    pub tracestate: Option<String>,
+    /// Whether the endpoint takes a `traceparent` with each attempt.
+    pub trace_propagation: bool,
 }
 
 /// An endpoint's live signing secrets, newest first, each as its row id and its stored text,

@@ -58,6 +58,8 @@ pub struct Endpoint {
     pub confirm_needed: Option<i64>,
     /// How many there have been so far.
     pub confirmations: i64,
+    /// Whether each attempt carries a `traceparent` naming its span (false: none at all).
+    pub trace_propagation: bool,
 }
 
 /// The `next_attempt_at` of a delivery held for a paused endpoint: past every real time, so
@@ -87,6 +89,8 @@ pub(crate) struct NewEndpoint<'a> {
     pub encryption_jwk: Option<String>,
     /// Rate limit.
     pub rate_limit_per_second: Option<i64>,
+    /// Whether attempts carry a `traceparent`.
+    pub trace_propagation: bool,
 }
 
 /// Changes to an endpoint: `None` leaves a field as it is; for the two nullable settings,
@@ -107,6 +111,8 @@ pub(crate) struct EndpointChanges {
     pub rate_limit_per_second: Option<Option<i64>>,
     /// Encrypt to a new key (`Some(Some)`, normalized) or stop encrypting (`Some(None)`).
     pub encryption_jwk: Option<Option<String>>,
+    /// Send a `traceparent` with each attempt, or stop.
+    pub trace_propagation: Option<bool>,
 }
 
 impl EndpointChanges {
@@ -119,6 +125,7 @@ impl EndpointChanges {
             && self.api_version.is_none()
             && self.rate_limit_per_second.is_none()
             && self.encryption_jwk.is_none()
+            && self.trace_propagation.is_none()
     }
 }
 

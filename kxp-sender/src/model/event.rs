@@ -1,5 +1,6 @@
 //! Events, as stored: the exact envelope every attempt sends.
 
+use kxp_verify::TraceParent;
 use serde_json::value::RawValue;
 use sqlx::FromRow;
 
@@ -66,6 +67,36 @@ pub(crate) struct Ingest {
     /// Deliver it to this endpoint only, whatever the endpoint subscribes to (the console's
     /// "send a test event"); `None`: to every endpoint subscribed to its type.
     pub only: Option<EndpointId>,
+    /// The trace the event belongs to: the producer's context (`traceparent`, `tracestate`),
+    /// else the ingestion span's when traces are exported; stored with the event.
+    pub trace: Option<Trace>,
+}
+
+/// The W3C trace context an event is stored with: the parent of its spans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Trace {
+    /// The span the event's spans are children of (`kxp_events.traceparent`).
+    pub parent: TraceParent,
+    /// The producer's vendor data (`kxp_events.tracestate`): for the sender's own spans,
+    /// never forwarded to a merchant.
+    pub state: Option<String>,
+}
+
+impl Trace {
+    /// The context of a request's (or message's) `traceparent` and `tracestate` headers;
+    /// `None` unless `traceparent` parses strictly ([`TraceParent::parse`]): an invalid one is
+    /// ignored, not refused, and a `tracestate` without it goes with it (W3C).
+    pub(crate) fn from_headers(
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
+    ) -> Option<Trace> {
+        Some(Trace {
+            parent: TraceParent::parse(traceparent?)?,
+            state: tracestate
+                .and_then(kxp_verify::tracestate)
+                .map(str::to_owned),
+        })
+    }
 }
 
 /// An event in a list: its columns but the envelope, and its tags.

@@ -27,7 +27,7 @@ pub(crate) use endpoint::{
     Created, Endpoint, EndpointChanges, EventTypes, HELD, LiveSecret, NewEndpoint, Rotated,
     Subscriber,
 };
-pub(crate) use event::{Event, EventFilter, EventListed, Ingest, Ingested};
+pub(crate) use event::{Event, EventFilter, EventListed, Ingest, Ingested, Trace};
 pub use failure::AttemptError;
 pub(crate) use failure::{Failure, FailureKind};
 pub(crate) use health::{EndpointHealth, Window};

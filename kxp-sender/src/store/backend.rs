@@ -251,8 +251,8 @@ macro_rules! backend {
                 item: &Ingest,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query(
-                    "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key, traceparent, tracestate) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                 )
                 .bind(&event.id)
                 .bind(&event.account_id)
@@ -263,6 +263,8 @@ macro_rules! backend {
                 .bind(&item.idempotency)
                 .bind(&event.request_hash)
                 .bind(&item.ordering_key)
+                .bind(item.trace.as_ref().map(|t| t.parent.to_string()))
+                .bind(item.trace.as_ref().and_then(|t| t.state.as_deref()))
                 .execute(&mut *conn)
                 .await?;
                 Ok(())

@@ -353,7 +353,8 @@ fn job_select(from: &str, now: &str) -> String {
     format!(
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
-           {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence \
+           {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence, \
+           e.traceparent, e.tracestate, p.trace_propagation \
          FROM {from} JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id \
          JOIN kxp_endpoints p ON p.account_id = d.account_id AND p.id = d.endpoint_id",
         live_secrets(now)

@@ -67,6 +67,7 @@ impl Db {
                 signing: kxp_api::Signing::Hmac,
                 format: kxp_api::Format::Kxp,
                 encryption_jwk: None,
+                trace_propagation: true,
             },
             None,
         )
@@ -108,6 +109,7 @@ impl Db {
             confirm_secret_id: None,
             confirm_needed: None,
             confirmations: 0,
+            trace_propagation: new.trace_propagation,
         };
         let secret = new.signing.hmac().then(|| new_secret(&new.format));
         let seed = new.signing.ed25519().then(|| new_key(&new.format));
@@ -122,8 +124,8 @@ impl Db {
             let mut tx = pool.begin_with(DB::BEGIN).await?;
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
-                 api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                 api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk, trace_propagation) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -139,6 +141,7 @@ impl Db {
             .bind(endpoint.signing.as_str())
             .bind(endpoint.format.as_str())
             .bind(&endpoint.encryption_jwk)
+            .bind(endpoint.trace_propagation)
             .execute(&mut *tx)
             .await?;
             sqlx::query(
@@ -263,6 +266,10 @@ impl Db {
             if let Some(jwk) = &changes.encryption_jwk {
                 sets.push("encryption_jwk = ")
                     .push_bind_unseparated(jwk.as_deref());
+            }
+            if let Some(propagate) = changes.trace_propagation {
+                sets.push("trace_propagation = ")
+                    .push_bind_unseparated(propagate);
             }
             sets.push("updated_at = ").push_bind_unseparated(now_ms());
             query

@@ -53,4 +53,5 @@ mod sealed_secrets;
 mod sequence;
 mod standard_webhooks;
 mod support;
+mod tracing;
 mod upgrade;

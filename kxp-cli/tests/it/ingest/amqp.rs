@@ -195,3 +195,12 @@ async fn rabbitmq_a_full_backlog_pauses_consumption_without_rejecting() {
     backpressure(Broker::Rabbit(&rabbit), "&prefetch=10").await;
     rabbit.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_a_messages_trace_context_is_stored_with_its_event() {
+    let Some(rabbit) = Rabbit::connect().await else {
+        return;
+    };
+    trace_context_is_stored_with_the_event(Broker::Rabbit(&rabbit)).await;
+    rabbit.delete().await;
+}

@@ -433,6 +433,25 @@ impl Broker<'_> {
         }
     }
 
+    /// [`Broker::publish`] with these (text) headers too.
+    async fn publish_with(&self, n: usize, headers: &[(&str, &str)]) {
+        let id = message_id(n);
+        match self {
+            Broker::Rabbit(rabbit) => {
+                rabbit
+                    .publish_with_headers(&body(n), id.as_deref(), headers)
+                    .await;
+            }
+            Broker::Nats(nats) => {
+                let mut all = headers.to_vec();
+                if let Some(id) = id.as_deref() {
+                    all.push(("Nats-Msg-Id", id));
+                }
+                nats.publish_with_headers(&body(n), &all).await;
+            }
+        }
+    }
+
     /// The messages the broker still holds: ready, or delivered and not acknowledged.
     async fn holding(&self) -> u64 {
         match self {
@@ -472,6 +491,29 @@ async fn stored_events(database_url: &str) -> Vec<(String, String, Value)> {
         .map(|(id, event_type, payload)| {
             let envelope = serde_json::from_str(&payload).unwrap_or(Value::String(payload));
             (id, event_type, envelope)
+        })
+        .collect()
+}
+
+/// The trace context stored with each event of the sender's database, by the message's `n`:
+/// `(traceparent, tracestate)`.
+async fn stored_trace_contexts(
+    database_url: &str,
+) -> BTreeMap<u64, (Option<String>, Option<String>)> {
+    let pool = sqlx::SqlitePool::connect(database_url).await.unwrap();
+    let rows: Vec<(String, Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT payload, traceparent, tracestate FROM kxp_events")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    rows.into_iter()
+        .map(|(payload, traceparent, tracestate)| {
+            let envelope: Value = serde_json::from_str(&payload).unwrap();
+            (
+                envelope["data"]["n"].as_u64().unwrap(),
+                (traceparent, tracestate),
+            )
         })
         .collect()
 }

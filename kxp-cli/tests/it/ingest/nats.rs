@@ -354,3 +354,12 @@ async fn nats_a_full_backlog_pauses_consumption_without_rejecting() {
     assert_eq!(state.max_ack_pending, 10, "{state:?}");
     nats.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_messages_trace_context_is_stored_with_its_event() {
+    let Some(nats) = Nats::connect().await else {
+        return;
+    };
+    trace_context_is_stored_with_the_event(Broker::Nats(&nats)).await;
+    nats.delete().await;
+}

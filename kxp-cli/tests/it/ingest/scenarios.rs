@@ -325,3 +325,37 @@ pub(super) async fn backpressure(broker: Broker<'_>, extra_query: &str) {
     );
     drop(serve);
 }
+
+/// A message carries its producer's W3C trace context in `traceparent` and `tracestate`
+/// headers, as a request does: stored with its event; an invalid `traceparent` is ignored (and
+/// its `tracestate` with it), the message taken all the same.
+pub(super) async fn trace_context_is_stored_with_the_event(broker: Broker<'_>) {
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let db = SqliteFile::new("kxp.db");
+    let s = setup(db.url(), 1000).await;
+    let serve = start(db.url(), &ingest(&[broker.ingest_url(&s.account)]), &s.logs).await;
+    wait_source(&serve.base, &broker.source(), "up").await;
+    broker
+        .publish_with(
+            0,
+            &[("traceparent", traceparent), ("tracestate", "producer=1")],
+        )
+        .await;
+    broker
+        .publish_with(
+            1,
+            &[
+                ("traceparent", &traceparent.to_uppercase()),
+                ("tracestate", "producer=2"),
+            ],
+        )
+        .await;
+    wait_all_consumed(broker, &s.inbox, 2).await;
+    let stored = stored_trace_contexts(db.url()).await;
+    assert_eq!(
+        stored.get(&0),
+        Some(&(Some(traceparent.to_owned()), Some("producer=1".to_owned())))
+    );
+    assert_eq!(stored.get(&1), Some(&(None, None)));
+    kill(serve).await;
+}

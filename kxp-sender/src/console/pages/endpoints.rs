@@ -252,6 +252,9 @@ pub(in crate::console) fn endpoint(
             dt { "Payload encryption" } dd { @match &endpoint.encryption_jwk {
                 Some(jwk) => { code { "data" } " sent encrypted as " code { "data_jwe" } " to " (super::events::key_name(jwk)) }
                 None => { "none: " code { "data" } " is sent in the clear" } } }
+            dt { "Trace propagation" } dd { @if endpoint.trace_propagation {
+                "on: each delivery carries a " code { "traceparent" } " naming its attempt's span"
+            } @else { "off: deliveries carry no " code { "traceparent" } } }
         }
         h2 { "Signing secrets" }
         @if let Some(rotation) = &details.rotation {

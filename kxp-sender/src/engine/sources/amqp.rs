@@ -244,6 +244,19 @@ impl Delivery for Message {
         }
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        let headers = self.delivery.properties.headers().as_ref()?;
+        let (_, value) = headers
+            .inner()
+            .iter()
+            .find(|(key, _)| key.as_str().eq_ignore_ascii_case(name))?;
+        match value {
+            AMQPValue::LongString(text) => std::str::from_utf8(text.as_bytes()).ok(),
+            AMQPValue::ShortString(text) => Some(text.as_str()),
+            _ => None,
+        }
+    }
+
     async fn settle(self, verdict: Verdict) -> Result<(), IngestError> {
         let delivery = self.delivery;
         let settled = match verdict {

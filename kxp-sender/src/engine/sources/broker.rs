@@ -169,6 +169,11 @@ pub(crate) trait Delivery: Send + Sync + 'static {
     /// Its `x-kxp-account` header.
     fn account(&self) -> Claim<'_>;
 
+    /// The text of its header `name` (lowercase, matched whatever its case), if it has exactly
+    /// one that is a string: how a message carries its producer's `traceparent` and
+    /// `tracestate`.
+    fn header(&self, name: &str) -> Option<&str>;
+
     /// Tells the broker the message, held for another try, is still being worked on (JetStream
     /// extends its ack deadline; AMQP has none to extend).
     fn hold(&self) -> Boxed<'_, ()> {

@@ -437,6 +437,20 @@ impl Delivery for Message {
         account_claim(self.delivered.headers.as_ref())
     }
 
+    fn header(&self, name: &str) -> Option<&str> {
+        let mut values = self
+            .delivered
+            .headers
+            .iter()
+            .flat_map(HeaderMap::iter)
+            .filter(|(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
+            .flat_map(|(_, values)| values);
+        match (values.next(), values.next()) {
+            (Some(value), None) => Some(value.as_str()),
+            _ => None,
+        }
+    }
+
     /// Pushes its ack deadline back (`+WPI`).
     fn hold(&self) -> Boxed<'_, ()> {
         Box::pin(async {

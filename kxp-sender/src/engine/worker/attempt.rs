@@ -4,10 +4,13 @@
 
 use std::time::Duration;
 
+use kxp_verify::TraceParent;
+
 use crate::engine::batch::Answer;
 use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
 use crate::engine::recorder::Recorder;
+use crate::engine::traces;
 use crate::model::{
     AttemptError, AttemptRecord, ED25519_PREFIX, EndpointId, Failure, FailureKind, FinishAttempt,
     Finished, Job, KeyCheck, Material, NextState, Secrets, Transition, ms, now_ms,
@@ -95,7 +98,10 @@ pub(super) async fn attempt(
     let number = job.attempts + 1;
     let started_at = now_ms();
     let secrets = open_secrets(shared, &job.endpoint_id, &job.secrets);
-    let (outcome, took) = send(shared, job, number, &secrets).await;
+    let span = shared.traces.attempt(job, number);
+    let traceparent = traces::outgoing(job, &span);
+    let (outcome, took) = send(shared, job, number, &secrets, traceparent).await;
+    span.end_attempt(&outcome, took);
     shared.metrics.attempt(&outcome, took);
     let next = match &outcome {
         Outcome::Delivered { .. } => NextState::Delivered,
@@ -127,12 +133,14 @@ pub(super) async fn attempt(
     (signal(&outcome, took), closed)
 }
 
-/// Sends attempt `number` of the job, signed with `secrets`: its outcome and how long it took.
+/// Sends attempt `number` of the job, signed with `secrets`, with `traceparent` if any: its
+/// outcome and how long it took.
 async fn send(
     shared: &Shared,
     job: &Job,
     number: i64,
     secrets: &[Material],
+    traceparent: Option<TraceParent>,
 ) -> (Outcome, Duration) {
     match sealed(job.encryption_jwk.as_deref(), &job.payload) {
         Ok(payload) => {
@@ -145,6 +153,7 @@ async fn send(
                 attempt: number,
                 endpoint_id: Some(job.endpoint_id.as_str()),
                 sequence: job.sequence,
+                traceparent,
                 secrets,
                 timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
                 allow_http: shared.config.dev,

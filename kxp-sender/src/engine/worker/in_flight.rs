@@ -309,6 +309,9 @@ mod tests {
             confirming: false,
             encryption_jwk: None,
             sequence: None,
+            traceparent: None,
+            tracestate: None,
+            trace_propagation: true,
         }
     }
 
