@@ -152,8 +152,7 @@ async fn record_endpoints<DB: Backend>(
         .map(|i| (batch[i].endpoint(), i))
         .collect();
     order.sort_unstable();
-    for (endpoint, i) in &order {
-        let (endpoint, i) = (endpoint, *i);
+    for (endpoint, i) in order.iter().map(|(endpoint, i)| (endpoint, *i)) {
         let item = &batch[i];
         let (Some(stats), Some(row)) = (stats.get_mut(endpoint), rows.get_mut(endpoint)) else {
             continue;

@@ -54,9 +54,6 @@ use crate::engine::recorder::Recorder;
 use crate::model::{AccountId, DeliveryId, EndpointId, Job, ms, new_id};
 use crate::store::{Db, StoreError};
 
-/// A claimed job and the account of its endpoint (what the fair shares count by).
-type Claimed = (AccountId, Job);
-
 /// The least time between two claims of the delivery loop.
 const CLAIM_GAP: Duration = Duration::from_millis(2);
 
@@ -170,7 +167,7 @@ impl Loop {
 
     /// Claims for `free` workers: the scan when it is due, then the ready endpoints. Returns
     /// the claimed jobs and the accounts that had work here when the round was planned.
-    async fn claim(&mut self, free: usize) -> (Vec<Claimed>, HashSet<AccountId>) {
+    async fn claim(&mut self, free: usize) -> (Vec<Job>, HashSet<AccountId>) {
         let mut plan = {
             let mut state = lock(&self.in_flight);
             let mut ready = std::mem::take(&mut state.ready);
@@ -204,7 +201,7 @@ impl Loop {
 
     /// The scan of everything due, for no more than `free` (and 100) deliveries within the
     /// plan's caps; what it takes is charged to the plan.
-    async fn scan(&self, plan: &mut Plan, free: usize) -> Vec<Claimed> {
+    async fn scan(&self, plan: &mut Plan, free: usize) -> Vec<Job> {
         // Every endpoint's new deliveries are numbered, held ones (paused endpoints) and
         // other processes' too: the feed lists them by number.
         number(&self.db, &self.shared, None).await;
@@ -224,7 +221,7 @@ impl Loop {
         plan.charge(
             claimed
                 .iter()
-                .map(|(account_id, job)| (&job.endpoint_id, account_id)),
+                .map(|job| (&job.endpoint_id, &job.account_id)),
         );
         claimed
     }
@@ -236,7 +233,7 @@ impl Loop {
         plan: &Plan,
         targets: &[(EndpointId, usize)],
         scanned: bool,
-    ) -> Vec<Claimed> {
+    ) -> Vec<Job> {
         if !scanned && !self.shared.sequencer {
             // Their new deliveries numbered just before they are claimed, so that nearly
             // every attempt carries its number; the claim never waits for one.
@@ -259,10 +256,11 @@ impl Loop {
 
     /// Starts an attempt for each claimed job it admits, and puts back the others untried.
     /// `with_work` are the accounts that had work when the round was planned.
-    async fn start(&mut self, claimed: Vec<Claimed>, mut with_work: HashSet<AccountId>) {
+    async fn start(&mut self, claimed: Vec<Job>, mut with_work: HashSet<AccountId>) {
         // Every account with a claimed job has work: it counts for the shares.
-        with_work.extend(claimed.iter().map(|(account_id, _)| account_id.clone()));
-        for (account_id, job) in claimed {
+        with_work.extend(claimed.iter().map(|job| job.account_id.clone()));
+        for job in claimed {
+            let account_id = job.account_id.clone();
             lock(&self.in_flight)
                 .accounts
                 .insert(job.endpoint_id.clone(), account_id.clone());
@@ -359,13 +357,10 @@ impl Loop {
         }
     }
 }
-/// The jobs a claim took, each with its account; a failed claim is logged and took none.
-fn claimed_jobs(claim: Result<Vec<Job>, StoreError>) -> Vec<Claimed> {
+/// The jobs a claim took; a failed claim is logged and took none.
+fn claimed_jobs(claim: Result<Vec<Job>, StoreError>) -> Vec<Job> {
     match claim {
-        Ok(jobs) => jobs
-            .into_iter()
-            .map(|job| (job.account_id.clone(), job))
-            .collect(),
+        Ok(jobs) => jobs,
         Err(e) => {
             tracing::error!(target: "kxp_sender", error = %e, "claiming deliveries failed");
             Vec::new()
