@@ -203,15 +203,8 @@ async fn apply(args: ApplyArgs) -> Result<(), String> {
         .await;
     db.close().await;
     let applied = applied.map_err(|e| kxp_sender::redact_passwords(&e.to_string()))?;
-    if applied.migrations.is_empty() {
+    if applied.is_empty() {
         println!("up to date: nothing pending");
-    }
-    if applied.filled.rows > 0 {
-        println!(
-            "filled in the account of {} row(s) written without one, in {} ms",
-            applied.filled.rows,
-            applied.filled.took.as_millis()
-        );
     }
     Ok(())
 }

@@ -122,8 +122,8 @@ pub use model::{
     Operator, OperatorId,
 };
 pub use store::{
-    Applied, AppliedMigration, Filled, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError,
-    SchemaStatus, StoreConflict, StoreError, redact_passwords,
+    AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
+    StoreConflict, StoreError, redact_passwords,
 };
 
 // The API's limits and its description.

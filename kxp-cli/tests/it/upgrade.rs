@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use kxp_api::{Client, DeliveryQuery, DeliveryStatus, NewEndpoint, NewEvent};
+use kxp_api::{Client, DeliveryQuery, DeliveryStatus, NewEndpoint, NewEvent, RotateSecret};
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -224,11 +224,16 @@ async fn the_previous_release_keeps_working_on_a_database_this_version_migrated(
     let (receiver, flaky) = flaky_receiver().await;
 
     // The fleet before the upgrade: the previous release, which migrated at its start.
-    let old = Serve::start_with(&previous, url, &[]);
+    let old = Serve::start_with(&previous, url, &["--migrate"]);
     let old_api = Client::new(&old.base, KEY).unwrap();
     let mut endpoint = NewEndpoint::new(&receiver);
     endpoint.skip_challenge = true;
-    old_api.create_endpoint(&endpoint).await.unwrap();
+    let endpoint = old_api
+        .create_endpoint(&endpoint)
+        .await
+        .unwrap()
+        .endpoint
+        .id;
 
     // This version's migrations, applied under it while it runs.
     let before = status_json(url);
@@ -240,7 +245,12 @@ async fn the_previous_release_keeps_working_on_a_database_this_version_migrated(
     let out = kxp(&["migrate", "apply"], url);
     assert!(out.status.success(), "{}", stderr(&out));
 
-    // The previous release, still running: ingests, delivers, dead-letters and replays.
+    // The previous release, still running: rotates a secret, ingests, delivers, dead-letters
+    // (attempts numbered per delivery once the identities are gone) and replays.
+    old_api
+        .rotate_secret(&endpoint, &RotateSecret::overlap("1h"))
+        .await
+        .unwrap();
     let first = NewEvent::new("payment.succeeded", &json!({"n": 1})).unwrap();
     let first = old_api
         .create_event(&first, None)
@@ -276,10 +286,15 @@ async fn the_previous_release_keeps_working_on_a_database_this_version_migrated(
     })
     .await;
 
-    // This version beside it, without --migrate: it delivers too, and sees what the other did.
+    // This version beside it, without --migrate: it rotates and delivers too, and sees what
+    // the other did.
     let new = Serve::start_with(env!("CARGO_BIN_EXE_kxp"), url, &[]);
     let new_api = Client::new(&new.base, KEY).unwrap();
     assert_eq!(new_api.readyz().await.unwrap().status, "ready");
+    new_api
+        .rotate_secret(&endpoint, &RotateSecret::overlap("1h"))
+        .await
+        .unwrap();
     let third = NewEvent::new("payment.succeeded", &json!({"n": 3})).unwrap();
     let third = new_api
         .create_event(&third, None)
@@ -301,14 +316,28 @@ async fn the_previous_release_keeps_working_on_a_database_this_version_migrated(
         .count();
     assert_eq!(delivered, 3, "{deliveries:?}");
 
-    // A previous-release process started now refuses: its migrator does not know this
-    // version's migrations. docs/upgrading.md says so (this version tolerates newer ones).
+    // A previous-release process (re)started during the rollout serves: it tolerates this
+    // version's migrations, and its deliveries go on beside this version's.
     drop(old);
-    let refused = serve_refused(&previous, url);
-    assert!(
-        refused.contains("previously applied but is missing"),
-        "{refused}"
-    );
+    let old = Serve::start_with(&previous, url, &[]);
+    let old_api = Client::new(&old.base, KEY).unwrap();
+    let fourth = NewEvent::new("payment.succeeded", &json!({"n": 4})).unwrap();
+    let fourth = old_api
+        .create_event(&fourth, None)
+        .await
+        .unwrap()
+        .id
+        .into_string();
+    wait_until("the restarted previous release to deliver", async || {
+        flaky.accepted.lock().unwrap().contains(&fourth)
+    })
+    .await;
+    let attempts = new_api
+        .all_deliveries(&DeliveryQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(attempts.len(), 5, "four events and a replay: {attempts:?}");
+    drop(old);
     drop(new);
     database.drop().await;
 }

@@ -11,9 +11,7 @@ use crate::model::{
     Account, AccountId, Delivery, DeliveryFilter, DeliveryId, EndpointId, Operator, OperatorId,
 };
 use crate::store::seal::KeyRing;
-use crate::store::{
-    Applied, Db, Migrations, PendingMigration, SchemaError, SchemaStatus, StoreError,
-};
+use crate::store::{Db, Migrations, PendingMigration, SchemaError, SchemaStatus, StoreError};
 
 /// A connection pool for the offline commands. A running `kxp serve` picks up what they write
 /// (a replayed delivery is due now) by its usual polling.
@@ -46,16 +44,14 @@ impl Admin {
     }
 
     /// Applies the pending migrations in order, calling `applied` after each with how long it
-    /// took, then fills in what the account-keyed schema's expand step leaves to be filled (the
-    /// account of rows an earlier release wrote without one, in batches; the credential
-    /// directories' rows), and returns both. On PostgreSQL each statement waits at most
+    /// took, and returns them. On PostgreSQL each statement waits at most
     /// `lock_timeout` for a lock (zero: no limit); a migration that waits longer is rolled back
     /// ([`SchemaError::LockTimeout`]) and the ones after it are not run.
     pub async fn apply_migrations(
         &self,
         lock_timeout: Duration,
         applied: impl FnMut(&PendingMigration, Duration),
-    ) -> Result<Applied, SchemaError> {
+    ) -> Result<Vec<PendingMigration>, SchemaError> {
         self.db.apply_migrations(lock_timeout, applied).await
     }
 

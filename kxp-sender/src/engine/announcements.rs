@@ -9,19 +9,19 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-use crate::model::EndpointId;
+use crate::model::EndpointKey;
 
 /// The endpoints announced next, and the poke that sends them; in
 /// [`Shared`](crate::engine::config::Shared).
 #[derive(Debug, Default)]
 pub(crate) struct Announcements {
-    pending: Mutex<HashSet<EndpointId>>,
+    pending: Mutex<HashSet<EndpointKey>>,
     poke: Notify,
 }
 
 impl Announcements {
     /// Queues `endpoints` for the next notification.
-    pub(crate) fn add(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
+    pub(crate) fn add(&self, endpoints: impl IntoIterator<Item = EndpointKey>) {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -35,7 +35,7 @@ impl Announcements {
     }
 
     /// Takes the endpoints queued since the last call.
-    pub(crate) fn take(&self) -> Vec<EndpointId> {
+    pub(crate) fn take(&self) -> Vec<EndpointKey> {
         std::mem::take(
             &mut *self
                 .pending

@@ -21,7 +21,7 @@ use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
 use crate::engine::sources::{IngestSource, Sources};
 use crate::engine::traces::Traces;
-use crate::model::EndpointId;
+use crate::model::EndpointKey;
 use crate::policy::circuit::Protection;
 use crate::policy::rate::RateLimiter;
 use crate::policy::schedule::Schedule;
@@ -211,14 +211,14 @@ pub(crate) struct Shared {
     pub wake: Notify,
     /// Endpoints with new due work since the delivery loop last looked ([`Shared::wake_for`]),
     /// numbered: the sequencer puts them here after its pass.
-    pub ready: Mutex<HashSet<EndpointId>>,
+    pub ready: Mutex<HashSet<EndpointKey>>,
     /// Whether the sequencer is a task of its own, beside the delivery loop (PostgreSQL): the
     /// loop then never waits for a pass. On SQLite a pass takes the one write lock, so the loop
     /// runs it just before the claim it serves, and passes are as few as claims.
     pub sequencer: bool,
     /// Endpoints with new deliveries for the sequencer task to number before the loop claims
     /// them ([`Shared::wake_for`]); it is woken by `number`.
-    pub unnumbered: Mutex<HashSet<EndpointId>>,
+    pub unnumbered: Mutex<HashSet<EndpointKey>>,
     /// Wakes the sequencer task.
     pub number: Notify,
     /// Set when there is new due work the loop cannot tell by endpoint (a replay, a resume):
@@ -270,7 +270,7 @@ impl Shared {
     /// attempts finishes (or by the next scan). A
     /// process without workers announces the endpoints to the processes that have them
     /// instead ([`announce`](crate::engine::announce)).
-    pub(crate) fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointId>) {
+    pub(crate) fn wake_for(&self, endpoints: impl IntoIterator<Item = EndpointKey>) {
         let mut endpoints = endpoints.into_iter().peekable();
         if endpoints.peek().is_none() {
             return;
@@ -306,7 +306,7 @@ impl Shared {
     }
 
     /// Takes the endpoints [`Shared::wake_for`] named since the last call.
-    pub(crate) fn take_ready(&self) -> HashSet<EndpointId> {
+    pub(crate) fn take_ready(&self) -> HashSet<EndpointKey> {
         std::mem::take(
             &mut *self
                 .ready

@@ -5,7 +5,7 @@ use serde_json::value::RawValue;
 use sqlx::FromRow;
 
 use super::account::Account;
-use super::ids::{AccountId, EndpointId, EventId};
+use super::ids::{AccountId, EndpointId, EndpointKey, EventId};
 
 /// A stored event.
 #[derive(Debug, Clone, FromRow)]
@@ -32,7 +32,7 @@ pub(crate) enum Ingested {
     /// A new event, and the endpoints it queued a delivery for that is due now (held
     /// deliveries of resting endpoints are queued too, and not listed): whom the workers may
     /// claim for at once.
-    Created(Event, Vec<EndpointId>),
+    Created(Event, Vec<EndpointKey>),
     /// The `Idempotency-Key`, or the id the producer chose, was seen before with the same
     /// request: the original event.
     Replayed(Event),

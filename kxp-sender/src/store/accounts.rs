@@ -22,11 +22,6 @@ static BY_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
-/// The account whose own row holds the key hash `$1` (one the previous release created).
-static BY_OWN_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!("SELECT {ACCOUNT_COLUMNS} FROM kxp_accounts WHERE api_key_hash = $1")
-});
-
 impl Db {
     /// Creates an account and returns it with its API key, which is shown once and stored only
     /// as a hash.
@@ -51,8 +46,8 @@ impl Db {
         let hash = sha256_hex(key.as_bytes());
         on_db!(self, |pool, DB| {
             let mut tx = pool.begin_with(DB::BEGIN).await?;
-            // The key's hash on the account row too, where the previous release looks it up
-            // during a rolling upgrade (docs/upgrading.md).
+            // The key's hash on the account row too: the column stays NOT NULL (and the
+            // release before this one's fallback reads it) until a later release drops it.
             sqlx::query(
                 "INSERT INTO kxp_accounts (id, name, api_key_hash, default_api_version, created_at) \
                  VALUES ($1, $2, $3, $4, $5)",
@@ -77,9 +72,7 @@ impl Db {
         Ok((account, key))
     }
 
-    /// The account an API key belongs to, found by the key's hash in `kxp_api_keys`. An account
-    /// the previous release created during a rolling upgrade has its hash on its own row only:
-    /// looked up there when the directory does not know the key.
+    /// The account an API key belongs to, found by the key's hash in `kxp_api_keys`.
     #[cfg_attr(
         not(feature = "test-util"),
         expect(unreachable_pub, reason = "public with feature test-util only")
@@ -87,19 +80,10 @@ impl Db {
     pub async fn account_by_key(&self, key: &str) -> Result<Option<Account>, StoreError> {
         let hash = sha256_hex(key.as_bytes());
         Ok(on_db!(self, |pool| {
-            match sqlx::query_as::<_, Account>(&BY_KEY)
+            sqlx::query_as::<_, Account>(&BY_KEY)
                 .bind(&hash)
                 .fetch_optional(pool)
                 .await?
-            {
-                Some(account) => Some(account),
-                None => {
-                    sqlx::query_as::<_, Account>(&BY_OWN_KEY)
-                        .bind(&hash)
-                        .fetch_optional(pool)
-                        .await?
-                }
-            }
         }))
     }
 

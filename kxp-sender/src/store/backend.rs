@@ -57,11 +57,6 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     /// lock from its `BEGIN IMMEDIATE`, so there is nothing more to lock (nor a clause for it).
     const LOCKS_ROWS: bool;
 
-    /// Inserts one of an endpoint's secrets and returns its row id: `$1` the endpoint, `$2` the
-    /// secret as stored, `$3` now, `$4` its kind, `$5` the account. The id is the endpoint's
-    /// next (see the PostgreSQL one).
-    const INSERT_SECRET: &'static str;
-
     /// `clause` (` FOR UPDATE`, ` FOR NO KEY UPDATE`, ` FOR UPDATE SKIP LOCKED`…) where the
     /// database locks rows, nothing where it does not ([`Backend::LOCKS_ROWS`]).
     fn row_lock(clause: &'static str) -> &'static str {
@@ -483,11 +478,6 @@ backend!(
         // makes them queue on the busy timeout instead.
         const BEGIN: &'static str = "BEGIN IMMEDIATE";
         const LOCKS_ROWS: bool = false;
-        // SQLite numbers the rows itself until its table is rebuilt in the account-keyed
-        // shape; one process, so nothing else writes beside it.
-        const INSERT_SECRET: &'static str = "INSERT INTO kxp_endpoint_secrets \
-             (endpoint_id, secret, created_at, kind, account_id) VALUES ($1, $2, $3, $4, $5) RETURNING id";
-
         async fn lock_for_change(
             _conn: &mut Self::Connection,
             _account_id: &AccountId,
@@ -506,17 +496,6 @@ backend!(
     {
         const BEGIN: &'static str = "BEGIN";
         const LOCKS_ROWS: bool = true;
-        // The id from the identity's sequence while the column has one (the previous
-        // release, beside this one, takes its ids from it), and the endpoint's next once the
-        // account-keyed schema dropped it: then ids are per endpoint, and the caller holds the
-        // endpoint's row, so no two transactions take the same. The sequence is looked up once
-        // per statement.
-        const INSERT_SECRET: &'static str = "INSERT INTO kxp_endpoint_secrets \
-             (id, endpoint_id, secret, created_at, kind, account_id) OVERRIDING SYSTEM VALUE \
-             SELECT COALESCE(nextval((SELECT pg_get_serial_sequence('kxp_endpoint_secrets', 'id')::regclass)), \
-               (SELECT MAX(s.id) + 1 FROM kxp_endpoint_secrets s WHERE s.endpoint_id = $1), 1), \
-               $1, $2, $3, $4, $5 RETURNING id";
-
         async fn lock_for_change(
             conn: &mut Self::Connection,
             account_id: &AccountId,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use crate::model::{AccountId, DeliveryId, EndpointId, Job, now_ms};
+use crate::model::{AccountId, DeliveryId, EndpointId, EndpointKey, Job, now_ms};
 use crate::policy::fairness::AccountCaps;
 use crate::store::backend::Backend;
 use crate::store::{Db, StoreError, on_db};
@@ -111,13 +111,13 @@ impl Db {
         &self,
         owner: &str,
         lease_extra_ms: i64,
-        targets: &[(EndpointId, usize)],
+        targets: &[(EndpointKey, usize)],
         accounts: &AccountCaps,
     ) -> Result<Vec<Job>, StoreError> {
-        let targets: Vec<(&EndpointId, i64)> = targets
+        let targets: Vec<(&EndpointKey, i64)> = targets
             .iter()
             .filter(|(_, cap)| *cap > 0)
-            .map(|(id, cap)| (id, i64::try_from(*cap).unwrap_or(i64::MAX)))
+            .map(|(key, cap)| (key, i64::try_from(*cap).unwrap_or(i64::MAX)))
             .collect();
         if targets.is_empty() {
             return Ok(Vec::new());
@@ -125,11 +125,13 @@ impl Db {
         let now = now_ms();
         Ok(match self {
             Db::Postgres(pool) => {
-                let caps: HashMap<&str, i64> = targets
+                let caps: Vec<serde_json::Value> = targets
                     .iter()
-                    .map(|(id, cap)| (id.as_str(), *cap))
+                    .map(|(key, cap)| {
+                        serde_json::json!({"a": key.account_id, "id": key.id, "cap": cap})
+                    })
                     .collect();
-                let caps = serde_json::to_string(&caps).unwrap_or_else(|_| "{}".to_owned());
+                let caps = serde_json::Value::from(caps).to_string();
                 sqlx::query_as::<_, Job>(CLAIM_FOR_POSTGRES.as_str())
                     .bind(lease_extra_ms)
                     .bind(owner)
@@ -141,25 +143,13 @@ impl Db {
                     .await?
             }
             // One write transaction, one statement per endpoint (in-process: microseconds
-            // each), then one read of the jobs. The endpoints' accounts are read first, so
-            // each statement's limit is what its account has left.
+            // each), then one read of the jobs; each statement's limit is what its account
+            // has left.
             Db::Sqlite(pool) => {
                 let mut tx = pool.begin_with(<Sqlite as Backend>::BEGIN).await?;
-                let ids: Vec<&str> = targets.iter().map(|(id, _)| id.as_str()).collect();
-                let owners: HashMap<EndpointId, AccountId> = sqlx::query_as::<_, (EndpointId, AccountId)>(
-                    "SELECT id, account_id FROM kxp_endpoints WHERE id IN (SELECT value FROM json_each($1))",
-                )
-                .bind(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned()))
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
                 let mut left: HashMap<&AccountId, usize> = HashMap::new();
                 let mut claimed = Vec::new();
-                for (endpoint_id, cap) in &targets {
-                    let Some(account_id) = owners.get(*endpoint_id) else {
-                        continue;
-                    };
+                for (EndpointKey { account_id, id }, cap) in &targets {
                     let left = left
                         .entry(account_id)
                         .or_insert_with(|| accounts.of(account_id));
@@ -171,7 +161,7 @@ impl Db {
                         .bind(lease_extra_ms)
                         .bind(owner)
                         .bind(now)
-                        .bind(*endpoint_id)
+                        .bind(id)
                         .bind(cap)
                         .bind(account_id)
                         .fetch_all(&mut *tx)
@@ -396,14 +386,14 @@ static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// [`Db::claim_for_fair`] on PostgreSQL, every endpoint in one statement: `$4` a JSON object of
-/// endpoint id → cap, `$5` one of account id → cap, `$6` the cap of accounts not in `$5`. Each
+/// [`Db::claim_for_fair`] on PostgreSQL, every endpoint in one statement: `$4` a JSON array of
+/// `{"a": account, "id": endpoint, "cap": cap}`, `$5` a JSON object of account id → cap, `$6` the cap of accounts not in `$5`. Each
 /// endpoint's deliveries are read in a `LATERAL` subquery that stops at its cap, skipping rows
 /// another process is claiming; then each account keeps its oldest up to its own cap.
 static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH t AS (SELECT key AS endpoint_id, value::bigint AS cap FROM jsonb_each_text($4::jsonb)), \
-         picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.id = t.endpoint_id \
+        "WITH t AS (SELECT a, id AS endpoint_id, cap FROM jsonb_to_recordset($4::jsonb) AS r(a text, id text, cap bigint)), \
+         picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.account_id = t.a AND p.id = t.endpoint_id \
            CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM kxp_deliveries d \
              WHERE d.account_id = p.account_id AND d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} \
              AND (p.circuit_state = 'closed' OR d.id = p.circuit_probe_id) \

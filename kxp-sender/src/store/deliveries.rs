@@ -153,8 +153,9 @@ impl Db {
         Ok(on_db!(self, |pool| {
             sqlx::query_as::<_, Attempt>(
                 "SELECT attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key \
-                 FROM kxp_attempts WHERE delivery_id = $1 ORDER BY attempt, id",
+                 FROM kxp_attempts WHERE account_id = $1 AND delivery_id = $2 ORDER BY attempt, id",
             )
+            .bind(account_id)
             .bind(delivery_id)
             .fetch_all(pool)
             .await?

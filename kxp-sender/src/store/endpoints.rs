@@ -16,31 +16,18 @@ use crate::store::{Db, StoreError, on_db};
 
 impl Db {
     /// The account of the endpoint `id`, whatever its status, through the endpoint directory:
-    /// for what names an endpoint and no account (the catch-up feed). An endpoint the previous
-    /// release created during a rolling upgrade is only in `kxp_endpoints`: looked up there
-    /// when the directory does not know it.
+    /// for what names an endpoint and no account (the catch-up feed, `/jwks`).
     pub(crate) async fn endpoint_account(
         &self,
         id: &EndpointId,
     ) -> Result<Option<AccountId>, StoreError> {
         Ok(on_db!(self, |pool| {
-            match sqlx::query_scalar::<_, AccountId>(
+            sqlx::query_scalar::<_, AccountId>(
                 "SELECT account_id FROM kxp_endpoint_directory WHERE endpoint_id = $1",
             )
             .bind(id)
             .fetch_optional(pool)
             .await?
-            {
-                Some(account_id) => Some(account_id),
-                None => {
-                    sqlx::query_scalar::<_, AccountId>(
-                        "SELECT account_id FROM kxp_endpoints WHERE id = $1",
-                    )
-                    .bind(id)
-                    .fetch_optional(pool)
-                    .await?
-                }
-            }
         }))
     }
 
@@ -152,7 +139,7 @@ impl Db {
             .execute(&mut *tx)
             .await?;
             for (kind, stored) in &rows {
-                sqlx::query(DB::INSERT_SECRET)
+                sqlx::query(crate::store::secrets::INSERT_SECRET)
                     .bind(&endpoint.id)
                     .bind(stored.as_str())
                     .bind(now)

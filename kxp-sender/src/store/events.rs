@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 use sqlx::Pool;
 
 use crate::model::{
-    AccountId, Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber,
+    AccountId, EndpointKey, Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber,
     new_delivery_id, now_ms, rfc3339,
 };
 use crate::store::backend::{Backend, NewDelivery};
@@ -64,7 +64,10 @@ async fn ingest_on<DB: Backend>(
         };
         DB::insert_delivery(conn, &delivery).await?;
         if due <= now {
-            due_to.push(endpoint.id.clone());
+            due_to.push(EndpointKey {
+                account_id: item.account.id.clone(),
+                id: endpoint.id.clone(),
+            });
         }
     }
     Ok(Ingested::Created(event, due_to))

@@ -256,27 +256,23 @@ impl Db {
         &self,
         lock_timeout: Duration,
         applied: impl FnMut(&PendingMigration, Duration),
-    ) -> Result<Applied, SchemaError> {
-        self.apply_from(self.migrator(), lock_timeout, applied, Fill::After)
+    ) -> Result<Vec<PendingMigration>, SchemaError> {
+        self.apply_from(self.migrator(), lock_timeout, applied)
             .await
     }
 
-    /// [`Db::apply_migrations`] of `migrator`'s migrations, and the fill after them if `fill`
-    /// says so (the tests' own migrators have none of the sender's tables).
+    /// [`Db::apply_migrations`] of `migrator`'s migrations (the tests bring their own).
     async fn apply_from(
         &self,
         migrator: &Migrator,
         lock_timeout: Duration,
         mut applied: impl FnMut(&PendingMigration, Duration),
-        fill: Fill,
-    ) -> Result<Applied, SchemaError> {
+    ) -> Result<Vec<PendingMigration>, SchemaError> {
         // A connection of its own, closed after: its session settings never reach the pool.
         match self {
             Db::Sqlite(pool) => {
                 let mut conn = pool.acquire().await?.detach();
-                let migrations =
-                    apply_on(&mut conn, self, migrator, Duration::ZERO, &mut applied).await?;
-                self.filled_after(migrations, fill).await
+                apply_on(&mut conn, self, migrator, Duration::ZERO, &mut applied).await
             }
             Db::Postgres(pool) => {
                 let mut conn = pool.acquire().await?.detach();
@@ -293,11 +289,7 @@ impl Db {
                         .execute(&mut conn)
                         .await?;
                     }
-                    let migrations =
-                        apply_on(&mut conn, self, migrator, lock_timeout, &mut applied).await?;
-                    // Under the lock: processes starting at once fill one after the other,
-                    // and the second finds nothing left.
-                    self.filled_after(migrations, fill).await
+                    apply_on(&mut conn, self, migrator, lock_timeout, &mut applied).await
                 }
                 .await;
                 // Also on failure; the connection is closed after anyway.
@@ -306,59 +298,6 @@ impl Db {
             }
         }
     }
-}
-
-impl Db {
-    /// `migrations`, applied, with the fill that follows them ([`Db::fill_accounts`]) unless
-    /// `fill` is [`Fill::Not`].
-    async fn filled_after(
-        &self,
-        migrations: Vec<PendingMigration>,
-        fill: Fill,
-    ) -> Result<Applied, SchemaError> {
-        let start = crate::model::instant();
-        let rows = match fill {
-            Fill::After => self.fill_accounts().await?,
-            #[cfg(test)]
-            Fill::Not => 0,
-        };
-        Ok(Applied {
-            migrations,
-            filled: Filled {
-                rows,
-                took: start.elapsed(),
-            },
-        })
-    }
-}
-
-/// Whether applying migrations is followed by the fill ([`Db::fill_accounts`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fill {
-    /// The sender's migrations: filled after.
-    After,
-    /// Another migrator's (the tests'): nothing to fill.
-    #[cfg(test)]
-    Not,
-}
-
-/// What applying the migrations did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Applied {
-    /// The migrations applied, in order (none: the database was up to date).
-    pub migrations: Vec<PendingMigration>,
-    /// What the fill after them wrote.
-    pub filled: Filled,
-}
-
-/// What the fill after the migrations did: the rows of earlier releases it gave their account
-/// (or a directory entry), and how long it took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Filled {
-    /// Rows written.
-    pub rows: u64,
-    /// How long.
-    pub took: Duration,
 }
 
 /// Applies what is pending, on `conn` (holding the migrations' lock, on PostgreSQL).
@@ -512,6 +451,5 @@ fn compare(
     }
 }
 
-mod fill;
 #[cfg(test)]
 mod tests;

@@ -50,8 +50,7 @@ mod sessions;
 pub(crate) use feed::{FeedRow, FeedSource};
 pub(crate) use metrics::Gauges;
 pub use migrations::{
-    Applied, AppliedMigration, Filled, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError,
-    SchemaStatus,
+    AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
 };
 pub use retention::Purged;
 pub(crate) use secrets::open_secret;

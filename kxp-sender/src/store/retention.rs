@@ -89,19 +89,16 @@ impl Db {
         let stats_cutoff = (now - ms(STATS_KEPT)).div_euclid(HOUR_MS) * HOUR_MS;
         purged.stats_rows = self
             .delete_batches(
-                "DELETE FROM kxp_endpoint_stats_hourly WHERE (endpoint_id, hour) IN \
-                 (SELECT endpoint_id, hour FROM kxp_endpoint_stats_hourly WHERE hour < $1 LIMIT $2)",
+                "DELETE FROM kxp_endpoint_stats_hourly WHERE (account_id, endpoint_id, hour) IN \
+                 (SELECT account_id, endpoint_id, hour FROM kxp_endpoint_stats_hourly WHERE hour < $1 LIMIT $2)",
                 stats_cutoff,
             )
             .await?;
-        // The expiry is checked again outside: once the account-keyed schema numbers secrets
-        // per endpoint, a batch's ids name rows of other endpoints too, and only expired ones
-        // may go. (Not `(endpoint_id, id) IN (…)`: the SQLite sqlx bundles matched no row by
-        // that pair while `id` is its rowid, where the sqlite3 shell's 3.40 did.)
         purged.secrets = self
             .delete_batches(
-                "DELETE FROM kxp_endpoint_secrets WHERE expires_at IS NOT NULL AND expires_at <= $1 \
-                 AND id IN (SELECT id FROM kxp_endpoint_secrets WHERE expires_at IS NOT NULL AND expires_at <= $1 LIMIT $2)",
+                "DELETE FROM kxp_endpoint_secrets WHERE (account_id, endpoint_id, id) IN \
+                 (SELECT account_id, endpoint_id, id FROM kxp_endpoint_secrets \
+                 WHERE expires_at IS NOT NULL AND expires_at <= $1 LIMIT $2)",
                 now,
             )
             .await?;
@@ -123,12 +120,12 @@ impl Db {
     /// key satisfied whatever happened in between).
     async fn purge_deliveries(&self, cutoff: i64) -> Result<(u64, u64), StoreError> {
         let attempts = format!(
-            "DELETE FROM kxp_attempts WHERE delivery_id IN \
-             (SELECT id FROM kxp_deliveries WHERE {FINISHED} ORDER BY updated_at, id LIMIT $2)"
+            "DELETE FROM kxp_attempts WHERE (account_id, delivery_id) IN \
+             (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED} ORDER BY updated_at, id LIMIT $2)"
         );
         let deliveries = format!(
             "DELETE FROM kxp_deliveries WHERE (account_id, id) IN (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED} \
-             AND NOT EXISTS (SELECT 1 FROM kxp_attempts a WHERE a.delivery_id = kxp_deliveries.id) \
+             AND NOT EXISTS (SELECT 1 FROM kxp_attempts a WHERE a.account_id = kxp_deliveries.account_id AND a.delivery_id = kxp_deliveries.id) \
              ORDER BY updated_at, id LIMIT $2)"
         );
         Ok(on_db!(self, |pool, DB| {

@@ -12,6 +12,15 @@ use crate::model::{
 use crate::store::seal::{KeyRing, OpenError, Stored, open_stored, to_stored};
 use crate::store::{Db, StoreError, on_db};
 
+/// Inserts one of an endpoint's secrets and returns its id: `$1` the endpoint, `$2` the secret
+/// as stored, `$3` now, `$4` its kind, `$5` the account. The id is the endpoint's next (newest
+/// = highest): the caller holds the endpoint's row (PostgreSQL) or the database's write lock
+/// (SQLite), so no other transaction takes the same.
+pub(crate) const INSERT_SECRET: &str = "INSERT INTO kxp_endpoint_secrets \
+     (id, endpoint_id, secret, created_at, kind, account_id) \
+     SELECT COALESCE(MAX(id), 0) + 1, $1, $2, $3, $4, $5 FROM kxp_endpoint_secrets \
+     WHERE account_id = $5 AND endpoint_id = $1 RETURNING id";
+
 /// What a secret of `endpoint_id` is sealed with beside the key: a sealed secret copied onto
 /// another endpoint's row does not open.
 fn context(endpoint_id: &EndpointId) -> Vec<u8> {
@@ -44,19 +53,18 @@ pub(crate) fn open_ops_secret(
 
 /// A stored secret: an endpoint's signing secret, or an account's ops secret, by its owner.
 enum Row {
-    Endpoint(EndpointId),
+    Endpoint(EndpointKey),
     Ops(AccountId),
 }
 
 impl Row {
     fn context(&self) -> Vec<u8> {
         match self {
-            Row::Endpoint(id) => context(id),
+            Row::Endpoint(key) => context(&key.id),
             Row::Ops(id) => ops_context(id),
         }
     }
 
-    /// Replaces `stored` with `sealed`, only if the row still holds `stored`.
     /// The UPDATE that replaces `stored` with `sealed`, only if the row still holds `stored`.
     fn rewrite<'q, DB: sqlx::Database>(
         &'q self,
@@ -66,25 +74,21 @@ impl Row {
     where
         &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     {
-        let sql = match self {
-            Row::Endpoint(_) => {
-                "UPDATE kxp_endpoint_secrets SET secret = $1 WHERE endpoint_id = $2 AND secret = $3"
-            }
-            Row::Ops(_) => {
-                "UPDATE kxp_accounts SET ops_secret = $1 WHERE id = $2 AND ops_secret = $3"
-            }
-        };
-        sqlx::query(sql)
-            .bind(sealed)
-            .bind(self.owner())
-            .bind(stored)
-    }
-
-    fn owner(&self) -> &str {
         match self {
-            Row::Endpoint(id) => id.as_str(),
-            Row::Ops(id) => id.as_str(),
+            Row::Endpoint(key) => sqlx::query(
+                "UPDATE kxp_endpoint_secrets SET secret = $1 \
+                 WHERE account_id = $2 AND endpoint_id = $3 AND secret = $4",
+            )
+            .bind(sealed)
+            .bind(key.account_id.as_str())
+            .bind(key.id.as_str()),
+            Row::Ops(id) => sqlx::query(
+                "UPDATE kxp_accounts SET ops_secret = $1 WHERE id = $2 AND ops_secret = $3",
+            )
+            .bind(sealed)
+            .bind(id.as_str()),
         }
+        .bind(stored)
     }
 }
 
@@ -210,7 +214,7 @@ impl Db {
             .await?;
             let mut first_new = None;
             for (kind, plain) in &fresh {
-                let row = sqlx::query_scalar::<_, i64>(DB::INSERT_SECRET)
+                let row = sqlx::query_scalar::<_, i64>(INSERT_SECRET)
                     .bind(id)
                     .bind(stored_secret(ring, id, plain))
                     .bind(now)
@@ -278,7 +282,7 @@ impl Db {
             }
             if to.ed25519() && !from.ed25519() {
                 let key = new_key(&kxp_api::Format::parse(&format));
-                sqlx::query(DB::INSERT_SECRET)
+                sqlx::query(INSERT_SECRET)
                     .bind(id)
                     .bind(stored_secret(ring, id, &key))
                     .bind(now)
@@ -447,8 +451,8 @@ impl Db {
     /// deletes them) and accounts' ops secrets.
     async fn stored_secrets(&self) -> Result<Vec<(Row, String)>, StoreError> {
         let (endpoints, ops) = on_db!(self, |pool| {
-            let endpoints = sqlx::query_as::<_, (EndpointId, String)>(
-                "SELECT endpoint_id, secret FROM kxp_endpoint_secrets ORDER BY id",
+            let endpoints = sqlx::query_as::<_, (AccountId, EndpointId, String)>(
+                "SELECT account_id, endpoint_id, secret FROM kxp_endpoint_secrets ORDER BY account_id, endpoint_id, id",
             )
             .fetch_all(pool)
             .await?;
@@ -459,7 +463,9 @@ impl Db {
             .await?;
             (endpoints, ops)
         });
-        let endpoints = endpoints.into_iter().map(|(id, s)| (Row::Endpoint(id), s));
+        let endpoints = endpoints
+            .into_iter()
+            .map(|(account_id, id, s)| (Row::Endpoint(EndpointKey { account_id, id }), s));
         let ops = ops.into_iter().map(|(id, s)| (Row::Ops(id), s));
         Ok(endpoints.chain(ops).collect())
     }

@@ -1,23 +1,26 @@
-//! The account-keyed schema's expand step (issue 29): rows written before it gain their
-//! account, the credential directories are filled, this version finds what the previous
-//! release writes beside it during a rolling upgrade (rows without an account, an account whose
-//! key is on its own row only, an endpoint missing from the directory), and it keeps working
-//! once the next release's contract step has dropped the identity columns and keyed the rows
-//! by account.
+//! The account-keyed schema (issue 29): rows written before it gain their account and keep
+//! their ids, the credential directories are filled, what the expand step left (the rows the
+//! release before it wrote without an account during that rollout, an account whose key is on
+//! its own row only, an endpoint missing from the directory, account-less audit rows) is
+//! filled or moved by the contract step, and attempts and secrets are numbered per delivery
+//! and per endpoint once the identities are gone.
 
 use std::time::Duration;
 
 use kxp_api::RotateSecret;
 use kxp_sender::{Db, sha256_hex};
-use kxp_testkit::db::{Backend, TestDatabase};
+use kxp_testkit::db::Backend;
 use serde_json::{Value, json};
 
 use crate::support::{Database, Receiver, Reply, database_before, sender_with};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
-/// The first migration of the account-keyed schema.
+/// The first migration of the account-keyed schema (the expand step).
 const ACCOUNT_COLUMNS: i64 = 20261204000001;
+
+/// The first migration of its contract step.
+const CONTRACT: i64 = 20261205000001;
 
 /// The SHA-256 of the test sender's key, `kxp_test_key`.
 const TEST_KEY_HASH: &str = "2f3c05a4db153f852e2879aed8d7ae811450d9d0212d2f5e00454957e6e20669";
@@ -42,7 +45,7 @@ fn rows() -> Vec<String> {
          VALUES ('ep_old', 'acc_old', 'http://127.0.0.1:9/hook', '[\"*\"]', 1000, 1, 1)"
             .to_owned(),
         "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind) \
-         VALUES ('ep_old', 'whsec_old', 1, 'hmac')"
+         VALUES ('ep_old', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 1, 'hmac')"
             .to_owned(),
         format!(
             "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
@@ -88,27 +91,12 @@ async fn number(db: &Db, sql: &str) -> i64 {
     }
 }
 
-/// Runs `sql`, on either backend.
-async fn execute(db: &Db, sql: &str) {
-    match db {
-        Db::Sqlite(pool) => {
-            sqlx::query(sql).execute(pool).await.unwrap();
-        }
-        Db::Postgres(pool) => {
-            sqlx::query(sql).execute(pool).await.unwrap();
-        }
-    }
-}
-
-/// The tables that gained an account, with their rows that lack it (none: empty).
-async fn without_account(db: &Db) -> Vec<(&'static str, i64)> {
+/// Each table that gained an account, with how many of its rows belong to `account`.
+async fn rows_of(db: &Db, account: &str) -> Vec<(&'static str, i64)> {
     let mut counts = Vec::new();
     for table in GAINED {
-        let sql = format!("SELECT COUNT(*) FROM {table} WHERE account_id IS NULL");
-        let count = number(db, &sql).await;
-        if count > 0 {
-            counts.push((table, count));
-        }
+        let sql = format!("SELECT COUNT(*) FROM {table} WHERE account_id = '{account}'");
+        counts.push((table, number(db, &sql).await));
     }
     counts
 }
@@ -123,9 +111,10 @@ async fn postgres_rows_of_before_gain_their_account() {
     rows_of_before_gain_their_account(Backend::Postgres).await;
 }
 
-/// A database of the release before the account-keyed schema: migrating it (which the test
-/// sender does at its start, as `kxp migrate apply` does) fills every row's account and the
-/// directories, and the API reads the rows back by them.
+/// A database of the release before the account-keyed schema: migrating it through both steps
+/// at once (which the test sender does at its start, as `kxp migrate apply` does) gives every
+/// row its account, keeps the attempts' ids, fills the directories, and the API reads the
+/// rows back by them.
 async fn rows_of_before_gain_their_account(backend: Backend) {
     let Some(database) =
         database_before(backend, "kxp_sender_keys", ACCOUNT_COLUMNS, &rows()).await
@@ -136,12 +125,10 @@ async fn rows_of_before_gain_their_account(backend: Backend) {
     let s = sender_with("0s", |config| config.database_url = url).await;
     let db = s.server.db();
 
-    let unfilled = without_account(db).await;
-    assert!(unfilled.is_empty(), "{unfilled:?}");
-    for table in GAINED {
-        let sql = format!("SELECT COUNT(*) FROM {table} WHERE account_id = 'acc_old'");
-        assert!(number(db, &sql).await > 0, "{table}");
-    }
+    let counts = rows_of(db, "acc_old").await;
+    assert!(counts.iter().all(|(_, n)| *n > 0), "{counts:?}");
+    let ids = "SELECT MIN(id) * 10 + MAX(id) FROM kxp_attempts WHERE delivery_id = 'dlv_old'";
+    assert_eq!(number(db, ids).await, 12);
     let keyed = format!(
         "SELECT COUNT(*) FROM kxp_api_keys WHERE key_hash = '{TEST_KEY_HASH}' AND account_id = 'acc_old'"
     );
@@ -164,138 +151,111 @@ async fn rows_of_before_gain_their_account(backend: Backend) {
     database.drop().await;
 }
 
-each_backend!(what_the_previous_release_writes_is_found_and_filled);
-
-/// During a rolling upgrade the previous release writes rows without an account, creates
-/// accounts with their key on their own row only and endpoints missing from the directory:
-/// this version authenticates and serves them all the same, and filling (`kxp migrate
-/// apply`, run again after the rollout) gives them what they lack.
-async fn what_the_previous_release_writes_is_found_and_filled(database: Database) {
-    let s = database.sender("0s").await;
-    let db = s.server.db();
-    let receiver = Receiver::start(vec![Reply::Status(200)]).await;
-    let (endpoint, _) = s.api.endpoint(&receiver.url, json!({})).await;
-    let event = s.api.emit("payment.succeeded", json!({"n": 1})).await;
-    let delivered = s.api.wait_for(&event, "delivered", WITHIN).await;
-    let delivery = delivered["id"].as_str().unwrap();
-
-    // What the previous release would have written.
-    let older_key = "kxp_written_by_the_previous_release";
-    execute(
-        db,
-        &format!(
+/// What the release before the expand step wrote during that rollout, beside it, and what
+/// the expand step leaves for the contract step: its rows without an account, an account with
+/// its key on its own row only, an endpoint the directory does not list, an audit row of no
+/// account.
+fn left_by_the_expand_step(at: u128) -> Vec<String> {
+    let mut rows = rows();
+    rows.extend([
+        format!(
             "INSERT INTO kxp_accounts (id, name, api_key_hash, default_api_version, created_at) \
              VALUES ('acc_older', 'older', '{}', '2026-11-30', 1)",
-            sha256_hex(older_key.as_bytes())
+            sha256_hex(OLDER_KEY.as_bytes())
         ),
-    )
-    .await;
-    execute(
-        db,
-        &format!("DELETE FROM kxp_endpoint_directory WHERE endpoint_id = '{endpoint}'"),
-    )
-    .await;
-    execute(
-        db,
-        &format!(
+        "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, expires_at) \
+         VALUES ('ep_old', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 2, 'hmac', 4102444800000)"
+            .to_owned(),
+        format!(
             "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code) \
-             VALUES ('{delivery}', 9, 1, 5, 200)"
+             VALUES ('dlv_old', 3, {at}, 5, 200)"
         ),
-    )
-    .await;
-    execute(
-        db,
-        &format!(
-            "INSERT INTO kxp_endpoint_secrets (endpoint_id, secret, created_at, kind, expires_at) \
-             VALUES ('{endpoint}', 'whsec_older', 1, 'hmac', 2)"
-        ),
-    )
-    .await;
-    let (quiet, _) = s
-        .api
-        .endpoint(&receiver.url, json!({"event_types": ["none"]}))
-        .await;
-    execute(
-        db,
-        &format!(
-            "INSERT INTO kxp_endpoint_stats (endpoint_id, consecutive_failures, updated_at) \
-             VALUES ('{quiet}', 0, 1)"
-        ),
-    )
-    .await;
-    // On PostgreSQL, where the previous release runs beside this one, the small tables' rows
-    // get their endpoint's account as they are inserted (a trigger); the fill does the rest.
-    let on_insert = matches!(db, Db::Postgres(_));
-    let stats = "SELECT COUNT(*) FROM kxp_endpoint_stats WHERE account_id IS NULL";
-    assert_eq!(number(db, stats).await, i64::from(!on_insert));
+        "INSERT INTO kxp_audit (id, at, actor_kind, actor_id, actor_name, via, action) \
+         VALUES ('aud_operator', 1, 'operator', 'op_1', 'ops', 'api', 'account.create')"
+            .to_owned(),
+    ]);
+    rows
+}
 
-    // The account's key works though only its own row knows it.
-    let (status, listed) = s
-        .api
-        .with_key(older_key)
-        .call("GET", "/v1/endpoints", None)
-        .await;
-    assert_eq!(
-        (status, listed["data"].as_array().map(Vec::len)),
-        (200, Some(0)),
-        "{listed}"
-    );
-    // The feed finds the endpoint that the directory does not list.
+/// The key of the account the release before the expand step created during its rollout.
+const OLDER_KEY: &str = "kxp_written_by_the_release_before";
+
+each_backend!(what_the_expand_step_left_is_filled_by_the_contract_step);
+
+/// A database of the expand step, with what it left behind ([`left_by_the_expand_step`]; the
+/// expand step's own fill, which would have taken some of it, not run): the contract step
+/// fills it in, moves the account-less audit row, and the API serves it all by account.
+async fn what_the_expand_step_left_is_filled_by_the_contract_step(database: Database) {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        - 60_000;
+    // The rows written after the expand step's migrations (on PostgreSQL its triggers give
+    // the small tables' rows their account as they are inserted; the contract step fills the
+    // rest).
+    let Some(expanded) = database_before(
+        database.backend(),
+        "kxp_sender_contract",
+        CONTRACT,
+        &left_by_the_expand_step(at),
+    )
+    .await
+    else {
+        return;
+    };
+    let url = expanded.url().to_owned();
+    let s = sender_with("0s", |config| config.database_url = url).await;
+    let db = s.server.db();
+    let counts = rows_of(db, "acc_old").await;
+    assert!(counts.iter().all(|(_, n)| *n > 0), "{counts:?}");
+    let attempts = "SELECT COUNT(*) FROM kxp_attempts WHERE account_id = 'acc_old'";
+    assert_eq!(number(db, attempts).await, 3);
+    let secrets = "SELECT COUNT(*) FROM kxp_endpoint_secrets WHERE account_id = 'acc_old'";
+    assert_eq!(number(db, secrets).await, 2);
+    let moved = "SELECT COUNT(*) FROM kxp_operator_audit WHERE id = 'aud_operator'";
+    assert_eq!(number(db, moved).await, 1);
+    assert_eq!(number(db, "SELECT COUNT(*) FROM kxp_audit").await, 0);
+    let listed = "SELECT COUNT(*) FROM kxp_endpoint_directory WHERE endpoint_id = 'ep_old'";
+    assert_eq!(number(db, listed).await, 1);
+
+    // Both accounts' keys, through the key directory alone.
+    for (key, endpoints) in [(OLDER_KEY, 0), ("kxp_test_key", 1)] {
+        let (status, listed) = s.api.with_key(key).call("GET", "/v1/endpoints", None).await;
+        assert_eq!(
+            (status, listed["data"].as_array().map(Vec::len)),
+            (200, Some(endpoints)),
+            "{listed}"
+        );
+    }
+    assert_eq!(s.api.attempts("dlv_old").await.len(), 3);
+    // The feed finds the endpoint through the directory.
     let token = s
         .api
         .client
-        .create_feed_token(&endpoint.as_str().into())
+        .create_feed_token(&"ep_old".into())
         .await
         .unwrap();
     let feed = s
         .api
         .http
-        .get(format!("{}/v1/endpoints/{endpoint}/feed", s.api.base))
+        .get(format!("{}/v1/endpoints/ep_old/feed", s.api.base))
         .header("authorization", format!("Bearer {}", token.token))
         .send()
         .await
         .unwrap();
-    assert_eq!(feed.status().as_u16(), 200);
-    // And the hourly tallies (the sender's own, emptied of their account here).
-    execute(db, "UPDATE kxp_endpoint_stats_hourly SET account_id = NULL").await;
-    let tallies = number(db, "SELECT COUNT(*) FROM kxp_endpoint_stats_hourly").await;
-    assert!(tallies > 0);
-    let filled = db.fill_accounts().await.unwrap();
-    assert_eq!(
-        i64::try_from(filled).unwrap(),
-        3 + tallies + if on_insert { 0 } else { 2 },
-        "an attempt, a key, a directory row, the tallies (and without the trigger a secret \
-         and a statistics row)"
-    );
-    let unfilled = without_account(db).await;
-    assert!(unfilled.is_empty(), "{unfilled:?}");
-    assert_eq!(db.fill_accounts().await.unwrap(), 0);
-    let keyed = "SELECT COUNT(*) FROM kxp_api_keys WHERE account_id = 'acc_older'";
-    assert_eq!(number(db, keyed).await, 1);
+    let status = feed.status().as_u16();
+    assert_eq!(status, 200, "{}", feed.text().await.unwrap());
     s.server.shutdown().await;
+    expanded.drop().await;
 }
 
-/// The next release's contract step, as far as ids go (PostgreSQL): the identity columns
-/// dropped and the rows keyed by account and parent.
-const CONTRACT: [&str; 2] = [
-    "ALTER TABLE kxp_attempts DROP CONSTRAINT kxp_attempts_pkey, ALTER COLUMN id DROP IDENTITY, \
-     ALTER COLUMN account_id SET NOT NULL, ADD PRIMARY KEY (account_id, delivery_id, id)",
-    "ALTER TABLE kxp_endpoint_secrets DROP CONSTRAINT kxp_endpoint_secrets_pkey, \
-     ALTER COLUMN id DROP IDENTITY, ALTER COLUMN account_id SET NOT NULL, \
-     ADD PRIMARY KEY (account_id, endpoint_id, id)",
-];
+each_backend!(attempts_and_secrets_are_numbered_per_parent);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn this_version_numbers_attempts_and_secrets_once_the_identities_are_gone() {
-    let Some(database) = TestDatabase::create(Backend::Postgres, "kxp_sender_ids").await else {
-        return;
-    };
-    let url = database.url().to_owned();
-    let s = sender_with("0s,0s", |config| config.database_url = url).await;
+/// No identity columns: attempts are numbered per delivery and secrets per endpoint, from 1.
+async fn attempts_and_secrets_are_numbered_per_parent(database: Database) {
+    let s = database.sender("0s,0s").await;
     let db = s.server.db();
-    for sql in CONTRACT {
-        execute(db, sql).await;
-    }
 
     // Two endpoints: each numbers its own secrets, from 1.
     let receiver = Receiver::start(vec![Reply::Status(500), Reply::Status(200)]).await;
@@ -336,5 +296,4 @@ async fn this_version_numbers_attempts_and_secrets_once_the_identities_are_gone(
     let signature = seen[1].header("x-kxp-signature");
     assert_eq!(signature.matches("v1=").count(), 2, "{signature}");
     s.server.shutdown().await;
-    database.drop().await;
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::lock;
 use super::plan::Plan;
-use crate::model::{AccountId, DeliveryId, EndpointId, Job};
+use crate::model::{AccountId, DeliveryId, EndpointId, EndpointKey, Job};
 use crate::policy::concurrency::{self, Adaptive, Signal};
 use crate::policy::fairness::{AccountCaps, Fairness};
 use crate::policy::rate::RateLimiter;
@@ -29,7 +29,7 @@ pub(super) struct InFlight {
     pub(super) accounts: HashMap<EndpointId, AccountId>,
     fairness: Fairness,
     /// Endpoints whose attempts finished since the loop last claimed: they may have more.
-    pub(super) ready: HashSet<EndpointId>,
+    pub(super) ready: HashSet<EndpointKey>,
     limits: HashMap<EndpointId, (Adaptive, Instant)>,
     /// The deliveries of the attempts in flight: put back at shutdown if they do not finish.
     pub(super) deliveries: HashMap<DeliveryId, AccountId>,
@@ -56,22 +56,16 @@ impl InFlight {
 
     /// The room of the next claiming round, with `free` workers free at `now` and `ready` the
     /// endpoints named since the last one.
-    pub(super) fn plan(&mut self, ready: HashSet<EndpointId>, free: usize, now: Instant) -> Plan {
+    pub(super) fn plan(&mut self, ready: HashSet<EndpointKey>, free: usize, now: Instant) -> Plan {
         let caps = self.caps(now);
-        let (with_work, unknown) = self.with_work(&ready);
-        let accounts = self.account_caps(&with_work, unknown, free);
-        // The ready endpoints' accounts and what those hold, to serve the accounts holding
-        // least first.
+        let with_work = self.with_work(&ready);
+        let accounts = self.account_caps(&with_work, free);
+        // What the ready endpoints' accounts hold, to serve the accounts holding least first.
         let ready = ready
             .into_iter()
-            .map(|id| {
-                let account = self.accounts.get(&id).cloned();
-                let held = account
-                    .as_ref()
-                    .and_then(|a| self.per_account.get(a))
-                    .copied()
-                    .unwrap_or(0);
-                (id, account, held)
+            .map(|key| {
+                let held = self.per_account.get(&key.account_id).copied().unwrap_or(0);
+                (key, held)
             })
             .collect();
         Plan {
@@ -126,33 +120,18 @@ impl InFlight {
     }
 
     /// The accounts with work here: attempts in flight, or due deliveries of endpoints in
-    /// `ready` (whose accounts this worker knows), and whether `ready` names an endpoint of an
-    /// account it does not know.
-    fn with_work(&self, ready: &HashSet<EndpointId>) -> (HashSet<AccountId>, bool) {
+    /// `ready`.
+    fn with_work(&self, ready: &HashSet<EndpointKey>) -> HashSet<AccountId> {
         let mut accounts: HashSet<AccountId> = self.per_account.keys().cloned().collect();
-        let mut unknown = false;
-        for id in ready {
-            match self.accounts.get(id) {
-                Some(account) => {
-                    accounts.insert(account.clone());
-                }
-                None => unknown = true,
-            }
-        }
-        (accounts, unknown)
+        accounts.extend(ready.iter().map(|key| key.account_id.clone()));
+        accounts
     }
 
     /// What the next claim may take of each account, with `free` workers free and
-    /// `with_work` (and, if `unknown`, one more) having work: its [room](Fairness::room), for
-    /// quick endpoints if it has one. Accounts not listed are new here, and may take what a
-    /// newcomer may.
-    fn account_caps(
-        &self,
-        with_work: &HashSet<AccountId>,
-        unknown: bool,
-        free: usize,
-    ) -> AccountCaps {
-        let busy = with_work.len() + usize::from(unknown);
+    /// `with_work` having work: its [room](Fairness::room), for quick endpoints if it has one.
+    /// Accounts not listed are new here, and may take what a newcomer may.
+    fn account_caps(&self, with_work: &HashSet<AccountId>, free: usize) -> AccountCaps {
+        let busy = with_work.len();
         let quick: HashSet<&AccountId> = self
             .accounts
             .iter()
@@ -160,7 +139,8 @@ impl InFlight {
             .map(|(_, account)| account)
             .collect();
         let mut listed = HashMap::new();
-        for account in self.accounts.values().chain(self.per_account.keys()) {
+        let known = self.accounts.values().chain(self.per_account.keys());
+        for account in known.chain(with_work) {
             if listed.contains_key(account) {
                 continue;
             }
@@ -239,7 +219,10 @@ impl InFlight {
             }
         }
         // It may have more waiting: the loop claims for it next, from its own queue.
-        self.ready.insert(done.endpoint_id.clone());
+        self.ready.insert(EndpointKey {
+            account_id: done.account_id.clone(),
+            id: done.endpoint_id.clone(),
+        });
         if let Some(count) = self.per_endpoint.get_mut(&done.endpoint_id) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -353,11 +336,23 @@ mod tests {
         let (known, busy) = (EndpointId::from("ep_known"), AccountId::from("acc_busy"));
         state.accounts.insert(known.clone(), busy.clone());
         assert!(state.admit(&busy, &job("ep_known", "dlv_1"), (64, 1), None, now));
-        let ready = HashSet::from([known.clone(), EndpointId::from("ep_new")]);
+        let known = EndpointKey {
+            account_id: busy,
+            id: known,
+        };
+        let new = EndpointKey {
+            account_id: AccountId::from("acc_new"),
+            id: EndpointId::from("ep_new"),
+        };
+        let ready = HashSet::from([known.clone(), new.clone()]);
         let mut plan = state.plan(ready, 63, now);
-        plan.ready.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-        assert_eq!(plan.ready[0], (known, Some(busy), 1));
-        assert_eq!(plan.ready[1], (EndpointId::from("ep_new"), None, 0));
+        plan.ready
+            .sort_by(|a, b| a.0.id.as_str().cmp(b.0.id.as_str()));
+        assert_eq!(plan.ready, [(known, 1), (new.clone(), 0)]);
+        assert!(
+            plan.with_work.contains(&new.account_id),
+            "a ready account has work"
+        );
         assert_eq!(plan.default_cap, concurrency::INITIAL);
     }
 }

@@ -51,7 +51,7 @@ use self::plan::Plan;
 use self::sequencer::{AbortOnDrop, number};
 use crate::engine::config::Shared;
 use crate::engine::recorder::Recorder;
-use crate::model::{AccountId, DeliveryId, EndpointId, Job, ms, new_id};
+use crate::model::{AccountId, DeliveryId, EndpointKey, Job, ms, new_id};
 use crate::store::{Db, StoreError};
 
 /// The least time between two claims of the delivery loop.
@@ -190,8 +190,8 @@ impl Loop {
         };
         // Then the endpoints known to have work and room, each from its own queue.
         let in_flight = &self.in_flight;
-        let targets = plan.targets(free.saturating_sub(claimed.len()), |id| {
-            lock(in_flight).ready.insert(id);
+        let targets = plan.targets(free.saturating_sub(claimed.len()), |key| {
+            lock(in_flight).ready.insert(key);
         });
         if !targets.is_empty() {
             claimed.extend(self.claim_ready(&plan, &targets, scan).await);
@@ -231,14 +231,14 @@ impl Loop {
     async fn claim_ready(
         &self,
         plan: &Plan,
-        targets: &[(EndpointId, usize)],
+        targets: &[(EndpointKey, usize)],
         scanned: bool,
     ) -> Vec<Job> {
         if !scanned && !self.shared.sequencer {
             // Their new deliveries numbered just before they are claimed, so that nearly
             // every attempt carries its number; the claim never waits for one.
-            let ids: Vec<EndpointId> = targets.iter().map(|(id, _)| id.clone()).collect();
-            number(&self.db, &self.shared, Some(&ids)).await;
+            let keys: Vec<EndpointKey> = targets.iter().map(|(key, _)| key.clone()).collect();
+            number(&self.db, &self.shared, Some(&keys)).await;
         }
         let turn = self.shared.gate.enter().await;
         let taken = self

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::model::{AccountId, EndpointId};
+use crate::model::{AccountId, EndpointId, EndpointKey};
 use crate::policy::fairness::AccountCaps;
 
 /// The room of one claiming round, from a snapshot of the attempts in flight.
@@ -19,9 +19,8 @@ pub(super) struct Plan {
     pub(super) accounts: AccountCaps,
     /// The accounts with work here: they count for the fair shares.
     pub(super) with_work: HashSet<AccountId>,
-    /// The endpoints named ready, each with its account (when this worker knows it) and the
-    /// attempts that account has in flight.
-    pub(super) ready: Vec<(EndpointId, Option<AccountId>, usize)>,
+    /// The endpoints named ready, each with the attempts its account has in flight.
+    pub(super) ready: Vec<(EndpointKey, usize)>,
 }
 
 impl Plan {
@@ -64,25 +63,23 @@ impl Plan {
     pub(super) fn targets(
         &mut self,
         mut budget: usize,
-        mut later: impl FnMut(EndpointId),
-    ) -> Vec<(EndpointId, usize)> {
+        mut later: impl FnMut(EndpointKey),
+    ) -> Vec<(EndpointKey, usize)> {
         let mut targets = Vec::new();
         let mut ready = std::mem::take(&mut self.ready);
-        ready.sort_by_key(|(_, _, held)| *held);
-        for (id, account, _) in ready {
-            let left = account
-                .as_ref()
-                .map_or(self.accounts.others, |a| self.accounts.of(a));
-            let endpoint_cap = self.caps.get(&id).copied().unwrap_or(self.default_cap);
+        ready.sort_by_key(|(_, held)| *held);
+        for (key, _) in ready {
+            let left = self.accounts.of(&key.account_id);
+            let endpoint_cap = self.caps.get(&key.id).copied().unwrap_or(self.default_cap);
             let cap = endpoint_cap.min(budget).min(left);
             if cap > 0 {
                 budget -= cap;
-                if let Some(a) = &account {
-                    self.accounts.listed.insert(a.clone(), left - cap);
-                }
-                targets.push((id, cap));
+                self.accounts
+                    .listed
+                    .insert(key.account_id.clone(), left - cap);
+                targets.push((key, cap));
             } else if budget == 0 || (endpoint_cap > 0 && left == 0) {
-                later(id);
+                later(key);
             }
         }
         targets

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::lock;
 use crate::engine::config::Shared;
-use crate::model::EndpointId;
+use crate::model::EndpointKey;
 use crate::store::Db;
 
 /// Numbers the deliveries [`Shared::wake_for`] announces, then hands their endpoints to the
@@ -19,7 +19,7 @@ pub(super) async fn sequencer(db: Db, shared: Arc<Shared>) {
     loop {
         shared.number.notified().await;
         tokio::time::sleep(PASS_GAP).await;
-        let endpoints: Vec<EndpointId> = std::mem::take(&mut *lock(&shared.unnumbered))
+        let endpoints: Vec<EndpointKey> = std::mem::take(&mut *lock(&shared.unnumbered))
             .into_iter()
             .collect();
         if endpoints.is_empty() {
@@ -46,7 +46,7 @@ impl Drop for AbortOnDrop {
 
 /// A sequencer pass over `endpoints` (all when `None`), in its turn at SQLite's write lock. A
 /// failed pass is logged and left to the next: delivery goes on, without numbers meanwhile.
-pub(super) async fn number(db: &Db, shared: &Shared, endpoints: Option<&[EndpointId]>) {
+pub(super) async fn number(db: &Db, shared: &Shared, endpoints: Option<&[EndpointKey]>) {
     let turn = shared.gate.enter().await;
     let numbered = db.assign_sequences(endpoints).await;
     drop(turn);

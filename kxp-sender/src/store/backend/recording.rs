@@ -434,8 +434,9 @@ recording_sql!(
                     continue;
                 }
                 sqlx::query(
-                    "INSERT INTO kxp_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key, account_id) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    "INSERT INTO kxp_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, signed_with, verified_key, account_id) \
+                     SELECT COALESCE(MAX(id), 0) + 1, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 \
+                     FROM kxp_attempts WHERE account_id = $10 AND delivery_id = $1",
                 )
                 .bind(&item.delivery_id)
                 .bind(item.attempt)
@@ -456,16 +457,14 @@ recording_sql!(
     }
 );
 
-/// Writes a batch's attempt rows on PostgreSQL: `$1`… `$10` their columns as arrays. Each id is
-/// the identity's next while the column has one (the previous release, beside this one, takes
-/// its ids from it), and its delivery's next once the account-keyed schema dropped it: ids are
-/// then per delivery, and this transaction holds the delivery's row (its lease was just
-/// checked by updating it), so no two take the same. The sequence is looked up once per
-/// statement.
+/// Writes a batch's attempt rows on PostgreSQL: `$1`… `$10` their columns as arrays. An
+/// attempt's id is its delivery's next: this transaction holds the delivery's row (its lease
+/// was just checked by updating it), so no other takes the same, and two attempts of one
+/// delivery in a batch (which one worker's lease never makes) would take one each.
 const ATTEMPTS_POSTGRES: &str = "INSERT INTO kxp_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, \
-       error, response_snippet, signed_with, verified_key, account_id) OVERRIDING SYSTEM VALUE \
-     SELECT COALESCE(nextval((SELECT pg_get_serial_sequence('kxp_attempts', 'id')::regclass)), \
-       (SELECT MAX(a.id) + 1 FROM kxp_attempts a WHERE a.delivery_id = u.delivery_id), 1), u.* \
+       error, response_snippet, signed_with, verified_key, account_id) \
+     SELECT COALESCE((SELECT MAX(a.id) FROM kxp_attempts a WHERE a.account_id = u.account_id AND a.delivery_id = u.delivery_id), 0) \
+       + row_number() OVER (PARTITION BY u.account_id, u.delivery_id), u.* \
      FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], \
        $9::text[], $10::text[]) AS u(delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, \
        signed_with, verified_key, account_id)";

@@ -68,16 +68,11 @@ async fn applies_in_order_and_tolerates_a_newer_versions_migrations(db: Db, _url
 
     let mut reported = Vec::new();
     let applied = db
-        .apply_from(
-            &two,
-            Duration::ZERO,
-            |m, _| reported.push(m.version),
-            Fill::Not,
-        )
+        .apply_from(&two, Duration::ZERO, |m, _| reported.push(m.version))
         .await
         .unwrap();
     assert_eq!(reported, [1, 2]);
-    assert_eq!(versions(&applied.migrations, |m| m.version), [1, 2]);
+    assert_eq!(versions(&applied, |m| m.version), [1, 2]);
     let status = db.status_against(&two).await.unwrap();
     assert!(status.is_current());
     assert!(
@@ -100,28 +95,23 @@ async fn applies_in_order_and_tolerates_a_newer_versions_migrations(db: Db, _url
         [(1, true), (2, false)]
     );
     let mut reported = Vec::new();
-    db.apply_from(
-        &migrator(&[T, U, V]),
-        Duration::ZERO,
-        |m, _| reported.push(m.version),
-        Fill::Not,
-    )
+    db.apply_from(&migrator(&[T, U, V]), Duration::ZERO, |m, _| {
+        reported.push(m.version)
+    })
     .await
     .unwrap();
     assert_eq!(reported, [3]);
 }
 
 async fn refuses_a_migration_applied_with_other_sql(db: Db, _url: String) {
-    db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {}, Fill::Not)
+    db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {})
         .await
         .unwrap();
     let changed = migrator(&[(1, "CREATE TABLE t (id BIGINT)", false), U]);
     let status = db.status_against(&changed).await.unwrap();
     assert_eq!(status.modified, [1]);
     assert!(matches!(status.refusal(), Some(SchemaError::Modified(1))));
-    let refused = db
-        .apply_from(&changed, Duration::ZERO, |_, _| {}, Fill::Not)
-        .await;
+    let refused = db.apply_from(&changed, Duration::ZERO, |_, _| {}).await;
     assert!(
         matches!(refused, Err(SchemaError::Modified(1))),
         "{refused:?}"
@@ -137,7 +127,7 @@ async fn refuses_a_migration_applied_with_other_sql(db: Db, _url: String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_waiting_past_the_lock_timeout_is_rolled_back_and_stops_the_rest() {
     run(Backend::Postgres, "lock_timeout", |db, url| async move {
-        db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {}, Fill::Not)
+        db.apply_from(&migrator(&[T]), Duration::ZERO, |_, _| {})
             .await
             .unwrap();
         // A long transaction writing to t: the ALTER below needs the table to itself.
@@ -158,7 +148,7 @@ async fn a_migration_waiting_past_the_lock_timeout_is_rolled_back_and_stops_the_
             (3, "CREATE INDEX CONCURRENTLY t_x ON t (x)", true),
         ]);
         let waited = db
-            .apply_from(&steps, Duration::from_millis(200), |_, _| {}, Fill::Not)
+            .apply_from(&steps, Duration::from_millis(200), |_, _| {})
             .await;
         assert!(
             matches!(waited, Err(SchemaError::LockTimeout { version: 2, .. })),
@@ -182,11 +172,11 @@ async fn a_migration_waiting_past_the_lock_timeout_is_rolled_back_and_stops_the_
         // must be.
         sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
         let applied = db
-            .apply_from(&steps, Duration::from_millis(200), |_, _| {}, Fill::Not)
+            .apply_from(&steps, Duration::from_millis(200), |_, _| {})
             .await
             .unwrap();
-        assert_eq!(versions(&applied.migrations, |m| m.version), [2, 3]);
-        assert!(!applied.migrations[1].transaction);
+        assert_eq!(versions(&applied, |m| m.version), [2, 3]);
+        assert!(!applied[1].transaction);
         writer.close().await.unwrap();
     })
     .await;
@@ -216,7 +206,7 @@ async fn an_invalid_index_a_failed_migration_left_is_built_again() {
                 true,
             ),
         ]);
-        db.apply_from(&steps, Duration::ZERO, |_, _| {}, Fill::Not)
+        db.apply_from(&steps, Duration::ZERO, |_, _| {})
             .await
             .unwrap();
         let Db::Postgres(pool) = &db else {
@@ -242,10 +232,10 @@ async fn an_invalid_index_a_failed_migration_left_is_built_again() {
             .await
             .unwrap();
         let applied = db
-            .apply_from(&steps, Duration::ZERO, |_, _| {}, Fill::Not)
+            .apply_from(&steps, Duration::ZERO, |_, _| {})
             .await
             .unwrap();
-        assert_eq!(versions(&applied.migrations, |m| m.version), [2]);
+        assert_eq!(versions(&applied, |m| m.version), [2]);
         assert!(valid().await, "built again, valid");
     })
     .await;

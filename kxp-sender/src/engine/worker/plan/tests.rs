@@ -13,11 +13,7 @@ fn account(id: &str) -> AccountId {
 
 /// A plan with these endpoint caps (default 4), these account caps (others 8), and these
 /// ready endpoints.
-fn plan(
-    caps: &[(&str, usize)],
-    accounts: &[(&str, usize)],
-    ready: &[(&str, Option<&str>, usize)],
-) -> Plan {
+fn plan(caps: &[(&str, usize)], accounts: &[(&str, usize)], ready: &[(&str, &str, usize)]) -> Plan {
     Plan {
         caps: caps.iter().map(|(id, c)| (endpoint(id), *c)).collect(),
         default_cap: 4,
@@ -28,7 +24,13 @@ fn plan(
         with_work: HashSet::new(),
         ready: ready
             .iter()
-            .map(|(id, a, held)| (endpoint(id), a.map(account), *held))
+            .map(|(id, a, held)| {
+                let key = EndpointKey {
+                    account_id: account(a),
+                    id: endpoint(id),
+                };
+                (key, *held)
+            })
             .collect(),
     }
 }
@@ -37,9 +39,9 @@ fn plan(
 fn targets(plan: &mut Plan, budget: usize) -> (Vec<(String, usize)>, Vec<String>) {
     let mut later = Vec::new();
     let mut targets: Vec<(String, usize)> = plan
-        .targets(budget, |id| later.push(id.to_string()))
+        .targets(budget, |key| later.push(key.id.to_string()))
         .into_iter()
-        .map(|(id, cap)| (id.to_string(), cap))
+        .map(|(key, cap)| (key.id.to_string(), cap))
         .collect();
     targets.sort();
     later.sort();
@@ -47,11 +49,11 @@ fn targets(plan: &mut Plan, budget: usize) -> (Vec<(String, usize)>, Vec<String>
 }
 
 #[test]
-fn each_endpoint_gets_its_cap_and_an_unknown_one_the_default() {
+fn each_endpoint_gets_its_cap_and_one_without_a_limit_yet_the_default() {
     let mut plan = plan(
         &[("ep_a", 2)],
         &[],
-        &[("ep_a", Some("acc_1"), 0), ("ep_b", None, 0)],
+        &[("ep_a", "acc_1", 0), ("ep_b", "acc_2", 0)],
     );
     let (targets, later) = targets(&mut plan, 100);
     assert_eq!(targets, [("ep_a".into(), 2), ("ep_b".into(), 4)]);
@@ -69,10 +71,7 @@ fn the_accounts_holding_least_are_served_first_within_the_budget() {
     let mut plan = plan(
         &[],
         &[],
-        &[
-            ("ep_busy", Some("acc_busy"), 5),
-            ("ep_idle", Some("acc_idle"), 0),
-        ],
+        &[("ep_busy", "acc_busy", 5), ("ep_idle", "acc_idle", 0)],
     );
     let (targets, later) = targets(&mut plan, 6);
     assert_eq!(targets, [("ep_busy".into(), 2), ("ep_idle".into(), 4)]);
@@ -81,11 +80,7 @@ fn the_accounts_holding_least_are_served_first_within_the_budget() {
 
 #[test]
 fn an_endpoint_left_without_a_worker_is_named_for_the_next_round() {
-    let mut plan = plan(
-        &[],
-        &[],
-        &[("ep_a", Some("acc_1"), 0), ("ep_b", Some("acc_2"), 1)],
-    );
+    let mut plan = plan(&[], &[], &[("ep_a", "acc_1", 0), ("ep_b", "acc_2", 1)]);
     let (targets, later) = targets(&mut plan, 3);
     assert_eq!(targets, [("ep_a".into(), 3)]);
     assert_eq!(later, ["ep_b"]);
@@ -96,10 +91,7 @@ fn an_account_with_its_share_waits_but_a_full_endpoint_is_named_by_its_attempts(
     let mut plan = plan(
         &[("ep_full", 0)],
         &[("acc_fair", 0)],
-        &[
-            ("ep_fair", Some("acc_fair"), 3),
-            ("ep_full", Some("acc_2"), 0),
-        ],
+        &[("ep_fair", "acc_fair", 3), ("ep_full", "acc_2", 0)],
     );
     let (targets, later) = targets(&mut plan, 10);
     assert!(targets.is_empty());
@@ -115,7 +107,7 @@ fn endpoints_of_one_account_share_its_room() {
     let mut plan = plan(
         &[],
         &[("acc_1", 5)],
-        &[("ep_a", Some("acc_1"), 0), ("ep_b", Some("acc_1"), 0)],
+        &[("ep_a", "acc_1", 0), ("ep_b", "acc_1", 0)],
     );
     let (targets, _) = targets(&mut plan, 100);
     assert_eq!(targets.iter().map(|(_, cap)| cap).sum::<usize>(), 5);

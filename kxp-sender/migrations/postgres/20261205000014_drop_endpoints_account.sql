@@ -1,0 +1,4 @@
+-- no-transaction
+-- The account-keyed schema, contract step: kxp_endpoints_account's columns lead the table's primary key
+-- now (…0012), which serves every statement it served.
+DROP INDEX CONCURRENTLY IF EXISTS kxp_endpoints_account;
