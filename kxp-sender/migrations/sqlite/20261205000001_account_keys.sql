@@ -1,7 +1,10 @@
 -- The account-keyed schema, contract step (PostgreSQL's 20261205000001 to …16, in one go: SQLite
 -- has one process, which runs this before serving): every key leads with the account, foreign
 -- keys between account tables name it, and `account_id` is NOT NULL everywhere. SQLite cannot
--- change a key in place, so the ten tables are rebuilt as 20261203000001 rebuilt the events:
+-- change a key in place, so ten tables are rebuilt as 20261203000001 rebuilt the events, and
+-- kxp_accounts too, whose API key hash is no longer unique nor required (its home is
+-- kxp_api_keys; PostgreSQL's …17), with portal links and sessions, which would go with their
+-- account's row otherwise (ON DELETE CASCADE):
 -- foreign keys checked at COMMIT (a migration runs in a transaction, where they cannot be turned
 -- off), each table copied aside, dropped children first (so that no ON DELETE CASCADE fires),
 -- created in its new shape and filled back. Attempts and secrets keep their ids, which were
@@ -27,6 +30,9 @@ CREATE TEMP TABLE kxp_schemas_before AS SELECT * FROM kxp_schemas;
 CREATE TEMP TABLE kxp_notifications_before AS SELECT * FROM kxp_notifications;
 CREATE TEMP TABLE kxp_sequences_before AS SELECT * FROM kxp_sequences;
 CREATE TEMP TABLE kxp_audit_before AS SELECT * FROM kxp_audit WHERE account_id IS NOT NULL;
+CREATE TEMP TABLE kxp_accounts_before AS SELECT * FROM kxp_accounts;
+CREATE TEMP TABLE kxp_portal_links_before AS SELECT * FROM kxp_portal_links;
+CREATE TEMP TABLE kxp_sessions_before AS SELECT * FROM kxp_sessions;
 
 DROP TABLE kxp_attempts;
 DROP TABLE kxp_endpoint_secrets;
@@ -38,6 +44,56 @@ DROP TABLE kxp_sequences;
 DROP TABLE kxp_endpoints;
 DROP TABLE kxp_schemas;
 DROP TABLE kxp_audit;
+DROP TABLE kxp_portal_links;
+DROP TABLE kxp_sessions;
+DROP TABLE kxp_accounts;
+
+CREATE TABLE kxp_accounts (
+    id                  TEXT PRIMARY KEY,
+    name                TEXT NOT NULL,
+    api_key_hash        TEXT,                 -- unused: the key's hash is in kxp_api_keys
+    default_api_version TEXT NOT NULL,
+    created_at          INTEGER NOT NULL,
+    ops_url             TEXT,
+    ops_secret          TEXT,
+    contact_email       TEXT
+);
+INSERT INTO kxp_accounts
+    (id, name, api_key_hash, default_api_version, created_at, ops_url, ops_secret, contact_email)
+    SELECT id, name, api_key_hash, default_api_version, created_at, ops_url, ops_secret, contact_email
+    FROM kxp_accounts_before;
+
+CREATE TABLE kxp_portal_links (
+    token_hash   TEXT PRIMARY KEY,         -- SHA-256 hex of the token; the token is never stored
+    account_id   TEXT NOT NULL REFERENCES kxp_accounts (id) ON DELETE CASCADE,
+    scope        TEXT NOT NULL,            -- manage | read
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    used_at      INTEGER
+);
+INSERT INTO kxp_portal_links (token_hash, account_id, scope, created_at, expires_at, used_at)
+    SELECT token_hash, account_id, scope, created_at, expires_at, used_at FROM kxp_portal_links_before;
+CREATE INDEX kxp_portal_links_account ON kxp_portal_links (account_id, expires_at);
+CREATE INDEX kxp_portal_links_expiry ON kxp_portal_links (expires_at);
+
+CREATE TABLE kxp_sessions (
+    id_hash      TEXT PRIMARY KEY,         -- SHA-256 hex of the cookie's value
+    account_id   TEXT REFERENCES kxp_accounts (id) ON DELETE CASCADE,
+    operator_id  TEXT REFERENCES kxp_operators (id) ON DELETE CASCADE,
+    scope        TEXT NOT NULL,            -- manage | read (operators: manage)
+    csrf_token   TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    last_seen_at INTEGER NOT NULL,
+    flash        TEXT,
+    CHECK ((account_id IS NULL) <> (operator_id IS NULL))
+);
+INSERT INTO kxp_sessions (id_hash, account_id, operator_id, scope, csrf_token, created_at, last_seen_at, flash)
+    SELECT id_hash, account_id, operator_id, scope, csrf_token, created_at, last_seen_at, flash
+    FROM kxp_sessions_before;
+CREATE INDEX kxp_sessions_account ON kxp_sessions (account_id);
+CREATE INDEX kxp_sessions_created ON kxp_sessions (created_at);
+CREATE INDEX kxp_sessions_last_seen ON kxp_sessions (last_seen_at);
+CREATE INDEX kxp_sessions_operator ON kxp_sessions (operator_id);
 
 CREATE TABLE kxp_endpoints (
     id                    TEXT NOT NULL,
@@ -312,3 +368,6 @@ DROP TABLE kxp_schemas_before;
 DROP TABLE kxp_notifications_before;
 DROP TABLE kxp_sequences_before;
 DROP TABLE kxp_audit_before;
+DROP TABLE kxp_accounts_before;
+DROP TABLE kxp_portal_links_before;
+DROP TABLE kxp_sessions_before;

@@ -46,15 +46,12 @@ impl Db {
         let hash = sha256_hex(key.as_bytes());
         on_db!(self, |pool, DB| {
             let mut tx = pool.begin_with(DB::BEGIN).await?;
-            // The key's hash on the account row too: the column stays NOT NULL (and the
-            // release before this one's fallback reads it) until a later release drops it.
             sqlx::query(
-                "INSERT INTO kxp_accounts (id, name, api_key_hash, default_api_version, created_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO kxp_accounts (id, name, default_api_version, created_at) \
+                 VALUES ($1, $2, $3, $4)",
             )
             .bind(&account.id)
             .bind(&account.name)
-            .bind(&hash)
             .bind(&account.default_api_version)
             .bind(account.created_at)
             .execute(&mut *tx)

@@ -7,8 +7,8 @@
 //!
 //! And both have the shape a distributed database needs (docs/design/account-keyed-schema.md):
 //! every table but the account-less directories carries a `NOT NULL account_id` that leads its
-//! primary key and every unique key, foreign keys between such tables include it, and no column
-//! is an identity (sequence-generated) one.
+//! primary key and every unique key, foreign keys between such tables include it, the accounts
+//! have no unique key but their id, and no column is an identity (sequence-generated) one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -356,6 +356,16 @@ fn shape_violations(schema: &Schema) -> Vec<String> {
             if scoped(parent) && !columns.iter().any(|c| c == "account_id") {
                 out.push(format!(
                     "{name}: foreign key {columns:?} → {parent} does not include account_id"
+                ));
+            }
+        }
+    }
+    // The accounts themselves are distributed by their id: no other unique key.
+    if let Some(accounts) = schema.get("kxp_accounts") {
+        for columns in &accounts.unique {
+            if !columns.iter().any(|c| c == "id") {
+                out.push(format!(
+                    "kxp_accounts: unique {columns:?} does not include id"
                 ));
             }
         }
