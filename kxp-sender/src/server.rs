@@ -150,6 +150,11 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     };
     let traces = Traces::start(config.otlp_endpoint.as_deref())?;
     let db = Db::connect_with(&config.database_url, config.migrations).await?;
+    let db = if config.per_account_statements {
+        db.per_account()
+    } else {
+        db
+    };
     // A newer version's migrations are tolerated (a rolling upgrade), and said once.
     if let Ok(status) = db.schema_status().await {
         let newer: Vec<i64> = status
@@ -190,7 +195,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     let (stop, stopped) = watch::channel(false);
     let gate = WriteGate::for_db(&db);
     let ingester = Ingester::start(&db, gate.clone());
-    let announce = !config.run_workers && matches!(db, Db::Postgres(_));
+    let announce = !config.run_workers && matches!(db, Db::Postgres(_) | Db::Citus(_));
     let config_sources = config.ingest.clone();
     let sign_in_key = SignInKey::new(config.secrets_key.as_ref());
     let shared = Arc::new(Shared {
@@ -204,7 +209,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         mailer,
         metrics: Metrics::default(),
         wake: Notify::new(),
-        sequencer: matches!(db, Db::Postgres(_)),
+        sequencer: matches!(db, Db::Postgres(_) | Db::Citus(_)),
         unnumbered: Default::default(),
         number: Notify::new(),
         ready: Default::default(),
@@ -245,10 +250,10 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
             tracing::error!(target: "kxp_sender", error = %e, "the API server stopped");
         }
     });
-    if matches!(db, Db::Postgres(_)) {
+    if matches!(db, Db::Postgres(_) | Db::Citus(_)) {
         tokio::spawn(follow_database_clock(db.clone(), stopped.clone()));
     }
-    if let (true, Db::Postgres(pool)) = (announce, &db) {
+    if let (true, Db::Postgres(pool) | Db::Citus(pool)) = (announce, &db) {
         tokio::spawn(announce::send(
             pool.clone(),
             shared.clone(),
@@ -256,7 +261,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         ));
     }
     let workers = shared.config.run_workers.then(|| {
-        if let Db::Postgres(pool) = &db {
+        if let Db::Postgres(pool) | Db::Citus(pool) = &db {
             tokio::spawn(announce::listen(
                 pool.clone(),
                 shared.clone(),

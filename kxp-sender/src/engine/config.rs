@@ -115,6 +115,11 @@ pub struct Config {
     /// the exporter's other settings (service name, resource, sampler, headers, timeout) come
     /// from the standard `OTEL_*` variables.
     pub otlp_endpoint: Option<String>,
+    /// Whether the statements that touch several accounts at once on PostgreSQL are issued
+    /// once per account instead, as they are on Citus (where kxp chooses them at connect,
+    /// whatever this says): for the tests and comparisons of both forms on one PostgreSQL.
+    /// Nothing changes on SQLite.
+    pub per_account_statements: bool,
 }
 
 impl fmt::Debug for Config {
@@ -147,6 +152,7 @@ impl fmt::Debug for Config {
             .field("ingest", &self.ingest)
             .field("secrets_key", &self.secrets_key)
             .field("otlp_endpoint", &self.otlp_endpoint)
+            .field("per_account_statements", &self.per_account_statements)
             .finish()
     }
 }
@@ -181,6 +187,7 @@ impl Default for Config {
             ingest: Vec::new(),
             secrets_key: None,
             otlp_endpoint: None,
+            per_account_statements: false,
         }
     }
 }

@@ -33,7 +33,7 @@ impl Ingester {
     pub(crate) fn start(db: &Db, gate: WriteGate) -> Ingester {
         let db = db.clone();
         let (batcher, _task) = match db {
-            Db::Postgres(_) => {
+            Db::Postgres(_) | Db::Citus(_) => {
                 Batcher::start_concurrent(MAX_BATCH, PG_IN_FLIGHT, move |batch: Vec<Ingest>| {
                     let db = db.clone();
                     async move { db.ingest_together(&batch).await }

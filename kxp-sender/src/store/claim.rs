@@ -11,6 +11,8 @@ use crate::store::{Db, StoreError, on_db};
 use sqlx::Sqlite;
 use sqlx::query::QueryAs;
 
+mod citus;
+
 impl Db {
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
     /// what `caps` allows for the endpoints it lists (0: none; this worker keeps them as busy as
@@ -84,6 +86,7 @@ impl Db {
                     .fetch_all(pool)
                     .await?
             }
+            Db::Citus(pool) => citus::claim_fair(pool, args, accounts).await?,
             // SQLite has no UPDATE in a CTE: the claim, then one read of its jobs (in-process,
             // so the second statement costs microseconds, not a round trip).
             Db::Sqlite(pool) => {
@@ -125,21 +128,11 @@ impl Db {
         let now = now_ms();
         Ok(match self {
             Db::Postgres(pool) => {
-                let caps: Vec<serde_json::Value> = targets
-                    .iter()
-                    .map(|(key, cap)| {
-                        serde_json::json!({"a": key.account_id, "id": key.id, "cap": cap})
-                    })
-                    .collect();
-                let caps = serde_json::Value::from(caps).to_string();
-                sqlx::query_as::<_, Job>(CLAIM_FOR_POSTGRES.as_str())
-                    .bind(lease_extra_ms)
-                    .bind(owner)
-                    .bind(now)
-                    .bind(&caps)
-                    .bind(accounts.json())
-                    .bind(accounts.others_i64())
-                    .fetch_all(pool)
+                let lease = (lease_extra_ms, owner, now);
+                claim_for(pool, &CLAIM_FOR_POSTGRES, lease, &targets, accounts, None).await?
+            }
+            Db::Citus(pool) => {
+                citus::claim_for_fair(pool, (lease_extra_ms, owner, now), &targets, accounts)
                     .await?
             }
             // One write transaction, one statement per endpoint (in-process: microseconds
@@ -205,6 +198,9 @@ impl Db {
     /// `endpoint_deleted`, if their endpoint was deleted meanwhile).
     pub(crate) async fn reclaim_expired(&self) -> Result<u64, StoreError> {
         let now = now_ms();
+        if let Db::Citus(pool) = self {
+            return Ok(citus::reclaim_expired(pool, now).await?);
+        }
         // PostgreSQL: rows a batch of attempts is recording right now are left to it (their
         // outcome decides), so the two never wait for each other in opposite orders.
         Ok(on_db!(self, |pool, DB| {
@@ -225,7 +221,36 @@ impl Db {
     }
 }
 
+/// Runs a statement of [`claim_for_postgres`]'s on `pool` for `targets` (each endpoint with its
+/// cap), with `lease` its lease's extra ms, its owner and now, and `account` its `$7` if it is
+/// the statement of one account.
+async fn claim_for(
+    pool: &sqlx::PgPool,
+    sql: &str,
+    (lease_extra_ms, owner, now): (i64, &str, i64),
+    targets: &[(&EndpointKey, i64)],
+    accounts: &AccountCaps,
+    account: Option<&AccountId>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let caps: Vec<serde_json::Value> = targets
+        .iter()
+        .map(|(key, cap)| serde_json::json!({"a": key.account_id, "id": key.id, "cap": cap}))
+        .collect();
+    let query = sqlx::query_as::<_, Job>(sql)
+        .bind(lease_extra_ms)
+        .bind(owner)
+        .bind(now)
+        .bind(serde_json::Value::from(caps).to_string())
+        .bind(accounts.json())
+        .bind(accounts.others_i64());
+    match account {
+        Some(account) => query.bind(account).fetch_all(pool).await,
+        None => query.fetch_all(pool).await,
+    }
+}
+
 /// The parameters of [`claim_sql`]'s statement, `$1` to `$8`, the same on both databases.
+#[derive(Clone, Copy)]
 struct ClaimArgs<'a> {
     lease_extra_ms: i64,
     owner: &'a str,
@@ -283,6 +308,12 @@ async fn jobs_sqlite(
 /// The worker's claim ([`Db::claim`]) for one backend; built once each. On SQLite it returns
 /// the claimed ids ([`JOBS_SQLITE`] reads their jobs); on PostgreSQL the jobs themselves.
 fn claim_sql(sqlite: bool) -> String {
+    claim_sql_of(sqlite, false)
+}
+
+/// [`claim_sql`], of one account's deliveries only (`$9`) when `one_account`: a statement
+/// Citus runs on that account's shard alone.
+fn claim_sql_of(sqlite: bool, one_account: bool) -> String {
     // `cap` is the endpoint's entry in the JSON object `$4`, else `$6`; the account's is its
     // entry in `$7`, else `$8`.
     let cap = |json: &str, key: &str, default: &str| {
@@ -315,14 +346,19 @@ fn claim_sql(sqlite: bool) -> String {
     // The window: due deliveries in due order, of endpoints and accounts that may take more.
     // Then at most each endpoint's cap (`rn`), then at most each account's (`an`), taken
     // round the accounts: every account's oldest, then every account's second, …
+    let (take_account, scan_account) = if one_account {
+        ("account_id = $9 AND ", "d.account_id = $9 AND ")
+    } else {
+        ("", "")
+    };
     let claim = format!(
-        "{TAKE} WHERE (account_id, id) IN (SELECT c.account_id, c.id FROM ( \
+        "{TAKE} WHERE {take_account}(account_id, id) IN (SELECT c.account_id, c.id FROM ( \
              SELECT e.id, e.account_id, e.next_attempt_at, \
                ROW_NUMBER() OVER (PARTITION BY e.account_id ORDER BY e.next_attempt_at) AS an \
              FROM (SELECT w.id, w.endpoint_id, w.account_id, w.next_attempt_at, \
                  ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
                FROM (SELECT d.id, d.endpoint_id, d.account_id, d.next_attempt_at FROM kxp_deliveries d \
-                 WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND {cap_d} > 0 AND {account_d} > 0 \
+                 WHERE {scan_account}d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND {cap_d} > 0 AND {account_d} > 0 \
                  AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.account_id = d.account_id AND a.id = d.endpoint_id AND a.status = 'active' \
                    AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
                  ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
@@ -390,25 +426,34 @@ static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
 /// `{"a": account, "id": endpoint, "cap": cap}`, `$5` a JSON object of account id → cap, `$6` the cap of accounts not in `$5`. Each
 /// endpoint's deliveries are read in a `LATERAL` subquery that stops at its cap, skipping rows
 /// another process is claiming; then each account keeps its oldest up to its own cap.
-static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| {
+static CLAIM_FOR_POSTGRES: LazyLock<String> = LazyLock::new(|| claim_for_postgres(false));
+
+/// [`CLAIM_FOR_POSTGRES`], or with every endpoint of the account `$7` when `one_account` (a
+/// statement Citus runs on that account's shard alone).
+fn claim_for_postgres(one_account: bool) -> String {
+    let (take_account, endpoint_account) = if one_account {
+        ("account_id = $7 AND ", "$7")
+    } else {
+        ("", "t.a")
+    };
     format!(
         "WITH t AS (SELECT a, id AS endpoint_id, cap FROM jsonb_to_recordset($4::jsonb) AS r(a text, id text, cap bigint)), \
-         picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.account_id = t.a AND p.id = t.endpoint_id \
+         picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.account_id = {endpoint_account} AND p.id = t.endpoint_id \
            CROSS JOIN LATERAL (SELECT d.id, d.next_attempt_at FROM kxp_deliveries d \
-             WHERE d.account_id = p.account_id AND d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} \
+             WHERE d.account_id = {endpoint_account} AND d.endpoint_id = t.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} \
              AND (p.circuit_state = 'closed' OR d.id = p.circuit_probe_id) \
              ORDER BY d.next_attempt_at LIMIT t.cap FOR UPDATE SKIP LOCKED) x \
            WHERE p.status = 'active' AND p.circuit_state <> 'open' \
            AND COALESCE(($5::jsonb ->> p.account_id)::bigint, $6) > 0), \
          ranked AS (SELECT id, account_id, \
            ROW_NUMBER() OVER (PARTITION BY account_id ORDER BY next_attempt_at) AS an FROM picked), \
-         d AS ({TAKE} WHERE (account_id, id) IN (SELECT account_id, id FROM ranked \
+         d AS ({TAKE} WHERE {take_account}(account_id, id) IN (SELECT account_id, id FROM ranked \
            WHERE an <= COALESCE(($5::jsonb ->> account_id)::bigint, $6)) \
            RETURNING id, account_id, event_id, endpoint_id, attempts, sequence) \
          {}",
         job_select("d", "$3")
     )
-});
+}
 
 static CLAIM_SQLITE: LazyLock<String> = LazyLock::new(|| claim_sql(true));
 static CLAIM_POSTGRES: LazyLock<String> = LazyLock::new(|| claim_sql(false));

@@ -239,7 +239,7 @@ impl Db {
                 "SELECT event_id, tag FROM kxp_event_tags \
                  WHERE account_id = $2 AND event_id IN (SELECT value FROM json_each($1))"
             }
-            Db::Postgres(_) => {
+            Db::Postgres(_) | Db::Citus(_) => {
                 "SELECT event_id, tag FROM kxp_event_tags \
                  WHERE account_id = $2 AND event_id IN (SELECT jsonb_array_elements_text($1::jsonb))"
             }

@@ -176,7 +176,7 @@ impl Db {
     fn migrator(&self) -> &'static Migrator {
         match self {
             Db::Sqlite(_) => &SQLITE,
-            Db::Postgres(_) => &POSTGRES,
+            Db::Postgres(_) | Db::Citus(_) => &POSTGRES,
         }
     }
 
@@ -184,10 +184,12 @@ impl Db {
     /// is (never on SQLite, which always applies).
     pub(crate) async fn settle_schema(&self, migrations: Migrations) -> Result<(), SchemaError> {
         match (self, migrations) {
-            (Db::Postgres(_), Migrations::Require) => match self.schema_status().await?.refusal() {
-                Some(refusal) => Err(refusal),
-                None => Ok(()),
-            },
+            (Db::Postgres(_) | Db::Citus(_), Migrations::Require) => {
+                match self.schema_status().await?.refusal() {
+                    Some(refusal) => Err(refusal),
+                    None => Ok(()),
+                }
+            }
             (_, Migrations::Apply { lock_timeout }) => {
                 self.apply_migrations(lock_timeout, |_, _| {}).await?;
                 Ok(())
@@ -225,7 +227,7 @@ impl Db {
                     .await?
                 }
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool) | Db::Citus(pool) => {
                 let exists: Option<String> =
                     sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
                         .fetch_one(pool)
@@ -274,7 +276,7 @@ impl Db {
                 let mut conn = pool.acquire().await?.detach();
                 apply_on(&mut conn, self, migrator, Duration::ZERO, &mut applied).await
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool) | Db::Citus(pool) => {
                 let mut conn = pool.acquire().await?.detach();
                 // Taken first, so that waiting for another process's migrations is not
                 // bounded by the lock timeout.
@@ -344,7 +346,7 @@ async fn apply_on<C: Migrate + Send>(
 /// the invalid index and record the migration as done. PostgreSQL only (SQLite builds no index
 /// concurrently).
 async fn drop_invalid_indexes(db: &Db, sql: &str) -> Result<(), sqlx::Error> {
-    let Db::Postgres(pool) = db else {
+    let (Db::Postgres(pool) | Db::Citus(pool)) = db else {
         return Ok(());
     };
     for name in concurrent_indexes(sql) {

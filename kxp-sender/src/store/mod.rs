@@ -85,6 +85,12 @@ pub enum Db {
     Sqlite(SqlitePool),
     /// PostgreSQL: workers claim with `FOR UPDATE SKIP LOCKED`.
     Postgres(PgPool),
+    /// PostgreSQL with Citus (found at connect), whose account tables may be spread over
+    /// several servers: what the batched statements of [`Db::Postgres`] do for several accounts
+    /// at once is done once per account, each statement on one account's shard (Citus takes
+    /// row locks only there). Every other statement is [`Db::Postgres`]'s: it names its account
+    /// already.
+    Citus(PgPool),
 }
 
 /// Runs `$body` once per backend with `$pool` bound to the backend's pool and, in the second
@@ -101,13 +107,15 @@ macro_rules! on_db {
     ($db:expr, |$pool:ident| $body:expr) => {
         match $db {
             $crate::store::Db::Sqlite($pool) => $body,
-            $crate::store::Db::Postgres($pool) => $body,
+            $crate::store::Db::Postgres($pool) | $crate::store::Db::Citus($pool) => $body,
         }
     };
     ($db:expr, |$pool:ident, $backend:ident| $body:expr) => {
         match $db {
             $crate::store::Db::Sqlite($pool) => on_db!(@as $backend = sqlx::Sqlite, $body),
-            $crate::store::Db::Postgres($pool) => on_db!(@as $backend = sqlx::Postgres, $body),
+            $crate::store::Db::Postgres($pool) | $crate::store::Db::Citus($pool) => {
+                on_db!(@as $backend = sqlx::Postgres, $body)
+            }
         }
     };
     (@as $backend:ident = $type:ty, $body:expr) => {{
@@ -128,7 +136,7 @@ impl Db {
         expect(unreachable_pub, reason = "public with feature test-util only")
     )]
     pub async fn clock_offset(&self) -> Option<i64> {
-        let Db::Postgres(pool) = self else {
+        let (Db::Postgres(pool) | Db::Citus(pool)) = self else {
             return None;
         };
         let mut conn = pool.acquire().await.ok()?;
@@ -196,28 +204,45 @@ impl Db {
             )
         } else {
             let options = PgConnectOptions::from_str(url)?;
-            Db::Postgres(
-                PgPoolOptions::new()
-                    .max_connections(POOL_MAX)
-                    .acquire_timeout(POOL_WAIT)
-                    .after_release(|conn, _| {
-                        clean_on_release(
-                            conn,
-                            <Postgres as sqlx::Database>::TransactionManager::get_transaction_depth,
-                        )
-                    })
-                    .connect_with(options)
-                    .await?,
+            let pool = PgPoolOptions::new()
+                .max_connections(POOL_MAX)
+                .acquire_timeout(POOL_WAIT)
+                .after_release(|conn, _| {
+                    clean_on_release(
+                        conn,
+                        <Postgres as sqlx::Database>::TransactionManager::get_transaction_depth,
+                    )
+                })
+                .connect_with(options)
+                .await?;
+            let citus: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
             )
+            .fetch_one(&pool)
+            .await?;
+            if citus {
+                Db::Citus(pool)
+            } else {
+                Db::Postgres(pool)
+            }
         };
         Ok(db)
     }
 
-    /// Which backend, for logs and `/healthz`.
+    /// This database with the per-account statement forms of [`Db::Citus`] (PostgreSQL; SQLite
+    /// has one form).
+    pub(crate) fn per_account(self) -> Db {
+        match self {
+            Db::Postgres(pool) => Db::Citus(pool),
+            other => other,
+        }
+    }
+
+    /// Which backend, for logs and `/healthz` (Citus is PostgreSQL's).
     pub(crate) fn backend(&self) -> &'static str {
         match self {
             Db::Sqlite(_) => "sqlite",
-            Db::Postgres(_) => "postgres",
+            Db::Postgres(_) | Db::Citus(_) => "postgres",
         }
     }
 

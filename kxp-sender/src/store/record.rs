@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use sqlx::Pool;
 
-use crate::model::{EndpointKey, FinishAttempt, Finished, NextState, now_ms};
+use crate::model::{AccountId, EndpointKey, FinishAttempt, Finished, NextState, now_ms};
 use crate::policy::circuit::Protection;
 use crate::policy::health::{HourTally, RunningStats, hour_of};
 use crate::store::backend::Backend;
@@ -69,6 +69,23 @@ impl Db {
         batch: &[FinishAttempt],
         protection: &Protection,
     ) -> Result<Vec<Finished>, StoreError> {
+        if let Db::Citus(pool) = self {
+            // One transaction per account, each on that account's shard.
+            let mut results = vec![Finished::LeaseLost; batch.len()];
+            let mut by_account: BTreeMap<&AccountId, Vec<usize>> = BTreeMap::new();
+            for (i, item) in batch.iter().enumerate() {
+                by_account.entry(&item.account_id).or_default().push(i);
+            }
+            for positions in by_account.into_values() {
+                let group: Vec<FinishAttempt> =
+                    positions.iter().map(|&i| batch[i].clone()).collect();
+                let finished = finish(pool, &group, protection).await?;
+                for (i, done) in positions.into_iter().zip(finished) {
+                    results[i] = done;
+                }
+            }
+            return Ok(results);
+        }
         Ok(on_db!(self, |pool| finish(pool, batch, protection).await?))
     }
 }

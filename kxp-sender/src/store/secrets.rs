@@ -419,7 +419,7 @@ impl Db {
                     .execute(&mut *conn)
                     .await?;
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool) | Db::Citus(pool) => {
                 for (row, stored, sealed) in &rewrites {
                     rewritten += row
                         .rewrite(stored, sealed)

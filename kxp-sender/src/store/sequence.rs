@@ -23,7 +23,10 @@
 //! in the locking statement itself would read deliveries from a snapshot older than the lock and
 //! number some twice. On SQLite the pass is one `BEGIN IMMEDIATE` transaction: one writer.
 
-use crate::model::EndpointKey;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use crate::model::{AccountId, EndpointKey};
 use crate::store::backend::Backend;
 use crate::store::{Db, StoreError};
 use sqlx::{Postgres, Sqlite};
@@ -49,20 +52,50 @@ const LOCK_POSTGRES: &str = "WITH k AS (SELECT * FROM UNNEST($1::text[], $2::tex
        ORDER BY s.endpoint_id, s.account_id FOR UPDATE OF s SKIP LOCKED) \
      SELECT account_id, endpoint_id FROM made UNION SELECT account_id, endpoint_id FROM held";
 
+/// [`LOCK_POSTGRES`] of the endpoints `$2` of one account `$1` ([`Db::Citus`]), in two
+/// statements, as Citus takes row locks only in a statement of one shard and runs an insert
+/// from a query through the coordinator: the rows of endpoints numbered for the first time
+/// are made first (waiting for another sequencer's insert of the same row to end, then
+/// leaving it), then every row is locked or skipped, in a snapshot taken after both.
+const MAKE_ACCOUNT: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
+     SELECT e.id, e.account_id, 1 FROM kxp_endpoints e WHERE e.account_id = $1 AND e.id = ANY($2::text[]) \
+     ON CONFLICT DO NOTHING";
+const HOLD_ACCOUNT: &str = "SELECT s.account_id, s.endpoint_id FROM kxp_sequences s \
+     WHERE s.account_id = $1 AND s.endpoint_id = ANY($2::text[]) ORDER BY s.endpoint_id FOR UPDATE SKIP LOCKED";
+
 /// Numbers the oldest `$3` unnumbered deliveries of each endpoint of `$1` (accounts) and `$2`
 /// (their endpoints; locked by [`LOCK_POSTGRES`]) and moves their `next_sequence` past them;
 /// answers how many it numbered.
-const NUMBER_POSTGRES: &str = "WITH todo AS (SELECT d.id, d.account_id, d.endpoint_id, \
-       ROW_NUMBER() OVER (PARTITION BY d.account_id, d.endpoint_id ORDER BY d.created_at, d.id) AS n \
-       FROM UNNEST($1::text[], $2::text[]) AS k(a, id) JOIN kxp_deliveries d ON d.account_id = k.a AND d.endpoint_id = k.id \
-       WHERE d.sequence IS NULL AND d.replayed_by IS NULL), \
-     numbered AS (UPDATE kxp_deliveries d SET sequence = p.next_sequence + t.n - 1 \
-       FROM todo t JOIN kxp_sequences p ON p.account_id = t.account_id AND p.endpoint_id = t.endpoint_id \
-       WHERE d.account_id = t.account_id AND d.id = t.id AND t.n <= $3 RETURNING d.account_id, d.endpoint_id, d.sequence), \
-     moved AS (UPDATE kxp_sequences p SET next_sequence = m.top + 1 \
-       FROM (SELECT account_id, endpoint_id, MAX(sequence) AS top FROM numbered GROUP BY account_id, endpoint_id) m \
-       WHERE p.account_id = m.account_id AND p.endpoint_id = m.endpoint_id RETURNING p.endpoint_id) \
-     SELECT COUNT(*) FROM numbered";
+static NUMBER_POSTGRES: LazyLock<String> = LazyLock::new(|| number_sql(false));
+
+/// [`NUMBER_POSTGRES`], or for the endpoints `$2` of the one account `$1` when `one_account`.
+fn number_sql(one_account: bool) -> String {
+    let (keys, account, numbered, moved) = if one_account {
+        (
+            "(SELECT $1::text AS a, id FROM UNNEST($2::text[]) AS k(id)) k",
+            "$1",
+            "d.account_id = $1 AND ",
+            "p.account_id = $1 AND ",
+        )
+    } else {
+        ("UNNEST($1::text[], $2::text[]) AS k(a, id)", "k.a", "", "")
+    };
+    format!(
+        "WITH todo AS (SELECT d.id, d.account_id, d.endpoint_id, \
+           ROW_NUMBER() OVER (PARTITION BY d.account_id, d.endpoint_id ORDER BY d.created_at, d.id) AS n \
+           FROM {keys} JOIN kxp_deliveries d ON d.account_id = {account} AND d.endpoint_id = k.id \
+           WHERE d.sequence IS NULL AND d.replayed_by IS NULL), \
+         numbered AS (UPDATE kxp_deliveries d SET sequence = p.next_sequence + t.n - 1 \
+           FROM todo t JOIN kxp_sequences p ON p.account_id = t.account_id AND p.endpoint_id = t.endpoint_id \
+           WHERE {numbered}d.account_id = t.account_id AND d.id = t.id AND t.n <= $3 \
+           RETURNING d.account_id, d.endpoint_id, d.sequence), \
+         moved AS (UPDATE kxp_sequences p SET next_sequence = m.top + 1 \
+           FROM (SELECT account_id, endpoint_id, MAX(sequence) AS top FROM numbered GROUP BY account_id, endpoint_id) m \
+           WHERE {moved}p.account_id = m.account_id AND p.endpoint_id = m.endpoint_id \
+           RETURNING p.endpoint_id) \
+         SELECT COUNT(*) FROM numbered"
+    )
+}
 
 /// [`NUMBER_POSTGRES`] on SQLite: `$1` a JSON array of endpoint ids or NULL for all (an
 /// endpoint id is unique across accounts, `kxp_endpoint_directory`'s key: on one database the
@@ -94,40 +127,35 @@ impl Db {
     ) -> Result<u64, StoreError> {
         match self {
             Db::Postgres(pool) => {
-                let mut tx = pool.begin_with(<Postgres as Backend>::BEGIN).await?;
-                // Endpoints just announced have new deliveries: no need to look.
                 let candidates: Vec<(String, String)> = match endpoints {
                     Some(keys) => keys
                         .iter()
                         .map(|k| (k.account_id.to_string(), k.id.to_string()))
                         .collect(),
-                    None => {
-                        sqlx::query_as(UNNUMBERED_POSTGRES)
-                            .fetch_all(&mut *tx)
-                            .await?
-                    }
+                    // Endpoints just announced have new deliveries: no need to look.
+                    None => sqlx::query_as(UNNUMBERED_POSTGRES).fetch_all(pool).await?,
                 };
-                if candidates.is_empty() {
-                    return Ok(0);
-                }
                 let (accounts, ids): (Vec<String>, Vec<String>) = candidates.into_iter().unzip();
-                let locked: Vec<(String, String)> = sqlx::query_as(LOCK_POSTGRES)
-                    .bind(&accounts)
-                    .bind(&ids)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                if locked.is_empty() {
-                    return Ok(0);
+                pass(pool, Of::Each(&accounts), &ids).await
+            }
+            // One pass per account, each a transaction on that account's shard.
+            Db::Citus(pool) => {
+                let candidates: Vec<(AccountId, String)> = match endpoints {
+                    Some(keys) => keys
+                        .iter()
+                        .map(|k| (k.account_id.clone(), k.id.to_string()))
+                        .collect(),
+                    None => sqlx::query_as(UNNUMBERED_POSTGRES).fetch_all(pool).await?,
+                };
+                let mut by_account: BTreeMap<AccountId, Vec<String>> = BTreeMap::new();
+                for (account, id) in candidates {
+                    by_account.entry(account).or_default().push(id);
                 }
-                let (accounts, ids): (Vec<String>, Vec<String>) = locked.into_iter().unzip();
-                let numbered: i64 = sqlx::query_scalar(NUMBER_POSTGRES)
-                    .bind(&accounts)
-                    .bind(&ids)
-                    .bind(PER_ENDPOINT)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(u64::try_from(numbered).unwrap_or(0))
+                let mut numbered = 0;
+                for (account, ids) in by_account {
+                    numbered += pass(pool, Of::One(&account), &ids).await?;
+                }
+                Ok(numbered)
             }
             Db::Sqlite(pool) => {
                 let only = endpoints.map(|keys| {
@@ -156,4 +184,61 @@ impl Db {
             }
         }
     }
+}
+
+/// [`NUMBER_POSTGRES`] of one account ([`Db::Citus`]).
+static NUMBER_ACCOUNT: LazyLock<String> = LazyLock::new(|| number_sql(true));
+
+/// Whose endpoints a sequencer pass numbers.
+enum Of<'a> {
+    /// Each endpoint's account, in the endpoints' order ([`Db::Postgres`]).
+    Each(&'a [String]),
+    /// One account's ([`Db::Citus`]).
+    One(&'a AccountId),
+}
+
+/// One sequencer pass on PostgreSQL, in its own transaction: locks the sequence rows of the
+/// endpoints `ids` (of `accounts`), then numbers their deliveries. Answers how many it
+/// numbered.
+async fn pass(pool: &sqlx::PgPool, accounts: Of<'_>, ids: &[String]) -> Result<u64, StoreError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut tx = pool.begin_with(<Postgres as Backend>::BEGIN).await?;
+    let locked: Vec<(String, String)> = match accounts {
+        Of::Each(accounts) => {
+            sqlx::query_as(LOCK_POSTGRES)
+                .bind(accounts)
+                .bind(ids)
+                .fetch_all(&mut *tx)
+                .await?
+        }
+        Of::One(account) => {
+            sqlx::query(MAKE_ACCOUNT)
+                .bind(account)
+                .bind(ids)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query_as(HOLD_ACCOUNT)
+                .bind(account)
+                .bind(ids)
+                .fetch_all(&mut *tx)
+                .await?
+        }
+    };
+    if locked.is_empty() {
+        return Ok(0);
+    }
+    let (locked_accounts, locked_ids): (Vec<String>, Vec<String>) = locked.into_iter().unzip();
+    let number = match accounts {
+        Of::Each(_) => sqlx::query_scalar(&NUMBER_POSTGRES).bind(&locked_accounts),
+        Of::One(account) => sqlx::query_scalar(&NUMBER_ACCOUNT).bind(account),
+    };
+    let numbered: i64 = number
+        .bind(&locked_ids)
+        .bind(PER_ENDPOINT)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(u64::try_from(numbered).unwrap_or(0))
 }

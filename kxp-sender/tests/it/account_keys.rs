@@ -87,7 +87,9 @@ const GAINED: [&str; 5] = [
 async fn number(db: &Db, sql: &str) -> i64 {
     match db {
         Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
-        Db::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
+        Db::Postgres(pool) | Db::Citus(pool) => {
+            sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+        }
     }
 }
 

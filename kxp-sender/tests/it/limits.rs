@@ -96,7 +96,7 @@ async fn an_account_has_at_most_500_endpoints() {
 async fn run_sql(db: &Db, sql: &str) {
     match db {
         Db::Sqlite(pool) => sqlx::raw_sql(sql).execute(pool).await.map(drop),
-        Db::Postgres(pool) => sqlx::raw_sql(sql).execute(pool).await.map(drop),
+        Db::Postgres(pool) | Db::Citus(pool) => sqlx::raw_sql(sql).execute(pool).await.map(drop),
     }
     .unwrap();
 }

@@ -87,7 +87,7 @@ async fn racing_idempotent_requests_share_one_event_and_spare_their_batch_on_pos
     };
     let url = database.url().to_owned();
     let s = sender_with("0s", move |c| c.database_url = url).await;
-    let Db::Postgres(pool) = s.server.db() else {
+    let (Db::Postgres(pool) | Db::Citus(pool)) = s.server.db() else {
         panic!("the sender runs on PostgreSQL");
     };
     sqlx::raw_sql(

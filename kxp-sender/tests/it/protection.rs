@@ -37,7 +37,7 @@ pub(crate) async fn rows(db: &Db, sql: &str, bind: &str) -> Vec<(String, i64)> {
             .fetch_all(pool)
             .await
             .unwrap(),
-        Db::Postgres(pool) => sqlx::query_as(sql)
+        Db::Postgres(pool) | Db::Citus(pool) => sqlx::query_as(sql)
             .bind(bind)
             .fetch_all(pool)
             .await
@@ -56,7 +56,7 @@ async fn circuit(db: &Db, endpoint_id: &str) -> (String, i64, i64, i64) {
             .fetch_one(pool)
             .await
             .unwrap(),
-        Db::Postgres(pool) => sqlx::query_as(sql)
+        Db::Postgres(pool) | Db::Citus(pool) => sqlx::query_as(sql)
             .bind(endpoint_id)
             .fetch_one(pool)
             .await

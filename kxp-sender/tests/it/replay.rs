@@ -131,7 +131,7 @@ async fn install_instant_delivery(db: &Db) {
             .await
             .unwrap();
         }
-        Db::Postgres(pool) => {
+        Db::Postgres(pool) | Db::Citus(pool) => {
             sqlx::raw_sql(&format!(
                 "CREATE FUNCTION test_instant_delivery() RETURNS trigger LANGUAGE plpgsql AS $$ \
                  BEGIN IF {COUNT} THEN {DELIVER} END IF; RETURN NULL; END $$; \
@@ -154,7 +154,7 @@ async fn count(db: &Db, sql: &str, endpoint_id: &str) -> i64 {
                 .fetch_one(pool)
                 .await
         }
-        Db::Postgres(pool) => {
+        Db::Postgres(pool) | Db::Citus(pool) => {
             sqlx::query_scalar(sql)
                 .bind(endpoint_id)
                 .fetch_one(pool)

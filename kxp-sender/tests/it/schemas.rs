@@ -30,7 +30,7 @@ async fn stored(db: &Db) -> (i64, i64) {
                 .await
                 .unwrap(),
         ),
-        Db::Postgres(pool) => (
+        Db::Postgres(pool) | Db::Citus(pool) => (
             sqlx::query_scalar(EVENTS).fetch_one(pool).await.unwrap(),
             sqlx::query_scalar(DELIVERIES)
                 .fetch_one(pool)

@@ -56,6 +56,9 @@ pub(crate) async fn sender_with(schedule: &str, tweak: impl FnOnce(&mut Config))
         migrations: Migrations::Apply {
             lock_timeout: Duration::ZERO,
         },
+        // `.ci/run` runs the PostgreSQL scenarios a second time with the per-account
+        // statement forms kxp uses on Citus.
+        per_account_statements: std::env::var("KXP_TEST_PER_ACCOUNT").is_ok_and(|v| v == "1"),
         ..Config::default()
     };
     tweak(&mut config);

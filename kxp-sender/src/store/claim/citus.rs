@@ -1,0 +1,131 @@
+//! The claims on Citus ([`Db::Citus`](crate::store::Db::Citus)): what the batched claims do for
+//! several accounts in one statement is done account by account, each statement on one
+//! account's shard, the only place Citus takes row locks. Which accounts have due work (or
+//! expired leases) is read from every shard first, without locks.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use sqlx::PgPool;
+
+use super::{ClaimArgs, PUT_BACK, claim_for, claim_for_postgres, claim_sql_of};
+use crate::model::{AccountId, EndpointKey, Job};
+use crate::policy::fairness::AccountCaps;
+
+/// The accounts of the `$2` deliveries due first at `$1`, each once, the one due first first:
+/// the batched scan's window, by account. As there, deliveries of endpoints (`$3`, a JSON
+/// object of endpoint id → cap, else `$4`) and accounts (`$5`, else `$6`) that may take no more
+/// are left out, so that one account's backlog cannot fill the window.
+const DUE_ACCOUNTS: &str = "SELECT account_id FROM (SELECT account_id, next_attempt_at FROM kxp_deliveries \
+     WHERE status = 'pending' AND next_attempt_at <= $1 \
+       AND COALESCE(($3::jsonb ->> endpoint_id)::bigint, $4) > 0 \
+       AND COALESCE(($5::jsonb ->> account_id)::bigint, $6) > 0 \
+     ORDER BY next_attempt_at LIMIT $2) due \
+     GROUP BY account_id ORDER BY MIN(next_attempt_at)";
+
+/// The accounts with deliveries whose lease ran out before `$1`.
+const EXPIRED_ACCOUNTS: &str = "SELECT DISTINCT account_id FROM kxp_deliveries \
+     WHERE status = 'delivering' AND lease_until < $1";
+
+/// The scan's claim of one account's deliveries (`$9`).
+static CLAIM_ACCOUNT: LazyLock<String> = LazyLock::new(|| claim_sql_of(false, true));
+
+/// The claim for ready endpoints of one account (`$7`).
+static CLAIM_FOR_ACCOUNT: LazyLock<String> = LazyLock::new(|| claim_for_postgres(true));
+
+/// [`Db::reclaim_expired`](crate::store::Db::reclaim_expired) of one account (`$2`), at `$1`.
+static RECLAIM_ACCOUNT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE kxp_deliveries SET {}, next_attempt_at = $1, updated_at = $1 \
+         WHERE account_id = $2 AND id IN (SELECT id FROM kxp_deliveries \
+           WHERE account_id = $2 AND status = 'delivering' AND lease_until < $1 FOR UPDATE SKIP LOCKED) \
+         AND status = 'delivering' AND lease_until < $1",
+        *PUT_BACK
+    )
+});
+
+/// The scan ([`Db::claim_fair`](crate::store::Db::claim_fair)): the accounts of the window of
+/// due deliveries, in due order, each claimed from within its cap, until `args.limit`.
+pub(super) async fn claim_fair(
+    pool: &PgPool,
+    args: ClaimArgs<'_>,
+    accounts: &AccountCaps,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let due: Vec<AccountId> = sqlx::query_scalar(DUE_ACCOUNTS)
+        .bind(args.now)
+        .bind(args.limit.saturating_mul(4))
+        .bind(args.caps)
+        .bind(args.default_cap)
+        .bind(args.account_caps)
+        .bind(args.other_accounts)
+        .fetch_all(pool)
+        .await?;
+    let mut jobs = Vec::new();
+    for account in due {
+        let left = args.limit - i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+        if left <= 0 {
+            break;
+        }
+        let cap = left.min(i64::try_from(accounts.of(&account)).unwrap_or(i64::MAX));
+        if cap == 0 {
+            continue;
+        }
+        let one = ClaimArgs { limit: cap, ..args };
+        let taken = one
+            .bind(sqlx::query_as::<_, Job>(CLAIM_ACCOUNT.as_str()))
+            .bind(&account)
+            .fetch_all(pool)
+            .await?;
+        jobs.extend(taken);
+    }
+    Ok(jobs)
+}
+
+/// The claim for ready endpoints ([`Db::claim_for_fair`](crate::store::Db::claim_for_fair)),
+/// one statement per account.
+pub(super) async fn claim_for_fair(
+    pool: &PgPool,
+    lease: (i64, &str, i64),
+    targets: &[(&EndpointKey, i64)],
+    accounts: &AccountCaps,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let mut by_account: BTreeMap<&AccountId, Vec<(&EndpointKey, i64)>> = BTreeMap::new();
+    for (key, cap) in targets {
+        by_account
+            .entry(&key.account_id)
+            .or_default()
+            .push((key, *cap));
+    }
+    let mut jobs = Vec::new();
+    for (account, targets) in by_account {
+        let taken = claim_for(
+            pool,
+            &CLAIM_FOR_ACCOUNT,
+            lease,
+            &targets,
+            accounts,
+            Some(account),
+        )
+        .await?;
+        jobs.extend(taken);
+    }
+    Ok(jobs)
+}
+
+/// [`Db::reclaim_expired`](crate::store::Db::reclaim_expired), account by account.
+pub(super) async fn reclaim_expired(pool: &PgPool, now: i64) -> Result<u64, sqlx::Error> {
+    let expired: Vec<AccountId> = sqlx::query_scalar(EXPIRED_ACCOUNTS)
+        .bind(now)
+        .fetch_all(pool)
+        .await?;
+    let mut reclaimed = 0;
+    for account in expired {
+        reclaimed += sqlx::query(&RECLAIM_ACCOUNT)
+            .bind(now)
+            .bind(&account)
+            .execute(pool)
+            .await?
+            .rows_affected();
+    }
+    Ok(reclaimed)
+}
