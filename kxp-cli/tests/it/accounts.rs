@@ -107,15 +107,16 @@ async fn a_created_account_gets_a_key_shown_once_and_stored_only_as_its_hash() {
         panic!("the test sender runs on SQLite")
     };
     let hash = hex::encode(sha2_std::Sha256::digest(key.as_bytes()));
-    let stored: String = sqlx::query_scalar("SELECT api_key_hash FROM kxp_accounts WHERE id = $1")
-        .bind(&account_id)
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let stored: String =
+        sqlx::query_scalar("SELECT key_hash FROM kxp_api_keys WHERE account_id = $1")
+            .bind(&account_id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
     assert_eq!(stored, hash);
     let rows: Vec<String> = sqlx::query_scalar(
-        "SELECT id || ' ' || name || ' ' || api_key_hash || ' ' || default_api_version || ' ' || created_at \
-         FROM kxp_accounts",
+        "SELECT a.id || ' ' || a.name || ' ' || k.key_hash || ' ' || a.default_api_version || ' ' || a.created_at \
+         FROM kxp_accounts a JOIN kxp_api_keys k ON k.account_id = a.id",
     )
     .fetch_all(pool)
     .await
@@ -129,7 +130,7 @@ async fn a_created_account_gets_a_key_shown_once_and_stored_only_as_its_hash() {
     }
 
     // The list: every account, never a key or a hash.
-    let hashes: Vec<String> = sqlx::query_scalar("SELECT api_key_hash FROM kxp_accounts")
+    let hashes: Vec<String> = sqlx::query_scalar("SELECT key_hash FROM kxp_api_keys")
         .fetch_all(pool)
         .await
         .unwrap();

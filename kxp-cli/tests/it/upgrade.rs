@@ -306,15 +306,19 @@ async fn the_previous_release_keeps_working_on_a_database_this_version_migrated(
         flaky.accepted.lock().unwrap().contains(&third)
     })
     .await;
-    let deliveries = new_api
-        .all_deliveries(&DeliveryQuery::default())
-        .await
-        .unwrap();
-    let delivered = deliveries
-        .iter()
-        .filter(|d| d.status == DeliveryStatus::Delivered)
-        .count();
-    assert_eq!(delivered, 3, "{deliveries:?}");
+    // A receiver's 200 comes before the sender records it: the three are waited for.
+    wait_until("both versions' deliveries to be recorded", async || {
+        let deliveries = new_api
+            .all_deliveries(&DeliveryQuery::default())
+            .await
+            .unwrap();
+        deliveries
+            .iter()
+            .filter(|d| d.status == DeliveryStatus::Delivered)
+            .count()
+            == 3
+    })
+    .await;
 
     // A previous-release process (re)started during the rollout serves: it tolerates this
     // version's migrations, and its deliveries go on beside this version's.
