@@ -90,12 +90,11 @@ impl Db {
             // SQLite has no UPDATE in a CTE: the claim, then one read of its jobs (in-process,
             // so the second statement costs microseconds, not a round trip).
             Db::Sqlite(pool) => {
-                let ids: Vec<(String,)> = args
+                let claimed: Vec<(String, String)> = args
                     .bind(sqlx::query_as(CLAIM_SQLITE.as_str()))
                     .fetch_all(pool)
                     .await?;
-                let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
-                jobs_sqlite(pool, &ids, now).await?
+                jobs_sqlite(pool, &claimed, now).await?
             }
         })
     }
@@ -150,7 +149,7 @@ impl Db {
                     if cap == 0 {
                         continue;
                     }
-                    let taken = sqlx::query_scalar::<_, String>(CLAIM_FOR_SQLITE.as_str())
+                    let taken = sqlx::query_as::<_, (String, String)>(CLAIM_FOR_SQLITE.as_str())
                         .bind(lease_extra_ms)
                         .bind(owner)
                         .bind(now)
@@ -288,16 +287,16 @@ impl<'a> ClaimArgs<'a> {
     }
 }
 
-/// The jobs of the deliveries a SQLite claim took (`ids`), read at `now`.
+/// The jobs of the deliveries a SQLite claim took (`claimed`: account and id), read at `now`.
 async fn jobs_sqlite(
     pool: &sqlx::SqlitePool,
-    ids: &[String],
+    claimed: &[(String, String)],
     now: i64,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    if ids.is_empty() {
+    if claimed.is_empty() {
         return Ok(Vec::new());
     }
-    let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    let ids = serde_json::to_string(claimed).unwrap_or_else(|_| "[]".to_owned());
     sqlx::query_as::<_, Job>(JOBS_SQLITE.as_str())
         .bind(&ids)
         .bind(now)
@@ -339,7 +338,7 @@ fn claim_sql_of(sqlite: bool, one_account: bool) -> String {
         " FOR UPDATE OF d SKIP LOCKED"
     };
     let returning = if sqlite {
-        "id"
+        "account_id, id"
     } else {
         "id, account_id, event_id, endpoint_id, attempts, sequence"
     };
@@ -418,7 +417,7 @@ static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
            WHERE d.account_id = $6 AND d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND p.status = 'active' \
            AND (p.circuit_state = 'closed' OR (p.circuit_state = 'half_open' AND p.circuit_probe_id = d.id)) \
            ORDER BY d.next_attempt_at LIMIT $5) \
-         RETURNING id"
+         RETURNING account_id, id"
     )
 });
 
@@ -457,10 +456,12 @@ fn claim_for_postgres(one_account: bool) -> String {
 
 static CLAIM_SQLITE: LazyLock<String> = LazyLock::new(|| claim_sql(true));
 static CLAIM_POSTGRES: LazyLock<String> = LazyLock::new(|| claim_sql(false));
-/// The jobs of the deliveries SQLite's claim returned: `$1` their ids as a JSON array, `$2` now.
+/// The jobs of the deliveries SQLite's claim returned: `$1` their `[account, id]` pairs as a
+/// JSON array, `$2` now. By the whole key: a delivery's id alone is no index's first column.
 static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{} WHERE d.id IN (SELECT value FROM json_each($1))",
+        "{} WHERE (d.account_id, d.id) IN \
+           (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($1))",
         job_select("kxp_deliveries d", "$2")
     )
 });
