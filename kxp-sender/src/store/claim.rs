@@ -410,7 +410,7 @@ const TAKE: &str = "UPDATE kxp_deliveries SET status = 'delivering', lease_owner
 
 /// [`Db::claim_for_fair`] on SQLite, for one endpoint: `$4` the endpoint, `$5` its cap, `$6` its
 /// account.
-static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
+pub(super) static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{TAKE} WHERE account_id = $6 AND id IN (SELECT d.id FROM kxp_deliveries d \
            JOIN kxp_endpoints p ON p.account_id = d.account_id AND p.id = d.endpoint_id \
@@ -454,11 +454,11 @@ fn claim_for_postgres(one_account: bool) -> String {
     )
 }
 
-static CLAIM_SQLITE: LazyLock<String> = LazyLock::new(|| claim_sql(true));
+pub(super) static CLAIM_SQLITE: LazyLock<String> = LazyLock::new(|| claim_sql(true));
 static CLAIM_POSTGRES: LazyLock<String> = LazyLock::new(|| claim_sql(false));
 /// The jobs of the deliveries SQLite's claim returned: `$1` their `[account, id]` pairs as a
 /// JSON array, `$2` now. By the whole key: a delivery's id alone is no index's first column.
-static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
+pub(super) static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{} WHERE (d.account_id, d.id) IN \
            (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($1))",

@@ -39,6 +39,8 @@ mod metrics;
 mod migrations;
 pub(crate) mod notifications;
 mod operators;
+#[cfg(test)]
+mod plans;
 mod record;
 mod retention;
 mod schemas;

@@ -101,7 +101,7 @@ fn number_sql(one_account: bool) -> String {
 /// endpoint id is unique across accounts, `kxp_endpoint_directory`'s key: on one database the
 /// account adds nothing to the filter); returns the endpoints it numbered deliveries of, with
 /// their accounts, one row per delivery.
-const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELECT d.id, d.account_id, \
+pub(super) const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELECT d.id, d.account_id, \
        COALESCE(p.next_sequence, 1) + ROW_NUMBER() OVER (PARTITION BY d.account_id, d.endpoint_id ORDER BY d.created_at, d.id) - 1 AS s, \
        ROW_NUMBER() OVER (PARTITION BY d.account_id, d.endpoint_id ORDER BY d.created_at, d.id) AS n \
        FROM kxp_deliveries d LEFT JOIN kxp_sequences p ON p.account_id = d.account_id AND p.endpoint_id = d.endpoint_id \
@@ -111,7 +111,7 @@ const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s FROM (SELE
 
 /// Moves `next_sequence` of the endpoints in `$1` (a JSON array of `[account, endpoint]`) past
 /// their highest number, making their rows the first time.
-const MOVE_SQLITE: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
+pub(super) const MOVE_SQLITE: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
        SELECT k.id, k.a, (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d \
          WHERE d.account_id = k.a AND d.endpoint_id = k.id) \
        FROM (SELECT json_extract(value, '$[0]') AS a, json_extract(value, '$[1]') AS id FROM json_each($1)) AS k \
