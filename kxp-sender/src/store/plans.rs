@@ -26,9 +26,9 @@ fn hot() -> Vec<(&'static str, String)> {
 
 /// The steps of `plan` that read a table or an index whole: `SCAN` of anything but a JSON
 /// parameter (`json_each`), a subquery's rows (a `CO-ROUTINE` or `MATERIALIZE` step of the
-/// plan), or one of our partial indexes (named `kxp_…`: they hold only the rows the statement
-/// wants, such as the due deliveries).
-fn scans(plan: &[String]) -> Vec<&String> {
+/// plan), or one of the `partial` indexes (they hold only the rows the statement wants, such
+/// as the due deliveries).
+fn scans<'a>(plan: &'a [String], partial: &[String]) -> Vec<&'a String> {
     let derived: Vec<String> = plan
         .iter()
         .filter_map(|step| {
@@ -41,10 +41,13 @@ fn scans(plan: &[String]) -> Vec<&String> {
     plan.iter()
         .filter(|step| step.starts_with("SCAN "))
         .filter(|step| {
+            let index = step
+                .split_once("USING INDEX ")
+                .or_else(|| step.split_once("USING COVERING INDEX "))
+                .and_then(|(_, rest)| rest.split_whitespace().next());
             !(step.contains("json_each")
                 || step.contains("VIRTUAL TABLE")
-                || step.contains("USING INDEX kxp_")
-                || step.contains("USING COVERING INDEX kxp_")
+                || index.is_some_and(|index| partial.iter().any(|p| p == index))
                 || derived.iter().any(|d| step.as_str() == d))
         })
         .collect()
@@ -65,6 +68,12 @@ async fn no_hot_statement_reads_a_whole_table_on_sqlite() {
     let Db::Sqlite(pool) = &db else {
         unreachable!("a sqlite:// URL opens SQLite")
     };
+    let partial: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND sql LIKE '% WHERE %'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
     for (name, sql) in hot() {
         // Every parameter NULL: the plan does not depend on the values.
         let parameters = (1..=20)
@@ -83,7 +92,7 @@ async fn no_hot_statement_reads_a_whole_table_on_sqlite() {
             .into_iter()
             .map(|(_, _, _, step)| step)
             .collect();
-        let scans = scans(&plan);
+        let scans = scans(&plan, &partial);
         assert!(scans.is_empty(), "{name} reads {scans:?} whole: {plan:#?}");
     }
     db.close().await;
