@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# How long the account-keyed schema's expand step (migrations 20261204000001 to …11, then the
-# fill `kxp migrate apply` runs after them) takes per million rows: a database migrated up to
-# the release before it, filled with N events, N deliveries, 2N attempts and N hourly tallies,
-# then `kxp migrate apply`, which prints each migration's time and the fill's.
-#   benches/migrations/account-keyed.sh [N] [path to kxp]   (defaults 1000000, target/debug/kxp)
+# How long the account-keyed schema's two steps take per million rows: a database migrated up to
+# the release before them, filled with N events, N deliveries, 2N attempts and N hourly tallies;
+# then the expand step (migrations 20261204000001 to …11, and the fill it runs after them) by
+# the expand release's `kxp migrate apply` if its kxp is given, and this version's `kxp migrate
+# apply` (the contract step, 20261205000001 on, and the expand step too if it was not run),
+# each printing every migration's time.
+#   benches/migrations/account-keyed.sh [N] [path to kxp] [path to the expand release's kxp]
+#   (defaults 1000000, target/debug/kxp, none: both steps by this version)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root/kxp-sender/migrations"
 N="${1:-1000000}"
-KXP="${2:-$root/target/debug/kxp}"
+KXP="$(realpath "${2:-$root/target/debug/kxp}")"
+EXPAND="${3:+$(realpath "$3")}"
+cd "$root/kxp-sender/migrations"
 FIRST=20261204000001_account_columns.sql
 PG="psql -qX -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres"
 
@@ -43,7 +47,15 @@ for f in postgres/*.sql; do
         decode('$(sha384sum "$f" | cut -d' ' -f1)', 'hex'), 0)" >/dev/null
 done
 { echo "CREATE TEMP VIEW s AS SELECT generate_series(1, $N) AS i;"; fill; echo "VACUUM ANALYZE;"; } | $PG -d kxp_migration_bench
-"$KXP" migrate apply --database-url postgres://postgres@127.0.0.1:5432/kxp_migration_bench
+apply() {
+    if [ -n "$EXPAND" ]; then
+        echo "-- the expand step, by $EXPAND"
+        "$EXPAND" migrate apply --database-url "$1"
+        echo "-- the contract step, by $KXP"
+    fi
+    "$KXP" migrate apply --database-url "$1"
+}
+apply postgres://postgres@127.0.0.1:5432/kxp_migration_bench
 $PG -d test -c "DROP DATABASE kxp_migration_bench"
 
 echo "== SQLite, N = $N"
@@ -62,5 +74,5 @@ done
 { echo "PRAGMA journal_mode = WAL; BEGIN;";
   echo "CREATE TEMP TABLE s AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < $N) SELECT i FROM c;";
   fill; echo "COMMIT;"; } | sqlite3 "$db" >/dev/null
-"$KXP" migrate apply --database-url "sqlite://$db"
+apply "sqlite://$db"
 rm -rf "$dir"
