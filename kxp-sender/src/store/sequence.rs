@@ -112,10 +112,12 @@ pub(super) const NUMBER_SQLITE: &str = "UPDATE kxp_deliveries SET sequence = t.s
      RETURNING account_id, endpoint_id";
 
 /// Moves `next_sequence` of the endpoints in `$1` (a JSON array of `[account, endpoint]`) past
-/// their highest number, making their rows the first time.
+/// their highest number, making their rows the first time. The highest number is read from
+/// the `kxp_deliveries_sequence` index (by endpoint, unique across accounts, and numbered
+/// deliveries only): naming the account made SQLite read all the account's deliveries instead.
 pub(super) const MOVE_SQLITE: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
        SELECT k.id, k.a, (SELECT MAX(d.sequence) + 1 FROM kxp_deliveries d \
-         WHERE d.account_id = k.a AND d.endpoint_id = k.id) \
+         WHERE d.endpoint_id = k.id AND d.sequence IS NOT NULL) \
        FROM (SELECT json_extract(value, '$[0]') AS a, json_extract(value, '$[1]') AS id FROM json_each($1)) AS k \
        WHERE true \
      ON CONFLICT (account_id, endpoint_id) DO UPDATE SET next_sequence = excluded.next_sequence";
