@@ -177,6 +177,13 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_SHUTDOWN_GRACE", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<Dur>,
+    /// The longest a database statement may run (PostgreSQL and Citus) before it is
+    /// cancelled and the request answered 503 `store_unavailable` with `Retry-After`: a Citus
+    /// worker down, or a lock held too long, costs a request this long, never a hang. `0`: no
+    /// limit. Migrations are never cut short by it.
+    #[arg(long, env = "KXP_STATEMENT_TIMEOUT", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub statement_timeout: Option<Dur>,
     /// The largest event `data` accepted, in bytes of JSON (413 beyond it). The default keeps
     /// the delivered body under the 1 MiB receivers accept; raise it only with receivers set
     /// for more.
@@ -335,7 +342,8 @@ impl Settings {
         layer!(high over lower: database_url, migrate, listen, public_url, dev, api_only, allow_address, trusted_proxy, retry_schedule, jitter,
             delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace, max_event_bytes, ingest, otlp_endpoint, json_logs, api_key,
+            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace,
+            statement_timeout, max_event_bytes, ingest, otlp_endpoint, json_logs, api_key,
             secrets_key)
     }
 
@@ -423,6 +431,7 @@ impl Settings {
                 .max_connections(self.max_connections.unwrap_or(d.api_limits.connections())),
             api_rate_limit: self.api_rate_limit.unwrap_or(d.api_rate_limit),
             shutdown_grace: self.shutdown_grace.map_or(d.shutdown_grace, |g| g.0),
+            statement_timeout: self.statement_timeout.map_or(d.statement_timeout, |t| t.0),
             max_event_data: self.max_event_bytes.unwrap_or(d.max_event_data).max(1),
             ingest: self
                 .ingest
@@ -476,6 +485,7 @@ impl Settings {
             max_connections: Some(config.api_limits.connections()),
             api_rate_limit: Some(config.api_rate_limit),
             shutdown_grace: Some(Dur(config.shutdown_grace)),
+            statement_timeout: Some(Dur(config.statement_timeout)),
             max_event_bytes: Some(config.max_event_data),
             ingest: Some(config.ingest.iter().map(IngestSource::redacted).collect()),
             otlp_endpoint: config.otlp_endpoint.clone(),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use kxp_sender::{Admin, PendingMigration, SchemaStatus};
+use kxp_sender::{Admin, Distribution, PendingMigration, Placement, SchemaStatus};
 
 use crate::config::Dur;
 use crate::keyholders::Database;
@@ -128,6 +128,9 @@ fn status_text(status: &SchemaStatus) -> String {
             transaction(pending)
         );
     }
+    if let Some(distribution) = &status.distribution {
+        text += &distribution_text(distribution);
+    }
     let unknown = status.applied.iter().filter(|m| !m.known).count();
     if unknown > 0 {
         text += &format!(
@@ -139,11 +142,33 @@ fn status_text(status: &SchemaStatus) -> String {
         (_, false) => "a migration was applied with other SQL than this version's: this version \
                        cannot run on this database\n"
             .to_owned(),
-        (0, true) => "up to date: nothing pending\n".to_owned(),
+        (0, true) => match status.distribution.as_ref().map(|d| d.local().count()) {
+            Some(local @ 1..) => format!(
+                "{local} table(s) not distributed over the Citus cluster: `kxp migrate apply` \
+                 distributes them\n"
+            ),
+            _ => "up to date: nothing pending\n".to_owned(),
+        },
         (n, true) => format!(
             "{n} pending: `kxp migrate plan` prints their SQL, `kxp migrate apply` runs it\n"
         ),
     };
+    text
+}
+
+/// The Citus cluster's part of `status`: the workers, then each table's place.
+fn distribution_text(distribution: &Distribution) -> String {
+    let mut text = format!("citus: {} active worker(s)\n", distribution.workers);
+    for table in &distribution.tables {
+        let place = match &table.placement {
+            Placement::Distributed { column, shards } => {
+                format!("distributed by {column}, {shards} shards")
+            }
+            Placement::Reference => "reference (a copy on every node)".to_owned(),
+            Placement::Local => "local: not distributed yet (`kxp migrate apply`)".to_owned(),
+        };
+        text += &format!("table     {:<26} {place}\n", table.name);
+    }
     text
 }
 
@@ -201,10 +226,22 @@ async fn apply(args: ApplyArgs) -> Result<(), String> {
             );
         })
         .await;
+    // On Citus the apply ends by distributing the tables: say where they are now.
+    let after = match &applied {
+        Ok(_) => Some(db.schema_status().await),
+        Err(_) => None,
+    };
     db.close().await;
     let applied = applied.map_err(|e| kxp_sender::redact_passwords(&e.to_string()))?;
     if applied.is_empty() {
         println!("up to date: nothing pending");
+    }
+    if let Some(distribution) = after
+        .transpose()
+        .map_err(|e| format!("database: {}", kxp_sender::redact_passwords(&e.to_string())))?
+        .and_then(|status| status.distribution)
+    {
+        print!("{}", distribution_text(&distribution));
     }
     Ok(())
 }
@@ -242,6 +279,7 @@ mod tests {
                 })
                 .collect(),
             modified: Vec::new(),
+            distribution: None,
         }
     }
 

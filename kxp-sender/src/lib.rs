@@ -102,7 +102,7 @@ mod store;
 // against. Everything else is the crate's own.
 
 // Running a sender.
-pub use engine::config::{Config, MAX_EVENT_DATA};
+pub use engine::config::{Config, MAX_EVENT_DATA, STATEMENT_TIMEOUT};
 pub use engine::guard::{Cidr, CidrError};
 pub use engine::sources::{IngestSource, IngestUrlError};
 pub use engine::traces::TracesError;
@@ -122,8 +122,9 @@ pub use model::{
     Operator, OperatorId,
 };
 pub use store::{
-    AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
-    StoreConflict, StoreError, redact_passwords,
+    AppliedMigration, DistributeError, Distribution, LOCK_TIMEOUT, Migrations, PendingMigration,
+    Placement, SchemaError, SchemaStatus, StoreConflict, StoreError, TablePlacement,
+    redact_passwords,
 };
 
 // The API's limits and its description.

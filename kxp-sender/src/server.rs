@@ -149,7 +149,12 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         None => None,
     };
     let traces = Traces::start(config.otlp_endpoint.as_deref())?;
-    let db = Db::connect_with(&config.database_url, config.migrations).await?;
+    let db = Db::connect_with(
+        &config.database_url,
+        config.migrations,
+        config.statement_timeout,
+    )
+    .await?;
     let db = if config.per_account_statements {
         db.per_account()
     } else {

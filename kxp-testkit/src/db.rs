@@ -79,6 +79,12 @@ impl PgDatabase {
             "invalid database name prefix {prefix:?}: lowercase ASCII, digits and `_`, 1 to 30 bytes"
         );
         let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+        PgDatabase::create_named(admin_url, name).await
+    }
+
+    /// Creates the database `name` on the server of `admin_url` (each node of a Citus cluster
+    /// gets one of the same name).
+    pub(crate) async fn create_named(admin_url: &str, name: String) -> PgDatabase {
         let mut admin = PgConnection::connect(admin_url)
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the server of {PG_ENV}: {e}"));
@@ -162,7 +168,7 @@ async fn drop_database(admin_url: &str, name: &str) -> Result<(), sqlx::Error> {
 }
 
 /// `admin_url` with its database name replaced by `name`, the query string kept.
-fn with_database(admin_url: &str, name: &str) -> String {
+pub(crate) fn with_database(admin_url: &str, name: &str) -> String {
     let (base, query) = match admin_url.split_once('?') {
         Some((base, query)) => (base, format!("?{query}")),
         None => (admin_url, String::new()),

@@ -8,7 +8,7 @@
 //! adapters, the snippets in other languages) is checked against the same data by the same loader.
 //!
 //! With the feature `db`, the module `db` gives each test a fresh PostgreSQL database or SQLite
-//! file. With the feature `smtp`, the module `smtp` runs an SMTP server on 127.0.0.1 that records
+//! file, and the module `citus` a database of its own on a Citus cluster. With the feature `smtp`, the module `smtp` runs an SMTP server on 127.0.0.1 that records
 //! the e-mails it receives. With the feature `otlp`, the module `otlp` runs an OTLP/HTTP trace
 //! receiver on 127.0.0.1 that decodes and keeps the spans sent to it. With the feature `brokers`, the module `brokers` gives each test a
 //! RabbitMQ queue (with a dead-letter queue) or a NATS JetStream stream of its own, and runs
@@ -23,6 +23,8 @@ use std::path::PathBuf;
 
 #[cfg(feature = "brokers")]
 pub mod brokers;
+#[cfg(feature = "db")]
+pub mod citus;
 pub mod confine;
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -26,7 +26,7 @@ impl Admin {
     /// ([`SchemaError::Pending`] otherwise: `kxp migrate apply` first).
     pub async fn connect(url: &str) -> Result<Admin, SchemaError> {
         Ok(Admin {
-            db: Db::connect_with(url, Migrations::Require).await?,
+            db: Db::connect_with(url, Migrations::Require, Duration::ZERO).await?,
         })
     }
 

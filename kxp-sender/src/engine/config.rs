@@ -115,6 +115,12 @@ pub struct Config {
     /// the exporter's other settings (service name, resource, sampler, headers, timeout) come
     /// from the standard `OTEL_*` variables.
     pub otlp_endpoint: Option<String>,
+    /// The longest a statement may run on PostgreSQL (and Citus) before the database cancels
+    /// it: the request that waited answers 503 `store_unavailable` with `Retry-After`, so a
+    /// Citus worker down or a lock held too long costs a request this long, never a hang. On
+    /// Citus it also bounds connecting to a worker (`citus.node_connection_timeout`). Zero: no
+    /// limit. Migrations run without it.
+    pub statement_timeout: Duration,
     /// Whether the statements that touch several accounts at once on PostgreSQL are issued
     /// once per account instead, as they are on Citus (where kxp chooses them at connect,
     /// whatever this says): for the tests and comparisons of both forms on one PostgreSQL.
@@ -152,6 +158,7 @@ impl fmt::Debug for Config {
             .field("ingest", &self.ingest)
             .field("secrets_key", &self.secrets_key)
             .field("otlp_endpoint", &self.otlp_endpoint)
+            .field("statement_timeout", &self.statement_timeout)
             .field("per_account_statements", &self.per_account_statements)
             .finish()
     }
@@ -187,10 +194,15 @@ impl Default for Config {
             ingest: Vec::new(),
             secrets_key: None,
             otlp_endpoint: None,
+            statement_timeout: STATEMENT_TIMEOUT,
             per_account_statements: false,
         }
     }
 }
+
+/// The default [`Config::statement_timeout`]: well above what any statement of the sender
+/// takes on a healthy database (milliseconds), well below what a client waits for an answer.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The default largest `data` of an event ([`Config::max_event_data`]), in bytes of JSON: with
 /// the envelope around it (a few hundred bytes) and room for later encodings (base64 of an

@@ -17,6 +17,11 @@ use crate::app::Error;
 use crate::engine::backlog::RETRY_AFTER_SECS;
 use crate::store::StoreError;
 
+/// Seconds a client waits before retrying a request the database could not serve: a pool
+/// exhausted by a burst, a statement cancelled by the timeout, a Citus worker down (its
+/// restart, or a failover, takes seconds).
+const STORE_RETRY_AFTER: u64 = 2;
+
 /// An API error: one of the vocabulary's codes and a message for people.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -90,6 +95,7 @@ impl From<Error> for ApiError {
         match error {
             Error::SchemaViolation { path, .. } => ApiError::new(code, message).at(path),
             Error::BacklogFull(_) => ApiError::new(code, message).retry_after(RETRY_AFTER_SECS),
+            Error::Unavailable => ApiError::new(code, message).retry_after(STORE_RETRY_AFTER),
             Error::TooManyPortalLinks { retry_after } => {
                 ApiError::new(code, message).retry_after(retry_after)
             }

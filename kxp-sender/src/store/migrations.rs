@@ -18,9 +18,10 @@ use serde::Serialize;
 use sqlx::migrate::{Migrate, MigrateError, Migrator};
 
 use super::Db;
+use super::distribute::{self, DistributeError, Distribution};
 
 static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
+pub(super) static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// PostgreSQL's code for a lock not granted within `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -82,12 +83,15 @@ pub struct SchemaStatus {
     pub pending: Vec<PendingMigration>,
     /// Versions applied with other SQL than this version's (refused).
     pub modified: Vec<i64>,
+    /// How the tables are placed over a Citus cluster; `None` without the citus extension.
+    pub distribution: Option<Distribution>,
 }
 
 impl SchemaStatus {
-    /// Whether this version can run on the database as it is: nothing pending or modified.
+    /// Whether this version can run on the database as it is: nothing pending or modified,
+    /// and on Citus every table placed.
     pub fn is_current(&self) -> bool {
-        self.pending.is_empty() && self.modified.is_empty()
+        self.refusal().is_none()
     }
 
     /// Why this version cannot run on the database as it is, if it cannot.
@@ -95,10 +99,17 @@ impl SchemaStatus {
         if let Some(&version) = self.modified.first() {
             return Some(SchemaError::Modified(version));
         }
-        let first = self.pending.first()?;
-        Some(SchemaError::Pending {
-            count: self.pending.len(),
-            first: format!("{}_{}", first.version, first.name),
+        if let Some(first) = self.pending.first() {
+            return Some(SchemaError::Pending {
+                count: self.pending.len(),
+                first: format!("{}_{}", first.version, first.name),
+            });
+        }
+        let local: Vec<&str> = self.distribution.iter().flat_map(|d| d.local()).collect();
+        let first = local.first()?;
+        Some(SchemaError::Undistributed {
+            count: local.len(),
+            first: (*first).to_owned(),
         })
     }
 }
@@ -119,6 +130,21 @@ pub enum SchemaError {
         /// The first to run, `<version>_<name>`.
         first: String,
     },
+    /// The database has Citus, and tables still on the coordinator alone.
+    #[error(
+        "the database has Citus but {count} table(s) are not distributed yet, from {first}: run \
+         `kxp migrate apply` (or start with --migrate) to distribute them; see docs/scaling.md"
+    )]
+    Undistributed {
+        /// How many.
+        count: usize,
+        /// The first, by name.
+        first: String,
+    },
+    /// Placing the tables over the Citus cluster failed. The migrations before it stay
+    /// applied; `kxp migrate apply` again goes on where it stopped.
+    #[error("{0}")]
+    Distribute(#[from] DistributeError),
     /// A migration was applied with other SQL than this version's.
     #[error(
         "migration {0} was applied with other SQL than this version's: the schema is not one \
@@ -245,7 +271,14 @@ impl Db {
                 }
             }
         };
-        Ok(compare(self.backend(), migrator, rows))
+        let mut status = compare(self.backend(), migrator, rows);
+        if let Db::Postgres(pool) | Db::Citus(pool) = self {
+            let mut conn = pool.acquire().await?;
+            if distribute::has_citus(&mut conn).await? {
+                status.distribution = Some(distribute::read(&mut conn).await?);
+            }
+        }
+        Ok(status)
     }
 
     /// Applies every pending migration in order, each in its own transaction (unless its file
@@ -282,6 +315,11 @@ impl Db {
                 // bounded by the lock timeout.
                 conn.lock().await?;
                 let result = async {
+                    // A migration may run for minutes (a fill, an index built concurrently):
+                    // never under the pool's statement timeout.
+                    sqlx::query("SET statement_timeout = 0")
+                        .execute(&mut conn)
+                        .await?;
                     if !lock_timeout.is_zero() {
                         // SET takes no bind parameters; the number is ours, never a user's text.
                         sqlx::query(&format!(
@@ -291,7 +329,12 @@ impl Db {
                         .execute(&mut conn)
                         .await?;
                     }
-                    apply_on(&mut conn, self, migrator, lock_timeout, &mut applied).await
+                    let applied =
+                        apply_on(&mut conn, self, migrator, lock_timeout, &mut applied).await?;
+                    if distribute::has_citus(&mut conn).await? {
+                        distribute::distribute(&mut conn).await?;
+                    }
+                    Ok(applied)
                 }
                 .await;
                 // Also on failure; the connection is closed after anyway.
@@ -450,6 +493,7 @@ fn compare(
         applied,
         pending,
         modified,
+        distribution: None,
     }
 }
 

@@ -21,8 +21,9 @@
 //! expired leases), [`record`] (finished attempts, in batches), [`circuit`], [`health`],
 //! [`notifications`], [`schemas`], [`retention`], [`metrics`], [`sequence`] (each endpoint's
 //! numbering), [`feed`] (the catch-up feed's reads), [`migrations`] (the schema's versions:
-//! applied, pending, applying). What to write is decided by the model's rules and the pure
-//! [`policy`](crate::policy) functions, which the store calls inside its transactions; no other
+//! applied, pending, applying), [`distribute`] (the tables' places on a Citus cluster). What to
+//! write is decided by the model's rules and the pure [`policy`](crate::policy) functions,
+//! which the store calls inside its transactions; no other
 //! module holds SQL.
 
 mod accounts;
@@ -31,6 +32,7 @@ mod backend;
 pub(crate) mod circuit;
 mod claim;
 pub(crate) mod deliveries;
+mod distribute;
 mod endpoints;
 mod events;
 mod feed;
@@ -49,6 +51,7 @@ mod secrets;
 mod sequence;
 mod sessions;
 
+pub use distribute::{DistributeError, Distribution, Placement, TablePlacement};
 pub(crate) use feed::{FeedRow, FeedSource};
 pub(crate) use metrics::Gauges;
 pub use migrations::{
@@ -165,20 +168,37 @@ impl Db {
             Migrations::Apply {
                 lock_timeout: Duration::ZERO,
             },
+            Duration::ZERO,
         )
         .await
     }
 
     /// Connects, and applies the pending migrations or refuses to go on with one pending, as
-    /// `migrations` says (SQLite always applies them).
-    pub(crate) async fn connect_with(url: &str, migrations: Migrations) -> Result<Db, SchemaError> {
-        let db = Db::open(url).await?;
+    /// `migrations` says (SQLite always applies them). On PostgreSQL every statement runs under
+    /// `statement_timeout` (zero: none; see [`Db::open_with`]).
+    pub(crate) async fn connect_with(
+        url: &str,
+        migrations: Migrations,
+        statement_timeout: Duration,
+    ) -> Result<Db, SchemaError> {
+        let db = Db::open_with(url, statement_timeout).await?;
         db.settle_schema(migrations).await?;
         Ok(db)
     }
 
-    /// Connects, leaving the schema as it is (`kxp migrate`).
+    /// Connects, leaving the schema as it is (`kxp migrate`), with no statement timeout.
     pub(crate) async fn open(url: &str) -> Result<Db, sqlx::Error> {
+        Db::open_with(url, Duration::ZERO).await
+    }
+
+    /// Connects, leaving the schema as it is. On PostgreSQL, each connection's statements are
+    /// cancelled after `statement_timeout` (zero: never), and on Citus connecting to a worker
+    /// gives up after it too (`citus.node_connection_timeout`, which defaults to 30 s): a
+    /// worker down answers an error in that time rather than holding the request.
+    pub(crate) async fn open_with(
+        url: &str,
+        statement_timeout: Duration,
+    ) -> Result<Db, sqlx::Error> {
         let db = if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -205,7 +225,16 @@ impl Db {
                     .await?,
             )
         } else {
-            let options = PgConnectOptions::from_str(url)?;
+            let mut options = PgConnectOptions::from_str(url)?;
+            if !statement_timeout.is_zero() {
+                // A setting PostgreSQL does not know, but with a prefix, is kept as a
+                // placeholder: harmless without Citus, in force with it.
+                let ms = statement_timeout.as_millis().to_string();
+                options = options.options([
+                    ("statement_timeout", ms.as_str()),
+                    ("citus.node_connection_timeout", ms.as_str()),
+                ]);
+            }
             let pool = PgPoolOptions::new()
                 .max_connections(POOL_MAX)
                 .acquire_timeout(POOL_WAIT)

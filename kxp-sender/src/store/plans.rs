@@ -69,6 +69,7 @@ async fn no_hot_statement_reads_a_whole_table_on_sqlite() {
         Migrations::Apply {
             lock_timeout: Duration::ZERO,
         },
+        Duration::ZERO,
     )
     .await
     .unwrap();

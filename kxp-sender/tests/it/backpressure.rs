@@ -59,6 +59,7 @@ async fn deliveries_count(api: &Api) -> usize {
 }
 
 each_backend!(backlog_full_refuses_only_the_account_behind_it);
+on_citus!(backlog_full_refuses_only_the_account_behind_it);
 
 async fn backlog_full_refuses_only_the_account_behind_it(database: Database) {
     let s = database

@@ -150,6 +150,7 @@ pub(crate) fn hidden(html: &str, name: &str) -> String {
 }
 
 each_backend!(portal_links_sign_in_once);
+on_citus!(portal_links_sign_in_once);
 
 async fn portal_links_sign_in_once(database: Database) {
     let s = database.sender("0s").await;

@@ -433,6 +433,7 @@ async fn retention_takes_the_tags_with_the_events(s: &Sender) {
 }
 
 each_backend!(events_are_tagged_and_listed);
+on_citus!(events_are_tagged_and_listed);
 
 async fn events_are_tagged_and_listed(database: Database) {
     let s = database.sender("0s").await;

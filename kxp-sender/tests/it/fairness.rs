@@ -39,6 +39,7 @@ async fn wait_for_requests(receiver: &Receiver, n: usize) {
 }
 
 each_backend!(one_account_with_hanging_endpoints_does_not_stall_another_accounts_healthy_one);
+on_citus!(one_account_with_hanging_endpoints_does_not_stall_another_accounts_healthy_one);
 
 async fn one_account_with_hanging_endpoints_does_not_stall_another_accounts_healthy_one(
     database: Database,

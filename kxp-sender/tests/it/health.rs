@@ -48,6 +48,7 @@ fn expected_percentile(durations: &[i64], p: f64) -> i64 {
 }
 
 each_backend!(health_follows_attempts);
+on_citus!(health_follows_attempts);
 
 async fn health_follows_attempts(database: Database) {
     let s = database.sender("0s,20ms,40ms").await;

@@ -607,6 +607,10 @@ async fn wait_attempts(s: &Sender, event: &str, endpoint: &str, attempts: i64) {
 // ---- delete ----
 
 each_backend!(delete_ends_pending_deliveries_visibly_and_queues_no_more);
+on_citus!(
+    pause_holds_deliveries_and_resume_delivers_them,
+    delete_ends_pending_deliveries_visibly_and_queues_no_more
+);
 
 async fn delete_ends_pending_deliveries_visibly_and_queues_no_more(database: Database) {
     let s = database.sender("0s,1m").await;

@@ -15,6 +15,23 @@ macro_rules! each_backend {
     };
 }
 
+/// The named scenarios of the calling module once more, on a Citus cluster
+/// ([`support::run_citus`]): `scenario` in the module's `citus` module
+/// (`replay::citus::scenario`), so `cargo test citus::` runs them all. A module calls it once,
+/// beside its `each_backend!`.
+macro_rules! on_citus {
+    ($($scenario:ident),+ $(,)?) => {
+        mod citus {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    crate::support::run_citus(stringify!($scenario), super::$scenario).await;
+                }
+            )+
+        }
+    };
+}
+
 mod account_keys;
 mod api_errors;
 mod backpressure;

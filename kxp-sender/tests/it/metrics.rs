@@ -54,6 +54,7 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
 }
 
 each_backend!(metrics_count_attempts_deliveries_and_the_queue);
+on_citus!(metrics_count_attempts_deliveries_and_the_queue);
 
 async fn metrics_count_attempts_deliveries_and_the_queue(database: Database) {
     let s = database.sender("0s,10ms").await;

@@ -40,6 +40,7 @@ async fn all_accounts(op: &Api, limit: u32) -> Vec<AccountId> {
 }
 
 each_backend!(operators_act_for_one_named_account_at_a_time);
+on_citus!(operators_act_for_one_named_account_at_a_time);
 
 async fn operators_act_for_one_named_account_at_a_time(database: Database) {
     let s = database.sender("0s").await;

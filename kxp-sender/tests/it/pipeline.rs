@@ -486,6 +486,7 @@ async fn retry_after_as_an_http_date_schedules_the_next_try() {
 }
 
 each_backend!(retries_dead_letters_replays_and_idempotency);
+on_citus!(retries_dead_letters_replays_and_idempotency);
 
 /// The pipeline's main paths on one sender: retries to a dead letter, a replay, and an
 /// idempotency key.

@@ -49,7 +49,8 @@ pub(crate) async fn rows(db: &Db, sql: &str, bind: &str) -> Vec<(String, i64)> {
 async fn circuit(db: &Db, endpoint_id: &str) -> (String, i64, i64, i64) {
     let sql = "SELECT p.circuit_state, COALESCE(p.circuit_probe_at, -1), p.circuit_failed_probes, \
                COALESCE(s.last_failure_at, -1) FROM kxp_endpoints p \
-               LEFT JOIN kxp_endpoint_stats s ON s.endpoint_id = p.id WHERE p.id = $1";
+               LEFT JOIN kxp_endpoint_stats s ON s.account_id = p.account_id AND s.endpoint_id = p.id \
+               WHERE p.id = $1";
     match db {
         Db::Sqlite(pool) => sqlx::query_as(sql)
             .bind(endpoint_id)
@@ -101,6 +102,7 @@ async fn delivery(s: &Sender, event_id: &str) -> Value {
 }
 
 each_backend!(the_breaker_opens_holds_probes_and_closes);
+on_citus!(the_breaker_opens_holds_probes_and_closes);
 
 /// The breaker, end to end: opens after the threshold, holds new and retrying deliveries
 /// without an attempt, probes with one delivery, backs off after a failed probe, closes on a

@@ -95,6 +95,7 @@ async fn deliver_one(api: &Api, n: usize) {
 }
 
 each_backend!(the_old_secret_stops_once_the_receiver_confirms_the_new_one);
+on_citus!(the_old_secret_stops_once_the_receiver_confirms_the_new_one);
 
 async fn the_old_secret_stops_once_the_receiver_confirms_the_new_one(database: Database) {
     let s = database.sender("0s,50ms").await;

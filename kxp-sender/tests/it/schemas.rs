@@ -231,6 +231,10 @@ async fn another_account_neither_sees_nor_changes_nor_is_checked_by_your_schemas
 }
 
 each_backend!(a_pinned_endpoint_receives_only_its_version);
+on_citus!(
+    a_registered_schema_checks_its_events_and_nothing_invalid_is_stored,
+    a_pinned_endpoint_receives_only_its_version
+);
 
 /// A pinned endpoint gets only its version's events, an unpinned one every version.
 async fn a_pinned_endpoint_receives_only_its_version(database: Database) {

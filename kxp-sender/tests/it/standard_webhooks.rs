@@ -143,6 +143,7 @@ async fn a_standard_webhooks_endpoint_sends_exactly_its_headers_and_kxp_axum_ver
 }
 
 each_backend!(a_change_of_format_is_a_rotation_and_both_formats_sign_until_the_overlap_ends);
+on_citus!(a_change_of_format_is_a_rotation_and_both_formats_sign_until_the_overlap_ends);
 
 async fn a_change_of_format_is_a_rotation_and_both_formats_sign_until_the_overlap_ends(
     database: Database,

@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kxp_sender::Protection;
 use kxp_sender::{Config, Migrations, Schedule, Server};
+use kxp_testkit::citus::CitusDatabase;
 pub(crate) use kxp_testkit::db::Backend;
 use kxp_testkit::db::PgDatabase;
 use serde_json::{Value, json};
@@ -102,6 +103,28 @@ where
             database.drop().await;
         }
     }
+}
+
+/// Runs `scenario` (named `name`) on a fresh database of a Citus cluster, which its senders
+/// distribute as `kxp serve --migrate` does, then deletes it; without `KXP_TEST_CITUS_URL`,
+/// returns after the SKIPPED line (fails where `KXP_REQUIRE_CITUS=1`). To the scenario it is
+/// PostgreSQL: the coordinator's URL.
+pub(crate) async fn run_citus<F, Fut>(name: &str, scenario: F)
+where
+    F: FnOnce(Database) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut prefix = format!("kxp_citus_{name}");
+    prefix.truncate(30);
+    let Some(database) = CitusDatabase::create(&prefix).await else {
+        return;
+    };
+    scenario(Database {
+        backend: Backend::Postgres,
+        url: Some(database.url().to_owned()),
+    })
+    .await;
+    database.drop().await;
 }
 
 /// A database of `backend` migrated with this crate's migrations before `version`, then
