@@ -152,6 +152,93 @@ impl CitusDatabase {
     }
 }
 
+/// The environment variable naming the local cluster's directory (`cluster.sh start DIR`):
+/// set, the tests that crash and restart its nodes run; they share the cluster with nothing
+/// else, so `.ci/run` runs them on their own, one at a time.
+pub const FAULTS_ENV: &str = "KXP_TEST_CITUS_DIR";
+
+/// The nodes of the local cluster of `../shared/citus/cluster.sh`, to crash and restart.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: String,
+    script: std::path::PathBuf,
+}
+
+impl Cluster {
+    /// The cluster of [`FAULTS_ENV`]; `None` when it is not set, after a `SKIPPED (Citus
+    /// faults)` line on stderr (a failure where [`REQUIRE_CITUS_ENV`] is `1`).
+    pub fn from_env() -> Option<Cluster> {
+        match std::env::var(FAULTS_ENV) {
+            Ok(dir) if !dir.is_empty() => Some(Cluster {
+                dir,
+                script: std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../shared/citus/cluster.sh"),
+            }),
+            _ if std::env::var(REQUIRE_CITUS_ENV).is_ok_and(|v| v == "1") => {
+                panic!(
+                    "{REQUIRE_CITUS_ENV}=1 but {FAULTS_ENV} is not set: the Citus fault tests must run"
+                )
+            }
+            _ => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED (Citus faults): {FAULTS_ENV} is not set"
+                );
+                None
+            }
+        }
+    }
+
+    /// Stops node `n` (0 is the coordinator, `n` the worker on the coordinator's port + `n`)
+    /// as if its machine died: no shutdown, no checkpoint.
+    pub fn crash(&self, n: u16) {
+        self.node(n, "crash");
+    }
+
+    /// Starts node `n` again, returning once it accepts connections.
+    pub fn start(&self, n: u16) {
+        self.node(n, "start");
+    }
+
+    fn node(&self, n: u16, what: &str) {
+        let status = std::process::Command::new("bash")
+            .arg(&self.script)
+            .args(["node", &n.to_string(), what, &self.dir])
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.script.display()));
+        assert!(status.success(), "cluster.sh node {n} {what}: {status}");
+    }
+}
+
+impl CitusDatabase {
+    /// The port of the worker holding `account`'s shard of every account table (they are
+    /// co-located).
+    pub async fn worker_port_of(&self, account: &str) -> u16 {
+        let mut conn = PgConnection::connect(self.url())
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to the coordinator: {e}"));
+        let port: i32 = sqlx::query_scalar(
+            "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) \
+             WHERE p.shardid = get_shard_id_for_distribution_column('kxp_accounts', $1)",
+        )
+        .bind(account)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("cannot find the shard of {account}: {e}"));
+        let _ = conn.close().await;
+        u16::try_from(port).unwrap_or_else(|_| panic!("port {port}"))
+    }
+
+    /// The coordinator's port.
+    pub fn coordinator_port(&self) -> u16 {
+        let url = self.url();
+        let authority = url.split("://").nth(1).unwrap_or_default();
+        let authority = authority.split(['/', '?']).next().unwrap_or_default();
+        let port = authority.rsplit_once(':').map(|(_, p)| p).unwrap_or("5432");
+        port.parse().unwrap_or_else(|_| panic!("no port in {url}"))
+    }
+}
+
 /// Runs `statements` in order on `url`, panicking with the statement that failed.
 async fn run(url: &str, statements: &[String]) {
     let mut conn = PgConnection::connect(url)

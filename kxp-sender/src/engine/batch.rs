@@ -46,13 +46,14 @@ where
     O: Send + 'static,
 {
     /// Starts the task, one batch written at a time. `commit` writes a batch in one
-    /// transaction and answers one result per item, in order (an item can fail alone:
-    /// `Ok(vec![Err(…), …])`), or fails as a whole. The task ends once every handle is dropped
+    /// transaction (or, on Citus, one per account) and answers one result per item, in order
+    /// (an item can fail alone: `Ok(vec![Err(…), …])`, and several items with one shared
+    /// error), or fails as a whole. The task ends once every handle is dropped
     /// and the queue is drained: nothing handed to it is left unwritten.
     pub(crate) fn start<F, Fut>(max: usize, commit: F) -> (Batcher<I, O>, JoinHandle<()>)
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<Answer<O>>, StoreError>> + Send + 'static,
     {
         Self::start_concurrent(max, 1, commit)
     }
@@ -68,7 +69,7 @@ where
     ) -> (Batcher<I, O>, JoinHandle<()>)
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<Answer<O>>, StoreError>> + Send + 'static,
     {
         let (queue, mut inbox) = mpsc::unbounded_channel::<(I, Reply<O>)>();
         let commit = Arc::new(commit);
@@ -111,14 +112,14 @@ async fn write<I, O, F, Fut>(commit: &F, batch: Vec<(I, Reply<O>)>)
 where
     I: Clone,
     F: Fn(Vec<I>) -> Fut,
-    Fut: Future<Output = Result<Vec<Result<O, StoreError>>, StoreError>>,
+    Fut: Future<Output = Result<Vec<Answer<O>>, StoreError>>,
 {
     let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
     let count = items.len();
     match commit(items.clone()).await {
         Ok(results) => {
             for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(result.map_err(Arc::new));
+                let _ = reply.send(result);
             }
         }
         // Item by item only when the database refused something in the batch: when it is
@@ -128,10 +129,9 @@ where
                 "a group commit failed; writing its items one by one");
             for (item, reply) in items.into_iter().zip(replies) {
                 let answer = match commit(vec![item]).await {
-                    Ok(mut results) => results
-                        .pop()
-                        .unwrap_or_else(|| Err(StoreError::Database(sqlx::Error::RowNotFound)))
-                        .map_err(Arc::new),
+                    Ok(mut results) => results.pop().unwrap_or_else(|| {
+                        Err(Arc::new(StoreError::Database(sqlx::Error::RowNotFound)))
+                    }),
                     Err(e) => Err(Arc::new(e)),
                 };
                 let _ = reply.send(answer);
@@ -218,11 +218,7 @@ mod tests {
         let counted = commits.clone();
         let (batcher, _task) = Batcher::start(16, move |_: Vec<u32>| {
             counted.fetch_add(1, Ordering::SeqCst);
-            async {
-                Err::<Vec<Result<u32, StoreError>>, _>(StoreError::Database(
-                    sqlx::Error::PoolTimedOut,
-                ))
-            }
+            async { Err::<Vec<Answer<u32>>, _>(StoreError::Database(sqlx::Error::PoolTimedOut)) }
         });
         let (a, b, c) = tokio::join!(batcher.submit(1), batcher.submit(2), batcher.submit(3));
         assert!(a.is_err() && b.is_err() && c.is_err());

@@ -11,7 +11,9 @@
 //!   the commits per delivered event from 2.8 to about 2.2 (BENCHMARKS.md). More than one
 //!   batch in flight keeps one transaction's round trips from bounding the rate.
 
-use crate::engine::batch::Batcher;
+use std::sync::Arc;
+
+use crate::engine::batch::{Answer, Batcher};
 use crate::engine::gate::WriteGate;
 use crate::model::{Ingest, Ingested};
 use crate::store::{Db, StoreError};
@@ -36,14 +38,14 @@ impl Ingester {
             Db::Postgres(_) | Db::Citus(_) => {
                 Batcher::start_concurrent(MAX_BATCH, PG_IN_FLIGHT, move |batch: Vec<Ingest>| {
                     let db = db.clone();
-                    async move { db.ingest_together(&batch).await }
+                    async move { shared(db.ingest_together(&batch).await) }
                 })
             }
             Db::Sqlite(_) => Batcher::start(MAX_BATCH, move |batch: Vec<Ingest>| {
                 let (db, gate) = (db.clone(), gate.clone());
                 async move {
                     let _turn = gate.enter().await;
-                    db.ingest_many(&batch).await
+                    shared(db.ingest_many(&batch).await)
                 }
             }),
         };
@@ -55,6 +57,18 @@ impl Ingester {
     pub(crate) async fn ingest(&self, item: Ingest) -> Result<Ingested, StoreError> {
         self.0.submit(item).await.map_err(unshare)
     }
+}
+
+/// A batch's answers, each item's error shareable as the batcher answers it.
+fn shared(
+    answers: Result<Vec<Result<Ingested, StoreError>>, StoreError>,
+) -> Result<Vec<Answer<Ingested>>, StoreError> {
+    answers.map(|items| {
+        items
+            .into_iter()
+            .map(|item| item.map_err(Arc::new))
+            .collect()
+    })
 }
 
 impl std::fmt::Debug for Ingester {

@@ -46,9 +46,9 @@ impl Recorder {
             let written = written.clone();
             async move {
                 let _turn = gate.enter().await;
-                let results = db.finish_attempts(&batch, &protection).await?;
+                let results = db.finish_attempts(&batch, &protection).await;
                 record_keys(&db, &batch, &results, &written).await;
-                Ok::<_, StoreError>(results.into_iter().map(Ok).collect())
+                Ok::<_, StoreError>(results)
             }
         });
         (Recorder(batcher), task)
@@ -99,7 +99,7 @@ impl Written {
 async fn record_keys(
     db: &Db,
     batch: &[FinishAttempt],
-    results: &[Finished],
+    results: &[Answer<Finished>],
     written: &Mutex<Written>,
 ) {
     let checks: Vec<(EndpointKey, i64, KeyCheck)> = {
@@ -109,7 +109,7 @@ async fn record_keys(
         batch
             .iter()
             .zip(results)
-            .filter(|(_, result)| matches!(result, Finished::Recorded { .. }))
+            .filter(|(_, result)| matches!(result, Ok(Finished::Recorded { .. })))
             .filter_map(|(item, _)| {
                 let (endpoint, at) = (item.endpoint(), item.record.started_at);
                 item.keys

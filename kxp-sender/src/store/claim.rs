@@ -345,20 +345,25 @@ fn claim_sql_of(sqlite: bool, one_account: bool) -> String {
     // The window: due deliveries in due order, of endpoints and accounts that may take more.
     // Then at most each endpoint's cap (`rn`), then at most each account's (`an`), taken
     // round the accounts: every account's oldest, then every account's second, …
-    let (take_account, scan_account) = if one_account {
-        ("account_id = $9 AND ", "d.account_id = $9 AND ")
+    let (take_account, scan_account, account) = if one_account {
+        ("account_id = $9 AND ", "d.account_id = $9 AND ", "$9")
     } else {
-        ("", "")
+        ("", "", "d.account_id")
     };
+    let take = take(if one_account {
+        "$9"
+    } else {
+        "kxp_deliveries.account_id"
+    });
     let claim = format!(
-        "{TAKE} WHERE {take_account}(account_id, id) IN (SELECT c.account_id, c.id FROM ( \
+        "{take} WHERE {take_account}(account_id, id) IN (SELECT c.account_id, c.id FROM ( \
              SELECT e.id, e.account_id, e.next_attempt_at, \
                ROW_NUMBER() OVER (PARTITION BY e.account_id ORDER BY e.next_attempt_at) AS an \
              FROM (SELECT w.id, w.endpoint_id, w.account_id, w.next_attempt_at, \
                  ROW_NUMBER() OVER (PARTITION BY w.endpoint_id ORDER BY w.next_attempt_at) AS rn \
                FROM (SELECT d.id, d.endpoint_id, d.account_id, d.next_attempt_at FROM kxp_deliveries d \
                  WHERE {scan_account}d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND {cap_d} > 0 AND {account_d} > 0 \
-                 AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.account_id = d.account_id AND a.id = d.endpoint_id AND a.status = 'active' \
+                 AND EXISTS (SELECT 1 FROM kxp_endpoints a WHERE a.account_id = {account} AND a.id = d.endpoint_id AND a.status = 'active' \
                    AND (a.circuit_state = 'closed' OR (a.circuit_state = 'half_open' AND a.circuit_probe_id = d.id))) \
                  ORDER BY d.next_attempt_at LIMIT $5 * 4{lock}) w \
              ) e WHERE e.rn <= {cap_e} \
@@ -368,31 +373,44 @@ fn claim_sql_of(sqlite: bool, one_account: bool) -> String {
     if sqlite {
         claim
     } else {
-        format!("WITH d AS ({claim}) {}", job_select("d", "$3"))
+        let account = one_account.then_some("$9");
+        format!("WITH d AS ({claim}) {}", job_select("d", "$3", account))
     }
 }
 
 /// The columns of a [`Job`], from the claimed deliveries `from` (aliased `d`), their events
 /// and endpoints, with the endpoint's [`live_secrets`] at `now`.
-fn job_select(from: &str, now: &str) -> String {
+///
+/// `account`, the parameter naming the one account claimed for, is compared with the events'
+/// and endpoints' accounts too: the claimed rows come out of a `WITH`, which Citus reads as an
+/// intermediate result, and only a constant account keeps the join on that account's shard.
+fn job_select(from: &str, now: &str, account: Option<&str>) -> String {
+    let (e_account, p_account) = match account {
+        Some(account) => (
+            format!("{account} AND e.account_id = d.account_id"),
+            format!("{account} AND p.account_id = d.account_id"),
+        ),
+        None => ("d.account_id".to_owned(), "d.account_id".to_owned()),
+    };
     format!(
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence, \
            e.traceparent, e.tracestate, p.trace_propagation \
-         FROM {from} JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id \
-         JOIN kxp_endpoints p ON p.account_id = d.account_id AND p.id = d.endpoint_id",
-        live_secrets(now)
+         FROM {from} JOIN kxp_events e ON e.account_id = {e_account} AND e.id = d.event_id \
+         JOIN kxp_endpoints p ON p.account_id = {p_account} AND p.id = d.endpoint_id",
+        live_secrets(now, account.unwrap_or("p.account_id"))
     )
 }
 
 /// The live secrets of the endpoint `p` at `now`, as [`Secrets`](crate::model::Secrets) reads
 /// them: newest first, comma-separated, each after its row id and a colon (an Ed25519 key's
 /// stored seed after `ed25519:`). One aggregate, as the claim is the hot path.
-pub(super) fn live_secrets(now: &str) -> String {
+/// `account` as [`take`]'s: `p.account_id`, or the one account's parameter.
+pub(super) fn live_secrets(now: &str, account: &str) -> String {
     format!(
         "COALESCE((SELECT string_agg(CAST(s.id AS TEXT) || ':' || CASE WHEN s.kind = 'ed25519' THEN 'ed25519:' || s.secret ELSE s.secret END, ',' ORDER BY s.id DESC) \
-         FROM kxp_endpoint_secrets s WHERE s.account_id = p.account_id AND s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '')"
+         FROM kxp_endpoint_secrets s WHERE s.account_id = {account} AND s.endpoint_id = p.id AND (s.expires_at IS NULL OR s.expires_at > {now})), '')"
     )
 }
 
@@ -404,20 +422,29 @@ const NUMBERED: &str = "(d.sequence IS NOT NULL OR d.created_at <= $3 - 2000)";
 
 /// What a claim sets on each delivery it takes: `$1` the lease's extra ms, `$2` the owner, `$3`
 /// now.
-const TAKE: &str = "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
-       lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p \
-         WHERE p.account_id = kxp_deliveries.account_id AND p.id = kxp_deliveries.endpoint_id)";
+///
+/// `account` is the deliveries' account in the endpoint's lookup: `kxp_deliveries.account_id`,
+/// or the parameter of the one account claimed for, which Citus needs to keep the statement on
+/// that account's shard (a subquery correlated by a column sends it to every shard).
+fn take(account: &str) -> String {
+    format!(
+        "UPDATE kxp_deliveries SET status = 'delivering', lease_owner = $2, updated_at = $3, \
+         lease_until = $3 + $1 + (SELECT timeout_ms FROM kxp_endpoints p \
+           WHERE p.account_id = {account} AND p.id = kxp_deliveries.endpoint_id)"
+    )
+}
 
 /// [`Db::claim_for_fair`] on SQLite, for one endpoint: `$4` the endpoint, `$5` its cap, `$6` its
 /// account.
 pub(super) static CLAIM_FOR_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{TAKE} WHERE account_id = $6 AND id IN (SELECT d.id FROM kxp_deliveries d \
+        "{} WHERE account_id = $6 AND id IN (SELECT d.id FROM kxp_deliveries d \
            JOIN kxp_endpoints p ON p.account_id = d.account_id AND p.id = d.endpoint_id \
            WHERE d.account_id = $6 AND d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $3 AND {NUMBERED} AND p.status = 'active' \
            AND (p.circuit_state = 'closed' OR (p.circuit_state = 'half_open' AND p.circuit_probe_id = d.id)) \
            ORDER BY d.next_attempt_at LIMIT $5) \
-         RETURNING account_id, id"
+         RETURNING account_id, id",
+        take("$6")
     )
 });
 
@@ -435,6 +462,11 @@ fn claim_for_postgres(one_account: bool) -> String {
     } else {
         ("", "t.a")
     };
+    let take = take(if one_account {
+        "$7"
+    } else {
+        "kxp_deliveries.account_id"
+    });
     format!(
         "WITH t AS (SELECT a, id AS endpoint_id, cap FROM jsonb_to_recordset($4::jsonb) AS r(a text, id text, cap bigint)), \
          picked AS (SELECT x.id, x.next_attempt_at, p.account_id FROM t JOIN kxp_endpoints p ON p.account_id = {endpoint_account} AND p.id = t.endpoint_id \
@@ -446,11 +478,11 @@ fn claim_for_postgres(one_account: bool) -> String {
            AND COALESCE(($5::jsonb ->> p.account_id)::bigint, $6) > 0), \
          ranked AS (SELECT id, account_id, \
            ROW_NUMBER() OVER (PARTITION BY account_id ORDER BY next_attempt_at) AS an FROM picked), \
-         d AS ({TAKE} WHERE {take_account}(account_id, id) IN (SELECT account_id, id FROM ranked \
+         d AS ({take} WHERE {take_account}(account_id, id) IN (SELECT account_id, id FROM ranked \
            WHERE an <= COALESCE(($5::jsonb ->> account_id)::bigint, $6)) \
            RETURNING id, account_id, event_id, endpoint_id, attempts, sequence) \
          {}",
-        job_select("d", "$3")
+        job_select("d", "$3", one_account.then_some("$7"))
     )
 }
 
@@ -462,7 +494,7 @@ pub(super) static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{} WHERE (d.account_id, d.id) IN \
            (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($1))",
-        job_select("kxp_deliveries d", "$2")
+        job_select("kxp_deliveries d", "$2", None)
     )
 });
 

@@ -52,7 +52,7 @@ static SOURCE: LazyLock<String> = LazyLock::new(|| {
            WHERE s.account_id = p.account_id AND s.endpoint_id = p.id), 1) - 1 AS latest, \
          p.encryption_jwk, p.feed_token_hash, {} AS secrets \
          FROM kxp_endpoints p WHERE p.account_id = $3 AND p.id = $1 AND p.status <> 'deleted'",
-        live_secrets("$2")
+        live_secrets("$2", "p.account_id")
     )
 });
 

@@ -35,12 +35,25 @@ pub(crate) struct StatsSql {
     /// `{a, id, cf, fs, ls, lf, le}` (account, endpoint, consecutive failures, failing since, last success, last
     /// failure, last error), `$2` now.
     pub write: String,
+    /// [`write`](StatsSql::write) of a batch whose endpoints are all of one account, `$3`:
+    /// naming it keeps the statement on that account's shard on Citus.
+    pub write_one: String,
     /// Adds each endpoint's [`HourTally`](crate::policy::health::HourTally) to its clock hour:
     /// `$1` a JSON array of `{a, id, hour, s, f, b0 … b11}`.
     pub add_hourly: String,
 }
 
 const STATS_RETURNING: &str = "RETURNING endpoint_id, account_id, consecutive_failures, failing_since, last_success_at, last_failure_at, last_error";
+
+const SQLITE_WRITE: &str = "UPDATE kxp_endpoint_stats SET consecutive_failures = v.value ->> '$.cf', \
+       failing_since = v.value ->> '$.fs', last_success_at = v.value ->> '$.ls', \
+       last_failure_at = v.value ->> '$.lf', last_error = v.value ->> '$.le', updated_at = $2 \
+     FROM json_each($1) AS v WHERE account_id = v.value ->> '$.a' AND endpoint_id = v.value ->> '$.id'";
+
+const POSTGRES_WRITE: &str = "UPDATE kxp_endpoint_stats s SET consecutive_failures = v.cf, failing_since = v.fs, \
+       last_success_at = v.ls, last_failure_at = v.lf, last_error = v.le, updated_at = $2 \
+     FROM jsonb_to_recordset($1::jsonb) AS v(a text, id text, cf bigint, fs bigint, ls bigint, lf bigint, le text) \
+     WHERE s.account_id = v.a AND s.endpoint_id = v.id";
 
 fn stats_sql(sqlite: bool) -> StatsSql {
     let hourly_columns = BUCKET_COLUMNS.join(", ");
@@ -61,11 +74,8 @@ fn stats_sql(sqlite: bool) -> StatsSql {
                 "INSERT INTO kxp_endpoint_stats (endpoint_id, account_id, consecutive_failures, updated_at) \
                  SELECT value ->> '$.id', value ->> '$.a', 0, $2 FROM json_each($1) WHERE true {upsert_stats} {STATS_RETURNING}"
             ),
-            write: "UPDATE kxp_endpoint_stats SET consecutive_failures = v.value ->> '$.cf', \
-                   failing_since = v.value ->> '$.fs', last_success_at = v.value ->> '$.ls', \
-                   last_failure_at = v.value ->> '$.lf', last_error = v.value ->> '$.le', updated_at = $2 \
-                 FROM json_each($1) AS v WHERE account_id = v.value ->> '$.a' AND endpoint_id = v.value ->> '$.id'"
-                .to_owned(),
+            write: SQLITE_WRITE.to_owned(),
+            write_one: format!("{SQLITE_WRITE} AND account_id = $3"),
             add_hourly: format!(
                 "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, account_id, hour, successes, failures, {hourly_columns}) \
                  SELECT value ->> '$.id', value ->> '$.a', value ->> '$.hour', value ->> '$.s', value ->> '$.f', {buckets} \
@@ -87,11 +97,8 @@ fn stats_sql(sqlite: bool) -> StatsSql {
                  SELECT id, a, 0, $2 FROM jsonb_to_recordset($1::jsonb) AS t(a text, id text) ORDER BY id \
                  {upsert_stats} {STATS_RETURNING}"
             ),
-            write: "UPDATE kxp_endpoint_stats s SET consecutive_failures = v.cf, failing_since = v.fs, \
-                   last_success_at = v.ls, last_failure_at = v.lf, last_error = v.le, updated_at = $2 \
-                 FROM jsonb_to_recordset($1::jsonb) AS v(a text, id text, cf bigint, fs bigint, ls bigint, lf bigint, le text) \
-                 WHERE s.account_id = v.a AND s.endpoint_id = v.id"
-                .to_owned(),
+            write: POSTGRES_WRITE.to_owned(),
+            write_one: format!("{POSTGRES_WRITE} AND s.account_id = $3"),
             add_hourly: format!(
                 "INSERT INTO kxp_endpoint_stats_hourly (endpoint_id, account_id, hour, successes, failures, {hourly_columns}) \
                  SELECT v.id, v.a, v.hour, v.s, v.f, {bucket_names} \

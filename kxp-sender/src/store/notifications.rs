@@ -53,6 +53,35 @@ pub(crate) async fn queue_notices<DB: Backend>(
 
 const NOTIFICATION_COLUMNS: &str = "id, account_id, endpoint_id, kind, channel, target, event_id, payload, status, attempts, last_error, created_at";
 
+/// A notification due at `$1` and unleased, of a channel this process sends (`$2`: 1 when it
+/// can send e-mail).
+const DUE: &str = "status = 'pending' AND next_attempt_at <= $1 \
+     AND (lease_until IS NULL OR lease_until < $1) AND (channel <> 'email' OR $2 = 1)";
+
+/// Leases the first due notification (`$1` now, `$2` the lease's end, `$3` the owner, `$4` as
+/// [`DUE`]'s `$2`), or that of one account (`$5`), by its whole key. The lease test is repeated
+/// outside the subquery: on PostgreSQL, a second process that waited for the row re-checks it
+/// against the row the first one wrote, and skips it.
+fn claim_sql(one_account: bool) -> String {
+    let account = if one_account {
+        "account_id = $5 AND "
+    } else {
+        ""
+    };
+    let due = DUE.replace("$2", "$4");
+    format!(
+        "UPDATE kxp_notifications SET lease_until = $2, lease_owner = $3, updated_at = $1 \
+         WHERE {account}(account_id, id) IN (SELECT account_id, id FROM kxp_notifications \
+           WHERE {account}{due} ORDER BY next_attempt_at LIMIT 1) \
+         AND status = 'pending' AND (lease_until IS NULL OR lease_until < $1) \
+         RETURNING {NOTIFICATION_COLUMNS}"
+    )
+}
+
+pub(crate) static CLAIM: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| claim_sql(false));
+static CLAIM_ACCOUNT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| claim_sql(true));
+
 impl Db {
     /// Leases the next due notification to `owner` for `lease_ms`; e-mail ones only when
     /// `email` (this process can send e-mail), so a process without an SMTP server leaves them
@@ -68,20 +97,37 @@ impl Db {
         email: bool,
     ) -> Result<Option<Notification>, StoreError> {
         let now = now_ms();
-        // The lease test is repeated outside the subquery: on PostgreSQL, a second process that
-        // waited for the row re-checks it against the row the first one wrote, and skips it.
-        let sql = format!(
-            "UPDATE kxp_notifications SET lease_until = $2, lease_owner = $3, updated_at = $1 \
-             WHERE id IN (SELECT id FROM kxp_notifications WHERE status = 'pending' AND next_attempt_at <= $1 \
-               AND (lease_until IS NULL OR lease_until < $1) AND (channel <> 'email' OR $4 = 1) \
-               ORDER BY next_attempt_at LIMIT 1) \
-             AND status = 'pending' AND (lease_until IS NULL OR lease_until < $1) \
-             RETURNING {NOTIFICATION_COLUMNS}"
-        );
+        let lease = now.saturating_add(lease_ms);
+        if let Db::Citus(pool) = self {
+            // The accounts with one due (read on every shard, no lock), then each account's
+            // claim on its own shard, the only place Citus takes row locks.
+            let due: Vec<String> = sqlx::query_scalar(&format!(
+                "SELECT account_id FROM kxp_notifications WHERE {DUE} \
+                 GROUP BY account_id ORDER BY MIN(next_attempt_at) LIMIT 16"
+            ))
+            .bind(now)
+            .bind(i64::from(email))
+            .fetch_all(pool)
+            .await?;
+            for account in due {
+                let claimed = sqlx::query_as::<_, Notification>(&CLAIM_ACCOUNT)
+                    .bind(now)
+                    .bind(lease)
+                    .bind(owner)
+                    .bind(i64::from(email))
+                    .bind(&account)
+                    .fetch_optional(pool)
+                    .await?;
+                if claimed.is_some() {
+                    return Ok(claimed);
+                }
+            }
+            return Ok(None);
+        }
         Ok(on_db!(self, |pool| {
-            sqlx::query_as::<_, Notification>(&sql)
+            sqlx::query_as::<_, Notification>(&CLAIM)
                 .bind(now)
-                .bind(now.saturating_add(lease_ms))
+                .bind(lease)
                 .bind(owner)
                 .bind(i64::from(email))
                 .fetch_optional(pool)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::store::health::STATS_SQLITE;
 use crate::store::record::FINISH_ATTEMPT;
-use crate::store::{Db, Migrations, claim, sequence};
+use crate::store::{Db, Migrations, claim, notifications, sequence};
 
 /// The statements of every claim, attempt and sequencer pass, by name.
 fn hot() -> Vec<(&'static str, String)> {
@@ -21,6 +21,7 @@ fn hot() -> Vec<(&'static str, String)> {
         ("add hourly tallies", STATS_SQLITE.add_hourly.clone()),
         ("number deliveries", sequence::NUMBER_SQLITE.to_owned()),
         ("move sequences", sequence::MOVE_SQLITE.to_owned()),
+        ("claim a notification", notifications::CLAIM.clone()),
     ]
 }
 

@@ -4,7 +4,7 @@
 //! and policy calls are written here once, for both databases.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use sqlx::Pool;
 
@@ -59,7 +59,9 @@ impl Db {
     ///
     /// One commit for the whole batch is what makes delivery fast: a commit waits for the disk,
     /// and on PostgreSQL each endpoint's rows are locked once per batch instead of once per
-    /// attempt.
+    /// attempt. On Citus the batch is written in one transaction per account, each on that
+    /// account's shard, and an account whose worker is down fails alone: the answers are per
+    /// item, and a failed one was not recorded (its lease runs out, it is tried again).
     #[cfg_attr(
         not(feature = "test-util"),
         expect(unreachable_pub, reason = "public with feature test-util only")
@@ -68,26 +70,44 @@ impl Db {
         &self,
         batch: &[FinishAttempt],
         protection: &Protection,
-    ) -> Result<Vec<Finished>, StoreError> {
-        if let Db::Citus(pool) = self {
-            // One transaction per account, each on that account's shard.
-            let mut results = vec![Finished::LeaseLost; batch.len()];
-            let mut by_account: BTreeMap<&AccountId, Vec<usize>> = BTreeMap::new();
-            for (i, item) in batch.iter().enumerate() {
-                by_account.entry(&item.account_id).or_default().push(i);
-            }
-            for positions in by_account.into_values() {
-                let group: Vec<FinishAttempt> =
-                    positions.iter().map(|&i| batch[i].clone()).collect();
-                let finished = finish(pool, &group, protection).await?;
-                for (i, done) in positions.into_iter().zip(finished) {
-                    results[i] = done;
+    ) -> Vec<Result<Finished, Arc<StoreError>>> {
+        let Db::Citus(pool) = self else {
+            return match on_db!(self, |pool| finish(pool, batch, protection).await) {
+                Ok(finished) => finished.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(Arc::new(StoreError::from(e))); batch.len()],
+            };
+        };
+        let mut results = vec![Ok(Finished::LeaseLost); batch.len()];
+        for positions in positions_by_account(batch.iter().map(|item| &item.account_id)) {
+            let group: Vec<FinishAttempt> = positions.iter().map(|&i| batch[i].clone()).collect();
+            match finish(pool, &group, protection).await {
+                Ok(finished) => {
+                    for (i, done) in positions.into_iter().zip(finished) {
+                        results[i] = Ok(done);
+                    }
+                }
+                Err(e) => {
+                    let e = Arc::new(StoreError::from(e));
+                    for i in positions {
+                        results[i] = Err(e.clone());
+                    }
                 }
             }
-            return Ok(results);
         }
-        Ok(on_db!(self, |pool| finish(pool, batch, protection).await?))
+        results
     }
+}
+
+/// The positions of each account's items in a batch, account by account: what Citus writes
+/// in one statement or transaction per account.
+pub(crate) fn positions_by_account<'a>(
+    accounts: impl Iterator<Item = &'a AccountId>,
+) -> Vec<Vec<usize>> {
+    let mut by_account: BTreeMap<&AccountId, Vec<usize>> = BTreeMap::new();
+    for (i, account) in accounts.enumerate() {
+        by_account.entry(account).or_default().push(i);
+    }
+    by_account.into_values().collect()
 }
 
 /// [`Db::finish_attempts`] on one database.
@@ -151,12 +171,19 @@ async fn record_endpoints<DB: Backend>(
         return Ok(results);
     }
     let keys = keys_json(&touched);
+    // Every endpoint of one account (always so on Citus, where a batch is written per account):
+    // named as a constant, so that each statement stays on that account's shard.
+    let one = touched
+        .split_first()
+        .filter(|(first, rest)| rest.iter().all(|k| k.account_id == first.account_id))
+        .map(|(first, _)| first.account_id.clone());
+    let one = one.as_ref();
     let mut stats: BTreeMap<EndpointKey, RunningStats> = DB::lock_stats(conn, &keys, now)
         .await?
         .into_iter()
         .map(|row| (row.key(), RunningStats::from(row)))
         .collect();
-    let mut rows: BTreeMap<EndpointKey, BreakerRow> = DB::breaker_rows(conn, &keys)
+    let mut rows: BTreeMap<EndpointKey, BreakerRow> = DB::breaker_rows(conn, &keys, one)
         .await?
         .into_iter()
         .map(|row| (row.key(), row))
@@ -193,7 +220,13 @@ async fn record_endpoints<DB: Backend>(
         let mut notices = 0;
         if let Some(kind) = changed.and_then(|t| t.notice()) {
             // The notice quotes the statistics: they go down first.
-            DB::write_stats(conn, stats_json(std::iter::once((endpoint, &*stats))), now).await?;
+            DB::write_stats(
+                conn,
+                stats_json(std::iter::once((endpoint, &*stats))),
+                now,
+                one,
+            )
+            .await?;
             notices = queue_notices::<DB>(conn, kind, endpoint, now).await?;
         }
         results[i] = Finished::Recorded {
@@ -201,7 +234,7 @@ async fn record_endpoints<DB: Backend>(
             notices,
         };
     }
-    DB::write_stats(conn, stats_json(stats.iter()), now).await?;
+    DB::write_stats(conn, stats_json(stats.iter()), now, one).await?;
     DB::add_hourly(conn, hourly_json(hour_of(now), tallies.iter())).await?;
     Ok(results)
 }
@@ -222,7 +255,15 @@ pub(crate) static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
 /// [`FINISH_ATTEMPT`] for a whole batch, on PostgreSQL: `$1`… `$8` the batch's columns as
 /// arrays (delivery, status, attempt, started at, next at, HTTP status, error, lease owner),
 /// `$9` now, `$10` the deliveries' accounts. Each row is checked against its own lease; returns the deliveries it recorded.
-pub(crate) const FINISH_ATTEMPTS_POSTGRES: &str = "UPDATE kxp_deliveries d SET \
+pub(crate) static FINISH_ATTEMPTS_POSTGRES: LazyLock<String> =
+    LazyLock::new(|| finish_attempts_postgres(""));
+/// [`FINISH_ATTEMPTS_POSTGRES`] for a batch of one account, `$11`: on Citus, on its shard.
+pub(crate) static FINISH_ATTEMPTS_ONE: LazyLock<String> =
+    LazyLock::new(|| finish_attempts_postgres("AND d.account_id = $11 AND p.account_id = $11 "));
+
+fn finish_attempts_postgres(one: &str) -> String {
+    format!(
+        "UPDATE kxp_deliveries d SET \
        status = CASE WHEN u.status = 'pending' AND p.status = 'deleted' THEN 'dead' ELSE u.status END, \
        attempts = u.attempt, first_attempt_at = COALESCE(d.first_attempt_at, u.started_at), \
        next_attempt_at = u.next_at, lease_until = NULL, lease_owner = NULL, last_status = u.status_code, \
@@ -232,4 +273,6 @@ pub(crate) const FINISH_ATTEMPTS_POSTGRES: &str = "UPDATE kxp_deliveries d SET \
        AS u(id, status, attempt, started_at, next_at, status_code, error, owner, account_id), kxp_endpoints p \
      WHERE d.account_id = u.account_id AND d.id = u.id AND d.lease_owner = u.owner AND d.status = 'delivering' \
        AND p.account_id = d.account_id AND p.id = d.endpoint_id \
-     RETURNING d.id";
+     {one}RETURNING d.id"
+    )
+}

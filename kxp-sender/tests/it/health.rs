@@ -185,10 +185,12 @@ async fn health_follows_attempts(database: Database) {
         next: NextState::Dead,
         keys: None,
     };
-    let finished = db
+    let finished: Vec<Finished> = db
         .finish_attempts(&[lost.clone(), lost], &Protection::default())
         .await
-        .unwrap();
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(finished, [Finished::LeaseLost, Finished::LeaseLost]);
     assert_eq!(health(&s, &endpoint_id).await, h);
     db.close().await;

@@ -35,6 +35,7 @@ macro_rules! on_citus {
 mod account_keys;
 mod api_errors;
 mod backpressure;
+mod citus_faults;
 mod concurrency;
 mod connections;
 mod console;

@@ -11,7 +11,9 @@ use crate::model::{
 use crate::store::circuit::{BREAKER_ROW, BreakerRow, CLOSE, DISABLE, OPEN, REOPEN};
 use crate::store::health::{STATS_POSTGRES, STATS_SQLITE, StatsRow};
 use crate::store::notifications::NOTICE_FACTS;
-use crate::store::record::{FINISH_ATTEMPT, FINISH_ATTEMPTS_POSTGRES, Finishing};
+use crate::store::record::{
+    FINISH_ATTEMPT, FINISH_ATTEMPTS_ONE, FINISH_ATTEMPTS_POSTGRES, Finishing,
+};
 
 use super::sealed;
 
@@ -54,11 +56,13 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
         now: i64,
     ) -> impl Future<Output = Result<Vec<StatsRow>, sqlx::Error>> + Send;
 
-    /// [`StatsSql::write`](crate::store::health::StatsSql::write).
+    /// [`StatsSql::write`](crate::store::health::StatsSql::write), or its `write_one` when
+    /// every endpoint is of `one`'s account.
     fn write_stats(
         conn: &mut Self::Connection,
         stats: String,
         now: i64,
+        one: Option<&AccountId>,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// [`StatsSql::add_hourly`](crate::store::health::StatsSql::add_hourly).
@@ -68,10 +72,11 @@ pub(crate) trait RecordingSql: sqlx::Database + sealed::Sealed {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// The [`BreakerRow`]s of the endpoints `keys`, a
-    /// [`keys_json`](crate::store::record::keys_json).
+    /// [`keys_json`](crate::store::record::keys_json), all of `one`'s account if it is named.
     fn breaker_rows(
         conn: &mut Self::Connection,
         keys: &str,
+        one: Option<&AccountId>,
     ) -> impl Future<Output = Result<Vec<BreakerRow>, sqlx::Error>> + Send;
 
     /// One endpoint's [`BreakerRow`].
@@ -194,12 +199,14 @@ macro_rules! recording_sql {
                 conn: &mut Self::Connection,
                 stats: String,
                 now: i64,
+                one: Option<&AccountId>,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query(&$stats.write)
-                    .bind(stats)
-                    .bind(now)
-                    .execute(&mut *conn)
-                    .await?;
+                match one {
+                    Some(account) => sqlx::query(&$stats.write_one).bind(stats).bind(now).bind(account),
+                    None => sqlx::query(&$stats.write).bind(stats).bind(now),
+                }
+                .execute(&mut *conn)
+                .await?;
                 Ok(())
             }
 
@@ -217,11 +224,16 @@ macro_rules! recording_sql {
             async fn breaker_rows(
                 conn: &mut Self::Connection,
                 keys: &str,
+                one: Option<&AccountId>,
             ) -> Result<Vec<BreakerRow>, sqlx::Error> {
-                sqlx::query_as::<_, BreakerRow>($breakers)
-                    .bind(keys)
-                    .fetch_all(&mut *conn)
-                    .await
+                match one {
+                    Some(account) => sqlx::query_as::<_, BreakerRow>(concat!($breakers, " WHERE p.account_id = $2"))
+                        .bind(keys)
+                        .bind(account),
+                    None => sqlx::query_as::<_, BreakerRow>($breakers).bind(keys),
+                }
+                .fetch_all(&mut *conn)
+                .await
             }
 
             async fn breaker_row(
@@ -463,7 +475,15 @@ recording_sql!(
 /// delivery in a batch (which one worker's lease never makes) would take one each. The
 /// deliveries' highest ids are read in a join, not a subquery per row, which Citus does not
 /// take beside `UNNEST`.
-const ATTEMPTS_POSTGRES: &str = "INSERT INTO kxp_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, \
+static ATTEMPTS_POSTGRES: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| attempts_postgres(""));
+/// [`ATTEMPTS_POSTGRES`] for a batch of one account, `$11`: on Citus, on its shard.
+static ATTEMPTS_ONE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| attempts_postgres("AND a.account_id = $11 "));
+
+fn attempts_postgres(one: &str) -> String {
+    format!(
+        "INSERT INTO kxp_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, \
        error, response_snippet, signed_with, verified_key, account_id) \
      SELECT COALESCE(m.top, 0) + row_number() OVER (PARTITION BY u.account_id, u.delivery_id), u.* \
      FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], \
@@ -471,7 +491,9 @@ const ATTEMPTS_POSTGRES: &str = "INSERT INTO kxp_attempts (id, delivery_id, atte
        signed_with, verified_key, account_id) \
      LEFT JOIN (SELECT a.account_id, a.delivery_id, MAX(a.id) AS top FROM kxp_attempts a \
        WHERE (a.account_id, a.delivery_id) IN (SELECT * FROM UNNEST($10::text[], $1::text[])) \
-       GROUP BY a.account_id, a.delivery_id) m ON m.account_id = u.account_id AND m.delivery_id = u.delivery_id";
+       {one}GROUP BY a.account_id, a.delivery_id) m ON m.account_id = u.account_id AND m.delivery_id = u.delivery_id"
+    )
+}
 
 recording_sql!(
     sqlx::Postgres,
@@ -515,9 +537,16 @@ recording_sql!(
                 .bind(&accounts),
             };
             lock.execute(&mut *conn).await?;
+            let one = match accounts.as_slice() {
+                [account, rest @ ..] if rest.iter().all(|a| a == account) => Some(*account),
+                _ => None,
+            };
             let column = |f: fn(&FinishAttempt) -> String| batch.iter().map(f).collect::<Vec<_>>();
-            let updated: std::collections::HashSet<String> =
-                sqlx::query_scalar::<_, String>(FINISH_ATTEMPTS_POSTGRES)
+            let finish = match one {
+                Some(_) => FINISH_ATTEMPTS_ONE.as_str(),
+                None => FINISH_ATTEMPTS_POSTGRES.as_str(),
+            };
+            let mut finished = sqlx::query_scalar::<_, String>(finish)
                     .bind(column(|item| item.delivery_id.to_string()))
                     .bind(finishing.iter().map(|f| f.status).collect::<Vec<_>>())
                     .bind(batch.iter().map(|item| item.attempt).collect::<Vec<_>>())
@@ -528,10 +557,12 @@ recording_sql!(
                     .bind(column(|item| item.owner.clone()))
                     .bind(now)
                     .bind(column(|item| item.account_id.to_string()))
-                    .fetch_all(&mut *conn)
-                    .await?
-                    .into_iter()
-                    .collect();
+                    ;
+            if let Some(account) = one {
+                finished = finished.bind(account);
+            }
+            let updated: std::collections::HashSet<String> =
+                finished.fetch_all(&mut *conn).await?.into_iter().collect();
             let recorded: Vec<bool> = batch
                 .iter()
                 .map(|item| updated.contains(item.delivery_id.as_str()))
@@ -544,9 +575,10 @@ recording_sql!(
                 .map(|(pair, _)| pair)
                 .collect();
             if !rows.is_empty() {
-                sqlx::query(
-                    ATTEMPTS_POSTGRES,
-                )
+                let mut attempts = sqlx::query(match one {
+                    Some(_) => ATTEMPTS_ONE.as_str(),
+                    None => ATTEMPTS_POSTGRES.as_str(),
+                })
                 .bind(rows.iter().map(|(item, _)| item.delivery_id.as_str()).collect::<Vec<_>>())
                 .bind(rows.iter().map(|(item, _)| item.attempt).collect::<Vec<_>>())
                 .bind(rows.iter().map(|(item, _)| item.record.started_at).collect::<Vec<_>>())
@@ -569,8 +601,11 @@ recording_sql!(
                         .collect::<Vec<_>>(),
                 )
                 .bind(rows.iter().map(|(item, _)| item.account_id.as_str()).collect::<Vec<_>>())
-                .execute(&mut *conn)
-                .await?;
+                ;
+                if let Some(account) = one {
+                    attempts = attempts.bind(account);
+                }
+                attempts.execute(&mut *conn).await?;
             }
             Ok(recorded)
         }

@@ -3,7 +3,6 @@
 //! account's shard, the only place Citus takes row locks. Which accounts have due work (or
 //! expired leases) is read from every shard first, without locks.
 
-use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use sqlx::PgPool;
@@ -11,6 +10,7 @@ use sqlx::PgPool;
 use super::{ClaimArgs, PUT_BACK, claim_for, claim_for_postgres, claim_sql_of};
 use crate::model::{AccountId, EndpointKey, Job};
 use crate::policy::fairness::AccountCaps;
+use crate::store::record::positions_by_account;
 
 /// The accounts of the `$2` deliveries due first at `$1`, each once, the one due first first:
 /// the batched scan's window, by account. As there, deliveries of endpoints (`$3`, a JSON
@@ -82,34 +82,41 @@ pub(super) async fn claim_fair(
 }
 
 /// The claim for ready endpoints ([`Db::claim_for_fair`](crate::store::Db::claim_for_fair)),
-/// one statement per account.
+/// one statement per account. An account whose shard cannot be reached (its worker down) is
+/// skipped, and the others' claims stand: what they leased is returned, never dropped (it would
+/// wait out its lease). Only when every account fails is the claim an error.
 pub(super) async fn claim_for_fair(
     pool: &PgPool,
     lease: (i64, &str, i64),
     targets: &[(&EndpointKey, i64)],
     accounts: &AccountCaps,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    let mut by_account: BTreeMap<&AccountId, Vec<(&EndpointKey, i64)>> = BTreeMap::new();
-    for (key, cap) in targets {
-        by_account
-            .entry(&key.account_id)
-            .or_default()
-            .push((key, *cap));
-    }
     let mut jobs = Vec::new();
-    for (account, targets) in by_account {
-        let taken = claim_for(
+    let mut failed = None;
+    for positions in positions_by_account(targets.iter().map(|(key, _)| &key.account_id)) {
+        let account = &targets[positions[0]].0.account_id;
+        let group: Vec<(&EndpointKey, i64)> = positions.iter().map(|&i| targets[i]).collect();
+        match claim_for(
             pool,
             &CLAIM_FOR_ACCOUNT,
             lease,
-            &targets,
+            &group,
             accounts,
             Some(account),
         )
-        .await?;
-        jobs.extend(taken);
+        .await
+        {
+            Ok(taken) => jobs.extend(taken),
+            Err(e) => {
+                tracing::warn!(target: "kxp_sender", account_id = %account, error = %e, "claiming for one account failed; the other accounts' claims stand");
+                failed.get_or_insert(e);
+            }
+        }
     }
-    Ok(jobs)
+    match failed {
+        Some(e) if jobs.is_empty() => Err(e),
+        _ => Ok(jobs),
+    }
 }
 
 /// [`Db::reclaim_expired`](crate::store::Db::reclaim_expired), account by account.
