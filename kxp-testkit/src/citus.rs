@@ -157,6 +157,11 @@ impl CitusDatabase {
 /// else, so `.ci/run` runs them on their own, one at a time.
 pub const FAULTS_ENV: &str = "KXP_TEST_CITUS_DIR";
 
+/// `1` where the fault tests must run (`.ci/run`'s step of their own): a missing
+/// [`FAULTS_ENV`] is then a failure. Not [`REQUIRE_CITUS_ENV`]: the other Citus tests run
+/// beside everything else, and these must not.
+pub const REQUIRE_FAULTS_ENV: &str = "KXP_REQUIRE_CITUS_FAULTS";
+
 /// The nodes of the local cluster of `../shared/citus/cluster.sh`, to crash and restart.
 #[derive(Debug)]
 pub struct Cluster {
@@ -166,7 +171,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// The cluster of [`FAULTS_ENV`]; `None` when it is not set, after a `SKIPPED (Citus
-    /// faults)` line on stderr (a failure where [`REQUIRE_CITUS_ENV`] is `1`).
+    /// faults)` line on stderr (a failure where [`REQUIRE_FAULTS_ENV`] is `1`).
     pub fn from_env() -> Option<Cluster> {
         match std::env::var(FAULTS_ENV) {
             Ok(dir) if !dir.is_empty() => Some(Cluster {
@@ -174,9 +179,9 @@ impl Cluster {
                 script: std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                     .join("../../shared/citus/cluster.sh"),
             }),
-            _ if std::env::var(REQUIRE_CITUS_ENV).is_ok_and(|v| v == "1") => {
+            _ if std::env::var(REQUIRE_FAULTS_ENV).is_ok_and(|v| v == "1") => {
                 panic!(
-                    "{REQUIRE_CITUS_ENV}=1 but {FAULTS_ENV} is not set: the Citus fault tests must run"
+                    "{REQUIRE_FAULTS_ENV}=1 but {FAULTS_ENV} is not set: the Citus fault tests must run"
                 )
             }
             _ => {
