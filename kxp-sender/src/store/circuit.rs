@@ -12,6 +12,7 @@ use crate::model::{
 use crate::policy::circuit::{self as policy, FollowUp, Protection};
 use crate::policy::health::RunningStats;
 use crate::store::backend::Backend;
+use crate::store::shards::every_shard;
 use crate::store::{Db, StoreError, on_db};
 
 /// The endpoint columns the breaker reads, by the endpoint (`$1`, of the account `$2`): once
@@ -118,15 +119,28 @@ impl Db {
     /// probes were released.
     pub(crate) async fn release_probes(&self) -> Result<u64, StoreError> {
         let now = now_ms();
-        let due: Vec<(AccountId, EndpointId)> = on_db!(self, |pool| {
-            sqlx::query_as::<_, (AccountId, EndpointId)>(
-                "SELECT account_id, id FROM kxp_endpoints WHERE circuit_state = 'open' AND circuit_probe_at <= $1 \
-                 AND status = 'active'",
-            )
-            .bind(now)
-            .fetch_all(pool)
-            .await?
-        });
+        let due: Vec<(AccountId, EndpointId)> = match self {
+            // Shard by shard: a worker down leaves the other shards' probes released.
+            Db::Citus(pool) => {
+                every_shard(
+                    pool,
+                    "kxp_endpoints",
+                    "SELECT jsonb_build_array(account_id, id) AS r FROM %%s \
+                     WHERE circuit_state = 'open' AND circuit_probe_at <= %L AND status = 'active'",
+                    &[now.to_string()],
+                )
+                .await?
+            }
+            _ => on_db!(self, |pool| {
+                sqlx::query_as::<_, (AccountId, EndpointId)>(
+                    "SELECT account_id, id FROM kxp_endpoints WHERE circuit_state = 'open' AND circuit_probe_at <= $1 \
+                     AND status = 'active'",
+                )
+                .bind(now)
+                .fetch_all(pool)
+                .await?
+            }),
+        };
         let mut released = 0;
         for (account_id, endpoint_id) in due {
             let endpoint = EndpointKey::new(&account_id, &endpoint_id);

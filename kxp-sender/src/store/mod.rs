@@ -50,6 +50,7 @@ pub(crate) mod seal;
 mod secrets;
 mod sequence;
 mod sessions;
+mod shards;
 
 pub use distribute::{DistributeError, Distribution, Placement, TablePlacement};
 pub(crate) use feed::{FeedRow, FeedSource};

@@ -7,6 +7,7 @@ use crate::policy::notice;
 use crate::store::backend::{Backend, NewNotice};
 use crate::store::seal::KeyRing;
 use crate::store::secrets::open_ops_secret;
+use crate::store::shards::every_shard;
 use crate::store::{Db, StoreError, on_db};
 
 /// The endpoint, account and statistics a notice describes, read in the state change's
@@ -101,15 +102,19 @@ impl Db {
         if let Db::Citus(pool) = self {
             // The accounts with one due (read on every shard, no lock), then each account's
             // claim on its own shard, the only place Citus takes row locks.
-            let due: Vec<String> = sqlx::query_scalar(&format!(
-                "SELECT account_id FROM kxp_notifications WHERE {DUE} \
-                 GROUP BY account_id ORDER BY MIN(next_attempt_at) LIMIT 16"
-            ))
-            .bind(now)
-            .bind(i64::from(email))
-            .fetch_all(pool)
+            let mut due: Vec<(String, i64)> = every_shard(
+                pool,
+                "kxp_notifications",
+                &format!(
+                    "SELECT jsonb_build_array(account_id, MIN(next_attempt_at)) AS r FROM %%s \
+                     WHERE {} GROUP BY account_id",
+                    DUE.replace("$1", "%1$L").replace("$2", "%2$L")
+                ),
+                &[now.to_string(), i64::from(email).to_string()],
+            )
             .await?;
-            for account in due {
+            due.sort_unstable_by_key(|(_, at)| *at);
+            for (account, _) in due {
                 let claimed = sqlx::query_as::<_, Notification>(&CLAIM_ACCOUNT)
                     .bind(now)
                     .bind(lease)

@@ -28,6 +28,7 @@ use std::sync::LazyLock;
 
 use crate::model::{AccountId, EndpointKey};
 use crate::store::backend::Backend;
+use crate::store::shards::every_shard;
 use crate::store::{Db, StoreError};
 use sqlx::{Postgres, Sqlite};
 
@@ -149,17 +150,35 @@ impl Db {
                         .iter()
                         .map(|k| (k.account_id.clone(), k.id.to_string()))
                         .collect(),
-                    None => sqlx::query_as(UNNUMBERED_POSTGRES).fetch_all(pool).await?,
+                    // Shard by shard: a worker down leaves the other shards' numbered.
+                    None => every_shard(
+                        pool,
+                        "kxp_deliveries",
+                        "SELECT DISTINCT jsonb_build_array(account_id, endpoint_id) AS r FROM %%s \
+                             WHERE sequence IS NULL AND replayed_by IS NULL",
+                        &[],
+                    )
+                    .await?,
                 };
                 let mut by_account: BTreeMap<AccountId, Vec<String>> = BTreeMap::new();
                 for (account, id) in candidates {
                     by_account.entry(account).or_default().push(id);
                 }
+                // An account whose shard fails is numbered on a later pass; the others' stand.
                 let mut numbered = 0;
+                let mut failed = None;
                 for (account, ids) in by_account {
-                    numbered += pass(pool, Of::One(&account), &ids).await?;
+                    match pass(pool, Of::One(&account), &ids).await {
+                        Ok(n) => numbered += n,
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    }
                 }
-                Ok(numbered)
+                match failed {
+                    Some(e) if numbered == 0 => Err(e),
+                    _ => Ok(numbered),
+                }
             }
             Db::Sqlite(pool) => {
                 let only = endpoints.map(|keys| {

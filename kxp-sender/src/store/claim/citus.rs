@@ -1,7 +1,8 @@
 //! The claims on Citus ([`Db::Citus`](crate::store::Db::Citus)): what the batched claims do for
 //! several accounts in one statement is done account by account, each statement on one
 //! account's shard, the only place Citus takes row locks. Which accounts have due work (or
-//! expired leases) is read from every shard first, without locks.
+//! expired leases) is read from every shard first, without locks, shard by shard
+//! ([`every_shard`]): a worker down leaves the other shards' accounts claimed.
 
 use std::sync::LazyLock;
 
@@ -11,21 +12,23 @@ use super::{ClaimArgs, PUT_BACK, claim_for, claim_for_postgres, claim_sql_of};
 use crate::model::{AccountId, EndpointKey, Job};
 use crate::policy::fairness::AccountCaps;
 use crate::store::record::positions_by_account;
+use crate::store::shards::every_shard;
 
-/// The accounts of the `$2` deliveries due first at `$1`, each once, the one due first first:
-/// the batched scan's window, by account. As there, deliveries of endpoints (`$3`, a JSON
-/// object of endpoint id → cap, else `$4`) and accounts (`$5`, else `$6`) that may take no more
-/// are left out, so that one account's backlog cannot fill the window.
-const DUE_ACCOUNTS: &str = "SELECT account_id FROM (SELECT account_id, next_attempt_at FROM kxp_deliveries \
-     WHERE status = 'pending' AND next_attempt_at <= $1 \
-       AND COALESCE(($3::jsonb ->> endpoint_id)::bigint, $4) > 0 \
-       AND COALESCE(($5::jsonb ->> account_id)::bigint, $6) > 0 \
-     ORDER BY next_attempt_at LIMIT $2) due \
-     GROUP BY account_id ORDER BY MIN(next_attempt_at)";
+/// The accounts of the first deliveries due (at the first `%L`, the window's size the last),
+/// with when each account's first is due, on one shard: the batched scan's window, by
+/// account. As there, deliveries of endpoints (a JSON object of endpoint id → cap, else a
+/// default) and accounts (likewise) that may take no more are left out, so that one account's
+/// backlog cannot fill the window.
+const DUE_ACCOUNTS: &str = "SELECT jsonb_build_array(account_id, MIN(next_attempt_at)) AS r FROM ( \
+     SELECT account_id, next_attempt_at FROM %%s \
+     WHERE status = 'pending' AND next_attempt_at <= %L \
+       AND COALESCE((%L::jsonb ->> endpoint_id)::bigint, %L) > 0 \
+       AND COALESCE((%L::jsonb ->> account_id)::bigint, %L) > 0 \
+     ORDER BY next_attempt_at LIMIT %L) due GROUP BY account_id";
 
-/// The accounts with deliveries whose lease ran out before `$1`.
-const EXPIRED_ACCOUNTS: &str = "SELECT DISTINCT account_id FROM kxp_deliveries \
-     WHERE status = 'delivering' AND lease_until < $1";
+/// The accounts with deliveries whose lease ran out before `%L`, on one shard.
+const EXPIRED_ACCOUNTS: &str = "SELECT DISTINCT to_jsonb(account_id) AS r FROM %%s \
+     WHERE status = 'delivering' AND lease_until < %L";
 
 /// The scan's claim of one account's deliveries (`$9`).
 static CLAIM_ACCOUNT: LazyLock<String> = LazyLock::new(|| claim_sql_of(false, true));
@@ -51,15 +54,23 @@ pub(super) async fn claim_fair(
     args: ClaimArgs<'_>,
     accounts: &AccountCaps,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    let due: Vec<AccountId> = sqlx::query_scalar(DUE_ACCOUNTS)
-        .bind(args.now)
-        .bind(args.limit.saturating_mul(4))
-        .bind(args.caps)
-        .bind(args.default_cap)
-        .bind(args.account_caps)
-        .bind(args.other_accounts)
-        .fetch_all(pool)
-        .await?;
+    let mut due: Vec<(AccountId, i64)> = every_shard(
+        pool,
+        "kxp_deliveries",
+        DUE_ACCOUNTS,
+        &[
+            args.now.to_string(),
+            args.caps.to_owned(),
+            args.default_cap.to_string(),
+            args.account_caps.to_owned(),
+            args.other_accounts.to_string(),
+            args.limit.saturating_mul(4).to_string(),
+        ],
+    )
+    .await?;
+    // Every shard's window, merged: the accounts whose first is due first, first.
+    due.sort_unstable_by_key(|(_, at)| *at);
+    let due = due.into_iter().map(|(account, _)| account);
     let mut jobs = Vec::new();
     for account in due {
         let left = args.limit - i64::try_from(jobs.len()).unwrap_or(i64::MAX);
@@ -121,10 +132,8 @@ pub(super) async fn claim_for_fair(
 
 /// [`Db::reclaim_expired`](crate::store::Db::reclaim_expired), account by account.
 pub(super) async fn reclaim_expired(pool: &PgPool, now: i64) -> Result<u64, sqlx::Error> {
-    let expired: Vec<AccountId> = sqlx::query_scalar(EXPIRED_ACCOUNTS)
-        .bind(now)
-        .fetch_all(pool)
-        .await?;
+    let expired: Vec<AccountId> =
+        every_shard(pool, "kxp_deliveries", EXPIRED_ACCOUNTS, &[now.to_string()]).await?;
     let mut reclaimed = 0;
     for account in expired {
         reclaimed += sqlx::query(&RECLAIM_ACCOUNT)
