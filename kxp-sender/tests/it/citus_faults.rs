@@ -1,11 +1,12 @@
-//! Citus under faults, with events flowing (issue 31): a worker crashes and comes back. These
-//! tests stop nodes of the shared local cluster, so `.ci/run` runs them on their own, one at a
-//! time (`citus_faults::`, `--test-threads=1`), after the other Citus tests; they run only where
+//! Citus under faults, with events flowing (issue 31): a worker crashes and comes back; the
+//! shard of an account moves to the other worker. These tests stop nodes of the shared local
+//! cluster and move shards, so `.ci/run` runs them on their own, one at a time
+//! (`citus_faults::`, `--test-threads=1`), after the other Citus tests; they run only where
 //! `KXP_TEST_CITUS_DIR` names the cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kxp_testkit::citus::{CitusDatabase, Cluster};
 use serde_json::{Value, json};
@@ -20,6 +21,8 @@ const WITHIN: Duration = Duration::from_secs(120);
 struct Produced {
     /// The ids of the events answered 2xx: each must be delivered.
     acknowledged: BTreeMap<String, Vec<String>>,
+    /// When each 2xx came, per account: the longest gap is how long ingestion stalled.
+    acknowledged_at: BTreeMap<String, Vec<Instant>>,
     /// 503 answers, and how many of them lacked `Retry-After`.
     unavailable: BTreeMap<String, usize>,
     without_retry_after: usize,
@@ -64,7 +67,13 @@ fn produce(
                     {
                         let mut seen = produced.lock().unwrap();
                         match acknowledged {
-                            Ok(id) => seen.acknowledged.entry(name.clone()).or_default().push(id),
+                            Ok(id) => {
+                                seen.acknowledged.entry(name.clone()).or_default().push(id);
+                                seen.acknowledged_at
+                                    .entry(name.clone())
+                                    .or_default()
+                                    .push(Instant::now());
+                            }
                             Err(Ok(r)) if r.status().as_u16() == 503 => {
                                 *seen.unavailable.entry(name.clone()).or_default() += 1;
                                 if r.headers().get("retry-after").is_none() {
@@ -102,17 +111,21 @@ fn count(delivered: &BTreeMap<String, BTreeSet<String>>, accounts: &[String]) ->
         .sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
-    let Some(cluster) = Cluster::from_env() else {
-        return;
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .try_init();
-    let Some(database) = CitusDatabase::create("kxp_citus_crash").await else {
-        return;
-    };
+/// A sender on a fresh database of the cluster, a receiver, and accounts (each with an endpoint
+/// to the receiver) until each of the two workers holds at least `per_worker`: the accounts'
+/// names and keys, and the worker port of each.
+struct Setup {
+    database: CitusDatabase,
+    s: Sender,
+    receiver: Receiver,
+    accounts: Vec<(String, String)>,
+    ports: BTreeMap<String, u16>,
+    /// Each account's id, by name.
+    ids: BTreeMap<String, String>,
+}
+
+async fn setup(name: &str, per_worker: usize) -> Option<Setup> {
+    let database = CitusDatabase::create(name).await?;
     let url = database.url().to_owned();
     let s = sender_with("0s,1s,2s,3s,5s,5s,5s,5s,5s,5s,5s,5s,5s,5s,5s,5s", |c| {
         c.database_url = url;
@@ -120,38 +133,119 @@ async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
     })
     .await;
     let receiver = Receiver::start(Vec::new()).await;
-
-    // Accounts until each worker holds at least two.
     let coordinator = database.coordinator_port();
-    let crashed_port = coordinator + 2;
-    let mut accounts: Vec<(String, String)> = Vec::new();
-    let (mut on_crashed, mut on_other) = (Vec::new(), Vec::new());
+    let (mut accounts, mut ports, mut ids) = (Vec::new(), BTreeMap::new(), BTreeMap::new());
     for n in 0..40 {
-        if on_crashed.len() >= 2 && on_other.len() >= 2 {
+        let on = |port: u16| ports.values().filter(|p| **p == port).count();
+        if on(coordinator + 1) >= per_worker && on(coordinator + 2) >= per_worker {
             break;
         }
-        let (account, key) = s
-            .server
-            .db()
-            .create_account(&format!("a{n}"), None)
-            .await
-            .unwrap();
         let name = format!("a{n}");
+        let (account, key) = s.server.db().create_account(&name, None).await.unwrap();
         s.api
             .with_key(&key)
             .endpoint(&receiver.url, json!({"event_types": ["crash.*"]}))
             .await;
-        if database.worker_port_of(account.id.as_str()).await == crashed_port {
-            on_crashed.push(name.clone());
-        } else {
-            on_other.push(name.clone());
-        }
+        ports.insert(
+            name.clone(),
+            database.worker_port_of(account.id.as_str()).await,
+        );
+        ids.insert(name.clone(), account.id.to_string());
         accounts.push((name, key));
     }
-    assert!(
-        on_crashed.len() >= 2 && on_other.len() >= 2,
-        "40 accounts left a worker with fewer than two: {on_crashed:?} {on_other:?}"
-    );
+    for worker in [coordinator + 1, coordinator + 2] {
+        assert!(
+            ports.values().filter(|p| **p == worker).count() >= per_worker,
+            "40 accounts left worker {worker} with fewer than {per_worker}: {ports:?}"
+        );
+    }
+    Some(Setup {
+        database,
+        s,
+        receiver,
+        accounts,
+        ports,
+        ids,
+    })
+}
+
+/// Stops the producers and returns what they saw.
+async fn stop_producing(
+    stop: &std::sync::atomic::AtomicBool,
+    producers: Vec<tokio::task::JoinHandle<()>>,
+    produced: Arc<Mutex<Produced>>,
+) -> Produced {
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for producer in producers {
+        producer.await.unwrap();
+    }
+    Arc::try_unwrap(produced).unwrap().into_inner().unwrap()
+}
+
+/// Waits until every acknowledged event has reached the receiver.
+async fn wait_all_delivered(produced: &Produced, receiver: &Receiver) {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let got = &delivered(receiver);
+        let missing: Vec<&String> = produced
+            .acknowledged
+            .iter()
+            .flat_map(|(account, ids)| {
+                ids.iter()
+                    .filter(move |id| !got.get(account).is_some_and(|g| g.contains(*id)))
+            })
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} acknowledged events were never delivered, e.g. {:?}",
+            missing.len(),
+            missing.first()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The longest gap between consecutive instants, from `from` on.
+fn longest_gap(at: &[Instant], from: Instant) -> Duration {
+    at.iter()
+        .filter(|t| **t >= from)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|w| w[1].duration_since(*w[0]))
+        .max()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
+    let Some(cluster) = Cluster::from_env() else {
+        return;
+    };
+    let Some(Setup {
+        database,
+        s,
+        receiver,
+        accounts,
+        ports,
+        ..
+    }) = setup("kxp_citus_crash", 2).await
+    else {
+        return;
+    };
+    let crashed_port = database.coordinator_port() + 2;
+    let on_crashed: Vec<String> = ports
+        .iter()
+        .filter(|(_, p)| **p == crashed_port)
+        .map(|(a, _)| a.clone())
+        .collect();
+    let on_other: Vec<String> = ports
+        .iter()
+        .filter(|(_, p)| **p != crashed_port)
+        .map(|(a, _)| a.clone())
+        .collect();
 
     let produced = Arc::new(Mutex::new(Produced::default()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -173,12 +267,8 @@ async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
     };
     cluster.start(2);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    for producer in producers {
-        producer.await.unwrap();
-    }
+    let produced = stop_producing(&stop, producers, produced).await;
 
-    let produced = Arc::try_unwrap(produced).unwrap().into_inner().unwrap();
     eprintln!(
         "worker crash: {} acknowledged, 503s by account {:?}; the other worker's accounts got \
          {} deliveries during the outage",
@@ -203,30 +293,110 @@ async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
         others_during > others_before,
         "the other worker's accounts were not delivered during the outage"
     );
-
     // Everything acknowledged is delivered once the worker is back.
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let got = &delivered(&receiver);
-        let missing: Vec<&String> = produced
-            .acknowledged
-            .iter()
-            .flat_map(|(account, ids)| {
-                ids.iter()
-                    .filter(move |id| !got.get(account).is_some_and(|g| g.contains(*id)))
-            })
-            .collect();
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} acknowledged events were never delivered, e.g. {:?}",
-            missing.len(),
-            missing.first()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_all_delivered(&produced, &receiver).await;
+    s.server.shutdown().await;
+    database.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_moved_under_load_loses_nothing_and_creates_nothing_twice() {
+    if Cluster::from_env().is_none() {
+        return;
     }
+    let Some(Setup {
+        database,
+        s,
+        receiver,
+        accounts,
+        ports,
+        ids,
+    }) = setup("kxp_citus_move", 1).await
+    else {
+        return;
+    };
+    let (moved, from) = ports.iter().map(|(a, p)| (a.clone(), *p)).next().unwrap();
+    let to = if from == database.coordinator_port() + 1 {
+        from + 1
+    } else {
+        from - 1
+    };
+    let account_id = ids[&moved].clone();
+
+    let produced = Arc::new(Mutex::new(Produced::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producers = produce(&s, &accounts, &produced, &stop);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The account's shard group (every table's shard of it: they are co-located) moves to the
+    // other worker with logical replication while its events flow.
+    let started = Instant::now();
+    let coordinator = sqlx::PgPool::connect(database.url()).await.unwrap();
+    sqlx::query(
+        "SELECT citus_move_shard_placement(get_shard_id_for_distribution_column('kxp_accounts', $1), \
+         '127.0.0.1', $2, '127.0.0.1', $3)",
+    )
+    .bind(&account_id)
+    .bind(i32::from(from))
+    .bind(i32::from(to))
+    .execute(&coordinator)
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        database.worker_port_of(&account_id).await,
+        to,
+        "the shard moved"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let produced = stop_producing(&stop, producers, produced).await;
+    wait_all_delivered(&produced, &receiver).await;
+
+    // None created twice: as many events stored as acknowledged, each acknowledged once.
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kxp_events")
+        .fetch_one(&coordinator)
+        .await
+        .unwrap();
+    let acknowledged: usize = produced.acknowledged.values().map(Vec::len).sum();
+    assert_eq!(
+        stored,
+        i64::try_from(acknowledged).unwrap(),
+        "events stored against acknowledged"
+    );
+    let unique: BTreeSet<&String> = produced.acknowledged.values().flatten().collect();
+    assert_eq!(unique.len(), acknowledged, "an event id acknowledged twice");
+    assert!(
+        produced.other.is_empty(),
+        "answers other than 2xx and 503: {:?}",
+        produced.other
+    );
+    let delivered_at: Vec<Instant> = {
+        let mut at: Vec<Instant> = receiver
+            .seen()
+            .iter()
+            .filter(|seen| {
+                serde_json::from_slice::<Value>(&seen.body).unwrap()["data"]["account"]
+                    == moved.as_str()
+            })
+            .map(|seen| seen.at)
+            .collect();
+        at.sort_unstable();
+        at
+    };
+    eprintln!(
+        "shard move: {took:?} for the move; the moved account's longest pause in ingestion {:?}, \
+         in delivery {:?}; {} 503s; {acknowledged} events acknowledged, all delivered",
+        longest_gap(
+            produced
+                .acknowledged_at
+                .get(&moved)
+                .map_or(&[][..], Vec::as_slice),
+            started
+        ),
+        longest_gap(&delivered_at, started),
+        produced.unavailable.values().sum::<usize>(),
+    );
+    coordinator.close().await;
     s.server.shutdown().await;
     database.drop().await;
 }
