@@ -10,7 +10,7 @@
 //! batch of attempts is written), the generator takes the difference as a parameter, or the
 //! trait as a constant ([`Backend::BEGIN`], [`Backend::LOCKS_ROWS`]).
 
-mod recording;
+pub(super) mod recording;
 
 use std::future::Future;
 

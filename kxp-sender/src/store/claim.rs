@@ -11,7 +11,7 @@ use crate::store::{Db, StoreError, on_db};
 use sqlx::Sqlite;
 use sqlx::query::QueryAs;
 
-mod citus;
+pub(super) mod citus;
 
 impl Db {
     /// Claims up to `limit` due deliveries for `owner`, at most `default_cap` per endpoint, or
@@ -176,13 +176,8 @@ impl Db {
         delivery_id: &DeliveryId,
         owner: &str,
     ) -> Result<(), StoreError> {
-        let sql = format!(
-            "UPDATE kxp_deliveries SET {}, updated_at = $1 \
-             WHERE account_id = $4 AND id = $2 AND lease_owner = $3 AND status = 'delivering'",
-            *PUT_BACK
-        );
         on_db!(self, |pool| {
-            sqlx::query(&sql)
+            sqlx::query(&RELEASE)
                 .bind(now_ms())
                 .bind(delivery_id)
                 .bind(owner)
@@ -208,7 +203,7 @@ impl Db {
                  WHERE (account_id, id) IN (SELECT account_id, id FROM kxp_deliveries \
                    WHERE status = 'delivering' AND lease_until < $1{}) \
                  AND status = 'delivering' AND lease_until < $1",
-                *PUT_BACK,
+                put_back("kxp_deliveries.account_id"),
                 DB::row_lock(" FOR UPDATE SKIP LOCKED")
             );
             sqlx::query(&sql)
@@ -498,18 +493,34 @@ pub(super) static JOBS_SQLITE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// What putting a claimed delivery back sets on its row, in an `UPDATE kxp_deliveries`:
-/// pending and unleased again, or dead with `endpoint_deleted` if its endpoint was deleted
-/// meanwhile.
-static PUT_BACK: LazyLock<String> = LazyLock::new(|| {
+/// [`Db::release`]: `$1` now, `$2` the delivery, `$3` the lease owner, `$4` its account.
+pub(super) static RELEASE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "status = CASE WHEN {ENDPOINT_DELETED} THEN 'dead' ELSE 'pending' END, \
-         last_error = CASE WHEN {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE last_error END, \
-         lease_until = NULL, lease_owner = NULL"
+        "UPDATE kxp_deliveries SET {}, updated_at = $1 \
+         WHERE account_id = $4 AND id = $2 AND lease_owner = $3 AND status = 'delivering'",
+        put_back("$4")
     )
 });
 
+/// What putting a claimed delivery back sets on its row, in an `UPDATE kxp_deliveries`:
+/// pending and unleased again, or dead with `endpoint_deleted` if its endpoint was deleted
+/// meanwhile. `account` as [`endpoint_deleted`]'s.
+pub(super) fn put_back(account: &str) -> String {
+    let deleted = endpoint_deleted(account);
+    format!(
+        "status = CASE WHEN {deleted} THEN 'dead' ELSE 'pending' END, \
+         last_error = CASE WHEN {deleted} THEN 'endpoint_deleted' ELSE last_error END, \
+         lease_until = NULL, lease_owner = NULL"
+    )
+}
+
 /// True when the row's endpoint is deleted, in an `UPDATE kxp_deliveries`: a delivery that
 /// would go back to pending then ends dead instead, as the deletion made its siblings.
-pub(crate) const ENDPOINT_DELETED: &str = "(SELECT p.status FROM kxp_endpoints p \
-     WHERE p.account_id = kxp_deliveries.account_id AND p.id = kxp_deliveries.endpoint_id) = 'deleted'";
+/// `account` is the row's account: `kxp_deliveries.account_id`, or the parameter naming it
+/// (a subquery correlated by the column sends the statement to every shard on Citus).
+pub(crate) fn endpoint_deleted(account: &str) -> String {
+    format!(
+        "(SELECT p.status FROM kxp_endpoints p \
+         WHERE p.account_id = {account} AND p.id = kxp_deliveries.endpoint_id) = 'deleted'"
+    )
+}

@@ -30,6 +30,8 @@ mod accounts;
 mod audit;
 mod backend;
 pub(crate) mod circuit;
+#[cfg(test)]
+mod citus_plans;
 mod claim;
 pub(crate) mod deliveries;
 mod distribute;

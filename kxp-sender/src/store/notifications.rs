@@ -81,7 +81,8 @@ fn claim_sql(one_account: bool) -> String {
 
 pub(crate) static CLAIM: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| claim_sql(false));
-static CLAIM_ACCOUNT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| claim_sql(true));
+pub(crate) static CLAIM_ACCOUNT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| claim_sql(true));
 
 impl Db {
     /// Leases the next due notification to `owner` for `lease_ms`; e-mail ones only when

@@ -13,7 +13,7 @@ use crate::policy::circuit::Protection;
 use crate::policy::health::{HourTally, RunningStats, hour_of};
 use crate::store::backend::Backend;
 use crate::store::circuit::{BreakerRow, breaker_step};
-use crate::store::claim::ENDPOINT_DELETED;
+use crate::store::claim::endpoint_deleted;
 use crate::store::health::{hourly_json, stats_json};
 use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
@@ -243,11 +243,12 @@ async fn record_endpoints<DB: Backend>(
 /// at a time): `$1` the new status, … `$8` the delivery, `$9` the lease owner, `$10` its account. A retry for an endpoint deleted during the
 /// attempt ends the delivery instead. Built once: it runs with every attempt.
 pub(crate) static FINISH_ATTEMPT: LazyLock<String> = LazyLock::new(|| {
+    let deleted = endpoint_deleted("$10");
     format!(
-        "UPDATE kxp_deliveries SET status = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'dead' ELSE $1 END, \
+        "UPDATE kxp_deliveries SET status = CASE WHEN $1 = 'pending' AND {deleted} THEN 'dead' ELSE $1 END, \
          attempts = $2, first_attempt_at = COALESCE(first_attempt_at, $3), \
          next_attempt_at = $4, lease_until = NULL, lease_owner = NULL, last_status = $5, \
-         last_error = CASE WHEN $1 = 'pending' AND {ENDPOINT_DELETED} THEN 'endpoint_deleted' ELSE $6 END, updated_at = $7 \
+         last_error = CASE WHEN $1 = 'pending' AND {deleted} THEN 'endpoint_deleted' ELSE $6 END, updated_at = $7 \
          WHERE account_id = $10 AND id = $8 AND lease_owner = $9 AND status = 'delivering'"
     )
 });

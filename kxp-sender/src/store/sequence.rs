@@ -58,10 +58,10 @@ const LOCK_POSTGRES: &str = "WITH k AS (SELECT * FROM UNNEST($1::text[], $2::tex
 /// from a query through the coordinator: the rows of endpoints numbered for the first time
 /// are made first (waiting for another sequencer's insert of the same row to end, then
 /// leaving it), then every row is locked or skipped, in a snapshot taken after both.
-const MAKE_ACCOUNT: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
+pub(super) const MAKE_ACCOUNT: &str = "INSERT INTO kxp_sequences (endpoint_id, account_id, next_sequence) \
      SELECT e.id, e.account_id, 1 FROM kxp_endpoints e WHERE e.account_id = $1 AND e.id = ANY($2::text[]) \
      ON CONFLICT DO NOTHING";
-const HOLD_ACCOUNT: &str = "SELECT s.account_id, s.endpoint_id FROM kxp_sequences s \
+pub(super) const HOLD_ACCOUNT: &str = "SELECT s.account_id, s.endpoint_id FROM kxp_sequences s \
      WHERE s.account_id = $1 AND s.endpoint_id = ANY($2::text[]) ORDER BY s.endpoint_id FOR UPDATE SKIP LOCKED";
 
 /// Numbers the oldest `$3` unnumbered deliveries of each endpoint of `$1` (accounts) and `$2`
@@ -210,7 +210,7 @@ impl Db {
 }
 
 /// [`NUMBER_POSTGRES`] of one account ([`Db::Citus`]).
-static NUMBER_ACCOUNT: LazyLock<String> = LazyLock::new(|| number_sql(true));
+pub(super) static NUMBER_ACCOUNT: LazyLock<String> = LazyLock::new(|| number_sql(true));
 
 /// Whose endpoints a sequencer pass numbers.
 enum Of<'a> {

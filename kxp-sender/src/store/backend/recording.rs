@@ -478,7 +478,7 @@ recording_sql!(
 static ATTEMPTS_POSTGRES: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| attempts_postgres(""));
 /// [`ATTEMPTS_POSTGRES`] for a batch of one account, `$11`: on Citus, on its shard.
-static ATTEMPTS_ONE: std::sync::LazyLock<String> =
+pub(crate) static ATTEMPTS_ONE: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| attempts_postgres("AND a.account_id = $11 "));
 
 fn attempts_postgres(one: &str) -> String {
@@ -495,11 +495,26 @@ fn attempts_postgres(one: &str) -> String {
     )
 }
 
+/// PostgreSQL's breaker rows of a batch's endpoints (`$1` a
+/// [`keys_json`](crate::store::record::keys_json)); a macro, so that the one-account form can
+/// `concat!` its filter.
+macro_rules! breakers_postgres {
+    () => {
+        "SELECT p.id, p.account_id, p.status, p.circuit_state, p.circuit_failed_probes, \
+           p.circuit_probe_id, p.rate_limit_per_second FROM jsonb_to_recordset($1::jsonb) AS k(a text, id text) \
+         JOIN kxp_endpoints p ON p.account_id = k.a AND p.id = k.id"
+    };
+}
+#[cfg(test)]
+pub(crate) use breakers_postgres;
+
+/// The endpoint rows of a batch of one account (`$2`; `$1` the endpoint ids) under KEY SHARE.
+pub(crate) const KEY_SHARE_ONE: &str = "SELECT 1 FROM kxp_endpoints p WHERE p.account_id = $2 AND p.id = ANY($1::text[]) \
+     ORDER BY p.id FOR KEY SHARE";
+
 recording_sql!(
     sqlx::Postgres,
-    breakers: "SELECT p.id, p.account_id, p.status, p.circuit_state, p.circuit_failed_probes, \
-       p.circuit_probe_id, p.rate_limit_per_second FROM jsonb_to_recordset($1::jsonb) AS k(a text, id text) \
-     JOIN kxp_endpoints p ON p.account_id = k.a AND p.id = k.id",
+    breakers: breakers_postgres!(),
     stats: STATS_POSTGRES,
     {
         // Over the network: every delivery of the batch in one statement, and every attempt
@@ -523,10 +538,7 @@ recording_sql!(
             // one account (every batch on Citus, which locks rows only in a statement of one
             // shard) names it once.
             let lock = match accounts.as_slice() {
-                [account, rest @ ..] if rest.iter().all(|a| a == account) => sqlx::query(
-                    "SELECT 1 FROM kxp_endpoints p WHERE p.account_id = $2 AND p.id = ANY($1::text[]) \
-                     ORDER BY p.id FOR KEY SHARE",
-                )
+                [account, rest @ ..] if rest.iter().all(|a| a == account) => sqlx::query(KEY_SHARE_ONE)
                 .bind(&ids)
                 .bind(*account),
                 _ => sqlx::query(

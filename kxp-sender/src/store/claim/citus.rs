@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use sqlx::PgPool;
 
-use super::{ClaimArgs, PUT_BACK, claim_for, claim_for_postgres, claim_sql_of};
+use super::{ClaimArgs, claim_for, claim_for_postgres, claim_sql_of, put_back};
 use crate::model::{AccountId, EndpointKey, Job};
 use crate::policy::fairness::AccountCaps;
 use crate::store::record::positions_by_account;
@@ -31,19 +31,21 @@ const EXPIRED_ACCOUNTS: &str = "SELECT DISTINCT to_jsonb(account_id) AS r FROM %
      WHERE status = 'delivering' AND lease_until < %L";
 
 /// The scan's claim of one account's deliveries (`$9`).
-static CLAIM_ACCOUNT: LazyLock<String> = LazyLock::new(|| claim_sql_of(false, true));
+pub(in crate::store) static CLAIM_ACCOUNT: LazyLock<String> =
+    LazyLock::new(|| claim_sql_of(false, true));
 
 /// The claim for ready endpoints of one account (`$7`).
-static CLAIM_FOR_ACCOUNT: LazyLock<String> = LazyLock::new(|| claim_for_postgres(true));
+pub(in crate::store) static CLAIM_FOR_ACCOUNT: LazyLock<String> =
+    LazyLock::new(|| claim_for_postgres(true));
 
 /// [`Db::reclaim_expired`](crate::store::Db::reclaim_expired) of one account (`$2`), at `$1`.
-static RECLAIM_ACCOUNT: LazyLock<String> = LazyLock::new(|| {
+pub(in crate::store) static RECLAIM_ACCOUNT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE kxp_deliveries SET {}, next_attempt_at = $1, updated_at = $1 \
          WHERE account_id = $2 AND id IN (SELECT id FROM kxp_deliveries \
            WHERE account_id = $2 AND status = 'delivering' AND lease_until < $1 FOR UPDATE SKIP LOCKED) \
          AND status = 'delivering' AND lease_until < $1",
-        *PUT_BACK
+        put_back("$2")
     )
 });
 
