@@ -102,7 +102,7 @@ mod store;
 // against. Everything else is the crate's own.
 
 // Running a sender.
-pub use engine::config::{Config, MAX_EVENT_DATA, STATEMENT_TIMEOUT};
+pub use engine::config::{Config, MAX_EVENT_DATA};
 pub use engine::guard::{Cidr, CidrError};
 pub use engine::sources::{IngestSource, IngestUrlError};
 pub use engine::traces::TracesError;

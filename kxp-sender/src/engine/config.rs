@@ -202,7 +202,7 @@ impl Default for Config {
 
 /// The default [`Config::statement_timeout`]: well above what any statement of the sender
 /// takes on a healthy database (milliseconds), well below what a client waits for an answer.
-pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The default largest `data` of an event ([`Config::max_event_data`]), in bytes of JSON: with
 /// the envelope around it (a few hundred bytes) and room for later encodings (base64 of an

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use kxp_testkit::citus::CitusDatabase;
 
-use crate::store::backend::recording::{ATTEMPTS_ONE, KEY_SHARE_ONE, breakers_postgres};
+use crate::store::backend::recording::breakers_postgres;
 use crate::store::claim::RELEASE;
 use crate::store::claim::citus::{CLAIM_ACCOUNT, CLAIM_FOR_ACCOUNT, RECLAIM_ACCOUNT};
 use crate::store::health::STATS_POSTGRES;
-use crate::store::record::FINISH_ATTEMPTS_ONE;
+use crate::store::record::{ATTEMPTS_ONE, FINISH_ATTEMPTS_ONE, KEY_SHARE_ONE};
 use crate::store::{Db, Migrations, notifications, sequence};
 
 const ACCOUNT: &str = "'acc_0123456789abcdef0123456789abcdef'::text";

@@ -173,11 +173,7 @@ async fn record_endpoints<DB: Backend>(
     let keys = keys_json(&touched);
     // Every endpoint of one account (always so on Citus, where a batch is written per account):
     // named as a constant, so that each statement stays on that account's shard.
-    let one = touched
-        .split_first()
-        .filter(|(first, rest)| rest.iter().all(|k| k.account_id == first.account_id))
-        .map(|(first, _)| first.account_id.clone());
-    let one = one.as_ref();
+    let one = one_account(touched.iter().map(|key| &key.account_id));
     let mut stats: BTreeMap<EndpointKey, RunningStats> = DB::lock_stats(conn, &keys, now)
         .await?
         .into_iter()
@@ -275,5 +271,42 @@ fn finish_attempts_postgres(one: &str) -> String {
      WHERE d.account_id = u.account_id AND d.id = u.id AND d.lease_owner = u.owner AND d.status = 'delivering' \
        AND p.account_id = d.account_id AND p.id = d.endpoint_id \
      {one}RETURNING d.id"
+    )
+}
+
+/// The one account of `accounts`, if they are all the same one (none if empty): a batch of one
+/// account names it as a constant, which keeps each statement on that account's shard on Citus.
+pub(crate) fn one_account<T: PartialEq>(accounts: impl IntoIterator<Item = T>) -> Option<T> {
+    let mut accounts = accounts.into_iter();
+    let first = accounts.next()?;
+    accounts.all(|a| a == first).then_some(first)
+}
+
+/// The endpoint rows of a batch of one account (`$2`; `$1` the endpoint ids) under KEY SHARE.
+pub(crate) const KEY_SHARE_ONE: &str = "SELECT 1 FROM kxp_endpoints p WHERE p.account_id = $2 AND p.id = ANY($1::text[]) \
+     ORDER BY p.id FOR KEY SHARE";
+
+/// Writes a batch's attempt rows on PostgreSQL: `$1`… `$10` their columns as arrays. An
+/// attempt's id is its delivery's next: this transaction holds the delivery's row (its lease
+/// was just checked by updating it), so no other takes the same, and two attempts of one
+/// delivery in a batch (which one worker's lease never makes) would take one each. The
+/// deliveries' highest ids are read in a join, not a subquery per row, which Citus does not
+/// take beside `UNNEST`.
+pub(crate) static ATTEMPTS_POSTGRES: LazyLock<String> = LazyLock::new(|| attempts_postgres(""));
+/// [`ATTEMPTS_POSTGRES`] for a batch of one account, `$11`: on Citus, on its shard.
+pub(crate) static ATTEMPTS_ONE: LazyLock<String> =
+    LazyLock::new(|| attempts_postgres("AND a.account_id = $11 "));
+
+fn attempts_postgres(one: &str) -> String {
+    format!(
+        "INSERT INTO kxp_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, \
+       error, response_snippet, signed_with, verified_key, account_id) \
+     SELECT COALESCE(m.top, 0) + row_number() OVER (PARTITION BY u.account_id, u.delivery_id), u.* \
+     FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], \
+       $9::text[], $10::text[]) AS u(delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, \
+       signed_with, verified_key, account_id) \
+     LEFT JOIN (SELECT a.account_id, a.delivery_id, MAX(a.id) AS top FROM kxp_attempts a \
+       WHERE (a.account_id, a.delivery_id) IN (SELECT * FROM UNNEST($10::text[], $1::text[])) \
+       {one}GROUP BY a.account_id, a.delivery_id) m ON m.account_id = u.account_id AND m.delivery_id = u.delivery_id"
     )
 }

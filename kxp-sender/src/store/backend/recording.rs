@@ -12,7 +12,8 @@ use crate::store::circuit::{BREAKER_ROW, BreakerRow, CLOSE, DISABLE, OPEN, REOPE
 use crate::store::health::{STATS_POSTGRES, STATS_SQLITE, StatsRow};
 use crate::store::notifications::NOTICE_FACTS;
 use crate::store::record::{
-    FINISH_ATTEMPT, FINISH_ATTEMPTS_ONE, FINISH_ATTEMPTS_POSTGRES, Finishing,
+    ATTEMPTS_ONE, ATTEMPTS_POSTGRES, FINISH_ATTEMPT, FINISH_ATTEMPTS_ONE, FINISH_ATTEMPTS_POSTGRES,
+    Finishing, KEY_SHARE_ONE, one_account,
 };
 
 use super::sealed;
@@ -469,32 +470,6 @@ recording_sql!(
     }
 );
 
-/// Writes a batch's attempt rows on PostgreSQL: `$1`… `$10` their columns as arrays. An
-/// attempt's id is its delivery's next: this transaction holds the delivery's row (its lease
-/// was just checked by updating it), so no other takes the same, and two attempts of one
-/// delivery in a batch (which one worker's lease never makes) would take one each. The
-/// deliveries' highest ids are read in a join, not a subquery per row, which Citus does not
-/// take beside `UNNEST`.
-static ATTEMPTS_POSTGRES: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| attempts_postgres(""));
-/// [`ATTEMPTS_POSTGRES`] for a batch of one account, `$11`: on Citus, on its shard.
-pub(crate) static ATTEMPTS_ONE: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| attempts_postgres("AND a.account_id = $11 "));
-
-fn attempts_postgres(one: &str) -> String {
-    format!(
-        "INSERT INTO kxp_attempts (id, delivery_id, attempt, started_at, duration_ms, status_code, \
-       error, response_snippet, signed_with, verified_key, account_id) \
-     SELECT COALESCE(m.top, 0) + row_number() OVER (PARTITION BY u.account_id, u.delivery_id), u.* \
-     FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], \
-       $9::text[], $10::text[]) AS u(delivery_id, attempt, started_at, duration_ms, status_code, error, response_snippet, \
-       signed_with, verified_key, account_id) \
-     LEFT JOIN (SELECT a.account_id, a.delivery_id, MAX(a.id) AS top FROM kxp_attempts a \
-       WHERE (a.account_id, a.delivery_id) IN (SELECT * FROM UNNEST($10::text[], $1::text[])) \
-       {one}GROUP BY a.account_id, a.delivery_id) m ON m.account_id = u.account_id AND m.delivery_id = u.delivery_id"
-    )
-}
-
 /// PostgreSQL's breaker rows of a batch's endpoints (`$1` a
 /// [`keys_json`](crate::store::record::keys_json)); a macro, so that the one-account form can
 /// `concat!` its filter.
@@ -507,10 +482,6 @@ macro_rules! breakers_postgres {
 }
 #[cfg(test)]
 pub(crate) use breakers_postgres;
-
-/// The endpoint rows of a batch of one account (`$2`; `$1` the endpoint ids) under KEY SHARE.
-pub(crate) const KEY_SHARE_ONE: &str = "SELECT 1 FROM kxp_endpoints p WHERE p.account_id = $2 AND p.id = ANY($1::text[]) \
-     ORDER BY p.id FOR KEY SHARE";
 
 recording_sql!(
     sqlx::Postgres,
@@ -537,11 +508,10 @@ recording_sql!(
             // (FOR SHARE) and the breaker's own updates never wait for each other. A batch of
             // one account (every batch on Citus, which locks rows only in a statement of one
             // shard) names it once.
-            let lock = match accounts.as_slice() {
-                [account, rest @ ..] if rest.iter().all(|a| a == account) => sqlx::query(KEY_SHARE_ONE)
-                .bind(&ids)
-                .bind(*account),
-                _ => sqlx::query(
+            let one = one_account(accounts.iter().copied());
+            let lock = match one {
+                Some(account) => sqlx::query(KEY_SHARE_ONE).bind(&ids).bind(account),
+                None => sqlx::query(
                     "SELECT 1 FROM kxp_endpoints p JOIN UNNEST($1::text[], $2::text[]) AS k(id, a) \
                      ON p.account_id = k.a AND p.id = k.id ORDER BY p.id FOR KEY SHARE OF p",
                 )
@@ -549,10 +519,6 @@ recording_sql!(
                 .bind(&accounts),
             };
             lock.execute(&mut *conn).await?;
-            let one = match accounts.as_slice() {
-                [account, rest @ ..] if rest.iter().all(|a| a == account) => Some(*account),
-                _ => None,
-            };
             let column = |f: fn(&FinishAttempt) -> String| batch.iter().map(f).collect::<Vec<_>>();
             let finish = match one {
                 Some(_) => FINISH_ATTEMPTS_ONE.as_str(),
