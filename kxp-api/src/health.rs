@@ -103,11 +103,16 @@ pub struct EndpointHealth {
 #[schema(example = json!({"status": "ok", "database": "sqlite", "sources": [
     {"name": "amqp:/payments", "state": "up", "lag": 0, "last_error": null}]}))]
 pub struct ServiceHealth {
-    /// Always `ok` (a failing database answers 503 `store_unavailable` instead). A broker
-    /// source that is down does not change it: the API still takes events; `sources` tells.
+    /// `ok`; on Citus `degraded` while some shards do not answer (a worker is down: the
+    /// accounts on the others are served, `unanswered_shards` says how many). A database that
+    /// does not answer at all is 503 `store_unavailable` instead. A broker source that is down
+    /// does not change it: the API still takes events; `sources` tells.
     pub status: String,
-    /// The backend: `sqlite` or `postgres`.
+    /// The backend: `sqlite` or `postgres` (Citus too).
     pub database: String,
+    /// On Citus, how many shards of the accounts table did not answer; absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unanswered_shards: Option<u32>,
     /// This process's broker sources (`kxp serve --ingest`), in the order configured; empty
     /// without any.
     #[serde(default)]

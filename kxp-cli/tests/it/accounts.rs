@@ -36,6 +36,29 @@ pub(crate) async fn kxp_async(args: &[&str], database_url: Option<&str>) -> (i32
     .unwrap()
 }
 
+/// Creates an account on the sender's database with `kxp accounts create`: its id and key.
+pub(crate) async fn create_account(database_url: &str, name: &str) -> (String, String) {
+    let (code, out, err) = kxp_async(
+        &[
+            "accounts",
+            "create",
+            "--database-url",
+            database_url,
+            "--name",
+            name,
+            "--json",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let created: serde_json::Value = serde_json::from_str(&out).unwrap();
+    (
+        created["id"].as_str().unwrap().to_owned(),
+        created["api_key"].as_str().unwrap().to_owned(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_created_account_gets_a_key_shown_once_and_stored_only_as_its_hash() {
     let dir = tempfile::tempdir().unwrap();

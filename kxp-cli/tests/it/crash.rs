@@ -20,6 +20,23 @@ use serde_json::json;
 
 pub(crate) const KEY: &str = "kxp_crash_test_key";
 
+/// A small deterministic generator (splitmix64): the schedules of kills, from a seed.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub(crate) fn millis(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(low + self.next() % (high - low))
+    }
+}
+
 /// A `kxp serve` process, killed when dropped.
 pub(crate) struct Serve {
     child: Child,
@@ -105,6 +122,18 @@ pub(crate) struct Seen {
     events: Arc<Mutex<HashMap<String, usize>>>,
     in_flight: Arc<Mutex<HashSet<String>>>,
     overlaps: Arc<Mutex<Vec<String>>>,
+}
+
+impl Seen {
+    /// How many events arrived more than once.
+    pub(crate) fn repeated(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|n| **n > 1)
+            .count()
+    }
 }
 
 async fn receive(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> &'static str {

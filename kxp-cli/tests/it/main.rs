@@ -6,6 +6,7 @@
 mod accounts;
 mod admin;
 mod check;
+mod citus_kill;
 mod config;
 mod crash;
 mod debug_commands;

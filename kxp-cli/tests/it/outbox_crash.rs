@@ -25,7 +25,7 @@ use kxp_verify::Verifier;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::crash::{KEY, Serve};
+use crate::crash::{KEY, Rng, Serve};
 
 const CYCLES: u64 = 8;
 
@@ -34,23 +34,6 @@ const PRODUCER_DB: &str = "KXP_OUTBOX_CRASH_DB";
 const PRODUCER_SERVER: &str = "KXP_OUTBOX_CRASH_SERVER";
 const PRODUCER_EMIT: &str = "KXP_OUTBOX_CRASH_EMIT";
 const PRODUCER_SEED: &str = "KXP_OUTBOX_CRASH_PRODUCER_SEED";
-
-/// A small deterministic generator (splitmix64): the schedule of kills, from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn millis(&mut self, low: u64, high: u64) -> Duration {
-        Duration::from_millis(low + self.next() % (high - low))
-    }
-}
 
 /// The producer: payments and their events in one transaction each, one in five rolled back
 /// after the emit, while the relay hands events to the sender; or, with emitting off, only the

@@ -25,8 +25,8 @@ pub(super) async fn home(
         return Ok(Redirect::to(&format!("/console/a/{account}")).into_response());
     }
     let operator = operator(&state, &signed).await?;
-    let accounts = state.db.account_overviews().await?;
-    let markup = pages::accounts(&operator.name, &signed.session.csrf_token, &accounts);
+    let overview = state.db.account_overviews().await?;
+    let markup = pages::accounts(&operator.name, &signed.session.csrf_token, &overview);
     Ok(Html(markup.into_string()).into_response())
 }
 

@@ -280,6 +280,17 @@ impl Metrics {
                 "{name}{{status=\"{status}\",circuit_state=\"{circuit}\"}} {n}"
             );
         }
+
+        if let Some(unanswered) = gauges.unanswered_shards {
+            let name = "kxp_store_shards_unanswered";
+            family(
+                o,
+                name,
+                "gauge",
+                "Citus: shards that did not answer this scrape's reads; their rows are missing from the gauges above.",
+            );
+            let _ = writeln!(o, "{name} {unanswered}");
+        }
         out
     }
 }

@@ -93,16 +93,24 @@ async fn refuse_while_draining(
 }
 
 /// Whether the process can reach its database, and how its broker sources are. No key.
+///
+/// On Citus, `degraded` while some shards do not answer (their accounts' requests are 503s).
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
     responses(
         (status = 200, description = "Up", body = ServiceHealth),
         (status = 503, description = "`store_unavailable`", body = kxp_api::ErrorBody),
     ))]
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
-    match state.db.account_count().await {
-        Ok(_) => Json(ServiceHealth {
-            status: "ok".to_owned(),
+    match state.db.reachable().await {
+        Ok(unanswered) => Json(ServiceHealth {
+            status: if unanswered.unwrap_or(0) > 0 {
+                "degraded"
+            } else {
+                "ok"
+            }
+            .to_owned(),
             database: state.db.backend().to_owned(),
+            unanswered_shards: unanswered.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
             sources: state.shared.sources.0.iter().map(|s| s.health()).collect(),
         })
         .into_response(),

@@ -37,6 +37,16 @@ pub(crate) struct AccountOverview {
     pub dead: i64,
 }
 
+/// Every account as the operators' console lists it, oldest first.
+#[derive(Debug, Clone)]
+pub(crate) struct AccountsOverview {
+    /// The accounts that could be read, with their counts.
+    pub accounts: Vec<AccountOverview>,
+    /// On Citus, the shards that did not answer (a worker is down): their accounts are missing
+    /// from `accounts`. 0 elsewhere.
+    pub unanswered_shards: usize,
+}
+
 /// Changes to an account: `None` leaves a field as it is; `Some(None)` clears a nullable one.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct AccountChanges {

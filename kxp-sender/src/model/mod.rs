@@ -19,7 +19,7 @@ mod status;
 mod time;
 
 pub use account::Account;
-pub(crate) use account::{AccountChanges, AccountOverview, DEFAULT_API_VERSION};
+pub(crate) use account::{AccountChanges, AccountOverview, AccountsOverview, DEFAULT_API_VERSION};
 pub(crate) use audit::{Actor, AuditAction, AuditEntry, ConsoleAction, NewAudit};
 pub(crate) use delivery::{Attempt, Job, KeyCheck, Secrets};
 pub use delivery::{AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, NextState};

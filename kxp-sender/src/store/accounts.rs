@@ -1,11 +1,16 @@
 //! `kxp_accounts`: accounts and their API keys (stored hashed).
 
+use std::collections::HashMap;
+
+use sqlx::PgPool;
+
 use crate::model::{
-    Account, AccountChanges, AccountId, AccountOverview, DEFAULT_API_VERSION, KeyKind, new_id,
-    now_ms, random_hex_32, sha256_hex,
+    Account, AccountChanges, AccountId, AccountOverview, AccountsOverview, DEFAULT_API_VERSION,
+    KeyKind, new_id, now_ms, random_hex_32, sha256_hex,
 };
 use crate::store::seal::KeyRing;
 use crate::store::secrets::stored_ops_secret;
+use crate::store::shards::every_shard_counted;
 use crate::store::{Db, StoreError, on_db};
 
 const ACCOUNT_COLUMNS: &str = "id, name, default_api_version, ops_url, contact_email, created_at";
@@ -21,6 +26,23 @@ static BY_KEY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             .join(", ")
     )
 });
+
+/// One shard's accounts, each as `[id, name, default_api_version, ops_url, contact_email,
+/// created_at]`.
+const ACCOUNTS_OF_SHARD: &str = "SELECT jsonb_build_array(id, name, default_api_version, ops_url, \
+     contact_email, created_at) AS r FROM %%s";
+
+/// One shard's endpoint counts by account: all but deleted, and those with a circuit not closed.
+const ENDPOINTS_OF_SHARD: &str = "SELECT jsonb_build_array(account_id, COUNT(*), \
+     COUNT(*) FILTER (WHERE circuit_state <> 'closed')) AS r \
+     FROM %%s WHERE status <> 'deleted' GROUP BY account_id";
+
+/// One shard's dead deliveries not replayed, by account.
+const DEAD_OF_SHARD: &str = "SELECT jsonb_build_array(account_id, COUNT(*)) AS r \
+     FROM %%s WHERE status = 'dead' AND replayed_by IS NULL GROUP BY account_id";
+
+/// One row per shard: whether it answers.
+const ONE_PER_SHARD: &str = "SELECT to_jsonb(1) AS r";
 
 impl Db {
     /// Creates an account and returns it with its API key, which is shown once and stored only
@@ -117,14 +139,30 @@ impl Db {
         }))
     }
 
+    /// Whether the database answers (`/healthz`). On Citus it is read shard by shard, so a
+    /// worker down is told apart from a database down: how many shards of the accounts did
+    /// not answer (`None` elsewhere); an error when none did.
+    pub(crate) async fn reachable(&self) -> Result<Option<usize>, StoreError> {
+        if let Db::Citus(pool) = self {
+            let answered =
+                every_shard_counted::<i64>(pool, "kxp_accounts", ONE_PER_SHARD, &[]).await?;
+            return Ok(Some(answered.unanswered));
+        }
+        self.account_count().await.map(|_| None)
+    }
+
     /// Every account, oldest first (`kxp accounts list`). Key hashes are not read.
     pub(crate) async fn accounts(&self) -> Result<Vec<Account>, StoreError> {
         self.accounts_after(None, i64::MAX).await
     }
 
     /// Every account with its counts, oldest first (the operators' console): the counts are
-    /// read on the endpoints' and the deliveries' account indexes, never by a scan.
-    pub(crate) async fn account_overviews(&self) -> Result<Vec<AccountOverview>, StoreError> {
+    /// read on the endpoints' and the deliveries' account indexes, never by a scan. On Citus,
+    /// shard by shard: a worker down leaves its accounts out, and says so.
+    pub(crate) async fn account_overviews(&self) -> Result<AccountsOverview, StoreError> {
+        if let Db::Citus(pool) = self {
+            return Ok(overviews_by_shard(pool).await?);
+        }
         let accounts = self.accounts().await?;
         let counts: Vec<(String, i64, i64, i64)> = on_db!(self, |pool| {
             sqlx::query_as(
@@ -139,23 +177,10 @@ impl Db {
             .fetch_all(pool)
             .await?
         });
-        let counts: std::collections::HashMap<String, (i64, i64, i64)> = counts
-            .into_iter()
-            .map(|(id, e, o, d)| (id, (e, o, d)))
-            .collect();
-        Ok(accounts
-            .into_iter()
-            .map(|account| {
-                let (endpoints, open_circuits, dead) =
-                    counts.get(account.id.as_str()).copied().unwrap_or_default();
-                AccountOverview {
-                    account,
-                    endpoints,
-                    open_circuits,
-                    dead,
-                }
-            })
-            .collect())
+        Ok(AccountsOverview {
+            accounts: with_counts(accounts, counts),
+            unanswered_shards: 0,
+        })
     }
 
     /// Up to `limit` accounts after the id `cursor`, oldest first (`GET /v1/accounts`).
@@ -239,4 +264,76 @@ impl Db {
             Ok((account, new_secret))
         })
     }
+}
+
+/// `accounts`, in order, each with its `(id, endpoints, open circuits, dead)` counts (0 where
+/// it has none).
+fn with_counts(
+    accounts: Vec<Account>,
+    counts: Vec<(String, i64, i64, i64)>,
+) -> Vec<AccountOverview> {
+    let counts: HashMap<String, (i64, i64, i64)> = counts
+        .into_iter()
+        .map(|(id, e, o, d)| (id, (e, o, d)))
+        .collect();
+    accounts
+        .into_iter()
+        .map(|account| {
+            let (endpoints, open_circuits, dead) =
+                counts.get(account.id.as_str()).copied().unwrap_or_default();
+            AccountOverview {
+                account,
+                endpoints,
+                open_circuits,
+                dead,
+            }
+        })
+        .collect()
+}
+
+/// [`Db::account_overviews`] on Citus: the accounts, their endpoints and their dead deliveries
+/// read shard by shard. A shard missing from any of the three reads is counted unanswered
+/// (an account's shards of the three tables are on one worker, so they fail together).
+async fn overviews_by_shard(pool: &PgPool) -> Result<AccountsOverview, sqlx::Error> {
+    type Row = (String, String, String, Option<String>, Option<String>, i64);
+    let read = every_shard_counted::<Row>(pool, "kxp_accounts", ACCOUNTS_OF_SHARD, &[]).await?;
+    let endpoints =
+        every_shard_counted::<(String, i64, i64)>(pool, "kxp_endpoints", ENDPOINTS_OF_SHARD, &[])
+            .await?;
+    let dead =
+        every_shard_counted::<(String, i64)>(pool, "kxp_deliveries", DEAD_OF_SHARD, &[]).await?;
+    let mut counts: HashMap<String, (i64, i64, i64)> = HashMap::new();
+    for (id, all, open) in endpoints.rows {
+        let c = counts.entry(id).or_default();
+        (c.0, c.1) = (all, open);
+    }
+    for (id, n) in dead.rows {
+        counts.entry(id).or_default().2 = n;
+    }
+    let mut accounts: Vec<Account> = read
+        .rows
+        .into_iter()
+        .map(
+            |(id, name, default_api_version, ops_url, contact_email, created_at)| Account {
+                id: AccountId::from(id),
+                name,
+                default_api_version,
+                ops_url,
+                contact_email,
+                created_at,
+            },
+        )
+        .collect();
+    accounts.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+    let counts = counts
+        .into_iter()
+        .map(|(id, (e, o, d))| (id, e, o, d))
+        .collect();
+    Ok(AccountsOverview {
+        accounts: with_counts(accounts, counts),
+        unanswered_shards: read
+            .unanswered
+            .max(endpoints.unanswered)
+            .max(dead.unanswered),
+    })
 }

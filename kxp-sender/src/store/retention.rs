@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::model::{ms, now_ms};
 use crate::policy::health::HOUR_MS;
 use crate::policy::session::{ABSOLUTE_EXPIRY_MS, IDLE_EXPIRY_MS};
+use crate::store::shards::every_shard;
 use crate::store::{Db, StoreError, on_db};
 
 /// How long hourly statistics are kept: health reads the last 25 hours.
@@ -50,10 +51,39 @@ fn expired_sessions() -> String {
     )
 }
 
+/// Which rows one pass of [`Db::purge`] deletes: every account's at once, or (Citus) one
+/// account's, each statement naming it (`$3`) so that it runs on the account's shard alone.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    All,
+    Account(&'a str),
+}
+
+impl Scope<'_> {
+    /// The condition on the outer `DELETE`, before its own: `account_id = $3 AND `.
+    fn outer(self) -> &'static str {
+        match self {
+            Scope::All => "",
+            Scope::Account(_) => "account_id = $3 AND ",
+        }
+    }
+
+    /// The condition inside its `SELECT`, after the others: ` AND <alias>account_id = $3`.
+    fn inner(self, alias: &str) -> String {
+        match self {
+            Scope::All => String::new(),
+            Scope::Account(_) => format!(" AND {alias}account_id = $3"),
+        }
+    }
+}
+
 impl Db {
     /// Removes finished data older than `cutoff` (Unix ms), as the module docs describe.
     /// `None` keeps deliveries, events and notifications forever; statistics, expired secrets,
     /// and expired portal links and console sessions are removed either way.
+    ///
+    /// On Citus, account by account (the accounts read shard by shard): an account whose shard
+    /// does not answer is logged and left for the next pass, and the others are purged.
     #[cfg_attr(
         not(feature = "test-util"),
         expect(unreachable_pub, reason = "public with feature test-util only")
@@ -61,47 +91,26 @@ impl Db {
     pub async fn purge(&self, cutoff: Option<i64>) -> Result<Purged, StoreError> {
         let now = now_ms();
         let mut purged = Purged::default();
-        if let Some(cutoff) = cutoff {
-            loop {
-                let (attempts, deliveries) = self.purge_deliveries(cutoff).await?;
-                purged.attempts += attempts;
-                purged.deliveries += deliveries;
-                if deliveries < BATCH as u64 {
-                    break;
+        if let Db::Citus(pool) = self {
+            let accounts: Vec<String> = every_shard(
+                pool,
+                "kxp_accounts",
+                "SELECT to_jsonb(id) AS r FROM %%s",
+                &[],
+            )
+            .await?;
+            for account in &accounts {
+                if let Err(e) = self
+                    .purge_scope(Scope::Account(account), cutoff, now, &mut purged)
+                    .await
+                {
+                    tracing::warn!(target: "kxp_sender", account = %account, error = %e, "retention skipped an account whose shard did not answer");
                 }
             }
-            purged.events = self
-                .delete_batches(
-                    "DELETE FROM kxp_events WHERE (account_id, id) IN (SELECT account_id, id FROM kxp_events e \
-                     WHERE e.created_at < $1 AND NOT EXISTS (SELECT 1 FROM kxp_deliveries d \
-                     WHERE d.account_id = e.account_id AND d.event_id = e.id) LIMIT $2)",
-                    cutoff,
-                )
-                .await?;
-            purged.notifications = self
-                .delete_batches(
-                    "DELETE FROM kxp_notifications WHERE id IN (SELECT id FROM kxp_notifications \
-                     WHERE status IN ('sent', 'failed') AND updated_at < $1 LIMIT $2)",
-                    cutoff,
-                )
+        } else {
+            self.purge_scope(Scope::All, cutoff, now, &mut purged)
                 .await?;
         }
-        let stats_cutoff = (now - ms(STATS_KEPT)).div_euclid(HOUR_MS) * HOUR_MS;
-        purged.stats_rows = self
-            .delete_batches(
-                "DELETE FROM kxp_endpoint_stats_hourly WHERE (account_id, endpoint_id, hour) IN \
-                 (SELECT account_id, endpoint_id, hour FROM kxp_endpoint_stats_hourly WHERE hour < $1 LIMIT $2)",
-                stats_cutoff,
-            )
-            .await?;
-        purged.secrets = self
-            .delete_batches(
-                "DELETE FROM kxp_endpoint_secrets WHERE (account_id, endpoint_id, id) IN \
-                 (SELECT account_id, endpoint_id, id FROM kxp_endpoint_secrets \
-                 WHERE expires_at IS NOT NULL AND expires_at <= $1 LIMIT $2)",
-                now,
-            )
-            .await?;
         // No link opens a session once expired, used or not (the sign-in's UPDATE asks for
         // `expires_at > now`).
         purged.portal_links = self
@@ -109,55 +118,130 @@ impl Db {
                 "DELETE FROM kxp_portal_links WHERE token_hash IN (SELECT token_hash \
                  FROM kxp_portal_links WHERE expires_at <= $1 LIMIT $2)",
                 now,
+                Scope::All,
             )
             .await?;
-        purged.sessions = self.delete_batches(&expired_sessions(), now).await?;
+        purged.sessions = self
+            .delete_batches(&expired_sessions(), now, Scope::All)
+            .await?;
         Ok(purged)
+    }
+
+    /// The account-scoped part of [`Db::purge`] for `scope`, added to `purged`.
+    async fn purge_scope(
+        &self,
+        scope: Scope<'_>,
+        cutoff: Option<i64>,
+        now: i64,
+        purged: &mut Purged,
+    ) -> Result<(), StoreError> {
+        let (outer, inner) = (scope.outer(), scope.inner(""));
+        if let Some(cutoff) = cutoff {
+            loop {
+                let (attempts, deliveries) = self.purge_deliveries(cutoff, scope).await?;
+                purged.attempts += attempts;
+                purged.deliveries += deliveries;
+                if deliveries < BATCH as u64 {
+                    break;
+                }
+            }
+            purged.events += self
+                .delete_batches(
+                    &format!(
+                        "DELETE FROM kxp_events WHERE {outer}(account_id, id) IN (SELECT account_id, id FROM kxp_events e \
+                         WHERE e.created_at < $1{} AND NOT EXISTS (SELECT 1 FROM kxp_deliveries d \
+                         WHERE d.account_id = e.account_id AND d.event_id = e.id) LIMIT $2)",
+                        scope.inner("e.")
+                    ),
+                    cutoff,
+                    scope,
+                )
+                .await?;
+            purged.notifications += self
+                .delete_batches(
+                    &format!(
+                        "DELETE FROM kxp_notifications WHERE {outer}id IN (SELECT id FROM kxp_notifications \
+                         WHERE status IN ('sent', 'failed') AND updated_at < $1{inner} LIMIT $2)"
+                    ),
+                    cutoff,
+                    scope,
+                )
+                .await?;
+        }
+        let stats_cutoff = (now - ms(STATS_KEPT)).div_euclid(HOUR_MS) * HOUR_MS;
+        purged.stats_rows += self
+            .delete_batches(
+                &format!(
+                    "DELETE FROM kxp_endpoint_stats_hourly WHERE {outer}(account_id, endpoint_id, hour) IN \
+                     (SELECT account_id, endpoint_id, hour FROM kxp_endpoint_stats_hourly WHERE hour < $1{inner} LIMIT $2)"
+                ),
+                stats_cutoff,
+                scope,
+            )
+            .await?;
+        purged.secrets += self
+            .delete_batches(
+                &format!(
+                    "DELETE FROM kxp_endpoint_secrets WHERE {outer}(account_id, endpoint_id, id) IN \
+                     (SELECT account_id, endpoint_id, id FROM kxp_endpoint_secrets \
+                     WHERE expires_at IS NOT NULL AND expires_at <= $1{inner} LIMIT $2)"
+                ),
+                now,
+                scope,
+            )
+            .await?;
+        Ok(())
     }
 
     /// One batch of finished deliveries and their attempts, in one transaction: the attempts
     /// of the oldest [`BATCH`] first, then those deliveries (the `NOT EXISTS` keeps the foreign
     /// key satisfied whatever happened in between).
-    async fn purge_deliveries(&self, cutoff: i64) -> Result<(u64, u64), StoreError> {
+    async fn purge_deliveries(
+        &self,
+        cutoff: i64,
+        scope: Scope<'_>,
+    ) -> Result<(u64, u64), StoreError> {
+        let (outer, inner) = (scope.outer(), scope.inner(""));
         let attempts = format!(
-            "DELETE FROM kxp_attempts WHERE (account_id, delivery_id) IN \
-             (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED} ORDER BY updated_at, id LIMIT $2)"
+            "DELETE FROM kxp_attempts WHERE {outer}(account_id, delivery_id) IN \
+             (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED}{inner} ORDER BY updated_at, id LIMIT $2)"
         );
         let deliveries = format!(
-            "DELETE FROM kxp_deliveries WHERE (account_id, id) IN (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED} \
+            "DELETE FROM kxp_deliveries WHERE {outer}(account_id, id) IN (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED}{inner} \
              AND NOT EXISTS (SELECT 1 FROM kxp_attempts a WHERE a.account_id = kxp_deliveries.account_id AND a.delivery_id = kxp_deliveries.id) \
              ORDER BY updated_at, id LIMIT $2)"
         );
         Ok(on_db!(self, |pool, DB| {
             let mut tx = pool.begin_with(DB::BEGIN).await?;
-            let attempts = sqlx::query(&attempts)
-                .bind(cutoff)
-                .bind(BATCH)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            let deliveries = sqlx::query(&deliveries)
-                .bind(cutoff)
-                .bind(BATCH)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let mut counts = Vec::with_capacity(2);
+            for sql in [&attempts, &deliveries] {
+                let mut query = sqlx::query(sql).bind(cutoff).bind(BATCH);
+                if let Scope::Account(account) = scope {
+                    query = query.bind(account);
+                }
+                counts.push(query.execute(&mut *tx).await?.rows_affected());
+            }
             tx.commit().await?;
-            (attempts, deliveries)
+            (counts[0], counts[1])
         }))
     }
 
-    /// Runs a `DELETE … LIMIT $2` with `$1` bound until it deletes less than a batch.
-    async fn delete_batches(&self, sql: &str, bound: i64) -> Result<u64, StoreError> {
+    /// Runs a `DELETE … LIMIT $2` with `$1` bound (and `$3`, the scope's account) until it
+    /// deletes less than a batch.
+    async fn delete_batches(
+        &self,
+        sql: &str,
+        bound: i64,
+        scope: Scope<'_>,
+    ) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
             let deleted = on_db!(self, |pool| {
-                sqlx::query(sql)
-                    .bind(bound)
-                    .bind(BATCH)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
+                let mut query = sqlx::query(sql).bind(bound).bind(BATCH);
+                if let Scope::Account(account) = scope {
+                    query = query.bind(account);
+                }
+                query.execute(pool).await?.rows_affected()
             });
             total += deleted;
             if deleted < BATCH as u64 {

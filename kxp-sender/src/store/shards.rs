@@ -24,6 +24,23 @@ pub(crate) async fn every_shard<T: DeserializeOwned>(
     select: &str,
     args: &[String],
 ) -> Result<Vec<T>, sqlx::Error> {
+    Ok(every_shard_counted(pool, table, select, args).await?.rows)
+}
+
+/// What [`every_shard_counted`] read: the rows of the shards that answered, and how many did
+/// not (what a reader shows beside a partial answer).
+pub(crate) struct Answered<T> {
+    pub(crate) rows: Vec<T>,
+    pub(crate) unanswered: usize,
+}
+
+/// [`every_shard`], also saying how many shards did not answer.
+pub(crate) async fn every_shard_counted<T: DeserializeOwned>(
+    pool: &PgPool,
+    table: &str,
+    select: &str,
+    args: &[String],
+) -> Result<Answered<T>, sqlx::Error> {
     let command = format!("SELECT COALESCE(jsonb_agg(q.r), '[]') FROM ({select}) q");
     let answers: Vec<(i64, bool, String)> = match sqlx::query_as(
         "SELECT shardid, success, result FROM run_command_on_shards($1, format($2, VARIADIC $3::text[]))",
@@ -73,5 +90,8 @@ pub(crate) async fn every_shard<T: DeserializeOwned>(
             tracing::warn!(target: "kxp_sender", table, shards = failed.len(), first = shard, error = %error, "shards did not answer a scan; their accounts wait until they do");
         }
     }
-    Ok(rows)
+    Ok(Answered {
+        rows,
+        unanswered: failed.len(),
+    })
 }

@@ -208,6 +208,98 @@ async fn wait_all_delivered(produced: &Produced, receiver: &Receiver) {
     }
 }
 
+/// Checks that no event was created twice (as many stored as acknowledged, each id
+/// acknowledged once) and that every answer was a 2xx or a 503; how many were acknowledged.
+async fn created_once(coordinator: &sqlx::PgPool, produced: &Produced) -> usize {
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kxp_events")
+        .fetch_one(coordinator)
+        .await
+        .unwrap();
+    let acknowledged: usize = produced.acknowledged.values().map(Vec::len).sum();
+    assert_eq!(
+        stored,
+        i64::try_from(acknowledged).unwrap(),
+        "events stored against acknowledged"
+    );
+    let unique: BTreeSet<&String> = produced.acknowledged.values().flatten().collect();
+    assert_eq!(unique.len(), acknowledged, "an event id acknowledged twice");
+    assert!(
+        produced.other.is_empty(),
+        "answers other than 2xx and 503: {:?}",
+        produced.other
+    );
+    acknowledged
+}
+
+/// Moves the shard group of `account_id` (every table's shard of it: they are co-located)
+/// from the worker at port `from` to the one at `to`, with logical replication.
+async fn move_shard_group(coordinator: &sqlx::PgPool, account_id: &str, from: u16, to: u16) {
+    sqlx::query(
+        "SELECT citus_move_shard_placement(get_shard_id_for_distribution_column('kxp_accounts', $1), \
+         '127.0.0.1', $2, '127.0.0.1', $3)",
+    )
+    .bind(account_id)
+    .bind(i32::from(from))
+    .bind(i32::from(to))
+    .execute(coordinator)
+    .await
+    .unwrap();
+}
+
+/// `Ok` when `POST path` (with `key`) answers 503 `store_unavailable` with `Retry-After`
+/// within the client's 30 s; what came instead otherwise.
+async fn unavailable(base: &str, path: &str, key: &str, body: &Value) -> Result<(), String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let response = http
+        .post(format!("{base}{path}"))
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("no answer: {e}"))?;
+    let (status, retry_after) = (
+        response.status(),
+        response.headers().get("retry-after").cloned(),
+    );
+    let body: Value = response.json().await.unwrap_or_default();
+    eprintln!(
+        "POST {path} with a worker down: {status} in {:?}",
+        started.elapsed()
+    );
+    if status == 503 && retry_after.is_some() && body["error"] == "store_unavailable" {
+        Ok(())
+    } else {
+        Err(format!("{status}, Retry-After {retry_after:?}: {body}"))
+    }
+}
+
+/// When the receiver got each event of `accounts`, in order.
+fn delivered_at(receiver: &Receiver, accounts: &[String]) -> Vec<Instant> {
+    let mut at: Vec<Instant> = receiver
+        .seen()
+        .iter()
+        .filter(|seen| {
+            let body: Value = serde_json::from_slice(&seen.body).unwrap();
+            accounts
+                .iter()
+                .any(|a| body["data"]["account"] == a.as_str())
+        })
+        .map(|seen| seen.at)
+        .collect();
+    at.sort_unstable();
+    at
+}
+
+/// The longest wait between two of `account`'s acknowledged events, from `from` on.
+fn ingestion_pause(produced: &Produced, account: &str, from: Instant) -> Duration {
+    let at = produced.acknowledged_at.get(account);
+    longest_gap(at.map_or(&[][..], Vec::as_slice), from)
+}
+
 /// The longest gap between consecutive instants, from `from` on.
 fn longest_gap(at: &[Instant], from: Instant) -> Duration {
     at.iter()
@@ -247,6 +339,9 @@ async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
         .map(|(a, _)| a.clone())
         .collect();
 
+    // An operator, made while every node is up (operators are a reference table).
+    let (_, operator) = s.server.db().create_operator("ops").await.unwrap();
+
     let produced = Arc::new(Mutex::new(Produced::default()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let producers = produce(&s, &accounts, &produced, &stop);
@@ -265,9 +360,53 @@ async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
             .map(|a| seen.unavailable.get(a).copied().unwrap_or(0))
             .sum()
     };
+    // Writes of the tables every node holds (an account's key, an endpoint's directory row)
+    // fail cleanly while one is down, even for an account on the other worker.
+    let other_key = &accounts
+        .iter()
+        .find(|(a, _)| on_other.contains(a))
+        .unwrap()
+        .1;
+    let writes = [
+        ("/v1/accounts", &operator, json!({"name": "late"})),
+        (
+            "/v1/endpoints",
+            other_key,
+            json!({"url": receiver.url, "skip_challenge": true}),
+        ),
+    ];
+    for (path, key, body) in writes {
+        let refused = unavailable(&s.api.base, path, key, &body).await;
+        assert!(
+            refused.is_ok(),
+            "POST {path} while a worker is down: {refused:?}"
+        );
+    }
+    // /healthz tells a worker down from a database down; /metrics counts what answered.
+    let (status, health) = s.api.call("GET", "/healthz", None).await;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(health["unanswered_shards"].as_u64() > Some(0), "{health}");
+    let metrics = s
+        .api
+        .http
+        .get(format!("{}/metrics", s.api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+    let metrics = metrics.text().await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kxp_store_shards_unanswered ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
     cluster.start(2);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let produced = stop_producing(&stop, producers, produced).await;
+    let (status, health) = s.api.call("GET", "/healthz", None).await;
+    assert_eq!((status, &health["status"]), (200, &json!("ok")), "{health}");
 
     eprintln!(
         "worker crash: {} acknowledged, 503s by account {:?}; the other worker's accounts got \
@@ -332,16 +471,7 @@ async fn a_shard_moved_under_load_loses_nothing_and_creates_nothing_twice() {
     // other worker with logical replication while its events flow.
     let started = Instant::now();
     let coordinator = sqlx::PgPool::connect(database.url()).await.unwrap();
-    sqlx::query(
-        "SELECT citus_move_shard_placement(get_shard_id_for_distribution_column('kxp_accounts', $1), \
-         '127.0.0.1', $2, '127.0.0.1', $3)",
-    )
-    .bind(&account_id)
-    .bind(i32::from(from))
-    .bind(i32::from(to))
-    .execute(&coordinator)
-    .await
-    .unwrap();
+    move_shard_group(&coordinator, &account_id, from, to).await;
     let took = started.elapsed();
     assert_eq!(
         database.worker_port_of(&account_id).await,
@@ -353,47 +483,116 @@ async fn a_shard_moved_under_load_loses_nothing_and_creates_nothing_twice() {
     wait_all_delivered(&produced, &receiver).await;
 
     // None created twice: as many events stored as acknowledged, each acknowledged once.
-    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM kxp_events")
-        .fetch_one(&coordinator)
-        .await
-        .unwrap();
-    let acknowledged: usize = produced.acknowledged.values().map(Vec::len).sum();
-    assert_eq!(
-        stored,
-        i64::try_from(acknowledged).unwrap(),
-        "events stored against acknowledged"
-    );
-    let unique: BTreeSet<&String> = produced.acknowledged.values().flatten().collect();
-    assert_eq!(unique.len(), acknowledged, "an event id acknowledged twice");
-    assert!(
-        produced.other.is_empty(),
-        "answers other than 2xx and 503: {:?}",
-        produced.other
-    );
-    let delivered_at: Vec<Instant> = {
-        let mut at: Vec<Instant> = receiver
-            .seen()
-            .iter()
-            .filter(|seen| {
-                serde_json::from_slice::<Value>(&seen.body).unwrap()["data"]["account"]
-                    == moved.as_str()
-            })
-            .map(|seen| seen.at)
-            .collect();
-        at.sort_unstable();
-        at
-    };
+    let acknowledged = created_once(&coordinator, &produced).await;
+    let delivered_at = delivered_at(&receiver, std::slice::from_ref(&moved));
     eprintln!(
         "shard move: {took:?} for the move; the moved account's longest pause in ingestion {:?}, \
          in delivery {:?}; {} 503s; {acknowledged} events acknowledged, all delivered",
-        longest_gap(
-            produced
-                .acknowledged_at
-                .get(&moved)
-                .map_or(&[][..], Vec::as_slice),
-            started
-        ),
+        ingestion_pause(&produced, &moved, started),
         longest_gap(&delivered_at, started),
+        produced.unavailable.values().sum::<usize>(),
+    );
+    coordinator.close().await;
+    s.server.shutdown().await;
+    database.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whale_isolated_then_moved_under_load_loses_nothing_and_stalls_no_one_else() {
+    if Cluster::from_env().is_none() {
+        return;
+    }
+    let Some(Setup {
+        database,
+        s,
+        receiver,
+        accounts,
+        ids,
+        ..
+    }) = setup("kxp_citus_whale", 2).await
+    else {
+        return;
+    };
+    // The whale sends four times as much as any other account: four producers.
+    let whale = accounts[0].0.clone();
+    let whale_id = ids[&whale].clone();
+    let others: Vec<String> = accounts[1..].iter().map(|(a, _)| a.clone()).collect();
+    let mut producing = accounts.clone();
+    producing.extend(std::iter::repeat_n(accounts[0].clone(), 3));
+
+    let produced = Arc::new(Mutex::new(Produced::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producers = produce(&s, &producing, &produced, &stop);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let coordinator = sqlx::PgPool::connect(database.url()).await.unwrap();
+    let shard_of = async |id: &str| -> i64 {
+        sqlx::query_scalar("SELECT get_shard_id_for_distribution_column('kxp_accounts', $1)")
+            .bind(id)
+            .fetch_one(&coordinator)
+            .await
+            .unwrap()
+    };
+    let shared = shard_of(&whale_id).await;
+
+    // Isolated: the whale's rows of every co-located table move to shards of their own. With
+    // writes to the shard blocked while it splits: a split without blocking them decodes the
+    // shard's changes with Citus's own plugin, which hangs under concurrent updates
+    // (citusdata/citus#6790: "publisher did not send replica identity column", seen here).
+    let started = Instant::now();
+    let isolated: i64 = sqlx::query_scalar(
+        "SELECT isolate_tenant_to_new_shard('kxp_accounts', $1::text, 'CASCADE', 'block_writes')",
+    )
+    .bind(&whale_id)
+    .fetch_one(&coordinator)
+    .await
+    .unwrap();
+    let isolating = started.elapsed();
+    assert_eq!(shard_of(&whale_id).await, isolated);
+    assert_ne!(isolated, shared, "the whale has a shard of its own");
+
+    // Then moved to the other worker.
+    let from = database.worker_port_of(&whale_id).await;
+    let to = if from == database.coordinator_port() + 1 {
+        from + 1
+    } else {
+        from - 1
+    };
+    let moving_at = Instant::now();
+    move_shard_group(&coordinator, &whale_id, from, to).await;
+    let moving = moving_at.elapsed();
+    assert_eq!(
+        database.worker_port_of(&whale_id).await,
+        to,
+        "the shard moved"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let produced = stop_producing(&stop, producers, produced).await;
+    wait_all_delivered(&produced, &receiver).await;
+
+    // The others were delivered while each step ran (or within a second of its end, for a
+    // step quicker than a delivery's round).
+    let others_at = delivered_at(&receiver, &others);
+    let during = |from: Instant, took: Duration| {
+        let until = from + took + Duration::from_secs(1);
+        others_at
+            .iter()
+            .filter(|t| **t >= from && **t <= until)
+            .count()
+    };
+    let (while_isolating, while_moving) = (during(started, isolating), during(moving_at, moving));
+    assert!(
+        while_isolating > 0 && while_moving > 0,
+        "the other accounts' deliveries stalled: {while_isolating} while isolating, \
+         {while_moving} while moving"
+    );
+    let acknowledged = created_once(&coordinator, &produced).await;
+    eprintln!(
+        "whale: isolated in {isolating:?}, moved in {moving:?}; the whale's longest pause in \
+         ingestion {:?}, the others' longest pause in delivery {:?}; the others delivered \
+         {while_isolating} while isolating and {while_moving} while moving; {} 503s; \
+         {acknowledged} events acknowledged, all delivered",
+        ingestion_pause(&produced, &whale, started),
+        longest_gap(&others_at, started),
         produced.unavailable.values().sum::<usize>(),
     );
     coordinator.close().await;

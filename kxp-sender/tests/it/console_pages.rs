@@ -17,7 +17,7 @@ use reqwest::header::LOCATION;
 use serde_json::json;
 
 use crate::console::{Browser, cookie_pair, hidden};
-use crate::support::{Receiver, sender};
+use crate::support::{Database, Receiver, sender};
 
 /// A receiver that answers the endpoint challenge (a GET echoing `challenge`) and 200 to posts.
 async fn challenge_receiver() -> String {
@@ -391,10 +391,18 @@ async fn another_accounts_pages_are_not_found_and_event_data_renders_as_text() {
     s.server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_letters_are_replayed_in_bulk_exactly_as_counted_and_seen_going_through() {
+each_backend!(
+    dead_letters_are_replayed_in_bulk_exactly_as_counted_and_seen_going_through,
+    operators_see_every_account_with_its_counts_and_open_its_pages
+);
+on_citus!(
+    dead_letters_are_replayed_in_bulk_exactly_as_counted_and_seen_going_through,
+    operators_see_every_account_with_its_counts_and_open_its_pages
+);
+
+async fn dead_letters_are_replayed_in_bulk_exactly_as_counted_and_seen_going_through(db: Database) {
     // One try: a failed delivery is dead at once.
-    let s = sender("0s").await;
+    let s = db.sender("0s").await;
     let b = Browser::of(&s);
     let receiver = Receiver::start(vec![]).await;
     receiver.answer_rest_with(503);
@@ -505,9 +513,8 @@ async fn dead_letters_are_replayed_in_bulk_exactly_as_counted_and_seen_going_thr
     s.server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operators_see_every_account_with_its_counts_and_open_its_pages() {
-    let s = sender("0s").await;
+async fn operators_see_every_account_with_its_counts_and_open_its_pages(db: Database) {
+    let s = db.sender("0s").await;
     let b = Browser::of(&s);
     let (_, op_key) = s.server.db().create_operator("Olga").await.unwrap();
     let op = s.api.with_key(&op_key).client;
@@ -553,6 +560,32 @@ async fn operators_see_every_account_with_its_counts_and_open_its_pages() {
     let mut new = kxp_api::NewEndpoint::new(&receiver.url);
     new.skip_challenge = true;
     let endpoint = for_shop.create_endpoint(&new).await.unwrap().endpoint.id;
+    // A second endpoint that fails: its one event's delivery goes dead (one try). The list
+    // counts the shop's endpoints, open circuits and dead deliveries.
+    let failing = Receiver::start(vec![]).await;
+    failing.answer_rest_with(500);
+    let mut new = kxp_api::NewEndpoint::new(&failing.url);
+    new.skip_challenge = true;
+    new.event_types = Some(vec!["order.failed".to_owned()]);
+    for_shop.create_endpoint(&new).await.unwrap();
+    let event = kxp_api::NewEvent::new("order.failed", &json!({"n": 1})).unwrap();
+    for_shop.create_event(&event, None).await.unwrap();
+    let id = &shop.account.id;
+    let counted = format!(
+        "{id}</code></small></td><td>2</td><td>0</td><td><a href=\"/console/a/{id}/dead-letters\">1</a></td>"
+    );
+    let started = std::time::Instant::now();
+    loop {
+        let (_, html) = page(&b, "/console", &cookie).await;
+        if html.contains(&counted) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{counted} not in {html}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (_, shop_page_html) = page(&b, &format!("{shop_page}/endpoints/{endpoint}"), &cookie).await;
     let csrf = hidden(&shop_page_html, "csrf_token");
     let paused = post_form(

@@ -13,7 +13,7 @@ use kxp_verify::{
 };
 use serde_json::{Value, json};
 
-use crate::support::{Api, Receiver, Reply, sender, typed};
+use crate::support::{Api, Database, Receiver, Reply, sender, typed};
 
 const SECS_10: Duration = Duration::from_secs(10);
 
@@ -63,9 +63,11 @@ async fn page_of(api: &Api, id: &str, secret: &str, count: u64) -> FeedPage {
     }
 }
 
-#[tokio::test]
-async fn the_feed_lists_dead_and_held_events_by_number_signed_anew() {
-    let s = sender("0s").await;
+each_backend!(the_feed_lists_dead_and_held_events_by_number_signed_anew);
+on_citus!(the_feed_lists_dead_and_held_events_by_number_signed_anew);
+
+async fn the_feed_lists_dead_and_held_events_by_number_signed_anew(db: Database) {
+    let s = db.sender("0s").await;
     let receiver = Receiver::start(vec![]).await;
     receiver.answer_rest_with(500);
     let (id, secret) = s.api.endpoint(&receiver.url, json!({})).await;

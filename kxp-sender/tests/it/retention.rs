@@ -10,21 +10,33 @@ use kxp_sender::now_ms;
 use serde_json::json;
 
 use crate::console::{Browser, cookie_pair, new_link};
-use crate::support::{Receiver, Reply, sender_with};
+use crate::support::{Database, Receiver, Reply, sender_with};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
 async fn count(db: &Db, sql: &str) -> i64 {
-    let Db::Sqlite(pool) = db else {
-        panic!("the test sender runs on SQLite")
-    };
-    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+    match db {
+        Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
+        Db::Postgres(pool) | Db::Citus(pool) => {
+            sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+        }
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue() {
+/// Runs a statement of the test's own on `db`.
+async fn execute(db: &Db, sql: &str) {
+    match db {
+        Db::Sqlite(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
+        Db::Postgres(pool) | Db::Citus(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
+    }
+}
+
+each_backend!(a_purge_removes_finished_data_and_keeps_the_dead_letter_queue);
+on_citus!(a_purge_removes_finished_data_and_keeps_the_dead_letter_queue);
+
+async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue(database: Database) {
     // One try: a 500 makes a delivery dead at once. Nothing purged by the server itself.
-    let s = sender_with("0s", |c| c.retention = None).await;
+    let s = database.sender_with("0s", |c| c.retention = None).await;
     let db = s.server.db();
     let rx = Receiver::start(vec![Reply::Status(500), Reply::Status(500)]).await;
     let (ep, _) = s.api.endpoint(&rx.url, json!({})).await;
@@ -61,15 +73,15 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue() {
         .rotate_secret(&endpoint, &RotateSecret::overlap("0s"))
         .await
         .unwrap();
-    let Db::Sqlite(pool) = db else { unreachable!() };
-    sqlx::query(
-        "INSERT INTO kxp_endpoint_stats_hourly SELECT endpoint_id, 0, successes, failures, le_10, le_25, \
-         le_50, le_100, le_250, le_500, le_1000, le_2500, le_5000, le_10000, le_30000, le_inf, account_id \
-         FROM kxp_endpoint_stats_hourly LIMIT 1",
+    execute(
+        db,
+        "INSERT INTO kxp_endpoint_stats_hourly (account_id, endpoint_id, hour, successes, failures, \
+         le_10, le_25, le_50, le_100, le_250, le_500, le_1000, le_2500, le_5000, le_10000, le_30000, le_inf) \
+         SELECT account_id, endpoint_id, 0, successes, failures, le_10, le_25, le_50, le_100, le_250, \
+         le_500, le_1000, le_2500, le_5000, le_10000, le_30000, le_inf \
+         FROM kxp_endpoint_stats_hourly WHERE hour > 0 LIMIT 1",
     )
-    .execute(pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         count(db, "SELECT COUNT(*) FROM kxp_endpoint_secrets").await,
         2

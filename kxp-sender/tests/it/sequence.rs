@@ -6,10 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use kxp_api::{Delivery, DeliveryQuery};
-use kxp_testkit::db::PgDatabase;
 use serde_json::json;
 
-use crate::support::{Api, Receiver, Reply, sender, sender_with, typed, verifies};
+use crate::support::{Api, Backend, Database, Receiver, Reply, run, sender, typed, verifies};
 
 /// Every delivery of `endpoint_id`, once each has its number and is `status` (within 20 s).
 async fn numbered(api: &Api, endpoint_id: &str, count: usize, status: &str) -> Vec<Delivery> {
@@ -51,9 +50,14 @@ fn gapless(deliveries: &[Delivery]) -> HashMap<String, u64> {
     by_event
 }
 
-#[tokio::test]
-async fn deliveries_are_numbered_in_order_and_carry_the_number_as_a_hint() {
-    let s = sender("0s,20ms").await;
+each_backend!(deliveries_are_numbered_in_order_and_carry_the_number_as_a_hint);
+on_citus!(
+    deliveries_are_numbered_in_order_and_carry_the_number_as_a_hint,
+    two_servers_number_without_holes_or_twins
+);
+
+async fn deliveries_are_numbered_in_order_and_carry_the_number_as_a_hint(db: Database) {
+    let s = db.sender("0s,20ms").await;
     let receiver = Receiver::start(vec![Reply::Status(500)]).await;
     let (endpoint_id, secret) = s.api.endpoint(&receiver.url, json!({})).await;
     let mut emitted = Vec::new();
@@ -118,19 +122,21 @@ async fn a_paused_endpoints_held_deliveries_are_numbered_too() {
 
 #[tokio::test]
 async fn two_servers_ingesting_into_one_postgresql_number_without_holes_or_twins() {
-    let Some(database) = PgDatabase::create("kxp_sender_sequence").await else {
-        return;
-    };
-    let url = database.url().to_owned();
+    run(
+        Backend::Postgres,
+        "two_servers_sequence",
+        two_servers_number_without_holes_or_twins,
+    )
+    .await;
+}
+
+/// Two servers on one PostgreSQL database (or Citus cluster), ingesting at once.
+async fn two_servers_number_without_holes_or_twins(db: Database) {
     // Eleven tries: the ten scripted 500s below can never make a delivery go dead (three tries
     // let one delivery meet three of them and never reach `delivered`: CI saw it).
     const SCHEDULE: &str = "0s,10ms,10ms,10ms,10ms,10ms,10ms,10ms,10ms,10ms,10ms";
-    let first = sender_with(SCHEDULE, {
-        let url = url.clone();
-        move |c| c.database_url = url
-    })
-    .await;
-    let second = sender_with(SCHEDULE, move |c| c.database_url = url).await;
+    let first = db.sender(SCHEDULE).await;
+    let second = db.sender(SCHEDULE).await;
     // One endpoint fails now and then (retries keep their number), one always answers.
     let flaky = Receiver::start(vec![Reply::Status(500); 10]).await;
     let steady = Receiver::start(vec![]).await;
@@ -176,5 +182,4 @@ async fn two_servers_ingesting_into_one_postgresql_number_without_holes_or_twins
     }
     first.server.shutdown().await;
     second.server.shutdown().await;
-    database.drop().await;
 }

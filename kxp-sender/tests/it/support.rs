@@ -86,7 +86,12 @@ where
 {
     match backend {
         Backend::Sqlite => {
-            scenario(Database { backend, url: None }).await;
+            scenario(Database {
+                backend,
+                url: None,
+                citus: false,
+            })
+            .await;
         }
         Backend::Postgres => {
             // PgDatabase takes prefixes of up to 30 bytes (names are at most 63).
@@ -98,6 +103,7 @@ where
             scenario(Database {
                 backend,
                 url: Some(database.url().to_owned()),
+                citus: false,
             })
             .await;
             database.drop().await;
@@ -122,6 +128,7 @@ where
     scenario(Database {
         backend: Backend::Postgres,
         url: Some(database.url().to_owned()),
+        citus: true,
     })
     .await;
     database.drop().await;
@@ -159,12 +166,19 @@ pub(crate) struct Database {
     /// `None` on SQLite: each sender makes its own file, and a process that shares it takes
     /// the first one's [`Sender::database_url`].
     url: Option<String>,
+    /// A Citus cluster's coordinator ([`run_citus`]).
+    citus: bool,
 }
 
 impl Database {
     /// Which backend this is.
     pub(crate) fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Whether this is a Citus cluster (whose `backend` is PostgreSQL).
+    pub(crate) fn is_citus(&self) -> bool {
+        self.citus
     }
 
     /// [`sender_with`] on this database (`tweak` runs after the URL is set).

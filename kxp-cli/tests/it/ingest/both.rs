@@ -138,22 +138,7 @@ async fn a_missing_queue_or_stream_is_down_until_it_exists_then_consumed() {
 
 /// Creates an account on the sender's database with `kxp accounts create`; its id.
 async fn create_account(database_url: &str, name: &str) -> String {
-    let (code, out, err) = crate::accounts::kxp_async(
-        &[
-            "accounts",
-            "create",
-            "--database-url",
-            database_url,
-            "--name",
-            name,
-            "--json",
-        ],
-        None,
-    )
-    .await;
-    assert_eq!(code, 0, "{err}");
-    let created: Value = serde_json::from_str(&out).unwrap();
-    created["id"].as_str().unwrap().to_owned()
+    crate::accounts::create_account(database_url, name).await.0
 }
 
 /// The `data.n` of the events of the sender's database, by account.

@@ -4,7 +4,7 @@
 use maud::{Markup, html};
 
 use super::frame_page;
-use crate::model::{AccountOverview, AuditEntry, Notification, rfc3339};
+use crate::model::{AccountsOverview, AuditEntry, Notification, rfc3339};
 
 /// The header of the operators' pages: their sections and signing out.
 fn operator_header(csrf_token: &str) -> Markup {
@@ -31,11 +31,18 @@ fn operator_header(csrf_token: &str) -> Markup {
 pub(in crate::console) fn accounts(
     operator: &str,
     csrf_token: &str,
-    accounts: &[AccountOverview],
+    overview: &AccountsOverview,
 ) -> Markup {
     let sign_out = operator_header(csrf_token);
+    let accounts = &overview.accounts;
     let main = html! {
         p { "Signed in as the operator " strong { (operator) } "." }
+        @if overview.unanswered_shards > 0 {
+            p role="alert" {
+                strong { (overview.unanswered_shards) " shards of the database did not answer" }
+                ": the accounts they hold are missing from this list (a Citus worker is down)."
+            }
+        }
         @if accounts.is_empty() {
             p { "No accounts yet." }
         } @else {

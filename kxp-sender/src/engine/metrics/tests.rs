@@ -86,6 +86,16 @@ fn the_exposition_groups_each_family() {
             "{line} missing from\n{text}"
         );
     }
+    // The shards' gauge is Citus's alone.
+    assert!(!text.contains("kxp_store_shards_unanswered"), "{text}");
+    let text = m.render(&Gauges {
+        unanswered_shards: Some(2),
+        ..gauges
+    });
+    assert!(
+        text.lines().any(|l| l == "kxp_store_shards_unanswered 2"),
+        "{text}"
+    );
     // Every sample follows its own family's TYPE line.
     let mut family = "";
     for line in text.lines() {
