@@ -21,6 +21,7 @@ use kxp_axum::dedup::{self, Handled, Store, Tx};
 use kxp_axum::{VerifiedEvent, VerifyLayer};
 use kxp_outbox::sqlx::{self, SqlitePool};
 use kxp_outbox::{NewEvent, Relay, RelayConfig};
+use kxp_testkit::citus::CitusDatabase;
 use kxp_verify::Verifier;
 use serde::Deserialize;
 use serde_json::json;
@@ -156,6 +157,39 @@ async fn pairs(pool: &SqlitePool, sql: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_outbox_loses_no_event_and_invents_none_under_sigkill() {
+    outbox_under_sigkill(None).await;
+}
+
+/// The same with `kxp serve` on a Citus cluster (issue 31).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_into_kxp_serve_on_citus_loses_no_event_and_invents_none_under_sigkill() {
+    let Some(database) = CitusDatabase::create("kxp_outbox_citus").await else {
+        return;
+    };
+    outbox_under_sigkill(Some(database.url())).await;
+    database.drop().await;
+}
+
+/// The events `kxp serve` stored at `sender_db`: each id with its `data.payment_id`.
+async fn sender_events(sender_db: &str) -> Vec<(String, String)> {
+    if sender_db.starts_with("sqlite") {
+        let sender = SqlitePool::connect(sender_db).await.unwrap();
+        pairs(
+            &sender,
+            "SELECT id, json_extract(payload, '$.data.payment_id') FROM kxp_events",
+        )
+        .await
+    } else {
+        let sender = sqlx::PgPool::connect(sender_db).await.unwrap();
+        sqlx::query_as("SELECT id, payload::jsonb -> 'data' ->> 'payment_id' FROM kxp_events")
+            .fetch_all(&sender)
+            .await
+            .unwrap()
+    }
+}
+
+/// The scenario, with `kxp serve` on `sender_db` (a SQLite file of its own when `None`).
+async fn outbox_under_sigkill(sender_db: Option<&str>) {
     let seed = std::env::var("KXP_OUTBOX_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -167,7 +201,8 @@ async fn the_outbox_loses_no_event_and_invents_none_under_sigkill() {
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().unwrap();
     let sqlite = |name: &str| format!("sqlite://{}?mode=rwc", dir.path().join(name).display());
-    let (sender_db, producer_db) = (sqlite("kxp.db"), sqlite("producer.db"));
+    let sender_db = sender_db.map_or_else(|| sqlite("kxp.db"), str::to_owned);
+    let producer_db = sqlite("producer.db");
 
     let pool = SqlitePool::connect(&producer_db).await.unwrap();
     sqlx::query("PRAGMA journal_mode = WAL")
@@ -228,12 +263,7 @@ async fn the_outbox_loses_no_event_and_invents_none_under_sigkill() {
         "too few payments to tell: {}",
         committed.len()
     );
-    let sender = SqlitePool::connect(&sender_db).await.unwrap();
-    let events = pairs(
-        &sender,
-        "SELECT id, json_extract(payload, '$.data.payment_id') FROM kxp_events",
-    )
-    .await;
+    let events = sender_events(&sender_db).await;
     let mut of_payment: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (event_id, payment) in &events {
         of_payment

@@ -2,10 +2,51 @@
 //! for people, the same whoever shows it; the API turns a kind into its status and code, the
 //! console into a page, a broker source into holding, retrying or rejecting a message.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
 use kxp_api::ErrorCode;
 
 use super::MAX_UNUSED_PORTAL_LINKS;
+use crate::model::now_ms;
 use crate::store::{StoreConflict, StoreError};
+
+/// The API's database errors are logged once a second at most: a database (or a Citus worker)
+/// down refuses every request, and a line for each, hundreds a second, would bury the rest of
+/// the log. Each line says how many errors since the last one it stands for (`also`).
+static DATABASE_ERRORS: Throttle = Throttle::new();
+
+/// Lets one event through per second and counts the others.
+struct Throttle {
+    /// The second (Unix) of the last event let through.
+    last: AtomicI64,
+    /// Events held back since.
+    held: AtomicU64,
+}
+
+impl Throttle {
+    const fn new() -> Throttle {
+        Throttle {
+            last: AtomicI64::new(i64::MIN),
+            held: AtomicU64::new(0),
+        }
+    }
+
+    /// At second `now`: `Some(held back since the last one)` when this event goes through,
+    /// `None` when it is held back.
+    fn admit(&self, now: i64) -> Option<u64> {
+        let last = self.last.load(Ordering::Relaxed);
+        if now > last
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.held.swap(0, Ordering::Relaxed));
+        }
+        self.held.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
 
 /// Why a use case refused, or could not finish. Nothing was stored.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +157,9 @@ impl From<StoreError> for Error {
             StoreError::NotFound => Error::NotFound,
             StoreError::Conflict { kind, message } => Error::Conflict { kind, message },
             StoreError::Database(e) => {
-                tracing::error!(target: "kxp_sender", error = %e, "database error in the API");
+                if let Some(also) = DATABASE_ERRORS.admit(now_ms().div_euclid(1000)) {
+                    tracing::error!(target: "kxp_sender", error = %e, also, "database error in the API");
+                }
                 Error::Unavailable
             }
             StoreError::Sealed(e) => {
@@ -124,5 +167,22 @@ impl From<StoreError> for Error {
                 Error::Sealed
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Throttle;
+
+    #[test]
+    fn the_throttle_lets_one_event_through_per_second_and_counts_the_rest() {
+        let throttle = Throttle::new();
+        assert_eq!(throttle.admit(10), Some(0));
+        assert_eq!(throttle.admit(10), None);
+        assert_eq!(throttle.admit(10), None);
+        assert_eq!(throttle.admit(11), Some(2));
+        // A clock stepping back holds events until it passes the last second again.
+        assert_eq!(throttle.admit(9), None);
+        assert_eq!(throttle.admit(12), Some(1));
     }
 }

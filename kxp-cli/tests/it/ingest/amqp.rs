@@ -46,6 +46,21 @@ async fn rabbitmq_two_processes_on_postgresql_compete_and_make_one_event_each_ac
     database.drop().await;
 }
 
+/// The same two processes with `kxp serve` on a Citus cluster (issue 31).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_two_processes_on_citus_make_one_event_each_across_kills() {
+    let Some(rabbit) = Rabbit::connect().await else {
+        return;
+    };
+    let Some(database) = CitusDatabase::create("kxp_ingest_citus").await else {
+        return;
+    };
+    let s = setup(database.url(), 1000).await;
+    kill_loop(Broker::Rabbit(&rabbit), database.url(), &s, 2).await;
+    rabbit.delete().await;
+    database.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_bad_messages_go_to_the_dead_letter_queue_and_are_counted_by_reason() {
     let Some(rabbit) = Rabbit::connect().await else {

@@ -25,6 +25,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use kxp_testkit::brokers::{AmqpHeader, Nats, NatsServer, Rabbit};
+use kxp_testkit::citus::CitusDatabase;
 use kxp_testkit::db::{PgDatabase, SqliteFile};
 use serde_json::{Value, json};
 
