@@ -16,11 +16,12 @@ use crate::systems::System;
              against a loopback receiver, beside the receiver-alone and bare-commit limits."
 )]
 pub(crate) struct Args {
-    /// Systems under test, comma-separated: kxp-sqlite, kxp-postgres, svix-memory, svix-redis.
+    /// Systems under test, comma-separated: kxp-sqlite, kxp-postgres, kxp-citus, svix-memory,
+    /// svix-redis.
     #[arg(long, default_value = "kxp-sqlite", value_delimiter = ',')]
     pub(crate) system: Vec<String>,
     /// Server processes, comma-separated (2 only where they share the work: kxp-postgres,
-    /// svix-redis).
+    /// kxp-citus, svix-redis).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     pub(crate) processes: Vec<usize>,
     /// Extra flags for `kxp serve`, split on spaces; repeat for variants (`''`: the defaults).
@@ -72,6 +73,14 @@ pub(crate) struct Args {
     /// PostgreSQL server (loopback), without a database.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
     pub(crate) pg_server: String,
+    /// kxp-citus: the local Citus cluster's directory and coordinator port (`cluster.sh start
+    /// <dir> <port>`), and how many of its workers a run's database uses.
+    #[arg(long, default_value = "/tmp/kxp-citus2")]
+    pub(crate) citus_dir: PathBuf,
+    #[arg(long, default_value_t = 9710)]
+    pub(crate) citus_port: u16,
+    #[arg(long, default_value_t = 2)]
+    pub(crate) citus_workers: u16,
     /// Redis for svix-redis (loopback; the database is flushed).
     #[arg(long, default_value = "redis://127.0.0.1:6379/13")]
     pub(crate) redis_url: String,

@@ -19,10 +19,11 @@
 //! are killed and the databases it created dropped at the end, also on error or Ctrl-C.
 //!
 //! This file is the map: the modules, `main`, the schedule of runs and limit measurements, and
-//! the final clean-up. [`config`]: the command line; [`run`]: one run, measured; [`report`]:
+//! the final clean-up. [`config`]: the command line; [`citus`]: kxp-citus's cluster; [`run`]: one run, measured; [`report`]:
 //! the Markdown; [`systems`]: starting the systems under test; [`receiver`]: the loopback
 //! receiver; [`limits`]: the receiver-alone and bare-commit limits; [`procfs`]: CPU and memory.
 
+mod citus;
 mod config;
 mod limits;
 mod procfs;

@@ -69,6 +69,33 @@ pub fn all_postgres_cpu_seconds() -> f64 {
     ticks as f64 / ticks_per_second()
 }
 
+/// CPU seconds of a PostgreSQL server: its postmaster's own and its waited-for children's
+/// (backends that exited), plus every live child's (the backends and background processes).
+pub fn tree_cpu_seconds(postmaster: u32) -> f64 {
+    let Some(root) = stat(postmaster) else {
+        return 0.0;
+    };
+    let mut ticks = root.own() + root.children();
+    if let Ok(dir) = fs::read_dir("/proc") {
+        for entry in dir.flatten().take(100_000) {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // Field 4, the parent's pid, is fields[1].
+            if let Some(s) = stat(pid)
+                && s.fields.get(1).copied() == Some(u64::from(postmaster))
+            {
+                ticks += s.own();
+            }
+        }
+    }
+    ticks as f64 / ticks_per_second()
+}
+
 /// Peak resident set size (`VmHWM`) in KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

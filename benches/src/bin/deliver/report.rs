@@ -258,6 +258,7 @@ pub(crate) async fn print_report(
             ratio(delivered / floor),
         );
     }
+    citus_nodes(configs, results);
     println!(
         "\n`÷ receiver`: delivered/s over the receiver alone; `÷ bare commits`: over bare \
          single-row commits/s (SQLite WAL FULL, kxp's setting, for kxp-sqlite; PostgreSQL \
@@ -343,5 +344,49 @@ pub(crate) async fn print_report(
     }
     for note in notes {
         println!("- note: {note}");
+    }
+}
+
+/// kxp-citus's runs, node by node: CPU, statements and transactions per delivered event
+/// (medians of the runs).
+fn citus_nodes(configs: &[Config], results: &[(usize, Measured)]) {
+    for (c, config) in configs.iter().enumerate() {
+        let mine: Vec<&Measured> = results
+            .iter()
+            .filter(|(i, m)| *i == c && !m.nodes.is_empty())
+            .map(|(_, m)| m)
+            .collect();
+        let Some(first) = mine.first() else {
+            continue;
+        };
+        println!(
+            "\n{} ×{} {}, per delivered event, by node:\n\n\
+             | node | CPU µs/event | statements/event | transactions/event |\n|---|---|---|---|",
+            config.system.name(),
+            config.processes,
+            config.flags()
+        );
+        for (n, node) in first.nodes.iter().enumerate() {
+            let per_event = |f: &dyn Fn(&crate::citus::NodeCost) -> Option<f64>| {
+                let values: Vec<f64> = mine
+                    .iter()
+                    .filter_map(|m| f(&m.nodes[n]).map(|v| v / m.arrived.max(1) as f64))
+                    .collect();
+                if values.is_empty() {
+                    "–".to_owned()
+                } else {
+                    format!("{:.1}", median(values))
+                }
+            };
+            println!(
+                "| {} | {} | {} | {} |",
+                node.name,
+                thousands(median(
+                    mine.iter().map(|m| m.per_event_us(m.nodes[n].cpu)).collect()
+                )),
+                per_event(&|cost| cost.statements.map(|s| s as f64)),
+                per_event(&|cost| cost.commits.map(|s| s as f64)),
+            );
+        }
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 
 use crate::Result;
+use crate::citus::{Cluster, NodeCost};
 use crate::config::{Args, Config};
 use crate::procfs;
 use crate::receiver::{Health, Receiver, Run};
@@ -40,6 +41,8 @@ pub(crate) struct Measured {
     pub(crate) commits: Option<i64>,
     pub(crate) waits: Vec<(String, f64)>,
     pub(crate) load: (f64, f64),
+    /// kxp-citus: what each node of the cluster did.
+    pub(crate) nodes: Vec<NodeCost>,
 }
 
 impl Measured {
@@ -168,6 +171,7 @@ async fn measure(
     admin: Option<&PgPool>,
 ) -> Result<Measured> {
     let receiver_url = format!("{base}/r/{}", run.id);
+    let cluster = Cluster::new(&args.citus_dir, args.citus_port, args.citus_workers);
     deployment
         .start(&Setup {
             system: config.system,
@@ -177,6 +181,7 @@ async fn measure(
             svix_bin: &args.svix_bin,
             pg_server: &args.pg_server,
             admin,
+            citus: &cluster,
             redis_url: &args.redis_url,
             receiver: &receiver_url,
             endpoints: args.endpoints,
@@ -193,6 +198,10 @@ async fn measure(
     };
     let commits_before = match (&db, admin) {
         (Some(db), Some(admin)) => commits(admin, db).await,
+        _ => None,
+    };
+    let nodes_before = match (&db, &deployment.citus) {
+        (Some(db), Some(citus)) => Some(citus.snapshot(db).await),
         _ => None,
     };
     let server_before: f64 = pids.iter().map(|&p| procfs::cpu_seconds(p)).sum();
@@ -229,6 +238,11 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let server_after: f64 = pids.iter().map(|&p| procfs::cpu_seconds(p)).sum();
+    if let (Some(db), Some(citus), Some(before)) = (&db, &deployment.citus, &nodes_before) {
+        // Backends report their statistics at most once a second.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        m.nodes = citus.costs(before, &citus.snapshot(db).await);
+    }
     let pg_all_after = procfs::all_postgres_cpu_seconds();
     let bench_after = procfs::self_cpu_seconds();
     let own_after = match (&db, admin) {

@@ -14,6 +14,7 @@ use sqlx::PgPool;
 use tokio::process::{Child, Command};
 
 use crate::Result;
+use crate::citus::Cluster;
 
 /// The first account's API key of every kxp run (`KXP_API_KEY`).
 pub const KXP_KEY: &str = "kxp_bench_0123456789abcdef0123456789abcdef";
@@ -28,6 +29,7 @@ const SETUP_CONCURRENCY: usize = 16;
 pub enum System {
     KxpSqlite,
     KxpPostgres,
+    KxpCitus,
     SvixMemory,
     SvixRedis,
 }
@@ -37,11 +39,12 @@ impl System {
         Ok(match name {
             "kxp-sqlite" => System::KxpSqlite,
             "kxp-postgres" => System::KxpPostgres,
+            "kxp-citus" => System::KxpCitus,
             "svix-memory" => System::SvixMemory,
             "svix-redis" => System::SvixRedis,
             other => {
                 return Err(format!(
-                    "unknown system {other:?} (kxp-sqlite, kxp-postgres, svix-memory, svix-redis)"
+                    "unknown system {other:?} (kxp-sqlite, kxp-postgres, kxp-citus, svix-memory, svix-redis)"
                 ));
             }
         })
@@ -51,13 +54,14 @@ impl System {
         match self {
             System::KxpSqlite => "kxp-sqlite",
             System::KxpPostgres => "kxp-postgres",
+            System::KxpCitus => "kxp-citus",
             System::SvixMemory => "svix-memory",
             System::SvixRedis => "svix-redis",
         }
     }
 
     pub fn is_kxp(self) -> bool {
-        matches!(self, System::KxpSqlite | System::KxpPostgres)
+        matches!(self, System::KxpSqlite | System::KxpPostgres | System::KxpCitus)
     }
 
     pub fn uses_postgres(self) -> bool {
@@ -66,7 +70,10 @@ impl System {
 
     /// Whether several processes can share the work (one database, one queue).
     pub fn scales_out(self) -> bool {
-        matches!(self, System::KxpPostgres | System::SvixRedis)
+        matches!(
+            self,
+            System::KxpPostgres | System::KxpCitus | System::SvixRedis
+        )
     }
 }
 
@@ -92,6 +99,8 @@ pub struct Deployment {
     pub servers: Vec<Server>,
     /// The PostgreSQL database created for this run.
     pub database: Option<String>,
+    /// kxp-citus: the cluster holding it (on every node).
+    pub citus: Option<Cluster>,
     pub targets: Vec<Target>,
 }
 
@@ -105,6 +114,8 @@ pub struct Setup<'a> {
     /// `postgres://user@host:port` (no database).
     pub pg_server: &'a str,
     pub admin: Option<&'a PgPool>,
+    /// kxp-citus's cluster.
+    pub citus: &'a Cluster,
     pub redis_url: &'a str,
     /// `http://127.0.0.1:port/r/<run>`: endpoint `j` is `<receiver>/<j>`.
     pub receiver: &'a str,
@@ -124,6 +135,7 @@ impl Deployment {
             tmp,
             servers: Vec::new(),
             database: None,
+            citus: None,
             targets: Vec::new(),
         })
     }
@@ -139,18 +151,24 @@ impl Deployment {
     /// Starts the servers and creates the accounts and endpoints.
     pub async fn start(&mut self, setup: &Setup<'_>) -> Result<()> {
         if setup.system.uses_postgres() {
-            let admin = setup.admin.ok_or("PostgreSQL is not reachable")?;
             let name = format!(
                 "{}{}_{}",
                 database_prefix(),
                 setup.system.name().replace('-', "_"),
                 setup.run_id
             );
-            sqlx::query(&format!("CREATE DATABASE \"{name}\""))
-                .execute(admin)
-                .await
-                .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
-            self.database = Some(name);
+            if setup.system == System::KxpCitus {
+                self.citus = Some(setup.citus.clone());
+                self.database = Some(name.clone());
+                setup.citus.create_database(&name).await?;
+            } else {
+                let admin = setup.admin.ok_or("PostgreSQL is not reachable")?;
+                sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+                    .execute(admin)
+                    .await
+                    .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+                self.database = Some(name);
+            }
         }
         if setup.system.is_kxp() {
             self.start_kxp(setup).await
@@ -160,9 +178,10 @@ impl Deployment {
     }
 
     fn database_url(&self, setup: &Setup<'_>) -> String {
-        match &self.database {
-            Some(db) => format!("{}/{db}", setup.pg_server),
-            None => format!("sqlite://{}", self.tmp.join("kxp.db").display()),
+        match (&self.database, &self.citus) {
+            (Some(db), Some(citus)) => citus.url(db),
+            (Some(db), None) => format!("{}/{db}", setup.pg_server),
+            (None, _) => format!("sqlite://{}", self.tmp.join("kxp.db").display()),
         }
     }
 
@@ -430,6 +449,10 @@ impl Deployment {
         for server in &mut self.servers {
             let _ = server.child.start_kill();
             let _ = tokio::time::timeout(Duration::from_secs(10), server.child.wait()).await;
+        }
+        if let (Some(db), Some(citus)) = (&self.database, self.citus.take()) {
+            citus.drop_database(db).await;
+            self.database = None;
         }
         if let (Some(db), Some(admin)) = (self.database.take(), admin) {
             let dropped = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
