@@ -2,6 +2,7 @@
 //! subscribed endpoint, in one transaction, idempotent by key), reading events back, and
 //! listing them newest first (by tag on the tags' index).
 
+use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use sqlx::Pool;
@@ -111,7 +112,7 @@ async fn ingest_many_on<DB: Backend>(
 /// [`Db::ingest_together`] on one database.
 async fn ingest_together_on<DB: Backend>(
     pool: &Pool<DB>,
-    batch: &[Ingest],
+    batch: &[&Ingest],
 ) -> Result<Vec<Ingested>, StoreError> {
     let mut tx = pool.begin_with(DB::BEGIN).await?;
     let mut results = Vec::with_capacity(batch.len());
@@ -121,6 +122,9 @@ async fn ingest_together_on<DB: Backend>(
     tx.commit().await?;
     Ok(results)
 }
+
+/// Accounts' transactions [`Db::ingest_by_account`] writes at once.
+const ACCOUNTS_IN_FLIGHT: usize = 4;
 
 impl Db {
     /// Stores an event and one delivery per subscribed endpoint, in one transaction.
@@ -169,8 +173,59 @@ impl Db {
         if let [item] = batch {
             return Ok(vec![self.ingest(item).await]);
         }
-        let ingested = on_db!(self, |pool| ingest_together_on(pool, batch).await?);
+        if let Db::Citus(_) = self {
+            return Ok(self.ingest_by_account(batch).await);
+        }
+        let batch: Vec<&Ingest> = batch.iter().collect();
+        let ingested = on_db!(self, |pool| ingest_together_on(pool, &batch).await?);
         Ok(ingested.into_iter().map(Ok).collect())
+    }
+
+    /// [`Db::ingest_together`] on Citus: one transaction per account, so that each commits on
+    /// its account's shard alone (one over several workers would commit in two phases, and
+    /// fail as a whole when any of them is down), a few accounts' at once. An account's
+    /// transaction that fails has its events written one by one, as a refused batch does; the
+    /// other accounts' stand.
+    async fn ingest_by_account(&self, batch: &[Ingest]) -> Vec<Result<Ingested, StoreError>> {
+        // Each account's items, by index, in the batch's order.
+        let mut accounts: Vec<Vec<usize>> = Vec::new();
+        for (i, item) in batch.iter().enumerate() {
+            match accounts
+                .iter_mut()
+                .find(|items| batch[items[0]].account.id == item.account.id)
+            {
+                Some(items) => items.push(i),
+                None => accounts.push(vec![i]),
+            }
+        }
+        let written: Vec<Vec<(usize, Result<Ingested, StoreError>)>> =
+            futures_util::stream::iter(accounts.into_iter().map(|items| async move {
+                let of_account: Vec<&Ingest> = items.iter().map(|&i| &batch[i]).collect();
+                let together = match (self, of_account.as_slice()) {
+                    (Db::Citus(pool), [_, _, ..]) => {
+                        ingest_together_on(pool, &of_account).await.ok()
+                    }
+                    _ => None,
+                };
+                let answers = match together {
+                    Some(ingested) => ingested.into_iter().map(Ok).collect(),
+                    None => {
+                        let mut each = Vec::with_capacity(of_account.len());
+                        for item in of_account {
+                            each.push(self.ingest(item).await);
+                        }
+                        each
+                    }
+                };
+                items.into_iter().zip(answers).collect()
+            }))
+            .buffer_unordered(ACCOUNTS_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut answers: Vec<(usize, Result<Ingested, StoreError>)> =
+            written.into_iter().flatten().collect();
+        answers.sort_unstable_by_key(|(i, _)| *i);
+        answers.into_iter().map(|(_, answer)| answer).collect()
     }
 
     /// A page of the account's events, newest first (by `created_at`, then id), with their
