@@ -291,6 +291,16 @@ impl Metrics {
             );
             let _ = writeln!(o, "{name} {unanswered}");
         }
+        if let Some(scans) = gauges.scans_by_shard {
+            let name = "kxp_store_scans_by_shard_total";
+            family(
+                o,
+                name,
+                "counter",
+                "Citus: cross-account reads that could not read every shard in one statement and went shard by shard (a worker down).",
+            );
+            let _ = writeln!(o, "{name} {scans}");
+        }
         out
     }
 }

@@ -41,8 +41,8 @@ const ENDPOINTS_OF_SHARD: &str = "SELECT jsonb_build_array(account_id, COUNT(*),
 const DEAD_OF_SHARD: &str = "SELECT jsonb_build_array(account_id, COUNT(*)) AS r \
      FROM %%s WHERE status = 'dead' AND replayed_by IS NULL GROUP BY account_id";
 
-/// One row per shard: whether it answers.
-const ONE_PER_SHARD: &str = "SELECT to_jsonb(1) AS r";
+/// The accounts' count of a shard (or of the whole table): a read every shard must answer.
+const ONE_PER_SHARD: &str = "SELECT to_jsonb(COUNT(*)) AS r FROM %%s";
 
 impl Db {
     /// Creates an account and returns it with its API key, which is shown once and stored only

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sqlx::PgPool;
 
 use crate::model::{HELD, now_ms};
-use crate::store::shards::every_shard_counted;
+use crate::store::shards::{every_shard_counted, scans_by_shard};
 use crate::store::{Db, StoreError, on_db};
 
 /// One shard's pending deliveries: due at the first `%L`, scheduled before the second (the
@@ -44,6 +44,9 @@ pub(crate) struct Gauges {
     /// On Citus, how many shards did not answer (their rows are not in the counts above);
     /// `None` elsewhere.
     pub unanswered_shards: Option<usize>,
+    /// On Citus, how many scans read shard by shard since the process started (a worker was
+    /// down); `None` elsewhere.
+    pub scans_by_shard: Option<u64>,
 }
 
 impl Db {
@@ -86,6 +89,7 @@ impl Db {
                 lag_ms: oldest.map_or(0, |at| now.saturating_sub(at).max(0)),
                 endpoints,
                 unanswered_shards: None,
+                scans_by_shard: None,
             })
         })
     }
@@ -108,6 +112,7 @@ async fn by_shard(pool: &PgPool, now: i64) -> Result<Gauges, sqlx::Error> {
                 .max(delivering.unanswered)
                 .max(endpoints.unanswered),
         ),
+        scans_by_shard: Some(scans_by_shard()),
         ..Gauges::default()
     };
     let mut oldest: Option<i64> = None;

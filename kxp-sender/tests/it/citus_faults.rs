@@ -396,12 +396,17 @@ async fn a_crashed_worker_stops_only_its_accounts_and_loses_nothing() {
         .unwrap();
     assert_eq!(metrics.status(), 200);
     let metrics = metrics.text().await.unwrap();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("kxp_store_shards_unanswered ") && !l.ends_with(" 0")),
-        "{metrics}"
-    );
+    for counted in [
+        "kxp_store_shards_unanswered ",
+        "kxp_store_scans_by_shard_total ",
+    ] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(counted) && !l.ends_with(" 0")),
+            "{counted}in {metrics}"
+        );
+    }
     cluster.start(2);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let produced = stop_producing(&stop, producers, produced).await;

@@ -126,19 +126,23 @@ async fn the_breaker_opens_holds_probes_and_closes(database: Database) {
     let health = health_of(&s, &ep).await;
     assert!(health["circuit_opened_at"].is_string(), "{health}");
 
-    // While open, new events queue up held: pending, not one attempt.
+    // While open, new events queue up held: pending, not attempted — but for one of them,
+    // which may be the probe once the 200 ms cool-down has passed (emitting five can take
+    // that long on a loaded machine).
     let mut held = Vec::new();
     for n in 1..=5 {
         held.push(s.api.emit("payment.failed", json!({"n": n})).await);
     }
+    let mut attempted = 0;
     for event in &held {
         let d = delivery(&s, event).await;
-        assert_eq!(
-            (&d["status"], &d["attempts"]),
-            (&json!("pending"), &json!(0)),
-            "{d}"
-        );
+        assert_eq!(d["status"], "pending", "{d}");
+        if d["attempts"] != 0 {
+            assert_eq!(d["attempts"], 1, "only a probe's one attempt: {d}");
+            attempted += 1;
+        }
     }
+    assert!(attempted <= 1, "{attempted} held deliveries were attempted");
 
     // A probe fails: the circuit opens again and waits twice as long (the stored probe time is
     // computed from the same instant as the stored failure).

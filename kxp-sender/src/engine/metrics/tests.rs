@@ -90,12 +90,18 @@ fn the_exposition_groups_each_family() {
     assert!(!text.contains("kxp_store_shards_unanswered"), "{text}");
     let text = m.render(&Gauges {
         unanswered_shards: Some(2),
+        scans_by_shard: Some(7),
         ..gauges
     });
-    assert!(
-        text.lines().any(|l| l == "kxp_store_shards_unanswered 2"),
-        "{text}"
-    );
+    for line in [
+        "kxp_store_shards_unanswered 2",
+        "kxp_store_scans_by_shard_total 7",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from\n{text}"
+        );
+    }
     // Every sample follows its own family's TYPE line.
     let mut family = "";
     for line in text.lines() {
