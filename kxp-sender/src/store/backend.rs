@@ -197,6 +197,31 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }
 
+/// Ingestion's statements, each naming its account (`$1` or `$2`): on Citus each runs on the
+/// account's shard (`store/citus_plans.rs` checks the plans).
+///
+/// The account's event with idempotency key `$2`.
+pub(crate) const EVENT_BY_KEY: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+     FROM kxp_events WHERE account_id = $1 AND idempotency_key = $2";
+
+/// A new event.
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key, traceparent, tracestate) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+
+/// A new delivery.
+pub(crate) const INSERT_DELIVERY: &str = "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at, sequence) \
+     VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5, $7)";
+
+/// The endpoints of account `$1` that get deliveries (a backend's row lock follows).
+macro_rules! subscribers {
+    () => {
+        "SELECT id, status, circuit_state, event_types, api_version FROM kxp_endpoints \
+         WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled')"
+    };
+}
+#[cfg(test)]
+pub(crate) use subscribers;
+
 /// Implements [`Backend`] for `$db`. One body for both databases; the differences are the
 /// parameters: `$share` the share lock's clause ([`Backend::endpoint_shared`]), `$tags` the
 /// tags' insert, and `$own` what is written per database (`BEGIN`, `LOCKS_ROWS`,
@@ -218,10 +243,7 @@ macro_rules! backend {
                 account_id: &AccountId,
                 key: &str,
             ) -> Result<Option<Event>, sqlx::Error> {
-                sqlx::query_as::<_, Event>(
-                    "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
-                     FROM kxp_events WHERE account_id = $1 AND idempotency_key = $2",
-                )
+                sqlx::query_as::<_, Event>(EVENT_BY_KEY)
                 .bind(account_id)
                 .bind(key)
                 .fetch_optional(&mut *conn)
@@ -245,10 +267,7 @@ macro_rules! backend {
                 event: &Event,
                 item: &Ingest,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query(
-                    "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key, traceparent, tracestate) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                )
+                sqlx::query(INSERT_EVENT)
                 .bind(&event.id)
                 .bind(&event.account_id)
                 .bind(&event.event_type)
@@ -284,11 +303,7 @@ macro_rules! backend {
                 conn: &mut Self::Connection,
                 account_id: &AccountId,
             ) -> Result<Vec<Subscriber>, sqlx::Error> {
-                sqlx::query_as::<_, Subscriber>(concat!(
-                    "SELECT id, status, circuit_state, event_types, api_version FROM kxp_endpoints \
-                     WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled')",
-                    $share
-                ))
+                sqlx::query_as::<_, Subscriber>(concat!(subscribers!(), $share))
                 .bind(account_id)
                 .fetch_all(&mut *conn)
                 .await
@@ -298,10 +313,7 @@ macro_rules! backend {
                 conn: &mut Self::Connection,
                 delivery: &NewDelivery<'_>,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query(
-                    "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at, sequence) \
-                     VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5, $7)",
-                )
+                sqlx::query(INSERT_DELIVERY)
                 .bind(delivery.id)
                 .bind(delivery.account_id)
                 .bind(delivery.event_id)

@@ -1,9 +1,10 @@
-//! Citus's plans of the hot statements: each of the delivery path's statements, in the form kxp
-//! uses on Citus, runs on one shard (a router plan: every task count 1). A statement sent to
-//! every shard takes locks Citus refuses or stalls when any worker is down; one correlated
-//! subquery naming the account by a column instead of the parameter once sent the whole claim
-//! to every shard. This finds the next one by name. (The cross-account reads are
-//! `store/shards.rs`'s, shard by shard; SQLite's plans are `store/plans.rs`'s test.)
+//! Citus's plans of the hot statements: each statement of ingestion and of the delivery path,
+//! in the form kxp uses on Citus, runs on one shard (a router plan: every task count 1). A
+//! statement sent to every shard takes locks Citus refuses or stalls when any worker is down;
+//! one correlated subquery naming the account by a column instead of the parameter once sent
+//! the whole claim to every shard. This finds the next one by name. (The cross-account reads
+//! are `store/shards.rs`'s, one statement over every shard, and the Citus metrics test's;
+//! SQLite's plans are `store/plans.rs`'s test.)
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use crate::store::claim::RELEASE;
 use crate::store::claim::citus::{CLAIM_ACCOUNT, CLAIM_FOR_ACCOUNT, RECLAIM_ACCOUNT};
 use crate::store::health::STATS_POSTGRES;
 use crate::store::record::{ATTEMPTS_ONE, FINISH_ATTEMPTS_ONE, KEY_SHARE_ONE};
-use crate::store::{Db, Migrations, notifications, sequence};
+use crate::store::{Db, Migrations, backend, notifications, schemas, sequence};
 
 const ACCOUNT: &str = "'acc_0123456789abcdef0123456789abcdef'::text";
 const NOW: &str = "1800000000000::bigint";
@@ -161,6 +162,51 @@ fn hot() -> Vec<(&'static str, String, Vec<String>)> {
             "number deliveries, one account",
             sequence::NUMBER_ACCOUNT.clone(),
             vec![one(), texts(&["ep_1"]), n(1000)],
+        ),
+        (
+            "ingest: the event of an idempotency key",
+            backend::EVENT_BY_KEY.to_owned(),
+            vec![one(), text("key-1")],
+        ),
+        (
+            "ingest: the schema revision",
+            schemas::REVISION.to_owned(),
+            vec![one(), text("payment.succeeded"), text("2024-01-01")],
+        ),
+        (
+            "ingest: the subscribed endpoints, locked",
+            concat!(backend::subscribers!(), " FOR SHARE").to_owned(),
+            vec![one()],
+        ),
+        (
+            "ingest: the event",
+            backend::INSERT_EVENT.to_owned(),
+            vec![
+                text("evt_1"),
+                one(),
+                text("payment.succeeded"),
+                text("2024-01-01"),
+                text("{}"),
+                NOW.into(),
+                text("key-1"),
+                text("hash"),
+                "NULL::text".into(),
+                "NULL::text".into(),
+                "NULL::text".into(),
+            ],
+        ),
+        (
+            "ingest: a delivery",
+            backend::INSERT_DELIVERY.to_owned(),
+            vec![
+                text("dlv_1"),
+                one(),
+                text("evt_1"),
+                text("ep_1"),
+                NOW.into(),
+                NOW.into(),
+                "NULL::bigint".into(),
+            ],
         ),
     ]
 }

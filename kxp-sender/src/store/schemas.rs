@@ -6,6 +6,10 @@ use crate::store::{Db, StoreError, on_db};
 const COLUMNS: &str =
     "id, account_id, event_type, api_version, schema, revision, created_at, updated_at";
 
+/// The revision of the schema account `$1` registered for event type `$2` at version `$3`:
+/// read for every event ingested.
+pub(crate) const REVISION: &str = "SELECT revision FROM kxp_schemas WHERE account_id = $1 AND event_type = $2 AND api_version = $3";
+
 impl Db {
     /// Registers or replaces the schema of (`event_type`, `api_version`); true when it is new.
     /// The caller checked that `schema` compiles.
@@ -118,15 +122,12 @@ impl Db {
         api_version: &str,
     ) -> Result<Option<String>, StoreError> {
         Ok(on_db!(self, |pool| {
-            sqlx::query_scalar::<_, String>(
-                "SELECT revision FROM kxp_schemas \
-                 WHERE account_id = $1 AND event_type = $2 AND api_version = $3",
-            )
-            .bind(account_id)
-            .bind(event_type)
-            .bind(api_version)
-            .fetch_optional(pool)
-            .await?
+            sqlx::query_scalar::<_, String>(REVISION)
+                .bind(account_id)
+                .bind(event_type)
+                .bind(api_version)
+                .fetch_optional(pool)
+                .await?
         }))
     }
 }
