@@ -281,25 +281,26 @@ impl Metrics {
             );
         }
 
-        if let Some(unanswered) = gauges.unanswered_shards {
-            let name = "kxp_store_shards_unanswered";
-            family(
-                o,
-                name,
+        // Citus's own: absent elsewhere.
+        let citus = [
+            (
+                "kxp_store_shards_unanswered",
                 "gauge",
                 "Citus: shards that did not answer this scrape's reads; their rows are missing from the gauges above.",
-            );
-            let _ = writeln!(o, "{name} {unanswered}");
-        }
-        if let Some(scans) = gauges.scans_by_shard {
-            let name = "kxp_store_scans_by_shard_total";
-            family(
-                o,
-                name,
+                gauges.unanswered_shards.map(|n| n as u64),
+            ),
+            (
+                "kxp_store_scans_by_shard_total",
                 "counter",
                 "Citus: cross-account reads that could not read every shard in one statement and went shard by shard (a worker down).",
-            );
-            let _ = writeln!(o, "{name} {scans}");
+                gauges.scans_by_shard,
+            ),
+        ];
+        for (name, kind, help, value) in citus {
+            if let Some(value) = value {
+                family(o, name, kind, help);
+                let _ = writeln!(o, "{name} {value}");
+            }
         }
         out
     }

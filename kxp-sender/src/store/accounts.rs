@@ -177,8 +177,12 @@ impl Db {
             .fetch_all(pool)
             .await?
         });
+        let counts = counts
+            .into_iter()
+            .map(|(id, e, o, d)| (id, (e, o, d)))
+            .collect();
         Ok(AccountsOverview {
-            accounts: with_counts(accounts, counts),
+            accounts: with_counts(accounts, &counts),
             unanswered_shards: 0,
         })
     }
@@ -266,16 +270,12 @@ impl Db {
     }
 }
 
-/// `accounts`, in order, each with its `(id, endpoints, open circuits, dead)` counts (0 where
-/// it has none).
+/// `accounts`, in order, each with its `(endpoints, open circuits, dead)` counts by account id
+/// (0 where it has none).
 fn with_counts(
     accounts: Vec<Account>,
-    counts: Vec<(String, i64, i64, i64)>,
+    counts: &HashMap<String, (i64, i64, i64)>,
 ) -> Vec<AccountOverview> {
-    let counts: HashMap<String, (i64, i64, i64)> = counts
-        .into_iter()
-        .map(|(id, e, o, d)| (id, (e, o, d)))
-        .collect();
     accounts
         .into_iter()
         .map(|account| {
@@ -325,12 +325,8 @@ async fn overviews_by_shard(pool: &PgPool) -> Result<AccountsOverview, sqlx::Err
         )
         .collect();
     accounts.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
-    let counts = counts
-        .into_iter()
-        .map(|(id, (e, o, d))| (id, e, o, d))
-        .collect();
     Ok(AccountsOverview {
-        accounts: with_counts(accounts, counts),
+        accounts: with_counts(accounts, &counts),
         unanswered_shards: read
             .unanswered
             .max(endpoints.unanswered)

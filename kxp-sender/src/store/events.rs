@@ -5,7 +5,7 @@
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use sqlx::Pool;
+use sqlx::{PgPool, Pool};
 
 use crate::model::{
     AccountId, EndpointKey, Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber,
@@ -173,8 +173,8 @@ impl Db {
         if let [item] = batch {
             return Ok(vec![self.ingest(item).await]);
         }
-        if let Db::Citus(_) = self {
-            return Ok(self.ingest_by_account(batch).await);
+        if let Db::Citus(pool) = self {
+            return Ok(self.ingest_by_account(pool, batch).await);
         }
         let batch: Vec<&Ingest> = batch.iter().collect();
         let ingested = on_db!(self, |pool| ingest_together_on(pool, &batch).await?);
@@ -186,7 +186,11 @@ impl Db {
     /// fail as a whole when any of them is down), a few accounts' at once. An account's
     /// transaction that fails has its events written one by one, as a refused batch does; the
     /// other accounts' stand.
-    async fn ingest_by_account(&self, batch: &[Ingest]) -> Vec<Result<Ingested, StoreError>> {
+    async fn ingest_by_account(
+        &self,
+        pool: &PgPool,
+        batch: &[Ingest],
+    ) -> Vec<Result<Ingested, StoreError>> {
         // Each account's items, by index, in the batch's order.
         let mut accounts: Vec<Vec<usize>> = Vec::new();
         for (i, item) in batch.iter().enumerate() {
@@ -201,10 +205,8 @@ impl Db {
         let written: Vec<Vec<(usize, Result<Ingested, StoreError>)>> =
             futures_util::stream::iter(accounts.into_iter().map(|items| async move {
                 let of_account: Vec<&Ingest> = items.iter().map(|&i| &batch[i]).collect();
-                let together = match (self, of_account.as_slice()) {
-                    (Db::Citus(pool), [_, _, ..]) => {
-                        ingest_together_on(pool, &of_account).await.ok()
-                    }
+                let together = match of_account.as_slice() {
+                    [_, _, ..] => ingest_together_on(pool, &of_account).await.ok(),
                     _ => None,
                 };
                 let answers = match together {

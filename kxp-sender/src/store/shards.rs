@@ -53,7 +53,7 @@ pub(crate) struct Answered<T> {
 }
 
 /// `select` over the whole of `table` in one statement (see [`every_shard`]): its rows.
-pub(crate) async fn whole<T: DeserializeOwned>(
+async fn whole<T: DeserializeOwned>(
     pool: &PgPool,
     table: &str,
     select: &str,

@@ -48,24 +48,10 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 /// children's (the postmaster's `cutime` holds the backends that have exited), so a delta over
 /// a run counts backends that came and went during it. Includes other users of the server.
 pub fn all_postgres_cpu_seconds() -> f64 {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    let mut ticks = 0;
-    for entry in dir.flatten().take(100_000) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Some(s) = stat(pid)
-            && s.comm == "postgres"
-        {
-            ticks += s.own() + s.children();
-        }
-    }
+    let ticks: u64 = processes()
+        .filter(|s| s.comm == "postgres")
+        .map(|s| s.own() + s.children())
+        .sum();
     ticks as f64 / ticks_per_second()
 }
 
@@ -75,25 +61,22 @@ pub fn tree_cpu_seconds(postmaster: u32) -> f64 {
     let Some(root) = stat(postmaster) else {
         return 0.0;
     };
-    let mut ticks = root.own() + root.children();
-    if let Ok(dir) = fs::read_dir("/proc") {
-        for entry in dir.flatten().take(100_000) {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            // Field 4, the parent's pid, is fields[1].
-            if let Some(s) = stat(pid)
-                && s.fields.get(1).copied() == Some(u64::from(postmaster))
-            {
-                ticks += s.own();
-            }
-        }
-    }
-    ticks as f64 / ticks_per_second()
+    // Field 4, the parent's pid, is fields[1].
+    let children: u64 = processes()
+        .filter(|s| s.fields.get(1).copied() == Some(u64::from(postmaster)))
+        .map(|s| s.own())
+        .sum();
+    (root.own() + root.children() + children) as f64 / ticks_per_second()
+}
+
+/// Every process's `stat` (at most 100,000).
+fn processes() -> impl Iterator<Item = Stat> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flat_map(|dir| dir.flatten())
+        .take(100_000)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(stat)
 }
 
 /// Peak resident set size (`VmHWM`) in KiB.
