@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use std::collections::BTreeMap;
+
+use crate::credentials::{Credential, EndpointAuth, EndpointAuthView};
 use crate::deliveries::DeliveryStatus;
 use crate::ids::EndpointId;
 use crate::patch::{Patch, present};
@@ -137,6 +140,16 @@ pub struct PublicKeys {
     "format": "kxp",
     "encryption_jwk": null,
     "trace_propagation": true,
+    "headers": ["X-Gateway-Key"],
+    "auth": {
+        "type": "oauth2_client_credentials",
+        "token_url": "https://auth.merchant.example/oauth/token",
+        "client_id": "kxp-webhooks",
+        "client_secret": "redacted",
+        "scope": "webhooks:write",
+        "audience": null,
+        "client_auth": "basic"
+    },
     "created_at": "2026-11-30T01:02:03Z",
     "updated_at": "2026-11-30T01:02:03Z"
 }))]
@@ -178,6 +191,15 @@ pub struct Endpoint {
     /// merchant's handler can join the producer's trace (never the producer's `tracestate`).
     #[serde(default = "yes")]
     pub trace_propagation: bool,
+    /// The names of the headers each delivery carries beside the sender's own (their values
+    /// are write-only).
+    #[serde(default)]
+    pub headers: Vec<String>,
+    /// How the sender authenticates to the endpoint, its credentials `"redacted"`; `null`:
+    /// only the signature.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub auth: Option<EndpointAuthView>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -246,6 +268,16 @@ pub struct NewEndpoint {
     /// must not see it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_propagation: Option<bool>,
+    /// Headers each delivery carries (an API gateway's key, a tenant id), at most 20: names
+    /// are HTTP tokens, and names the sender sets itself are refused (`Host`, `Content-*`,
+    /// hop-by-hop and framing headers, `X-Kxp-*`, `webhook-*`, `traceparent`, `tracestate`,
+    /// and `Authorization` beside `auth`). Values are sealed at rest and never shown again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, Credential>>,
+    /// How the sender authenticates to the endpoint, beside the signature. Its credentials are
+    /// sealed at rest and never shown again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<EndpointAuth>,
     /// Registers without the challenge (`GET <url>?challenge=<token>`), for a receiver that is
     /// not up yet or does not speak kxp.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -266,6 +298,8 @@ impl NewEndpoint {
             format: None,
             encryption_jwk: None,
             trace_propagation: None,
+            headers: None,
+            auth: None,
             skip_challenge: false,
         }
     }
@@ -352,6 +386,15 @@ pub struct EndpointPatch {
     )]
     #[schema(value_type = bool, required = false)]
     pub trace_propagation: Option<bool>,
+    /// Replaces every custom header (values are write-only, so the whole set is sent again);
+    /// `null` or `{}` removes them.
+    #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
+    #[schema(value_type = Option<BTreeMap<String, Credential>>, required = false)]
+    pub headers: Patch<BTreeMap<String, Credential>>,
+    /// Replaces the authentication, credentials included; `null` removes it.
+    #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
+    #[schema(value_type = Option<EndpointAuth>, required = false)]
+    pub auth: Patch<EndpointAuth>,
     /// Changes the URL without the challenge.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub skip_challenge: bool,

@@ -11,6 +11,7 @@ mod macros;
 mod account;
 #[cfg(feature = "client")]
 mod client;
+mod credentials;
 mod deliveries;
 mod endpoints;
 mod error;
@@ -32,6 +33,7 @@ mod trace;
 pub use account::{Account, AccountCreated, AccountPatch, AccountUpdated, NewAccount};
 #[cfg(feature = "client")]
 pub use client::{Client, ClientError};
+pub use credentials::{ClientAuth, Credential, EndpointAuth, EndpointAuthView, Redacted};
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,

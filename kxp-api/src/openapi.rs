@@ -6,14 +6,15 @@ use utoipa::{Modify, OpenApi};
 
 use crate::{
     Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState,
-    Cursor, Delivery, DeliveryQuery, DeliveryStatus, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointUpdated,
-    ErrorBody, ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld, FeedItem, FeedPage,
-    FeedQuery, FeedToken, Format, HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink,
+    ClientAuth, Credential, Cursor, Delivery, DeliveryQuery, DeliveryStatus, Endpoint,
+    EndpointAuth, EndpointAuthView, EndpointCreated, EndpointDeleted, EndpointDetails,
+    EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointUpdated, ErrorBody,
+    ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld, FeedItem, FeedPage, FeedQuery,
+    FeedToken, Format, HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink,
     Notification, NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page,
-    PageQuery, PortalLink, PortalScope, PublicKey, PublicKeys, RawJson, ReceiverKey, ReplayQueued,
-    RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, SecretState,
-    ServiceHealth, Signing, SourceHealth, Timestamp,
+    PageQuery, PortalLink, PortalScope, PublicKey, PublicKeys, RawJson, ReceiverKey, Redacted,
+    ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated,
+    SecretState, ServiceHealth, Signing, SourceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -33,7 +34,7 @@ use crate::{AccountId, DeliveryId};
         EndpointStatus, Format,
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
         EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey, Signing, PublicKey,
-        PublicKeys,
+        PublicKeys, EndpointAuth, EndpointAuthView, ClientAuth, Credential, Redacted,
         EndpointHealth, HealthWindow, ServiceHealth, SourceHealth,
         NewEvent, Event, EventSummary, EventQuery,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,

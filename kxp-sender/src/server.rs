@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::AppState;
 use crate::console::{self, SignInKey};
+use crate::engine::auth::Tokens;
 use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
 use crate::engine::dispatch;
@@ -230,6 +231,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         sign_in_failures: Default::default(),
         draining: AtomicBool::new(false),
         traces,
+        tokens: Tokens::default(),
     });
     let state = AppState {
         db: db.clone(),

@@ -11,13 +11,15 @@ use super::checks::{
     check_choices, check_description, check_encryption_jwk, check_event_types, check_name,
     check_rate_limit, check_timeout, check_url,
 };
+use super::credentials;
 use super::views::public_key;
 use super::{AppState, DEFAULT_OVERLAP, Error, MAX_ENDPOINTS};
 use crate::engine::config::Shared;
-use crate::engine::dispatch;
+use crate::engine::{auth, dispatch};
 use crate::model::{
-    Account, EndpointChanges, EndpointId, NewEndpoint as StoredEndpoint, Rotated, ms,
+    Account, Credentials, EndpointChanges, EndpointId, NewEndpoint as StoredEndpoint, Rotated, ms,
 };
+use crate::store::{StoreError, open_credentials, seal_credentials};
 
 /// Registers an endpoint for `account` with every check of `POST /v1/endpoints`, the
 /// challenge last (the only one that connects): the API and the console's form both come
@@ -54,8 +56,9 @@ pub(crate) async fn register(
         .as_ref()
         .map(check_encryption_jwk)
         .transpose()?;
+    let credentials = credentials::check_new(new.headers, new.auth, &state.shared)?;
     if !new.skip_challenge {
-        challenge(&state.shared, &url, timeout).await?;
+        challenge(&state.shared, &url, timeout, credentials.as_ref()).await?;
     }
     let created = state
         .db
@@ -72,6 +75,7 @@ pub(crate) async fn register(
                 format: new.format.clone().unwrap_or_default(),
                 encryption_jwk,
                 trace_propagation: new.trace_propagation.unwrap_or(true),
+                credentials,
             },
             state.shared.config.secrets_key.as_ref(),
         )
@@ -83,10 +87,30 @@ pub(crate) async fn register(
     })
 }
 
-/// Runs the endpoint challenge ([`dispatch::challenge`]) against `url`; a failure is
-/// [`Error::ChallengeFailed`] saying what came back.
-async fn challenge(shared: &Shared, url: &reqwest::Url, timeout: Duration) -> Result<(), Error> {
-    dispatch::challenge(&shared.client, url.as_str(), timeout)
+/// Runs the endpoint challenge ([`dispatch::challenge`]) against `url`, presenting the
+/// endpoint's `credentials` as deliveries will; a failure is [`Error::ChallengeFailed`] saying
+/// what came back.
+async fn challenge(
+    shared: &Shared,
+    url: &reqwest::Url,
+    timeout: Duration,
+    credentials: Option<&Credentials>,
+) -> Result<(), Error> {
+    let headers = match credentials {
+        Some(credentials) => {
+            auth::for_challenge(&shared.client, credentials, timeout, shared.config.dev)
+                .await
+                .map_err(|failure| {
+                    Error::ChallengeFailed(format!(
+                        "the endpoint challenge of {url} could not present the endpoint's \
+                         credentials: {failure}; send \"skip_challenge\": true to register it \
+                         without the check"
+                    ))
+                })?
+        }
+        None => Vec::new(),
+    };
+    dispatch::challenge(&shared.client, url.as_str(), &headers, timeout)
         .await
         .map_err(|why| {
             Error::ChallengeFailed(format!(
@@ -139,14 +163,33 @@ pub(crate) async fn change(
         .map(|jwk| jwk.as_ref().map(check_encryption_jwk).transpose())
         .transpose()?;
     let current = state.db.endpoint(&account.id, id).await?;
-    if let Some(url) = &url
-        && url.as_str() != current.url
-        && !patch.skip_challenge
-    {
+    let ring = state.shared.config.secrets_key.as_ref();
+    let new_credentials = !(patch.headers.is_unchanged() && patch.auth.is_unchanged());
+    let challenged = url
+        .as_ref()
+        .filter(|url| url.as_str() != current.url && !patch.skip_challenge);
+    let credentials = if new_credentials || challenged.is_some() {
+        let mut credentials = match state.db.endpoint_credentials(&account.id, id).await? {
+            Some(stored) => open_credentials(ring, id, &stored).map_err(StoreError::from)?,
+            None => Credentials::default(),
+        };
+        if let Some(headers) = patch.headers.into_option() {
+            credentials.headers = headers.unwrap_or_default();
+        }
+        if let Some(auth) = patch.auth.into_option() {
+            credentials.auth = auth;
+        }
+        credentials::check(&credentials, &state.shared)?;
+        Some(credentials)
+    } else {
+        None
+    };
+    if let Some(url) = challenged {
         let timeout = timeout.unwrap_or_else(|| {
             Duration::from_millis(u64::try_from(current.timeout_ms).unwrap_or(5000))
         });
-        challenge(&state.shared, url, timeout).await?;
+        let presented = credentials.as_ref().filter(|c| !c.is_empty());
+        challenge(&state.shared, url, timeout, presented).await?;
     }
     let new_format = patch
         .format
@@ -159,7 +202,6 @@ pub(crate) async fn change(
             "change signing and format in two requests: a change of format is a rotation",
         ));
     }
-    let ring = state.shared.config.secrets_key.as_ref();
     if let Some(signing) = &patch.signing {
         state
             .db
@@ -190,6 +232,9 @@ pub(crate) async fn change(
         rate_limit_per_second: rate_limit,
         encryption_jwk,
         trace_propagation: patch.trace_propagation,
+        credentials: credentials
+            .filter(|_| new_credentials)
+            .map(|c| seal_credentials(ring, id, &c)),
     };
     let endpoint = state.db.update_endpoint(&account.id, id, &changes).await?;
     Ok((endpoint, rotated))

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 mod admin;
 pub(crate) mod checks;
+pub(crate) mod credentials;
 mod deliveries;
 mod endpoints;
 mod error;

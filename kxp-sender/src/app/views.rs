@@ -6,8 +6,8 @@ use kxp_api as api;
 use kxp_api::Timestamp;
 
 use crate::model::{
-    Account, Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHealth, HELD, LiveSecret,
-    Notification, Rotated, Schema, Window,
+    Account, Attempt, CredentialsView, Delivery, DeliveryStatus, Endpoint, EndpointHealth, HELD,
+    LiveSecret, Notification, Rotated, Schema, Window,
 };
 
 /// A time in the store (Unix milliseconds) as the API writes it.
@@ -22,6 +22,7 @@ fn unsigned<T: TryFrom<i64> + Default>(n: i64) -> T {
 
 impl From<Endpoint> for api::Endpoint {
     fn from(e: Endpoint) -> api::Endpoint {
+        let credentials = CredentialsView::of_row(e.credentials_view.as_deref());
         api::Endpoint {
             event_types: e.types().to_vec(),
             id: e.id,
@@ -39,6 +40,8 @@ impl From<Endpoint> for api::Endpoint {
                 .as_deref()
                 .and_then(|jwk| serde_json::from_str(jwk).ok()),
             trace_propagation: e.trace_propagation,
+            headers: credentials.headers,
+            auth: credentials.auth,
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
         }

@@ -12,6 +12,7 @@ use kxp_axum::ServeLimits;
 use tokio::sync::Notify;
 
 use crate::engine::announcements::Announcements;
+use crate::engine::auth::Tokens;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
 use crate::engine::gate::WriteGate;
@@ -268,6 +269,8 @@ pub(crate) struct Shared {
     pub draining: AtomicBool,
     /// The spans of ingestion and attempts, and their exporter (off without an OTLP endpoint).
     pub traces: Traces,
+    /// Endpoints' OAuth2 access tokens, cached for this process's attempts.
+    pub tokens: Tokens,
 }
 
 impl Shared {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use kxp_api::Format;
 use kxp_verify::{Secret, Signer, SigningKey, TraceParent};
 use reqwest::{Client, Url};
@@ -92,6 +92,9 @@ pub(crate) struct Request<'a> {
     /// The endpoint's live signing material, newest first: one `v1` per secret, one `v1a`
     /// per Ed25519 key, each in its own format's header.
     pub secrets: &'a [Material],
+    /// The endpoint's custom headers and `Authorization` ([`auth`](crate::engine::auth)): sent
+    /// first, so that no name of the sender's own can be replaced by one of them.
+    pub credentials: &'a [(HeaderName, HeaderValue)],
     /// The whole attempt, redirects included, must end within this.
     pub timeout: Duration,
     /// Whether `https` → `http` redirects are allowed (development only).
@@ -112,6 +115,12 @@ impl GuardedClient {
     /// The address guard this client enforces.
     pub(crate) fn guard(&self) -> &AddressGuard {
         &self.guard
+    }
+
+    /// The client itself, for a request that checks IP-literal URLs with [`Self::guard`] first
+    /// (an OAuth2 token endpoint's).
+    pub(crate) fn http(&self) -> &Client {
+        &self.http
     }
 }
 
@@ -247,7 +256,7 @@ fn too_many_redirects() -> Failure {
 }
 
 /// The endpoint challenge: `GET <url>?challenge=<token>` (`&challenge=` when the URL already has
-/// a query) with a fresh token of 32 hex digits, through the guarded client, within `timeout`.
+/// a query) with a fresh token of 32 hex digits and the endpoint's `credentials` headers, through the guarded client, within `timeout`.
 /// The endpoint passes when it answers 2xx with the token as the whole body (trailing
 /// whitespace aside), which kxp receivers do; redirects are not followed. On failure, says what
 /// came back: the status and the body's length, never its content (quoting it would let anyone
@@ -256,12 +265,13 @@ fn too_many_redirects() -> Failure {
 pub(crate) async fn challenge(
     client: &GuardedClient,
     url: &str,
+    credentials: &[(HeaderName, HeaderValue)],
     timeout: Duration,
 ) -> Result<(), String> {
     let mut url = Url::parse(url).map_err(|e| format!("invalid_url: {e}"))?;
     let token = challenge_token();
     url.query_pairs_mut().append_pair("challenge", &token);
-    match tokio::time::timeout(timeout, ask(client, url, &token)).await {
+    match tokio::time::timeout(timeout, ask(client, url, credentials, &token)).await {
         Ok(answer) => answer,
         Err(_) => Err(format!(
             "timeout: no answer within {} ms",
@@ -270,17 +280,21 @@ pub(crate) async fn challenge(
     }
 }
 
-async fn ask(client: &GuardedClient, url: Url, token: &str) -> Result<(), String> {
+async fn ask(
+    client: &GuardedClient,
+    url: Url,
+    credentials: &[(HeaderName, HeaderValue)],
+    token: &str,
+) -> Result<(), String> {
     client
         .guard
         .check_url(&url)
         .map_err(|blocked| format!("blocked_address: {blocked}"))?;
-    let response = client
-        .http
-        .get(url)
-        .send()
-        .await
-        .map_err(|e| describe(&e).to_string())?;
+    let mut request = client.http.get(url);
+    for (name, value) in credentials {
+        request = request.header(name.clone(), value.clone());
+    }
+    let response = request.send().await.map_err(|e| describe(&e).to_string())?;
     let status = response.status();
     let body = snippet(response).await;
     if status.is_success() && body.trim_end() == token {
@@ -311,6 +325,9 @@ fn challenge_token() -> String {
 
 fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
     let mut headers = HeaderMap::new();
+    for (name, value) in request.credentials {
+        headers.insert(name.clone(), value.clone());
+    }
     let mut put = |name: &'static str, value: &str| -> Result<(), Failure> {
         let value = HeaderValue::from_str(value)
             .map_err(|_| Failure::new(FailureKind::InvalidHeader, name))?;
@@ -535,7 +552,7 @@ async fn snippet(mut response: reqwest::Response) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn describe(error: &reqwest::Error) -> Failure {
+pub(crate) fn describe(error: &reqwest::Error) -> Failure {
     // A name the resolver refused: its error says so first, and nothing was connected.
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

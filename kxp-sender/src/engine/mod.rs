@@ -1,10 +1,12 @@
 //! The engine: what runs. The workers that claim and send deliveries, the notifier that sends
 //! operational notices, the purger, this process's counters, the validator cache, and the
-//! pieces they send with (the address guard, the guarded HTTP client, SMTP). It calls the store
+//! pieces they send with (the address guard, the guarded HTTP client, endpoints' credentials and
+//! OAuth2 tokens, SMTP). It calls the store
 //! for every read and write and the policy for every decision; it holds no SQL.
 
 pub(crate) mod announce;
 pub(crate) mod announcements;
+pub(crate) mod auth;
 pub(crate) mod backlog;
 pub(crate) mod batch;
 pub(crate) mod config;

@@ -162,6 +162,7 @@ async fn webhook(
         sequence: None,
         traceparent: None,
         secrets: &secrets,
+        credentials: &[],
         timeout: notifier.config.delivery_timeout,
         allow_http: notifier.config.dev,
     };

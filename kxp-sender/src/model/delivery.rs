@@ -2,6 +2,7 @@
 
 use sqlx::FromRow;
 
+use super::credentials::StoredCredentials;
 use super::failure::AttemptError;
 use super::ids::{AccountId, DeliveryId, EndpointId, EventId};
 use super::status::{CircuitState, DeliveryStatus, EndpointStatus, Transition};
@@ -116,6 +117,9 @@ pub(crate) struct Job {
     pub tracestate: Option<String>,
     /// Whether the endpoint takes a `traceparent` with each attempt.
     pub trace_propagation: bool,
+    /// The endpoint's custom headers and `auth` at the claim, as stored.
+    #[sqlx(try_from = "String")]
+    pub credentials: StoredCredentials,
 }
 
 /// An endpoint's live signing secrets, newest first, each as its row id and its stored text,

@@ -60,6 +60,9 @@ pub struct Endpoint {
     pub confirmations: i64,
     /// Whether each attempt carries a `traceparent` naming its span (false: none at all).
     pub trace_propagation: bool,
+    /// What answers show of its credentials ([`CredentialsView`](super::CredentialsView)'s
+    /// JSON); `None`: it has none. The credentials themselves are only read by the claim.
+    pub credentials_view: Option<String>,
 }
 
 /// The `next_attempt_at` of a delivery held for a paused endpoint: past every real time, so
@@ -91,6 +94,8 @@ pub(crate) struct NewEndpoint<'a> {
     pub rate_limit_per_second: Option<i64>,
     /// Whether attempts carry a `traceparent`.
     pub trace_propagation: bool,
+    /// Custom headers and `auth` (checked), sealed by the store for the new endpoint.
+    pub credentials: Option<super::Credentials>,
 }
 
 /// Changes to an endpoint: `None` leaves a field as it is; for the two nullable settings,
@@ -113,6 +118,8 @@ pub(crate) struct EndpointChanges {
     pub encryption_jwk: Option<Option<String>>,
     /// Send a `traceparent` with each attempt, or stop.
     pub trace_propagation: Option<bool>,
+    /// New credentials, sealed for the endpoint (both columns `None`: remove them).
+    pub credentials: Option<super::SealedCredentials>,
 }
 
 impl EndpointChanges {
@@ -126,6 +133,7 @@ impl EndpointChanges {
             && self.rate_limit_per_second.is_none()
             && self.encryption_jwk.is_none()
             && self.trace_propagation.is_none()
+            && self.credentials.is_none()
     }
 }
 

@@ -30,6 +30,10 @@ pub enum FailureKind {
     InvalidHeader,
     /// `data` could not be encrypted to the endpoint's key: nothing is sent in the clear.
     EncryptionFailed,
+    /// The endpoint's credentials could not be presented: its OAuth2 token endpoint failed or
+    /// answered something that is not a token, or the stored credentials do not open. Nothing
+    /// is sent without them.
+    AuthFailed,
 }
 
 impl FailureKind {
@@ -47,6 +51,7 @@ impl FailureKind {
             FailureKind::NoSecret => "no_secret",
             FailureKind::InvalidHeader => "invalid_header",
             FailureKind::EncryptionFailed => "encryption_failed",
+            FailureKind::AuthFailed => "auth_failed",
         }
     }
 }

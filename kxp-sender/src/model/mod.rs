@@ -4,6 +4,7 @@
 
 mod account;
 mod audit;
+mod credentials;
 mod delivery;
 mod endpoint;
 mod event;
@@ -21,6 +22,7 @@ mod time;
 pub use account::Account;
 pub(crate) use account::{AccountChanges, AccountOverview, AccountsOverview, DEFAULT_API_VERSION};
 pub(crate) use audit::{Actor, AuditAction, AuditEntry, ConsoleAction, NewAudit};
+pub(crate) use credentials::{Credentials, CredentialsView, SealedCredentials};
 pub(crate) use delivery::{Attempt, Job, KeyCheck, Secrets};
 pub use delivery::{AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, NextState};
 pub(crate) use endpoint::{

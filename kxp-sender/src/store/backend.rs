@@ -434,7 +434,8 @@ macro_rules! backend {
                 now: i64,
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
-                    "UPDATE kxp_endpoints SET status = 'deleted', updated_at = $1 \
+                    "UPDATE kxp_endpoints SET status = 'deleted', updated_at = $1, \
+                     credentials = NULL, credentials_view = NULL \
                      WHERE account_id = $2 AND id = $3 AND status <> 'deleted'",
                 )
                 .bind(now)

@@ -391,7 +391,7 @@ fn job_select(from: &str, now: &str, account: Option<&str>) -> String {
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence, \
-           e.traceparent, e.tracestate, p.trace_propagation \
+           e.traceparent, e.tracestate, p.trace_propagation, COALESCE(p.credentials, '') AS credentials \
          FROM {from} JOIN kxp_events e ON e.account_id = {e_account} AND e.id = d.event_id \
          JOIN kxp_endpoints p ON p.account_id = {p_account} AND p.id = d.endpoint_id",
         live_secrets(now, account.unwrap_or("p.account_id"))

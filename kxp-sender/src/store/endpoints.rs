@@ -10,6 +10,7 @@ use crate::model::{
 };
 use crate::policy::circuit::{Protection, spacing_ms};
 use crate::store::backend::Backend;
+use crate::store::credentials::seal_credentials;
 use crate::store::seal::KeyRing;
 use crate::store::secrets::stored_secret;
 use crate::store::{Db, StoreError, on_db};
@@ -55,6 +56,7 @@ impl Db {
                 format: kxp_api::Format::Kxp,
                 encryption_jwk: None,
                 trace_propagation: true,
+                credentials: None,
             },
             None,
         )
@@ -75,8 +77,14 @@ impl Db {
         ring: Option<&KeyRing>,
     ) -> Result<Created, StoreError> {
         let now = now_ms();
+        let id: EndpointId = new_id("ep").into();
+        let credentials = new
+            .credentials
+            .as_ref()
+            .map(|c| seal_credentials(ring, &id, c))
+            .unwrap_or_default();
         let endpoint = Endpoint {
-            id: new_id("ep").into(),
+            id,
             account_id: account.id.clone(),
             url: new.url.to_owned(),
             description: new.description.to_owned(),
@@ -97,6 +105,7 @@ impl Db {
             confirm_needed: None,
             confirmations: 0,
             trace_propagation: new.trace_propagation,
+            credentials_view: credentials.view.clone(),
         };
         let secret = new.signing.hmac().then(|| new_secret(&new.format));
         let seed = new.signing.ed25519().then(|| new_key(&new.format));
@@ -111,8 +120,9 @@ impl Db {
             let mut tx = pool.begin_with(DB::BEGIN).await?;
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
-                 api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk, trace_propagation) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                 api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk, trace_propagation, \
+                 credentials, credentials_view) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -129,6 +139,8 @@ impl Db {
             .bind(endpoint.format.as_str())
             .bind(&endpoint.encryption_jwk)
             .bind(endpoint.trace_propagation)
+            .bind(&credentials.stored)
+            .bind(&credentials.view)
             .execute(&mut *tx)
             .await?;
             sqlx::query(
@@ -257,6 +269,12 @@ impl Db {
             if let Some(propagate) = changes.trace_propagation {
                 sets.push("trace_propagation = ")
                     .push_bind_unseparated(propagate);
+            }
+            if let Some(credentials) = &changes.credentials {
+                sets.push("credentials = ")
+                    .push_bind_unseparated(credentials.stored.as_deref());
+                sets.push("credentials_view = ")
+                    .push_bind_unseparated(credentials.view.as_deref());
             }
             sets.push("updated_at = ").push_bind_unseparated(now_ms());
             query

@@ -16,7 +16,7 @@
 //! single statements that skip rows other workers hold where SQLite's take its one write lock.
 //!
 //! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's
-//! sign-ins), [`endpoints`], [`secrets`] (sealed at rest by [`seal`]), [`events`],
+//! sign-ins), [`endpoints`], [`secrets`] and [`credentials`] (sealed at rest by [`seal`]), [`events`],
 //! [`deliveries`] (the API's side), [`claim`] (the worker's claim, release and reclaim of
 //! expired leases), [`record`] (finished attempts, in batches), [`circuit`], [`health`],
 //! [`notifications`], [`schemas`], [`retention`], [`metrics`], [`sequence`] (each endpoint's
@@ -33,6 +33,7 @@ pub(crate) mod circuit;
 #[cfg(test)]
 mod citus_plans;
 mod claim;
+mod credentials;
 pub(crate) mod deliveries;
 mod distribute;
 mod endpoints;
@@ -54,6 +55,7 @@ mod sequence;
 mod sessions;
 mod shards;
 
+pub(crate) use credentials::{open_credentials, seal_credentials};
 pub use distribute::{DistributeError, Distribution, Placement, TablePlacement};
 pub(crate) use feed::{FeedRow, FeedSource};
 pub(crate) use metrics::Gauges;

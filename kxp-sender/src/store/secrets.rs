@@ -9,6 +9,7 @@ use crate::model::{
     AccountId, EndpointId, EndpointKey, KeyCheck, LiveSecret, Rotated, new_key, new_secret, now_ms,
     public_key_of, rfc3339,
 };
+use crate::store::credentials::credentials_context;
 use crate::store::seal::{KeyRing, OpenError, Stored, open_stored, to_stored};
 use crate::store::{Db, StoreError, on_db};
 
@@ -51,9 +52,11 @@ pub(crate) fn open_ops_secret(
     String::from_utf8(bytes.to_vec()).map_err(|_| OpenError::Malformed)
 }
 
-/// A stored secret: an endpoint's signing secret, or an account's ops secret, by its owner.
+/// A stored secret, by its owner: an endpoint's signing secret, an endpoint's credentials, or an
+/// account's ops secret.
 enum Row {
     Endpoint(EndpointKey),
+    Credentials(EndpointKey),
     Ops(AccountId),
 }
 
@@ -61,6 +64,7 @@ impl Row {
     fn context(&self) -> Vec<u8> {
         match self {
             Row::Endpoint(key) => context(&key.id),
+            Row::Credentials(key) => credentials_context(&key.id),
             Row::Ops(id) => ops_context(id),
         }
     }
@@ -78,6 +82,13 @@ impl Row {
             Row::Endpoint(key) => sqlx::query(
                 "UPDATE kxp_endpoint_secrets SET secret = $1 \
                  WHERE account_id = $2 AND endpoint_id = $3 AND secret = $4",
+            )
+            .bind(sealed)
+            .bind(key.account_id.as_str())
+            .bind(key.id.as_str()),
+            Row::Credentials(key) => sqlx::query(
+                "UPDATE kxp_endpoints SET credentials = $1 \
+                 WHERE account_id = $2 AND id = $3 AND credentials = $4",
             )
             .bind(sealed)
             .bind(key.account_id.as_str())
@@ -448,11 +459,17 @@ impl Db {
     }
 
     /// Every stored secret with its row: endpoints' (expired ones included, until retention
-    /// deletes them) and accounts' ops secrets.
+    /// deletes them), endpoints' credentials and accounts' ops secrets.
     async fn stored_secrets(&self) -> Result<Vec<(Row, String)>, StoreError> {
-        let (endpoints, ops) = on_db!(self, |pool| {
+        let (endpoints, credentials, ops) = on_db!(self, |pool| {
             let endpoints = sqlx::query_as::<_, (AccountId, EndpointId, String)>(
                 "SELECT account_id, endpoint_id, secret FROM kxp_endpoint_secrets ORDER BY account_id, endpoint_id, id",
+            )
+            .fetch_all(pool)
+            .await?;
+            let credentials = sqlx::query_as::<_, (AccountId, EndpointId, String)>(
+                "SELECT account_id, id, credentials FROM kxp_endpoints \
+                 WHERE credentials IS NOT NULL ORDER BY account_id, id",
             )
             .fetch_all(pool)
             .await?;
@@ -461,13 +478,16 @@ impl Db {
             )
             .fetch_all(pool)
             .await?;
-            (endpoints, ops)
+            (endpoints, credentials, ops)
         });
         let endpoints = endpoints
             .into_iter()
             .map(|(account_id, id, s)| (Row::Endpoint(EndpointKey { account_id, id }), s));
+        let credentials = credentials
+            .into_iter()
+            .map(|(account_id, id, s)| (Row::Credentials(EndpointKey { account_id, id }), s));
         let ops = ops.into_iter().map(|(id, s)| (Row::Ops(id), s));
-        Ok(endpoints.chain(ops).collect())
+        Ok(endpoints.chain(credentials).chain(ops).collect())
     }
 
     /// Records what delivered attempts said about their endpoints' secrets, in the order they

@@ -488,7 +488,7 @@ impl Write for Logs {
 // one misses events whose callsites other tests' threads registered first. It sees every test's
 // logs, which only makes the check wider.
 #[tokio::test]
-async fn no_link_token_operator_key_or_session_id_reaches_the_logs() {
+async fn no_credential_link_token_operator_key_or_session_id_reaches_the_logs() {
     let logs = Logs::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -513,6 +513,31 @@ async fn no_link_token_operator_key_or_session_id_reaches_the_logs() {
         )
         .await;
     let op_session = cookie_pair(&op, "kxp_session").unwrap();
+    // Endpoint credentials, sent with deliveries, refused at registration and failing attempts.
+    let receiver = crate::support::Receiver::start(vec![]).await;
+    let tokens = crate::credentials::TokenServer::start(3600).await;
+    let bearer = serde_json::json!({"type": "bearer", "token": "log-b3arer"});
+    s.api
+        .endpoint(
+            &receiver.url,
+            serde_json::json!({"headers": {"X-Gateway-Key": "log-gw-key"}, "auth": bearer}),
+        )
+        .await;
+    s.api
+        .endpoint(
+            &receiver.url,
+            serde_json::json!({"auth": tokens.auth(serde_json::json!({}))}),
+        )
+        .await;
+    let event = s.api.emit("payment.succeeded", serde_json::json!({})).await;
+    s.api
+        .wait_for(&event, "delivered", Duration::from_secs(10))
+        .await;
+    tokens.set(crate::credentials::Mode::Down);
+    let refused =
+        serde_json::json!({"url": receiver.url, "auth": tokens.auth(serde_json::json!({}))});
+    let (status, _) = s.api.call("POST", "/v1/endpoints", Some(refused)).await;
+    assert_eq!(status, 422);
     s.server.shutdown().await;
 
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
@@ -521,7 +546,17 @@ async fn no_link_token_operator_key_or_session_id_reaches_the_logs() {
         "the capture works: {text}"
     );
     assert!(text.contains("console: signed in"), "{text}");
-    for secret in [&token[..], &op_key, &session[12..], &op_session[12..]] {
+    assert!(text.contains("delivered"), "{text}");
+    for secret in [
+        &token[..],
+        &op_key,
+        &session[12..],
+        &op_session[12..],
+        "log-b3arer",
+        "log-gw-key",
+        "client-s3cret",
+        "tok-1",
+    ] {
         assert!(!text.contains(secret), "{secret} is in the logs:\n{text}");
     }
 }

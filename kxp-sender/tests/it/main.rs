@@ -40,6 +40,7 @@ mod concurrency;
 mod connections;
 mod console;
 mod console_pages;
+mod credentials;
 mod durability;
 mod ed25519;
 mod encryption;

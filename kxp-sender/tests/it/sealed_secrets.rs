@@ -20,11 +20,11 @@ use crate::support::{Receiver, Sender, sender_with};
 const SECS_10: Duration = Duration::from_secs(10);
 
 /// A ring of the given `<id>:<base64>` keys, newest first.
-fn ring(keys: &[&str]) -> KeyRing {
+pub(crate) fn ring(keys: &[&str]) -> KeyRing {
     keys.join(",").parse().unwrap()
 }
 
-const K1: &str = "k1:q83vASNFZ4mrze8BI0VniavN7wEjRWeJq83vASNFZ4k=";
+pub(crate) const K1: &str = "k1:q83vASNFZ4mrze8BI0VniavN7wEjRWeJq83vASNFZ4k=";
 const K2: &str = "k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A sender on the SQLite file `url` (kept across restarts) with `keys` as its ring.
@@ -39,7 +39,7 @@ async fn sender_on(url: &str, keys: &[&str]) -> Sender {
 }
 
 /// The database file's bytes, WAL included: what a dump or a backup of it holds.
-fn file_bytes(dir: &std::path::Path) -> Vec<u8> {
+pub(crate) fn file_bytes(dir: &std::path::Path) -> Vec<u8> {
     let mut all = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         all.extend(std::fs::read(entry.unwrap().path()).unwrap());
@@ -47,7 +47,7 @@ fn file_bytes(dir: &std::path::Path) -> Vec<u8> {
     all
 }
 
-fn holds(haystack: &[u8], needle: &str) -> bool {
+pub(crate) fn holds(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
         .any(|window| window == needle.as_bytes())

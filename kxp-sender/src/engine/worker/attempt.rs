@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use kxp_verify::TraceParent;
 
+use crate::engine::auth::{self, Presented};
 use crate::engine::batch::Answer;
 use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
@@ -142,6 +143,12 @@ async fn send(
     secrets: &[Material],
     traceparent: Option<TraceParent>,
 ) -> (Outcome, Duration) {
+    let started = crate::model::instant();
+    let timeout = Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000));
+    let presented = match present(shared, job, timeout).await {
+        Ok(presented) => presented,
+        Err(failure) => return (Outcome::Failed(failure), started.elapsed()),
+    };
     match sealed(job.encryption_jwk.as_deref(), &job.payload) {
         Ok(payload) => {
             let request = dispatch::Request {
@@ -155,13 +162,39 @@ async fn send(
                 sequence: job.sequence,
                 traceparent,
                 secrets,
-                timeout: Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000)),
+                credentials: &presented.headers,
+                // The token fetch, if any, came out of the attempt's time.
+                timeout: timeout.saturating_sub(started.elapsed()),
                 allow_http: shared.config.dev,
             };
-            dispatch::send(&shared.client, &request).await
+            let (outcome, _) = dispatch::send(&shared.client, &request).await;
+            shared
+                .tokens
+                .after(&job.endpoint_id, &presented, &outcome)
+                .await;
+            (outcome, started.elapsed())
         }
-        Err(failure) => (Outcome::Failed(failure), Duration::ZERO),
+        Err(failure) => (Outcome::Failed(failure), started.elapsed()),
     }
+}
+
+/// What the attempt presents for the endpoint's credentials, if it has any: an OAuth2 token
+/// is fetched (or waited for) within the attempt's `timeout`.
+async fn present(shared: &Shared, job: &Job, timeout: Duration) -> Result<Presented, Failure> {
+    let Some(stored) = &job.credentials.0 else {
+        return Ok(Presented::default());
+    };
+    let credentials = auth::open(shared.config.secrets_key.as_ref(), &job.endpoint_id, stored)?;
+    shared
+        .tokens
+        .present(
+            &shared.client,
+            &job.endpoint_id,
+            &credentials,
+            timeout,
+            shared.config.dev,
+        )
+        .await
 }
 
 /// The attempt as the store records it, and what its confirmation says about the job's

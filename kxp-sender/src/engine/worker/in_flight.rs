@@ -295,6 +295,7 @@ mod tests {
             traceparent: None,
             tracestate: None,
             trace_propagation: true,
+            credentials: Default::default(),
         }
     }
 
