@@ -179,7 +179,14 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         set_database_offset(offset);
     }
     // A stored secret this server cannot open is found now, by the key id it needs.
-    db.check_sealed(config.secrets_key.as_ref()).await?;
+    let clear = db.check_sealed(config.secrets_key.as_ref()).await?;
+    if clear > 0 {
+        tracing::warn!(
+            target: "kxp_sender", endpoints = clear,
+            "endpoints' credentials (custom headers, auth) are stored in the clear: set \
+             KXP_SECRETS_KEY and run `kxp secrets-key reseal` (docs/security.md)"
+        );
+    }
     let new_api_key = bootstrap(&db, config.api_key.as_deref()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

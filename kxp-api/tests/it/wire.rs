@@ -30,6 +30,8 @@ fn endpoint_json() -> Value {
         "format": "kxp",
         "encryption_jwk": null,
         "trace_propagation": true,
+        "headers": [],
+        "auth": null,
         "created_at": "2026-11-30T01:02:03Z",
         "updated_at": "2026-11-30T01:02:03Z"
     })
@@ -463,4 +465,27 @@ fn an_endpoint_from_a_server_before_trace_propagation_reads_as_propagating() {
     wire.as_object_mut().unwrap().remove("trace_propagation");
     let endpoint: Endpoint = serde_json::from_value(wire).unwrap();
     assert!(endpoint.trace_propagation);
+}
+
+#[test]
+fn an_endpoint_with_credentials_shows_their_names_and_redacts_their_values() {
+    let mut wire = endpoint_json();
+    wire["headers"] = json!(["X-Gateway-Key"]);
+    wire["auth"] = json!({
+        "type": "oauth2_client_credentials",
+        "token_url": "https://auth.merchant.example/oauth/token",
+        "client_id": "kxp",
+        "client_secret": "redacted",
+        "scope": null,
+        "audience": "https://merchant.example",
+        "client_auth": "post"
+    });
+    let endpoint: Endpoint = round_trip(wire);
+    assert_eq!(endpoint.auth.unwrap().kind(), "oauth2_client_credentials");
+    for auth in [
+        json!({"type": "basic", "username": "m", "password": "redacted"}),
+        json!({"type": "bearer", "token": "redacted"}),
+    ] {
+        round_trip::<EndpointAuthView>(auth);
+    }
 }

@@ -26,6 +26,7 @@ use axum::{Extension, Router};
 
 mod client;
 mod cookies;
+mod credentials;
 mod dead_letters;
 mod endpoints;
 mod error;
@@ -103,6 +104,18 @@ pub(crate) fn app(state: AppState, sign_in_key: SignInKey) -> Router {
         .route(
             "/console/a/{account}/endpoints/{endpoint}/edit",
             get(endpoints::edit_form).post(endpoints::edit),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/credentials",
+            get(credentials::form),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/credentials/headers",
+            post(credentials::headers),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/credentials/auth",
+            post(credentials::auth),
         )
         .route(
             "/console/a/{account}/endpoints/{endpoint}/delete",

@@ -18,7 +18,7 @@ use crate::store::Gauges;
 
 /// The outcome labels of `kxp_attempts_total`: a closed set, so a new error text can never
 /// create a new series.
-pub(crate) const OUTCOMES: [&str; 11] = [
+pub(crate) const OUTCOMES: [&str; 12] = [
     "success",
     "http_4xx",
     "http_5xx",
@@ -29,6 +29,7 @@ pub(crate) const OUTCOMES: [&str; 11] = [
     "too_many_redirects",
     "insecure_redirect",
     "invalid_url",
+    "auth_failed",
     "other",
 ];
 
@@ -48,6 +49,7 @@ pub(crate) fn outcome_label(outcome: &Outcome) -> &'static str {
             FailureKind::TooManyRedirects => "too_many_redirects",
             FailureKind::InsecureRedirect => "insecure_redirect",
             FailureKind::InvalidUrl => "invalid_url",
+            FailureKind::AuthFailed => "auth_failed",
             _ => "other",
         },
     }

@@ -72,6 +72,8 @@ pub(crate) enum ConsoleAction {
     EndpointCreate,
     /// An endpoint's settings changed.
     EndpointEdit,
+    /// An endpoint's custom headers or authentication replaced.
+    EndpointCredentials,
     /// An endpoint paused.
     EndpointPause,
     /// An endpoint resumed.
@@ -109,6 +111,7 @@ impl AuditAction {
         match console {
             ConsoleAction::EndpointCreate => "endpoint.create".into(),
             ConsoleAction::EndpointEdit => "endpoint.edit".into(),
+            ConsoleAction::EndpointCredentials => "endpoint.credentials".into(),
             ConsoleAction::EndpointPause => "endpoint.pause".into(),
             ConsoleAction::EndpointResume => "endpoint.resume".into(),
             ConsoleAction::EndpointRotateSecret => "endpoint.rotate_secret".into(),

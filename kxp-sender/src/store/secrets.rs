@@ -374,14 +374,20 @@ impl Db {
             .collect()
     }
 
-    /// Checks that `ring` opens every stored secret (endpoints' and accounts' ops secrets),
-    /// before a server starts with it: a missing key is found at start, by its id, rather than
-    /// by the first delivery that needs it.
-    pub(crate) async fn check_sealed(&self, ring: Option<&KeyRing>) -> Result<(), StoreError> {
+    /// Checks that `ring` opens every stored secret (endpoints' secrets and credentials,
+    /// accounts' ops secrets), before a server starts with it: a missing key is found at start,
+    /// by its id, rather than by the first delivery that needs it. Answers how many endpoints'
+    /// credentials are stored in the clear, which the server warns about.
+    pub(crate) async fn check_sealed(&self, ring: Option<&KeyRing>) -> Result<u64, StoreError> {
+        let mut clear = 0;
         for (row, stored) in self.stored_secrets().await? {
             open_stored(ring, &stored, &row.context())?;
+            if matches!(row, Row::Credentials(_)) && matches!(Stored::of(&stored), Stored::Plain(_))
+            {
+                clear += 1;
+            }
         }
-        Ok(())
+        Ok(clear)
     }
 
     /// Rewrites every stored secret that is plaintext or sealed under an older key of `ring`,

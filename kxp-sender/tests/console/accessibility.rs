@@ -44,6 +44,19 @@ async fn every_page_has_no_serious_or_critical_axe_violations() {
             .await;
     }
 
+    // One endpoint's page, and its credentials' forms (a receiver that is never sent to:
+    // no event is emitted).
+    let mut new = kxp_api::NewEndpoint::new("http://127.0.0.1:9/hook");
+    new.skip_challenge = true;
+    new.headers = Some([("X-Gateway-Key".to_owned(), "k".into())].into());
+    let endpoint = c.shop.create_endpoint(&new).await.unwrap().endpoint.id;
+    b.goto(&c.url(&c.shop_path(&format!("/endpoints/{endpoint}"))))
+        .await;
+    audit.page(&b, "merchant-endpoint").await;
+    b.goto(&c.url(&c.shop_path(&format!("/endpoints/{endpoint}/credentials"))))
+        .await;
+    audit.page(&b, "merchant-endpoint-credentials").await;
+
     // The error pages: no such page (404), a form without its token (403).
     b.goto(&c.url("/console/no-such-page")).await;
     assert_eq!(b.status().await, 404);

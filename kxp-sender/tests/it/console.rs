@@ -539,6 +539,13 @@ async fn no_credential_link_token_operator_key_or_session_id_reaches_the_logs() 
     let (status, _) = s.api.call("POST", "/v1/endpoints", Some(refused)).await;
     assert_eq!(status, 422);
     s.server.shutdown().await;
+    // Started again without KXP_SECRETS_KEY: a warning that credentials are in the clear.
+    let url = s.database_url.clone();
+    sender_with("0s", move |c| c.database_url = url)
+        .await
+        .server
+        .shutdown()
+        .await;
 
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert!(
@@ -547,6 +554,10 @@ async fn no_credential_link_token_operator_key_or_session_id_reaches_the_logs() 
     );
     assert!(text.contains("console: signed in"), "{text}");
     assert!(text.contains("delivered"), "{text}");
+    assert!(
+        text.contains("credentials (custom headers, auth) are stored in the clear"),
+        "{text}"
+    );
     for secret in [
         &token[..],
         &op_key,

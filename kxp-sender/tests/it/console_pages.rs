@@ -36,7 +36,7 @@ async fn challenge_receiver() -> String {
 }
 
 /// A form post with its values percent-encoded.
-async fn post_form(
+pub(crate) async fn post_form(
     b: &Browser,
     path: &str,
     cookie: &str,

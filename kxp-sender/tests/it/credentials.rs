@@ -14,9 +14,11 @@ use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kxp_api::EndpointPatch;
+use kxp_api::{EndpointPatch, PortalScope};
 use serde_json::{Value, json};
 
+use crate::console::Browser;
+use crate::console_pages::{account_page, page, post_form};
 use crate::sealed_secrets::{K1, file_bytes, holds, ring};
 use crate::support::{Api, Database, Receiver, sender, sender_with, typed};
 
@@ -32,7 +34,7 @@ pub(crate) enum Mode {
 /// `expires_in` seconds; it records each request's `Authorization` and form body.
 #[derive(Clone)]
 pub(crate) struct TokenServer {
-    url: String,
+    pub(crate) url: String,
     state: Arc<TokenState>,
 }
 
@@ -517,4 +519,90 @@ async fn credentials_are_sealed_at_rest_and_counted_by_the_census() {
         );
     }
     assert!(holds(&bytes, "X-Gateway-Key"), "the names are not secret");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_replaces_headers_and_authentication_and_never_shows_a_value() {
+    let s = sender("0s").await;
+    let b = Browser::of(&s);
+    let cookie = b.session(&s.api.client, PortalScope::Manage).await;
+    let (account, csrf) = account_page(&b, &cookie).await;
+    let receiver = Receiver::start(vec![]).await;
+    let tokens = TokenServer::start(3600).await;
+    let (id, _) = s.api.endpoint(&receiver.url, json!({})).await;
+    let credentials = format!("{account}/endpoints/{id}/credentials");
+    let (status, html) = page(&b, &credentials, &cookie).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("the signature only"), "{html}");
+
+    let saved = post_form(
+        &b,
+        &format!("{credentials}/headers"),
+        &cookie,
+        &[
+            ("csrf_token", &csrf),
+            ("headers", "X-Gateway-Key: console-gw\nX-Tenant: 7"),
+        ],
+    )
+    .await;
+    assert_eq!(saved.status(), 303);
+    let saved = post_form(
+        &b,
+        &format!("{credentials}/auth"),
+        &cookie,
+        &[
+            ("csrf_token", &csrf),
+            ("type", "oauth2_client_credentials"),
+            ("token_url", &tokens.url),
+            ("client_id", "console-client"),
+            ("client_secret", "console-s3cret"),
+            ("scope", ""),
+            ("client_auth", "post"),
+        ],
+    )
+    .await;
+    assert_eq!(saved.status(), 303);
+    deliver(&s.api, 1).await;
+    let seen = receiver.seen()[0].clone();
+    assert_eq!(seen.header("x-gateway-key"), "console-gw");
+    assert_eq!(seen.header("authorization"), "Bearer tok-1");
+
+    let (_, endpoint) = page(&b, &format!("{account}/endpoints/{id}"), &cookie).await;
+    assert!(
+        endpoint.contains("X-Gateway-Key") && endpoint.contains("console-client"),
+        "{endpoint}"
+    );
+    // A reserved name is refused on the page, with the form empty again.
+    let refused = post_form(
+        &b,
+        &format!("{credentials}/headers"),
+        &cookie,
+        &[("csrf_token", &csrf), ("headers", "Host: evil.example")],
+    )
+    .await;
+    assert_eq!(refused.status(), 422);
+    let refused = refused.text().await.unwrap();
+    assert!(
+        refused.contains("Not saved: headers: `Host` cannot be set"),
+        "{refused}"
+    );
+    let (_, again) = page(&b, &credentials, &cookie).await;
+    for html in [&endpoint, &again, &refused] {
+        for secret in ["console-gw", "console-s3cret", "tok-1"] {
+            assert!(!html.contains(secret), "{secret} on a page");
+        }
+    }
+    // `none` removes the authentication.
+    let removed = post_form(
+        &b,
+        &format!("{credentials}/auth"),
+        &cookie,
+        &[("csrf_token", &csrf), ("type", "none")],
+    )
+    .await;
+    assert_eq!(removed.status(), 303);
+    let shown = s.api.client.endpoint(&id.as_str().into()).await.unwrap();
+    let shown = shown.endpoint;
+    assert!(shown.auth.is_none() && shown.headers == ["X-Gateway-Key", "X-Tenant"]);
+    s.server.shutdown().await;
 }

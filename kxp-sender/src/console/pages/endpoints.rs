@@ -6,7 +6,9 @@ use maud::{Markup, html};
 
 use super::{Frame, account_page, account_page_with_script, chart};
 
-use crate::model::{CircuitState, Endpoint, EndpointHealth, EndpointStatus, rfc3339};
+use crate::model::{
+    CircuitState, CredentialsView, Endpoint, EndpointHealth, EndpointStatus, rfc3339,
+};
 
 /// One line of the endpoints list.
 pub(in crate::console) struct EndpointRow {
@@ -255,6 +257,7 @@ pub(in crate::console) fn endpoint(
             dt { "Trace propagation" } dd { @if endpoint.trace_propagation {
                 "on: each delivery carries a " code { "traceparent" } " naming its attempt's span"
             } @else { "off: deliveries carry no " code { "traceparent" } } }
+            (super::credentials::presented(&CredentialsView::of_row(endpoint.credentials_view.as_deref())))
         }
         h2 { "Signing secrets" }
         @if let Some(rotation) = &details.rotation {
@@ -296,6 +299,7 @@ pub(in crate::console) fn endpoint(
                 form.inline method="post" action=(action("rotate")) { (frame.csrf()) button type="submit" { "Rotate the secret" } }
                 form.inline method="post" action=(action("rotate-when-confirmed")) { (frame.csrf()) button type="submit" { "Rotate, ending when the receiver confirms" } }
                 a.button href=(action("edit")) { "Edit…" }
+                a.button href=(action("credentials")) { "Credentials…" }
                 a.button href=(action("delete")) { "Delete…" }
             }
         }

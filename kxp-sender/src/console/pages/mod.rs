@@ -8,11 +8,13 @@
 use maud::{DOCTYPE, Markup, html};
 
 mod chart;
+mod credentials;
 mod dead_letters;
 mod endpoints;
 mod events;
 mod operators;
 
+pub(super) use credentials::credentials;
 pub(super) use dead_letters::{DeadLetters, dead_letters, replay_confirm};
 pub(super) use endpoints::{
     DeleteConfirm, EndpointForm, EndpointRow, FormFor, NewSecret, delete_confirm, endpoint,

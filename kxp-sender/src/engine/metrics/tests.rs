@@ -12,6 +12,10 @@ fn outcomes_map_to_a_closed_set() {
     );
     assert_eq!(outcome_label(&failed(FailureKind::Request)), "other");
     assert_eq!(outcome_label(&failed(FailureKind::NoSecret)), "other");
+    assert_eq!(
+        outcome_label(&failed(FailureKind::AuthFailed)),
+        "auth_failed"
+    );
     // Every label a failure can take is in the closed set.
     for kind in [
         FailureKind::Timeout,
@@ -24,6 +28,8 @@ fn outcomes_map_to_a_closed_set() {
         FailureKind::InvalidUrl,
         FailureKind::NoSecret,
         FailureKind::InvalidHeader,
+        FailureKind::EncryptionFailed,
+        FailureKind::AuthFailed,
     ] {
         assert!(OUTCOMES.contains(&outcome_label(&failed(kind))));
     }
