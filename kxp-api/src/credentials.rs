@@ -11,6 +11,8 @@ use core::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use utoipa::ToSchema;
 
+use crate::timestamp::Timestamp;
+
 /// A credential's text (a header value, a password, a token, a client secret): `Debug` prints
 /// `[redacted]` and there is no `Display`, so it reaches a log only through
 /// [`Credential::expose`].
@@ -219,6 +221,67 @@ impl EndpointAuthView {
             EndpointAuthView::Oauth2ClientCredentials { .. } => "oauth2_client_credentials",
         }
     }
+}
+
+/// Mutual TLS and a private CA for one endpoint (`tls` of `POST` and `PATCH /v1/endpoints`),
+/// each part optional. Sealed at rest; answers show what the certificates are
+/// ([`EndpointTlsView`]), never the key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct EndpointTls {
+    /// The client certificate presented on every attempt to the endpoint (PEM; the chain to
+    /// its CA may follow it). Requires `client_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<String>,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1), matching it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<Credential>,
+    /// The CA certificates (PEM) the endpoint's server certificate must chain to: they replace
+    /// the public roots for this endpoint only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificates: Option<String>,
+}
+
+impl EndpointTls {
+    /// A client certificate and its key, and no CA of its own.
+    pub fn client(certificate: impl Into<String>, key: impl Into<Credential>) -> EndpointTls {
+        EndpointTls {
+            client_certificate: Some(certificate.into()),
+            client_key: Some(key.into()),
+            ca_certificates: None,
+        }
+    }
+
+    /// The CA certificates (PEM) the endpoint's server certificate must chain to.
+    pub fn with_ca_certificates(mut self, pem: impl Into<String>) -> EndpointTls {
+        self.ca_certificates = Some(pem.into());
+        self
+    }
+}
+
+/// A certificate as answers show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CertificateInfo {
+    /// Its subject (RFC 4514).
+    pub subject: String,
+    /// Its issuer (RFC 4514).
+    pub issuer: String,
+    /// When it expires (`notAfter`).
+    pub not_after: Timestamp,
+    /// The SHA-256 of its DER, in hex.
+    pub sha256: String,
+}
+
+/// An endpoint's `tls` as answers show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EndpointTlsView {
+    /// The client certificate presented on every attempt; `null`: none. Its key is write-only.
+    #[schema(required = true)]
+    pub client_certificate: Option<CertificateInfo>,
+    /// The CA certificates that replace the public roots for this endpoint; empty: the public
+    /// roots.
+    pub ca_certificates: Vec<CertificateInfo>,
 }
 
 #[cfg(test)]

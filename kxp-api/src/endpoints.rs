@@ -5,7 +5,9 @@ use utoipa::ToSchema;
 
 use std::collections::BTreeMap;
 
-use crate::credentials::{Credential, EndpointAuth, EndpointAuthView};
+use crate::credentials::{
+    Credential, EndpointAuth, EndpointAuthView, EndpointTls, EndpointTlsView,
+};
 use crate::deliveries::DeliveryStatus;
 use crate::ids::EndpointId;
 use crate::patch::{Patch, present};
@@ -150,6 +152,15 @@ pub struct PublicKeys {
         "audience": null,
         "client_auth": "basic"
     },
+    "tls": {
+        "client_certificate": {
+            "subject": "CN=kxp-webhooks",
+            "issuer": "CN=Merchant Private CA",
+            "not_after": "2027-06-01T00:00:00Z",
+            "sha256": "5b0d3c6a6f7e1e0c9f1b7b3c0d2a4e6f8a9b1c3d5e7f90123456789abcdef012"
+        },
+        "ca_certificates": []
+    },
     "created_at": "2026-11-30T01:02:03Z",
     "updated_at": "2026-11-30T01:02:03Z"
 }))]
@@ -200,6 +211,10 @@ pub struct Endpoint {
     #[serde(default)]
     #[schema(required = true)]
     pub auth: Option<EndpointAuthView>,
+    /// Its client certificate and private CA, if any (the key is write-only).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub tls: Option<EndpointTlsView>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
@@ -278,6 +293,11 @@ pub struct NewEndpoint {
     /// sealed at rest and never shown again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<EndpointAuth>,
+    /// A client certificate presented on every attempt, and CA certificates that replace the
+    /// public roots for this endpoint. Checked on the way in: a key that does not match its
+    /// certificate, an expired certificate or PEM that does not read is refused (422).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EndpointTls>,
     /// Registers without the challenge (`GET <url>?challenge=<token>`), for a receiver that is
     /// not up yet or does not speak kxp.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -300,6 +320,7 @@ impl NewEndpoint {
             trace_propagation: None,
             headers: None,
             auth: None,
+            tls: None,
             skip_challenge: false,
         }
     }
@@ -395,6 +416,10 @@ pub struct EndpointPatch {
     #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
     #[schema(value_type = Option<EndpointAuth>, required = false)]
     pub auth: Patch<EndpointAuth>,
+    /// Replaces `tls` as a whole (the key is sent again); `null` removes it.
+    #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
+    #[schema(value_type = Option<EndpointTls>, required = false)]
+    pub tls: Patch<EndpointTls>,
     /// Changes the URL without the challenge.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub skip_challenge: bool,

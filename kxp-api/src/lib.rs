@@ -33,7 +33,10 @@ mod trace;
 pub use account::{Account, AccountCreated, AccountPatch, AccountUpdated, NewAccount};
 #[cfg(feature = "client")]
 pub use client::{Client, ClientError};
-pub use credentials::{ClientAuth, Credential, EndpointAuth, EndpointAuthView, Redacted};
+pub use credentials::{
+    CertificateInfo, ClientAuth, Credential, EndpointAuth, EndpointAuthView, EndpointTls,
+    EndpointTlsView, Redacted,
+};
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,

@@ -5,16 +5,16 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::{
-    Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CircuitState,
-    ClientAuth, Credential, Cursor, Delivery, DeliveryQuery, DeliveryStatus, Endpoint,
-    EndpointAuth, EndpointAuthView, EndpointCreated, EndpointDeleted, EndpointDetails,
-    EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointUpdated, ErrorBody,
-    ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld, FeedItem, FeedPage, FeedQuery,
-    FeedToken, Format, HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink,
-    Notification, NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page,
-    PageQuery, PortalLink, PortalScope, PublicKey, PublicKeys, RawJson, ReceiverKey, Redacted,
-    ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated,
-    SecretState, ServiceHealth, Signing, SourceHealth, Timestamp,
+    Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CertificateInfo,
+    CircuitState, ClientAuth, Credential, Cursor, Delivery, DeliveryQuery, DeliveryStatus,
+    Endpoint, EndpointAuth, EndpointAuthView, EndpointCreated, EndpointDeleted, EndpointDetails,
+    EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointTls, EndpointTlsView,
+    EndpointUpdated, ErrorBody, ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld,
+    FeedItem, FeedPage, FeedQuery, FeedToken, Format, HealthWindow, NewAccount, NewEndpoint,
+    NewEvent, NewPortalLink, Notification, NotificationChannel, NotificationId, NotificationKind,
+    NotificationStatus, Page, PageQuery, PortalLink, PortalScope, PublicKey, PublicKeys, RawJson,
+    ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId,
+    Secret, SecretRotated, SecretState, ServiceHealth, Signing, SourceHealth, Timestamp,
 };
 use crate::{AccountId, DeliveryId};
 
@@ -35,6 +35,7 @@ use crate::{AccountId, DeliveryId};
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
         EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey, Signing, PublicKey,
         PublicKeys, EndpointAuth, EndpointAuthView, ClientAuth, Credential, Redacted,
+        EndpointTls, EndpointTlsView, CertificateInfo,
         EndpointHealth, HealthWindow, ServiceHealth, SourceHealth,
         NewEvent, Event, EventSummary, EventQuery,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,

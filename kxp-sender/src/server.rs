@@ -239,6 +239,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         draining: AtomicBool::new(false),
         traces,
         tokens: Tokens::default(),
+        tls_clients: Default::default(),
     });
     let state = AppState {
         db: db.clone(),

@@ -32,6 +32,7 @@ fn endpoint_json() -> Value {
         "trace_propagation": true,
         "headers": [],
         "auth": null,
+        "tls": null,
         "created_at": "2026-11-30T01:02:03Z",
         "updated_at": "2026-11-30T01:02:03Z"
     })
@@ -480,8 +481,21 @@ fn an_endpoint_with_credentials_shows_their_names_and_redacts_their_values() {
         "audience": "https://merchant.example",
         "client_auth": "post"
     });
+    wire["tls"] = json!({
+        "client_certificate": {
+            "subject": "CN=kxp-webhooks",
+            "issuer": "CN=Merchant Private CA",
+            "not_after": "2027-06-01T00:00:00Z",
+            "sha256": "00ff"
+        },
+        "ca_certificates": []
+    });
     let endpoint: Endpoint = round_trip(wire);
     assert_eq!(endpoint.auth.unwrap().kind(), "oauth2_client_credentials");
+    assert_eq!(
+        endpoint.tls.unwrap().client_certificate.unwrap().subject,
+        "CN=kxp-webhooks"
+    );
     for auth in [
         json!({"type": "basic", "username": "m", "password": "redacted"}),
         json!({"type": "bearer", "token": "redacted"}),

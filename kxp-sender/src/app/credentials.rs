@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use kxp_api::{ClientAuth, Credential, EndpointAuth};
+use kxp_api::{ClientAuth, Credential, EndpointAuth, EndpointTls};
 
 use super::Error;
 use super::checks::check_url;
 use crate::engine::config::Shared;
-use crate::model::Credentials;
+use crate::engine::tls;
+use crate::model::{Credentials, CredentialsView, now_ms};
 
 /// The most custom headers an endpoint has.
 pub(crate) const MAX_HEADERS: usize = 20;
@@ -184,27 +185,36 @@ pub(crate) fn check_auth(auth: &EndpointAuth, shared: &Shared) -> Result<(), Err
     }
 }
 
-/// Checks a new endpoint's headers and `auth` together; `None` when it has neither.
+/// Checks a new endpoint's headers, `auth` and `tls` together; `None` when it has none.
 pub(crate) fn check_new(
     headers: Option<BTreeMap<String, Credential>>,
     auth: Option<EndpointAuth>,
+    tls: Option<EndpointTls>,
     shared: &Shared,
-) -> Result<Option<Credentials>, Error> {
+) -> Result<Option<(Credentials, CredentialsView)>, Error> {
     let credentials = Credentials {
         headers: headers.unwrap_or_default(),
         auth,
+        tls,
     };
-    check(&credentials, shared)?;
-    Ok((!credentials.is_empty()).then_some(credentials))
+    let view = check(&credentials, shared)?;
+    Ok((!credentials.is_empty()).then_some((credentials, view)))
 }
 
-/// Checks credentials as a whole (the headers against the `auth` beside them).
-pub(crate) fn check(credentials: &Credentials, shared: &Shared) -> Result<(), Error> {
+/// Checks credentials as a whole (the headers against the `auth` beside them, the
+/// certificates now) and says what answers show of them.
+pub(crate) fn check(credentials: &Credentials, shared: &Shared) -> Result<CredentialsView, Error> {
     check_headers(&credentials.headers, credentials.auth.is_some())?;
     if let Some(auth) = &credentials.auth {
         check_auth(auth, shared)?;
     }
-    Ok(())
+    let tls = credentials
+        .tls
+        .as_ref()
+        .map(|tls| tls::describe(tls, now_ms()))
+        .transpose()
+        .map_err(Error::Invalid)?;
+    Ok(credentials.view(tls))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::credentials;
 use super::views::public_key;
 use super::{AppState, DEFAULT_OVERLAP, Error, MAX_ENDPOINTS};
 use crate::engine::config::Shared;
-use crate::engine::{auth, dispatch};
+use crate::engine::{auth, dispatch, tls};
 use crate::model::{
     Account, Credentials, EndpointChanges, EndpointId, NewEndpoint as StoredEndpoint, Rotated, ms,
 };
@@ -56,9 +56,15 @@ pub(crate) async fn register(
         .as_ref()
         .map(check_encryption_jwk)
         .transpose()?;
-    let credentials = credentials::check_new(new.headers, new.auth, &state.shared)?;
+    let credentials = credentials::check_new(new.headers, new.auth, new.tls, &state.shared)?;
     if !new.skip_challenge {
-        challenge(&state.shared, &url, timeout, credentials.as_ref()).await?;
+        challenge(
+            &state.shared,
+            &url,
+            timeout,
+            credentials.as_ref().map(|(c, _)| c),
+        )
+        .await?;
     }
     let created = state
         .db
@@ -96,21 +102,25 @@ async fn challenge(
     timeout: Duration,
     credentials: Option<&Credentials>,
 ) -> Result<(), Error> {
+    let client = match credentials.and_then(|c| c.tls.as_ref()) {
+        Some(tls) => tls::Clients::one_off(shared.guard(), tls).map_err(|failure| {
+            Error::ChallengeFailed(format!("the endpoint's tls could not be used: {failure}"))
+        })?,
+        None => shared.client.clone(),
+    };
     let headers = match credentials {
-        Some(credentials) => {
-            auth::for_challenge(&shared.client, credentials, timeout, shared.config.dev)
-                .await
-                .map_err(|failure| {
-                    Error::ChallengeFailed(format!(
-                        "the endpoint challenge of {url} could not present the endpoint's \
+        Some(credentials) => auth::for_challenge(&client, credentials, timeout, shared.config.dev)
+            .await
+            .map_err(|failure| {
+                Error::ChallengeFailed(format!(
+                    "the endpoint challenge of {url} could not present the endpoint's \
                          credentials: {failure}; send \"skip_challenge\": true to register it \
                          without the check"
-                    ))
-                })?
-        }
+                ))
+            })?,
         None => Vec::new(),
     };
-    dispatch::challenge(&shared.client, url.as_str(), &headers, timeout)
+    dispatch::challenge(&client, url.as_str(), &headers, timeout)
         .await
         .map_err(|why| {
             Error::ChallengeFailed(format!(
@@ -164,7 +174,8 @@ pub(crate) async fn change(
         .transpose()?;
     let current = state.db.endpoint(&account.id, id).await?;
     let ring = state.shared.config.secrets_key.as_ref();
-    let new_credentials = !(patch.headers.is_unchanged() && patch.auth.is_unchanged());
+    let new_credentials =
+        !(patch.headers.is_unchanged() && patch.auth.is_unchanged() && patch.tls.is_unchanged());
     let challenged = url
         .as_ref()
         .filter(|url| url.as_str() != current.url && !patch.skip_challenge);
@@ -179,8 +190,11 @@ pub(crate) async fn change(
         if let Some(auth) = patch.auth.into_option() {
             credentials.auth = auth;
         }
-        credentials::check(&credentials, &state.shared)?;
-        Some(credentials)
+        if let Some(tls) = patch.tls.into_option() {
+            credentials.tls = tls;
+        }
+        let view = credentials::check(&credentials, &state.shared)?;
+        Some((credentials, view))
     } else {
         None
     };
@@ -188,7 +202,10 @@ pub(crate) async fn change(
         let timeout = timeout.unwrap_or_else(|| {
             Duration::from_millis(u64::try_from(current.timeout_ms).unwrap_or(5000))
         });
-        let presented = credentials.as_ref().filter(|c| !c.is_empty());
+        let presented = credentials
+            .as_ref()
+            .map(|(c, _)| c)
+            .filter(|c| !c.is_empty());
         challenge(&state.shared, url, timeout, presented).await?;
     }
     let new_format = patch
@@ -234,7 +251,7 @@ pub(crate) async fn change(
         trace_propagation: patch.trace_propagation,
         credentials: credentials
             .filter(|_| new_credentials)
-            .map(|c| seal_credentials(ring, id, &c)),
+            .map(|(c, view)| seal_credentials(ring, id, &c, &view)),
     };
     let endpoint = state.db.update_endpoint(&account.id, id, &changes).await?;
     Ok((endpoint, rotated))

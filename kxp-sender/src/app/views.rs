@@ -42,6 +42,7 @@ impl From<Endpoint> for api::Endpoint {
             trace_propagation: e.trace_propagation,
             headers: credentials.headers,
             auth: credentials.auth,
+            tls: credentials.tls,
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
         }

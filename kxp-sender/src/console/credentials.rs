@@ -1,6 +1,6 @@
 //! An endpoint's credentials in the console: what it presents (header names, the kind of
-//! authentication and its non-secret fields) and two forms, one that replaces the custom
-//! headers and one that replaces the authentication. Credentials are write-only here as in the
+//! authentication and its non-secret fields, its certificates) and three forms, which replace
+//! the custom headers, the authentication, and the TLS settings. Credentials are write-only here as in the
 //! API: the forms never show a value back, not even after a refusal. Both go through the
 //! service's [`change`], so the same checks (and the challenge's credentials) apply.
 
@@ -10,7 +10,7 @@ use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use kxp_api::{ClientAuth, Credential, EndpointAuth, EndpointPatch, Patch};
+use kxp_api::{ClientAuth, Credential, EndpointAuth, EndpointPatch, EndpointTls, Patch};
 
 use super::endpoints::not_found;
 use super::error::ConsoleError;
@@ -76,6 +76,34 @@ pub(super) async fn auth(
         Ok(Some(auth)) => patch(Patch::Unchanged, Patch::Set(auth)),
         Ok(None) => patch(Patch::Unchanged, Patch::Clear),
         Err(why) => return refuse(&state, &scope, &id, &why).await,
+    };
+    save(&state, &scope, &id, patch).await
+}
+
+/// `POST …/credentials/tls`: replaces the client certificate, its key and the CA certificates
+/// (all three empty removes them).
+pub(super) async fn tls(
+    State(state): State<AppState>,
+    scope: InAccount,
+    Path((_, id)): Path<(String, EndpointId)>,
+    Form(fields): Form<BTreeMap<String, String>>,
+) -> Result<Response, ConsoleError> {
+    scope.check_form(fields.get("csrf_token").map_or("", String::as_str))?;
+    let field = |name: &str| {
+        fields
+            .get(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let mut tls = EndpointTls::default();
+    tls.client_certificate = field("client_certificate");
+    tls.client_key = field("client_key").map(Credential::from);
+    tls.ca_certificates = field("ca_certificates");
+    let mut patch = EndpointPatch::default();
+    patch.tls = if tls == EndpointTls::default() {
+        Patch::Clear
+    } else {
+        Patch::Set(tls)
     };
     save(&state, &scope, &id, patch).await
 }

@@ -118,6 +118,10 @@ pub(crate) fn app(state: AppState, sign_in_key: SignInKey) -> Router {
             post(credentials::auth),
         )
         .route(
+            "/console/a/{account}/endpoints/{endpoint}/credentials/tls",
+            post(credentials::tls),
+        )
+        .route(
             "/console/a/{account}/endpoints/{endpoint}/delete",
             get(endpoints::delete_form).post(endpoints::delete),
         )

@@ -6,7 +6,9 @@
 //! expire, and fetched one at a time however many attempts wait: the others wait for that fetch
 //! and use its token, or fail with its error. A 401 from the endpoint drops the token it was
 //! sent with, so the next attempt fetches a fresh one. The token endpoint is reached through the
-//! guarded client, like endpoint URLs: the address guard, no proxy, no redirects followed.
+//! guarded client, like endpoint URLs: the address guard, no proxy, no redirects followed; with
+//! the public roots and no client certificate, whatever the endpoint's own `tls` says (an
+//! identity provider is rarely on the merchant's private PKI).
 //!
 //! A credential never reaches an error's text: a token endpoint's failure says its status and
 //! its OAuth2 `error` code, never its body.
@@ -48,6 +50,8 @@ const MAX_SLOTS: usize = 10_000;
 pub(crate) struct Presented {
     /// Custom headers, then `Authorization`; every value marked sensitive.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The endpoint's own client, for an endpoint with `tls` (its certificate, its roots).
+    pub client: Option<GuardedClient>,
     token: Option<Zeroizing<String>>,
 }
 
@@ -199,6 +203,7 @@ impl Tokens {
         let Some(oauth) = oauth2(credentials) else {
             return Ok(Presented {
                 headers,
+                client: None,
                 token: None,
             });
         };
@@ -211,6 +216,7 @@ impl Tokens {
         headers.push(sensitive("authorization", &value)?);
         Ok(Presented {
             headers,
+            client: None,
             token: Some(token),
         })
     }

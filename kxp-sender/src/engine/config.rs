@@ -21,6 +21,7 @@ use crate::engine::ingester::Ingester;
 use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
 use crate::engine::sources::{IngestSource, Sources};
+use crate::engine::tls::Clients;
 use crate::engine::traces::Traces;
 use crate::model::EndpointKey;
 use crate::policy::circuit::Protection;
@@ -271,6 +272,8 @@ pub(crate) struct Shared {
     pub traces: Traces,
     /// Endpoints' OAuth2 access tokens, cached for this process's attempts.
     pub tokens: Tokens,
+    /// The HTTP clients of endpoints with `tls` (their certificates, their roots).
+    pub tls_clients: Clients,
 }
 
 impl Shared {

@@ -127,12 +127,28 @@ impl GuardedClient {
 /// Builds the shared HTTP client around `guard`. There is no fallback to an unguarded client:
 /// if this fails, nothing is sent.
 pub(crate) fn client(guard: AddressGuard) -> Result<GuardedClient, reqwest::Error> {
-    let http = Client::builder()
+    client_with(guard, None, None)
+}
+
+/// [`client`] for one endpoint's TLS: presenting `identity` (mutual TLS), and trusting only
+/// `roots` when given (a private CA) instead of the public roots.
+pub(crate) fn client_with(
+    guard: AddressGuard,
+    identity: Option<reqwest::Identity>,
+    roots: Option<Vec<reqwest::Certificate>>,
+) -> Result<GuardedClient, reqwest::Error> {
+    let mut builder = Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .dns_resolver(GuardedResolver::new(guard.clone()))
-        .user_agent(concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION")))
-        .build()?;
+        .user_agent(concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION")));
+    if let Some(identity) = identity {
+        builder = builder.identity(identity);
+    }
+    if let Some(roots) = roots {
+        builder = builder.tls_certs_only(roots);
+    }
+    let http = builder.build()?;
     Ok(GuardedClient { http, guard })
 }
 

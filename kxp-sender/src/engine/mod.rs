@@ -21,5 +21,6 @@ pub(crate) mod recorder;
 pub(crate) mod retention;
 pub(crate) mod schemas;
 pub(crate) mod sources;
+pub(crate) mod tls;
 pub(crate) mod traces;
 pub(crate) mod worker;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use kxp_api::{Credential, EndpointAuth, EndpointAuthView};
+use kxp_api::{Credential, EndpointAuth, EndpointAuthView, EndpointTls, EndpointTlsView};
 use serde::{Deserialize, Serialize};
 
 /// An endpoint's credentials, opened: the custom headers' values and `auth` with its secrets.
@@ -17,19 +17,23 @@ pub(crate) struct Credentials {
     /// How the sender authenticates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<EndpointAuth>,
+    /// Its client certificate and key, and its private CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EndpointTls>,
 }
 
 impl Credentials {
     /// Whether there is nothing to present (stored as no credentials at all).
     pub(crate) fn is_empty(&self) -> bool {
-        self.headers.is_empty() && self.auth.is_none()
+        self.headers.is_empty() && self.auth.is_none() && self.tls.is_none()
     }
 
-    /// What answers show of them.
-    pub(crate) fn view(&self) -> CredentialsView {
+    /// What answers show of them, with `tls` as the certificates' checks described it.
+    pub(crate) fn view(&self, tls: Option<EndpointTlsView>) -> CredentialsView {
         CredentialsView {
             headers: self.headers.keys().cloned().collect(),
             auth: self.auth.as_ref().map(EndpointAuth::view),
+            tls,
         }
     }
 }
@@ -44,6 +48,9 @@ pub(crate) struct CredentialsView {
     /// `auth`, its credentials `"redacted"`.
     #[serde(default)]
     pub auth: Option<EndpointAuthView>,
+    /// `tls`, as its certificates read (the key left out).
+    #[serde(default)]
+    pub tls: Option<EndpointTlsView>,
 }
 
 impl CredentialsView {

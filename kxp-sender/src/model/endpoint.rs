@@ -94,8 +94,9 @@ pub(crate) struct NewEndpoint<'a> {
     pub rate_limit_per_second: Option<i64>,
     /// Whether attempts carry a `traceparent`.
     pub trace_propagation: bool,
-    /// Custom headers and `auth` (checked), sealed by the store for the new endpoint.
-    pub credentials: Option<super::Credentials>,
+    /// Custom headers, `auth` and `tls` (checked), with what answers show of them: sealed by
+    /// the store for the new endpoint.
+    pub credentials: Option<(super::Credentials, super::CredentialsView)>,
 }
 
 /// Changes to an endpoint: `None` leaves a field as it is; for the two nullable settings,

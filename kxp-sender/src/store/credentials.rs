@@ -2,7 +2,7 @@
 //! under their own context, so a sealed document copied onto another endpoint's row, or into a
 //! secret's, does not open. [`secrets`](super::secrets)' re-seal and census cover them too.
 
-use crate::model::{AccountId, Credentials, EndpointId, SealedCredentials};
+use crate::model::{AccountId, Credentials, CredentialsView, EndpointId, SealedCredentials};
 use crate::store::seal::{KeyRing, OpenError, open_stored, to_stored};
 use crate::store::{Db, StoreError, on_db};
 
@@ -12,11 +12,13 @@ pub(super) fn credentials_context(endpoint_id: &EndpointId) -> Vec<u8> {
 }
 
 /// `credentials` as `endpoint_id`'s row stores them: the document sealed under `ring` (as it is
-/// without one), and beside it what answers show of it. Empty credentials are stored as none.
+/// without one), and beside it `view`, what answers show of it. Empty credentials are stored as
+/// none.
 pub(crate) fn seal_credentials(
     ring: Option<&KeyRing>,
     endpoint_id: &EndpointId,
     credentials: &Credentials,
+    view: &CredentialsView,
 ) -> SealedCredentials {
     if credentials.is_empty() {
         return SealedCredentials::default();
@@ -24,7 +26,7 @@ pub(crate) fn seal_credentials(
     let json = zeroize::Zeroizing::new(serde_json::to_string(credentials).unwrap_or_default());
     SealedCredentials {
         stored: Some(to_stored(ring, &json, &credentials_context(endpoint_id)).to_string()),
-        view: serde_json::to_string(&credentials.view()).ok(),
+        view: serde_json::to_string(view).ok(),
     }
 }
 

@@ -81,7 +81,7 @@ impl Db {
         let credentials = new
             .credentials
             .as_ref()
-            .map(|c| seal_credentials(ring, &id, c))
+            .map(|(c, view)| seal_credentials(ring, &id, c, view))
             .unwrap_or_default();
         let endpoint = Endpoint {
             id,

@@ -56,6 +56,7 @@ mod lifecycle;
 mod limits;
 mod metrics;
 mod monitoring;
+mod mtls;
 mod notifications;
 mod openapi;
 mod operators;

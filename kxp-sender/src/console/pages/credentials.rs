@@ -2,7 +2,7 @@
 //! forms that replace the custom headers and the authentication. No credential's value is ever
 //! written into the page: the fields are always empty.
 
-use kxp_api::EndpointAuthView;
+use kxp_api::{CertificateInfo, EndpointAuthView};
 use maud::{Markup, html};
 
 use super::{Frame, account_page};
@@ -18,6 +18,27 @@ pub(in crate::console) fn presented(view: &CredentialsView) -> Markup {
             " (values are write-only)"
         } }
         dt { "Authentication" } dd { (auth(view.auth.as_ref())) }
+        dt { "Client certificate" } dd {
+            @match view.tls.as_ref().and_then(|tls| tls.client_certificate.as_ref()) {
+                Some(cert) => { (certificate(cert)) " (the key is write-only)" }
+                None => { "none" }
+            }
+        }
+        dt { "Trusted CAs" } dd {
+            @match view.tls.as_ref().filter(|tls| !tls.ca_certificates.is_empty()) {
+                Some(tls) => { @for (i, ca) in tls.ca_certificates.iter().enumerate() {
+                    @if i > 0 { "; " } (certificate(ca))
+                } " (instead of the public roots)" }
+                None => { "the public roots" }
+            }
+        }
+    }
+}
+
+fn certificate(cert: &CertificateInfo) -> Markup {
+    html! {
+        code { (cert.subject) } ", issued by " code { (cert.issuer) } ", expires " (cert.not_after)
+        ", SHA-256 " code { (cert.sha256) }
     }
 }
 
@@ -109,6 +130,18 @@ pub(in crate::console) fn credentials(
                 }
             }
             button type="submit" { "Replace the authentication" }
+        }
+        h2 { "Mutual TLS and a private CA" }
+        form.stack method="post" action=(action("tls")) {
+            (frame.csrf())
+            label for="client_certificate" { "Client certificate (PEM; its chain may follow)" }
+            textarea #client_certificate name="client_certificate" rows="4" spellcheck="false" {}
+            label for="client_key" { "Its private key (PEM)" }
+            textarea #client_key name="client_key" rows="4" autocomplete="off" spellcheck="false" {}
+            label for="ca_certificates" { "CA certificates the endpoint's certificate must chain to (PEM; empty: the public roots)" }
+            textarea #ca_certificates name="ca_certificates" rows="4" spellcheck="false" {}
+            p { small { "All three empty: no client certificate, and the public roots." } }
+            button type="submit" { "Replace the TLS settings" }
         }
     };
     account_page(frame, "Endpoint credentials", main)

@@ -148,6 +148,7 @@ async fn a_401_drops_the_token_it_was_sent_with_and_only_that_one() {
     };
     let sent = Presented {
         headers: Vec::new(),
+        client: None,
         token: Some(first),
     };
     tokens.after(&endpoint, &sent, &refused).await;

@@ -167,7 +167,8 @@ async fn send(
                 timeout: timeout.saturating_sub(started.elapsed()),
                 allow_http: shared.config.dev,
             };
-            let (outcome, _) = dispatch::send(&shared.client, &request).await;
+            let client = presented.client.as_ref().unwrap_or(&shared.client);
+            let (outcome, _) = dispatch::send(client, &request).await;
             shared
                 .tokens
                 .after(&job.endpoint_id, &presented, &outcome)
@@ -179,13 +180,14 @@ async fn send(
 }
 
 /// What the attempt presents for the endpoint's credentials, if it has any: an OAuth2 token
-/// is fetched (or waited for) within the attempt's `timeout`.
+/// is fetched (or waited for) within the attempt's `timeout`, and an endpoint with `tls` is
+/// sent to through its own client.
 async fn present(shared: &Shared, job: &Job, timeout: Duration) -> Result<Presented, Failure> {
     let Some(stored) = &job.credentials.0 else {
         return Ok(Presented::default());
     };
     let credentials = auth::open(shared.config.secrets_key.as_ref(), &job.endpoint_id, stored)?;
-    shared
+    let mut presented = shared
         .tokens
         .present(
             &shared.client,
@@ -194,7 +196,15 @@ async fn present(shared: &Shared, job: &Job, timeout: Duration) -> Result<Presen
             timeout,
             shared.config.dev,
         )
-        .await
+        .await?;
+    if let Some(tls) = &credentials.tls {
+        presented.client = Some(shared.tls_clients.client(
+            shared.guard(),
+            &job.endpoint_id,
+            tls,
+        )?);
+    }
+    Ok(presented)
 }
 
 /// The attempt as the store records it, and what its confirmation says about the job's
