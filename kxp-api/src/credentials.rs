@@ -284,6 +284,40 @@ pub struct EndpointTlsView {
     pub ca_certificates: Vec<CertificateInfo>,
 }
 
+/// What the sender saw of the endpoint's own TLS certificate, at a recent handshake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ServerCertificate {
+    /// The leaf certificate's issuer (RFC 4514).
+    pub issuer: String,
+    /// When the leaf certificate expires (`notAfter`): the account is notified 14 and 3 days
+    /// before.
+    pub not_after: Timestamp,
+    /// When the sender saw it (recorded again at least hourly while deliveries flow).
+    pub seen_at: Timestamp,
+}
+
+string_enum! {
+    /// Which of an endpoint's certificates.
+    pub enum CertificateRole {
+        /// The client certificate the sender presents (`tls.client_certificate`).
+        Client = "client",
+        /// The endpoint's own server certificate.
+        Server = "server",
+    }
+}
+
+/// A certificate of the endpoint that expires soon: the client certificate within 30 days, the
+/// server certificate within 14.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ExpiringCertificate {
+    /// Which certificate.
+    pub certificate: CertificateRole,
+    /// When it expires.
+    pub not_after: Timestamp,
+    /// Whole days left (0 on its last day; negative once expired).
+    pub days_left: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 use std::collections::BTreeMap;
 
 use crate::credentials::{
-    Credential, EndpointAuth, EndpointAuthView, EndpointTls, EndpointTlsView,
+    Credential, EndpointAuth, EndpointAuthView, EndpointTls, EndpointTlsView, ServerCertificate,
 };
 use crate::deliveries::DeliveryStatus;
 use crate::ids::EndpointId;
@@ -161,6 +161,11 @@ pub struct PublicKeys {
         },
         "ca_certificates": []
     },
+    "server_certificate": {
+        "issuer": "CN=R11,O=Let's Encrypt,C=US",
+        "not_after": "2027-01-15T08:30:00Z",
+        "seen_at": "2026-11-30T01:02:03Z"
+    },
     "created_at": "2026-11-30T01:02:03Z",
     "updated_at": "2026-11-30T01:02:03Z"
 }))]
@@ -215,6 +220,11 @@ pub struct Endpoint {
     #[serde(default)]
     #[schema(required = true)]
     pub tls: Option<EndpointTlsView>,
+    /// The endpoint's own certificate as a recent TLS handshake showed it; `null` before the
+    /// first, and for `http://` endpoints.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub server_certificate: Option<ServerCertificate>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.

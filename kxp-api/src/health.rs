@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::credentials::{ExpiringCertificate, ServerCertificate};
 use crate::endpoints::{CircuitState, EndpointStatus};
 use crate::ids::EndpointId;
 use crate::timestamp::Timestamp;
@@ -49,7 +50,15 @@ pub struct HealthWindow {
     "circuit_state": "closed",
     "circuit_opened_at": null,
     "next_probe_at": null,
-    "failing_since": null
+    "failing_since": null,
+    "server_certificate": {
+        "issuer": "CN=R11,O=Let's Encrypt,C=US",
+        "not_after": "2026-12-09T08:30:00Z",
+        "seen_at": "2026-11-30T04:27:00Z"
+    },
+    "expiring_certificates": [
+        {"certificate": "server", "not_after": "2026-12-09T08:30:00Z", "days_left": 9}
+    ]
 }))]
 pub struct EndpointHealth {
     /// The endpoint.
@@ -96,6 +105,15 @@ pub struct EndpointHealth {
     /// success.
     #[schema(required = true)]
     pub failing_since: Option<Timestamp>,
+    /// The endpoint's own certificate as a recent TLS handshake showed it; `null` before the
+    /// first, and for `http://` endpoints.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub server_certificate: Option<ServerCertificate>,
+    /// Its certificates that expire soon (the client certificate within 30 days, the server
+    /// certificate within 14), most urgent first.
+    #[serde(default)]
+    pub expiring_certificates: Vec<ExpiringCertificate>,
 }
 
 /// `GET /healthz` (no key): the server answers and its database does.

@@ -34,8 +34,8 @@ pub use account::{Account, AccountCreated, AccountPatch, AccountUpdated, NewAcco
 #[cfg(feature = "client")]
 pub use client::{Client, ClientError};
 pub use credentials::{
-    CertificateInfo, ClientAuth, Credential, EndpointAuth, EndpointAuthView, EndpointTls,
-    EndpointTlsView, Redacted,
+    CertificateInfo, CertificateRole, ClientAuth, Credential, EndpointAuth, EndpointAuthView,
+    EndpointTls, EndpointTlsView, ExpiringCertificate, Redacted, ServerCertificate,
 };
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{

@@ -14,6 +14,10 @@ string_enum! {
         CircuitOpened = "endpoint.circuit_opened",
         /// The sender disabled the endpoint after it failed for too long.
         Disabled = "endpoint.disabled",
+        /// The endpoint's client certificate (`tls`) expires within 30 days.
+        CertificateExpiring = "endpoint.certificate_expiring",
+        /// The endpoint's own server certificate expires within 14 days (again within 3).
+        ServerCertificateExpiring = "endpoint.server_certificate_expiring",
     }
 }
 

@@ -16,7 +16,7 @@ use crate::{
     ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId,
     Secret, SecretRotated, SecretState, ServiceHealth, Signing, SourceHealth, Timestamp,
 };
-use crate::{AccountId, DeliveryId};
+use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerCertificate};
 
 /// The document's definition: `ApiDoc::openapi()` (or [`openapi`]) builds it.
 #[derive(OpenApi)]
@@ -35,7 +35,8 @@ use crate::{AccountId, DeliveryId};
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
         EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey, Signing, PublicKey,
         PublicKeys, EndpointAuth, EndpointAuthView, ClientAuth, Credential, Redacted,
-        EndpointTls, EndpointTlsView, CertificateInfo,
+        EndpointTls, EndpointTlsView, CertificateInfo, ServerCertificate, CertificateRole,
+        ExpiringCertificate,
         EndpointHealth, HealthWindow, ServiceHealth, SourceHealth,
         NewEvent, Event, EventSummary, EventQuery,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,

@@ -240,6 +240,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         traces,
         tokens: Tokens::default(),
         tls_clients: Default::default(),
+        certificates: Default::default(),
     });
     let state = AppState {
         db: db.clone(),

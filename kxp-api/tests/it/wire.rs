@@ -33,6 +33,7 @@ fn endpoint_json() -> Value {
         "headers": [],
         "auth": null,
         "tls": null,
+        "server_certificate": null,
         "created_at": "2026-11-30T01:02:03Z",
         "updated_at": "2026-11-30T01:02:03Z"
     })
@@ -392,8 +393,16 @@ fn health() {
         "last_failure_at": "2026-11-30T04:26:59Z", "last_error": "http_503",
         "pending": 4, "due": 0, "oldest_due_at": null, "dead": 1, "status": "paused", "circuit_state": "open",
         "circuit_opened_at": "2026-11-30T04:20:00Z", "next_probe_at": "2026-11-30T04:30:00Z",
-        "failing_since": "2026-11-30T04:00:00Z"
+        "failing_since": "2026-11-30T04:00:00Z",
+        "server_certificate": {"issuer": "CN=R11", "not_after": "2026-12-09T08:30:00Z",
+                               "seen_at": "2026-11-30T04:27:00Z"},
+        "expiring_certificates": [{"certificate": "server", "not_after": "2026-12-09T08:30:00Z",
+                                   "days_left": 9}]
     }));
+    assert_eq!(
+        health.expiring_certificates[0].certificate,
+        CertificateRole::Server
+    );
     assert_eq!(health.last_24h.success_rate, Some(0.375));
     assert_eq!(health.circuit_state, CircuitState::Open);
     round_trip::<ServiceHealth>(json!({"status": "ok", "database": "postgres", "sources": []}));

@@ -5,6 +5,8 @@
 use kxp_api as api;
 use kxp_api::Timestamp;
 
+use crate::store::server_certificate;
+
 use crate::model::{
     Account, Attempt, CredentialsView, Delivery, DeliveryStatus, Endpoint, EndpointHealth, HELD,
     LiveSecret, Notification, Rotated, Schema, Window,
@@ -43,6 +45,7 @@ impl From<Endpoint> for api::Endpoint {
             headers: credentials.headers,
             auth: credentials.auth,
             tls: credentials.tls,
+            server_certificate: server_certificate(e.server_certificate.as_deref()),
             created_at: time(e.created_at),
             updated_at: time(e.updated_at),
         }
@@ -267,6 +270,8 @@ impl From<EndpointHealth> for api::EndpointHealth {
             circuit_opened_at: text_time(h.circuit_opened_at),
             next_probe_at: text_time(h.next_probe_at),
             failing_since: text_time(h.failing_since),
+            server_certificate: h.server_certificate,
+            expiring_certificates: h.expiring_certificates,
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::engine::ingester::Ingester;
 use crate::engine::mail::Mailer;
 use crate::engine::metrics::Metrics;
 use crate::engine::sources::{IngestSource, Sources};
-use crate::engine::tls::Clients;
+use crate::engine::tls::{Clients, Watched};
 use crate::engine::traces::Traces;
 use crate::model::EndpointKey;
 use crate::policy::circuit::Protection;
@@ -274,6 +274,8 @@ pub(crate) struct Shared {
     pub tokens: Tokens,
     /// The HTTP clients of endpoints with `tls` (their certificates, their roots).
     pub tls_clients: Clients,
+    /// The endpoints' own certificates as this process last recorded them.
+    pub certificates: Watched,
 }
 
 impl Shared {

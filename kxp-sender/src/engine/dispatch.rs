@@ -18,6 +18,8 @@ use reqwest::{Client, Url};
 use crate::engine::guard::{AddressGuard, BlockedName, GuardedResolver};
 use crate::model::{Failure, FailureKind, Key, Material};
 
+pub(crate) use challenge::challenge;
+
 /// How many redirects an attempt follows; one more fails the attempt.
 pub(crate) const MAX_REDIRECTS: usize = 2;
 
@@ -141,7 +143,9 @@ pub(crate) fn client_with(
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .dns_resolver(GuardedResolver::new(guard.clone()))
-        .user_agent(concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION")));
+        .user_agent(concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION")))
+        // The server's certificate on each response, for its expiry (engine/tls.rs).
+        .tls_info(true);
     if let Some(identity) = identity {
         builder = builder.identity(identity);
     }
@@ -155,21 +159,33 @@ pub(crate) fn client_with(
 /// Sends one attempt and says how it went: the status line must come within `request.timeout`
 /// (redirects included); then at most [`SNIPPET_WAIT`] more for the start of the body.
 pub(crate) async fn send(client: &GuardedClient, request: &Request<'_>) -> (Outcome, Duration) {
+    let (outcome, took, _) = send_watching(client, request).await;
+    (outcome, took)
+}
+
+/// [`send`], and the certificate (DER) the endpoint's server presented, when the first hop was
+/// made over TLS and answered.
+pub(crate) async fn send_watching(
+    client: &GuardedClient,
+    request: &Request<'_>,
+) -> (Outcome, Duration, Option<Vec<u8>>) {
     let started = crate::model::instant();
-    let outcome = match tokio::time::timeout(request.timeout, follow(client, request)).await {
-        Ok(Answer::Done(outcome)) => outcome,
-        Ok(Answer::Delivered(response)) => Outcome::Delivered {
-            status: response.status().as_u16(),
-            verified_key: verified_key(&response),
-            snippet: snippet(response).await,
-        },
-        Ok(Answer::Rejected(response)) => rejected(response).await,
-        Err(_) => Outcome::Failed(Failure::new(
-            FailureKind::Timeout,
-            format!("no answer within {} ms", request.timeout.as_millis()),
-        )),
-    };
-    (outcome, started.elapsed())
+    let mut peer = None;
+    let outcome =
+        match tokio::time::timeout(request.timeout, follow(client, request, &mut peer)).await {
+            Ok(Answer::Done(outcome)) => outcome,
+            Ok(Answer::Delivered(response)) => Outcome::Delivered {
+                status: response.status().as_u16(),
+                verified_key: verified_key(&response),
+                snippet: snippet(response).await,
+            },
+            Ok(Answer::Rejected(response)) => rejected(response).await,
+            Err(_) => Outcome::Failed(Failure::new(
+                FailureKind::Timeout,
+                format!("no answer within {} ms", request.timeout.as_millis()),
+            )),
+        };
+    (outcome, started.elapsed(), peer)
 }
 
 /// The receiver's `X-Kxp-Verified-Key`, when it is a key fingerprint (16 lowercase hex
@@ -195,7 +211,12 @@ enum Answer {
     Rejected(reqwest::Response),
 }
 
-async fn follow(client: &GuardedClient, request: &Request<'_>) -> Answer {
+/// `peer` gets the certificate the first hop's server presented.
+async fn follow(
+    client: &GuardedClient,
+    request: &Request<'_>,
+    peer: &mut Option<Vec<u8>>,
+) -> Answer {
     let headers = match headers(request) {
         Ok(headers) => headers,
         Err(failure) => return Answer::Done(Outcome::Failed(failure)),
@@ -233,6 +254,13 @@ async fn follow(client: &GuardedClient, request: &Request<'_>) -> Answer {
             Ok(response) => response,
             Err(e) => return Answer::Done(Outcome::Failed(describe(&e))),
         };
+        if hop == 0 {
+            *peer = response
+                .extensions()
+                .get::<reqwest::tls::TlsInfo>()
+                .and_then(reqwest::tls::TlsInfo::peer_certificate)
+                .map(<[u8]>::to_vec);
+        }
         let status = response.status();
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
             let Some(next) = location(&url, response.headers()) else {
@@ -269,74 +297,6 @@ fn too_many_redirects() -> Failure {
         FailureKind::TooManyRedirects,
         format!("more than {MAX_REDIRECTS} redirects"),
     )
-}
-
-/// The endpoint challenge: `GET <url>?challenge=<token>` (`&challenge=` when the URL already has
-/// a query) with a fresh token of 32 hex digits and the endpoint's `credentials` headers, through the guarded client, within `timeout`.
-/// The endpoint passes when it answers 2xx with the token as the whole body (trailing
-/// whitespace aside), which kxp receivers do; redirects are not followed. On failure, says what
-/// came back: the status and the body's length, never its content (quoting it would let anyone
-/// with an API key read a loopback or allow-listed service through this call), or why nothing
-/// did.
-pub(crate) async fn challenge(
-    client: &GuardedClient,
-    url: &str,
-    credentials: &[(HeaderName, HeaderValue)],
-    timeout: Duration,
-) -> Result<(), String> {
-    let mut url = Url::parse(url).map_err(|e| format!("invalid_url: {e}"))?;
-    let token = challenge_token();
-    url.query_pairs_mut().append_pair("challenge", &token);
-    match tokio::time::timeout(timeout, ask(client, url, credentials, &token)).await {
-        Ok(answer) => answer,
-        Err(_) => Err(format!(
-            "timeout: no answer within {} ms",
-            timeout.as_millis()
-        )),
-    }
-}
-
-async fn ask(
-    client: &GuardedClient,
-    url: Url,
-    credentials: &[(HeaderName, HeaderValue)],
-    token: &str,
-) -> Result<(), String> {
-    client
-        .guard
-        .check_url(&url)
-        .map_err(|blocked| format!("blocked_address: {blocked}"))?;
-    let mut request = client.http.get(url);
-    for (name, value) in credentials {
-        request = request.header(name.clone(), value.clone());
-    }
-    let response = request.send().await.map_err(|e| describe(&e).to_string())?;
-    let status = response.status();
-    let body = snippet(response).await;
-    if status.is_success() && body.trim_end() == token {
-        return Ok(());
-    }
-    let redirect = if status.is_redirection() {
-        " (redirects are not followed: register the final URL)"
-    } else {
-        ""
-    };
-    let length = if body.len() >= SNIPPET_BYTES {
-        format!("at least {SNIPPET_BYTES} bytes")
-    } else {
-        format!("{} bytes", body.len())
-    };
-    Err(format!(
-        "answered {status}{redirect} with a body of {length}, not the challenge token"
-    ))
-}
-
-/// 16 bytes from the OS CSPRNG as 32 hex digits: unguessable, and URL-safe as it is.
-fn challenge_token() -> String {
-    let mut bytes = [0u8; 16];
-    // As for secrets: with no OS randomness there is nothing sensible left to do.
-    crate::model::fill_random(&mut bytes);
-    hex::encode(bytes)
 }
 
 fn headers(request: &Request<'_>) -> Result<HeaderMap, Failure> {
@@ -598,5 +558,6 @@ pub(crate) fn describe(error: &reqwest::Error) -> Failure {
     Failure::new(kind, text)
 }
 
+mod challenge;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! Endpoints' TLS: a client certificate presented on every attempt (mutual TLS), CA
-//! certificates that replace the public roots for one endpoint (a private PKI).
+//! certificates that replace the public roots for one endpoint (a private PKI), and the
+//! endpoint's own certificate as handshakes show it ([`Watched`]).
 //!
 //! [`describe`] checks an endpoint's `tls` on the way in (PEM that reads, a key that matches
 //! its certificate, nothing expired) and says what answers show of it. [`Clients`] keeps one
@@ -19,6 +20,7 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 use crate::engine::dispatch::{self, GuardedClient};
 use crate::engine::guard::AddressGuard;
 use crate::model::{EndpointId, Failure, FailureKind};
+use crate::store::SeenCertificate;
 
 /// How many per-endpoint clients a process keeps (each holds its connection pool).
 const MAX_CLIENTS: usize = 1000;
@@ -183,5 +185,53 @@ impl Clients {
         tls: &EndpointTls,
     ) -> Result<GuardedClient, Failure> {
         build(guard, tls)
+    }
+}
+
+/// How often an endpoint's unchanged certificate is recorded again, so that its expiry notices
+/// are queued as the days pass while deliveries flow.
+const RECORD_AGAIN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// How many endpoints' certificates a process remembers before it starts again.
+const MAX_WATCHED: usize = 10_000;
+
+/// The endpoints' own certificates as this process last recorded them: a handshake showing the
+/// same certificate within [`RECORD_AGAIN`] records nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Watched {
+    seen: Mutex<HashMap<EndpointId, (Vec<u8>, std::time::Instant)>>,
+}
+
+impl Watched {
+    /// What to record of the certificate (DER) an attempt's handshake with `endpoint_id`
+    /// showed: `None` when this process recorded the same one within the hour, or when it does
+    /// not read.
+    pub(crate) fn observe(&self, endpoint_id: &EndpointId, der: &[u8]) -> Option<SeenCertificate> {
+        let now = crate::model::instant();
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((last, at)) = seen.get(endpoint_id)
+                && last == der
+                && now.duration_since(*at) < RECORD_AGAIN
+            {
+                return None;
+            }
+            if seen.len() >= MAX_WATCHED {
+                seen.clear();
+            }
+            seen.insert(endpoint_id.clone(), (der.to_vec(), now));
+        }
+        let (_, cert) = X509Certificate::from_der(der).ok()?;
+        Some(SeenCertificate {
+            issuer: cert.issuer().to_string(),
+            not_after: cert.validity().not_after.timestamp().saturating_mul(1000),
+        })
+    }
+
+    /// Forgets what was recorded of `endpoint_id`, so the next handshake records again (the
+    /// recording failed).
+    pub(crate) fn forget(&self, endpoint_id: &EndpointId) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.remove(endpoint_id);
     }
 }

@@ -63,6 +63,9 @@ pub struct Endpoint {
     /// What answers show of its credentials ([`CredentialsView`](super::CredentialsView)'s
     /// JSON); `None`: it has none. The credentials themselves are only read by the claim.
     pub credentials_view: Option<String>,
+    /// What a recent TLS handshake showed of its own certificate (JSON: issuer, not_after,
+    /// seen_at); `None` before the first.
+    pub server_certificate: Option<String>,
 }
 
 /// The `next_attempt_at` of a delivery held for a paused endpoint: past every real time, so

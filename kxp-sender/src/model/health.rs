@@ -41,6 +41,10 @@ pub struct EndpointHealth {
     /// RFC 3339: when the current run of failures began (auto-disable counts from here);
     /// `null` after a success.
     pub failing_since: Option<String>,
+    /// What a recent TLS handshake showed of the endpoint's own certificate.
+    pub server_certificate: Option<kxp_api::ServerCertificate>,
+    /// Its certificates that expire soon, most urgent first.
+    pub expiring_certificates: Vec<kxp_api::ExpiringCertificate>,
     /// The last 25 clock hours, oldest first, the current one last: successes and failures of
     /// each (the console's chart). Hours without attempts are zeros.
     #[serde(skip)]

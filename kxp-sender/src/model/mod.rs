@@ -39,7 +39,7 @@ pub use ids::{
 pub(crate) use ids::{EndpointKey, KeyKind, fill_random, new_delivery_id};
 pub(crate) use keys::{ED25519_PREFIX, Key, Material, new_key, new_secret, public_key_of};
 pub use notification::NoticeNext;
-pub(crate) use notification::{NoticeFacts, Notification};
+pub(crate) use notification::{CertificateNotice, NoticeFacts, Notification};
 pub use operator::Operator;
 pub(crate) use schema::Schema;
 pub(crate) use session::{PortalScope, Session, SignedIn};

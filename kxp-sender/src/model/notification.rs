@@ -49,6 +49,22 @@ pub enum NoticeNext {
     Failed,
 }
 
+/// A certificate a notice announces the expiry of.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CertificateNotice {
+    /// `client` (the certificate the sender presents) or `server` (the endpoint's own).
+    pub certificate: kxp_api::CertificateRole,
+    /// Its subject, when the sender holds the certificate (the client certificate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// Its issuer.
+    pub issuer: String,
+    /// When it expires (RFC 3339).
+    pub not_after: String,
+    /// Whole days left.
+    pub days_left: i64,
+}
+
 /// The endpoint, account and statistics a notice describes, read in the transaction of the
 /// state change it announces.
 #[derive(Debug, Clone, FromRow)]

@@ -5,7 +5,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{CircuitState, EndpointStatus, EventId, NoticeFacts, Notification, rfc3339};
+use crate::model::{
+    CertificateNotice, CircuitState, EndpointStatus, EventId, NoticeFacts, Notification, rfc3339,
+};
 
 /// The `data` of a notice's envelope.
 #[derive(Debug, Serialize)]
@@ -19,6 +21,8 @@ struct NoticeData<'a> {
     failing_since: Option<String>,
     last_error: Option<&'a str>,
     next_probe_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    certificate: Option<&'a CertificateNotice>,
 }
 
 /// The wire envelope of an operational webhook: the same shape as an event's.
@@ -32,8 +36,13 @@ struct NoticeEnvelope<'a> {
     data: NoticeData<'a>,
 }
 
-/// The notice's event id and envelope bytes.
-pub(crate) fn envelope(facts: &NoticeFacts, kind: &str, now: i64) -> (EventId, String) {
+/// The notice's event id and envelope bytes; `certificate` for a certificate's expiry notice.
+pub(crate) fn envelope(
+    facts: &NoticeFacts,
+    kind: &str,
+    certificate: Option<&CertificateNotice>,
+    now: i64,
+) -> (EventId, String) {
     let id = uuid::Uuid::new_v4().to_string();
     let envelope = NoticeEnvelope {
         id: &id,
@@ -50,6 +59,7 @@ pub(crate) fn envelope(facts: &NoticeFacts, kind: &str, now: i64) -> (EventId, S
             failing_since: facts.failing_since.map(rfc3339),
             last_error: facts.last_error.as_deref(),
             next_probe_at: facts.circuit_probe_at.map(rfc3339),
+            certificate,
         },
     };
     let payload = serde_json::to_string(&envelope).unwrap_or_default();
@@ -84,7 +94,37 @@ pub(crate) fn email_text(n: &Notification) -> (String, String) {
         failures = data["consecutive_failures"].as_i64().unwrap_or(0),
         error = field("last_error"),
     );
+    let certificate = &data["certificate"];
+    let cert = |name: &str| certificate[name].as_str().unwrap_or("-").to_owned();
+    let days = certificate["days_left"].as_i64().unwrap_or(0);
     match n.kind.as_str() {
+        "endpoint.certificate_expiring" => (
+            format!("[kxp] Client certificate expires in {days} days: {url}"),
+            format!(
+                "The client certificate kxp presents to your webhook endpoint expires on {at} \
+                 ({days} days left).\n\nEndpoint:    {endpoint} ({url})\n\
+                 Certificate: {subject}, issued by {issuer}\n\n\
+                 Issue a new one and set it on the endpoint (PATCH /v1/endpoints/{endpoint} with \
+                 `tls`, or the console's Credentials page) before then: once it expires, your \
+                 gateway refuses the deliveries, which wait and retry.\n",
+                at = cert("not_after"),
+                endpoint = n.endpoint_id,
+                subject = cert("subject"),
+                issuer = cert("issuer"),
+            ),
+        ),
+        "endpoint.server_certificate_expiring" => (
+            format!("[kxp] Your endpoint's TLS certificate expires in {days} days: {url}"),
+            format!(
+                "The TLS certificate your webhook endpoint presents expires on {at} ({days} days \
+                 left).\n\nEndpoint:    {endpoint} ({url})\nIssuer:      {issuer}\n\n\
+                 Renew it before then: once it expires, every delivery fails its TLS handshake \
+                 and waits (nothing is lost) until the endpoint presents a valid certificate.\n",
+                at = cert("not_after"),
+                endpoint = n.endpoint_id,
+                issuer = cert("issuer"),
+            ),
+        ),
         "endpoint.disabled" => (
             format!("[kxp] Endpoint disabled: {url}"),
             format!(
@@ -134,7 +174,7 @@ mod tests {
 
     #[test]
     fn the_envelope_is_an_event_envelope() {
-        let (id, payload) = envelope(&facts(), "endpoint.circuit_opened", 1_800_000_001_000);
+        let (id, payload) = envelope(&facts(), "endpoint.circuit_opened", None, 1_800_000_001_000);
         let v: Value = serde_json::from_str(&payload).unwrap();
         assert_eq!(v["id"], id.as_str());
         assert_eq!(v["type"], "endpoint.circuit_opened");
@@ -159,7 +199,7 @@ mod tests {
 
     #[test]
     fn the_email_says_what_happened_and_what_to_do() {
-        let (_, payload) = envelope(&facts(), "endpoint.disabled", 1_800_000_001_000);
+        let (_, payload) = envelope(&facts(), "endpoint.disabled", None, 1_800_000_001_000);
         let n = Notification {
             id: "ntf_1".into(),
             account_id: "acc_1".into(),

@@ -106,6 +106,7 @@ impl Db {
             confirmations: 0,
             trace_propagation: new.trace_propagation,
             credentials_view: credentials.view.clone(),
+            server_certificate: None,
         };
         let secret = new.signing.hmac().then(|| new_secret(&new.format));
         let seed = new.signing.ed25519().then(|| new_key(&new.format));

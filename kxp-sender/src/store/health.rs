@@ -10,8 +10,12 @@
 
 use sqlx::FromRow;
 
-use crate::model::{AccountId, EndpointHealth, EndpointId, EndpointKey, now_ms, rfc3339};
+use crate::model::{
+    AccountId, CredentialsView, EndpointHealth, EndpointId, EndpointKey, now_ms, rfc3339,
+};
+use crate::policy::certificates;
 use crate::policy::health::{HOUR_MS, hour_of, window};
+use crate::store::certificates::server_certificate;
 use crate::store::{Db, StoreError, on_db};
 
 /// The histogram columns of `kxp_endpoint_stats_hourly`, in bucket order (the last is `+inf`).
@@ -280,7 +284,17 @@ impl Db {
         };
         let (consecutive_failures, last_success_at, last_failure_at, last_error, failing_since) =
             stats.unwrap_or((0, None, None, None, None));
+        let server_certificate = server_certificate(endpoint.server_certificate.as_deref());
+        let client_expiry = CredentialsView::of_row(endpoint.credentials_view.as_deref())
+            .tls
+            .and_then(|tls| tls.client_certificate)
+            .and_then(|cert| cert.not_after.unix_ms());
+        let server_expiry = server_certificate
+            .as_ref()
+            .and_then(|cert| cert.not_after.unix_ms());
         Ok(EndpointHealth {
+            expiring_certificates: certificates::expiring(client_expiry, server_expiry, now),
+            server_certificate,
             last_1h: window(
                 hourly
                     .iter()

@@ -16,7 +16,8 @@
 //! single statements that skip rows other workers hold where SQLite's take its one write lock.
 //!
 //! One file per table or aggregate: [`accounts`], [`operators`], [`sessions`] (the console's
-//! sign-ins), [`endpoints`], [`secrets`] and [`credentials`] (sealed at rest by [`seal`]), [`events`],
+//! sign-ins), [`endpoints`], [`secrets`] and [`credentials`] (sealed at rest by [`seal`]),
+//! [`certificates`] (endpoints' certificates watched), [`events`],
 //! [`deliveries`] (the API's side), [`claim`] (the worker's claim, release and reclaim of
 //! expired leases), [`record`] (finished attempts, in batches), [`circuit`], [`health`],
 //! [`notifications`], [`schemas`], [`retention`], [`metrics`], [`sequence`] (each endpoint's
@@ -29,6 +30,7 @@
 mod accounts;
 mod audit;
 mod backend;
+mod certificates;
 pub(crate) mod circuit;
 #[cfg(test)]
 mod citus_plans;
@@ -55,6 +57,7 @@ mod sequence;
 mod sessions;
 mod shards;
 
+pub(crate) use certificates::{SeenCertificate, server_certificate};
 pub(crate) use credentials::{open_credentials, seal_credentials};
 pub use distribute::{DistributeError, Distribution, Placement, TablePlacement};
 pub(crate) use feed::{FeedRow, FeedSource};

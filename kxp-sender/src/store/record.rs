@@ -223,7 +223,7 @@ async fn record_endpoints<DB: Backend>(
                 one,
             )
             .await?;
-            notices = queue_notices::<DB>(conn, kind, endpoint, now).await?;
+            notices = queue_notices::<DB>(conn, kind, endpoint, None, now).await?;
         }
         results[i] = Finished::Recorded {
             transition: changed,

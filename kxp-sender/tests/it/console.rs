@@ -529,6 +529,12 @@ async fn no_credential_link_token_operator_key_or_session_id_reaches_the_logs() 
             serde_json::json!({"auth": tokens.auth(serde_json::json!({}))}),
         )
         .await;
+    let pki = crate::mtls::Pki::new("Log CA");
+    let client = pki.issue("kxp-logs", &[], rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+    let tls = serde_json::json!({"client_certificate": client.cert, "client_key": client.key});
+    s.api
+        .endpoint(&receiver.url, serde_json::json!({"tls": tls}))
+        .await;
     let event = s.api.emit("payment.succeeded", serde_json::json!({})).await;
     s.api
         .wait_for(&event, "delivered", Duration::from_secs(10))
@@ -567,6 +573,8 @@ async fn no_credential_link_token_operator_key_or_session_id_reaches_the_logs() 
         "log-gw-key",
         "client-s3cret",
         "tok-1",
+        "PRIVATE KEY",
+        client.key.lines().nth(1).unwrap(),
     ] {
         assert!(!text.contains(secret), "{secret} is in the logs:\n{text}");
     }

@@ -559,6 +559,8 @@ async fn operators_see_every_account_with_its_counts_and_open_its_pages(db: Data
     let receiver = Receiver::start(vec![]).await;
     let mut new = kxp_api::NewEndpoint::new(&receiver.url);
     new.skip_challenge = true;
+    // With credentials: the audit row names the route, never the body.
+    new.headers = Some([("X-Gateway-Key".to_owned(), "audit-gw-s3cret".into())].into());
     let endpoint = for_shop.create_endpoint(&new).await.unwrap().endpoint.id;
     // A second endpoint that fails: its one event's delivery goes dead (one try). The list
     // counts the shop's endpoints, open circuits and dead deliveries.
@@ -606,6 +608,7 @@ async fn operators_see_every_account_with_its_counts_and_open_its_pages(db: Data
         .unwrap_or_else(|| panic!("{audit}"));
     assert!(console_at < api_at, "newest first: {audit}");
     assert!(audit.contains("POST /v1/accounts"), "{audit}");
+    assert!(!audit.contains("audit-gw-s3cret"), "{audit}");
     assert!(
         audit.contains(shop.account.id.as_str()) && audit.contains(endpoint.as_str()),
         "{audit}"

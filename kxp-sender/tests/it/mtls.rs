@@ -24,21 +24,21 @@ use tokio_rustls::server::TlsStream;
 
 use crate::console::Browser;
 use crate::console_pages::{account_page, page, post_form};
-use crate::support::{Api, sender};
+use crate::support::{Api, Database, sender};
 
 /// A test CA, and certificates it signs: a PEM certificate and its PEM key.
-struct Pki {
+pub(crate) struct Pki {
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
-struct Issued {
-    cert: String,
-    key: String,
+pub(crate) struct Issued {
+    pub cert: String,
+    pub key: String,
     der: CertificateDer<'static>,
 }
 
 impl Pki {
-    fn new(name: &str) -> Pki {
+    pub(crate) fn new(name: &str) -> Pki {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
@@ -50,7 +50,7 @@ impl Pki {
         self.ca.pem()
     }
 
-    fn issue(&self, name: &str, san: &[&str], usage: ExtendedKeyUsagePurpose) -> Issued {
+    pub(crate) fn issue(&self, name: &str, san: &[&str], usage: ExtendedKeyUsagePurpose) -> Issued {
         self.issue_with(name, san, usage, |_| {})
     }
 
@@ -182,6 +182,15 @@ fn endpoint_body(url: &str, tls: Value) -> Value {
     json!({"url": url, "skip_challenge": true, "tls": tls})
 }
 
+/// Emits an event for each of `numbers` and waits until each is delivered.
+async fn deliver(api: &Api, numbers: std::ops::Range<u32>) {
+    for i in numbers {
+        let event = api.emit("payment.succeeded", json!({"n": i})).await;
+        api.wait_for(&event, "delivered", Duration::from_secs(10))
+            .await;
+    }
+}
+
 /// The first attempt's error of a new event to the (only) endpoint.
 async fn first_error(api: &Api) -> String {
     let event = api.emit("payment.succeeded", json!({})).await;
@@ -222,12 +231,7 @@ async fn every_delivery_presents_the_endpoints_certificate_and_trusts_its_privat
     );
     assert!(!created.to_string().contains("PRIVATE KEY"), "{created}");
 
-    for i in 0..3 {
-        let event = s.api.emit("payment.succeeded", json!({"n": i})).await;
-        s.api
-            .wait_for(&event, "delivered", Duration::from_secs(10))
-            .await;
-    }
+    deliver(&s.api, 0..3).await;
     assert_eq!(*r.requests.lock().unwrap(), 3);
     let presented = r.presented.lock().unwrap().clone();
     assert!(!presented.is_empty() && presented.iter().all(|c| *c == client.der));
@@ -392,5 +396,134 @@ async fn tls_that_does_not_check_out_is_refused_with_the_reason() {
             .subject,
         "CN=kxp-webhooks"
     );
+    s.server.shutdown().await;
+}
+
+each_backend!(certificates_expiring_soon_show_in_health_and_are_announced_once_each);
+on_citus!(certificates_expiring_soon_show_in_health_and_are_announced_once_each);
+
+async fn certificates_expiring_soon_show_in_health_and_are_announced_once_each(db: Database) {
+    let pki = Pki::new("Merchant Private CA");
+    let in_days = |days: i64| {
+        move |p: &mut CertificateParams| {
+            p.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(days);
+        }
+    };
+    let server = pki.issue_with(
+        "127.0.0.1",
+        &["127.0.0.1"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+        in_days(10),
+    );
+    let client = pki.issue_with(
+        "kxp-webhooks",
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+        in_days(20),
+    );
+    let r = receiver(&server, &pki).await;
+    let ops = crate::support::Receiver::start(vec![]).await;
+    let s = db.sender("0s").await;
+    s.api
+        .client
+        .update_account(&crate::support::typed(json!({"ops_url": ops.url})))
+        .await
+        .unwrap();
+    let tls = json!({"client_certificate": client.cert, "client_key": client.key, "ca_certificates": pki.pem()});
+    let (status, created) = s
+        .api
+        .call("POST", "/v1/endpoints", Some(endpoint_body(&r.url, tls)))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    deliver(&s.api, 0..3).await;
+    // The certificate is recorded by a task of its own beside the attempt.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let endpoint = loop {
+        let (_, endpoint) = s
+            .api
+            .call("GET", &format!("/v1/endpoints/{id}"), None)
+            .await;
+        if !endpoint["server_certificate"].is_null() {
+            break endpoint;
+        }
+        assert!(std::time::Instant::now() < deadline, "{endpoint}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(
+        endpoint["server_certificate"]["issuer"],
+        "CN=Merchant Private CA"
+    );
+    let health = s
+        .api
+        .client
+        .endpoint_health(&id.as_str().into())
+        .await
+        .unwrap();
+    assert_eq!(
+        health.server_certificate.unwrap().issuer,
+        "CN=Merchant Private CA"
+    );
+    let expiring: Vec<(String, i64)> = health
+        .expiring_certificates
+        .iter()
+        .map(|e| (e.certificate.to_string(), e.days_left))
+        .collect();
+    assert_eq!(
+        expiring,
+        [("server".to_owned(), 9), ("client".to_owned(), 19)]
+    );
+
+    // One notice each, however many deliveries follow; both reach the ops URL.
+    deliver(&s.api, 3..6).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ops.seen().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            ops.seen().len()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let notices = s
+        .api
+        .client
+        .notifications(&kxp_api::PageQuery::default())
+        .await
+        .unwrap();
+    let mut kinds: Vec<String> = notices.data.iter().map(|n| n.kind.to_string()).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "endpoint.certificate_expiring",
+            "endpoint.server_certificate_expiring"
+        ]
+    );
+    let bodies: Vec<Value> = ops
+        .seen()
+        .iter()
+        .map(|seen| serde_json::from_slice(&seen.body).unwrap())
+        .collect();
+    let server_notice = bodies
+        .iter()
+        .find(|b| b["type"] == "endpoint.server_certificate_expiring")
+        .unwrap();
+    assert_eq!(server_notice["data"]["certificate"]["days_left"], 9);
+    assert_eq!(
+        server_notice["data"]["certificate"]["certificate"],
+        "server"
+    );
+
+    // The console says so on the endpoint's page.
+    let b = Browser::of(&s);
+    let cookie = b.session(&s.api.client, PortalScope::Manage).await;
+    let (account, _) = account_page(&b, &cookie).await;
+    let (_, html) = page(&b, &format!("{account}/endpoints/{id}"), &cookie).await;
+    assert!(
+        html.contains("The endpoint's own TLS certificate expires in 9 days"),
+        "{html}"
+    );
+    assert!(html.contains("The client certificate this endpoint presents expires in 19 days"));
     s.server.shutdown().await;
 }

@@ -278,6 +278,9 @@ pub(in crate::console) fn endpoint(
             }
         }
         h2 { "Health" }
+        @for cert in &health.expiring_certificates {
+            p.notice role="status" { (expiring(cert)) }
+        }
         dl {
             dt { "Success, last 24 h" } dd { (rate(window.success_rate)) " of " (window.attempts) " attempts" }
             dt { "p95 latency" } dd { (latency(window.latency_p95_ms)) }
@@ -285,6 +288,9 @@ pub(in crate::console) fn endpoint(
             @if let Some(error) = &health.last_error { dt { "Last error" } dd { code { (error) } } }
             dt { "Pending" } dd { (health.pending) " (" (health.due) " due now)" }
             dt { "Dead" } dd { a href=(frame.url(&format!("/dead-letters?endpoint={}", endpoint.id))) { (health.dead) } }
+            dt { "Server certificate" } dd { @match &health.server_certificate {
+                Some(cert) => { "issued by " code { (cert.issuer) } ", expires " (cert.not_after) " (seen " (cert.seen_at) ")" }
+                None => { "not seen yet (recorded at a TLS handshake)" } } }
         }
         (chart::hours(&health.hours))
         @if frame.may_change && endpoint.status != EndpointStatus::Deleted {
@@ -309,6 +315,19 @@ pub(in crate::console) fn endpoint(
 }
 
 /// What a `when_confirmed` rotation waits for, in the merchant's terms.
+/// A certificate that expires soon, in words.
+fn expiring(cert: &kxp_api::ExpiringCertificate) -> String {
+    let which = match cert.certificate {
+        kxp_api::CertificateRole::Client => "The client certificate this endpoint presents",
+        _ => "The endpoint's own TLS certificate",
+    };
+    match cert.days_left {
+        days if days < 0 => format!("{which} expired on {}.", cert.not_after),
+        0 => format!("{which} expires today ({}).", cert.not_after),
+        days => format!("{which} expires in {days} days ({}).", cert.not_after),
+    }
+}
+
 fn rotation_state(rotation: &Rotation) -> Markup {
     let progress = format!(
         "{} of {} deliveries in a row",

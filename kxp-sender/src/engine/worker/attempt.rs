@@ -2,6 +2,7 @@
 //! encrypted, send, decide what comes next (the retry schedule), log, and hand the outcome to
 //! the [`Recorder`]. What the attempt returns feeds the endpoint's adaptive limit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kxp_verify::TraceParent;
@@ -13,12 +14,12 @@ use crate::engine::dispatch::{self, Outcome};
 use crate::engine::recorder::Recorder;
 use crate::engine::traces;
 use crate::model::{
-    AttemptError, AttemptRecord, ED25519_PREFIX, EndpointId, Failure, FailureKind, FinishAttempt,
-    Finished, Job, KeyCheck, Material, NextState, Secrets, Transition, ms, now_ms,
+    AttemptError, AttemptRecord, ED25519_PREFIX, EndpointId, EndpointKey, Failure, FailureKind,
+    FinishAttempt, Finished, Job, KeyCheck, Material, NextState, Secrets, Transition, ms, now_ms,
 };
 use crate::policy::concurrency::Signal;
 use crate::policy::schedule::AfterFailure;
-use crate::store::open_secret;
+use crate::store::{Db, open_secret};
 
 /// The job's secrets, opened with the server's key ring and read. If one does not open (the
 /// start-up check makes that a ring changed under a running fleet) or does not read (a row
@@ -91,9 +92,10 @@ fn key_check(job: &Job, signed_with: &[String], verified_key: Option<&str>) -> O
 /// Sends one job and records its outcome; returns what the outcome says about the endpoint's
 /// load, and whether recording it closed the endpoint's circuit.
 pub(super) async fn attempt(
+    db: &Db,
     recorder: &Recorder,
     owner: &str,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     job: &Job,
 ) -> (Signal, bool) {
     let number = job.attempts + 1;
@@ -101,7 +103,10 @@ pub(super) async fn attempt(
     let secrets = open_secrets(shared, &job.endpoint_id, &job.secrets);
     let span = shared.traces.attempt(job, number);
     let traceparent = traces::outgoing(job, &span);
-    let (outcome, took) = send(shared, job, number, &secrets, traceparent).await;
+    let (outcome, took, peer) = send(shared, job, number, &secrets, traceparent).await;
+    if let Some(der) = peer {
+        watch(db, shared, job, &der);
+    }
     span.end_attempt(&outcome, took);
     shared.metrics.attempt(&outcome, took);
     let next = match &outcome {
@@ -134,20 +139,46 @@ pub(super) async fn attempt(
     (signal(&outcome, took), closed)
 }
 
+/// Records the endpoint's own certificate (DER) as the attempt's handshake showed it, when this
+/// process has not done so within the hour, in a task of its own: the attempt does not wait.
+fn watch(db: &Db, shared: &Arc<Shared>, job: &Job, der: &[u8]) {
+    let Some(seen) = shared.certificates.observe(&job.endpoint_id, der) else {
+        return;
+    };
+    let (db, shared) = (db.clone(), shared.clone());
+    let endpoint = EndpointKey::new(&job.account_id, &job.endpoint_id);
+    tokio::spawn(async move {
+        match db
+            .record_server_certificate(&endpoint, &seen, now_ms())
+            .await
+        {
+            Ok(0) => {}
+            Ok(_) => shared.notices.notify_one(),
+            Err(e) => {
+                shared.certificates.forget(&endpoint.id);
+                tracing::warn!(
+                    target: "kxp_sender", endpoint_id = %endpoint.id, error = %e,
+                    "recording the endpoint's certificate failed; the next attempt tries again"
+                );
+            }
+        }
+    });
+}
+
 /// Sends attempt `number` of the job, signed with `secrets`, with `traceparent` if any: its
-/// outcome and how long it took.
+/// outcome, how long it took, and the certificate the endpoint's server presented.
 async fn send(
     shared: &Shared,
     job: &Job,
     number: i64,
     secrets: &[Material],
     traceparent: Option<TraceParent>,
-) -> (Outcome, Duration) {
+) -> (Outcome, Duration, Option<Vec<u8>>) {
     let started = crate::model::instant();
     let timeout = Duration::from_millis(u64::try_from(job.timeout_ms).unwrap_or(5000));
     let presented = match present(shared, job, timeout).await {
         Ok(presented) => presented,
-        Err(failure) => return (Outcome::Failed(failure), started.elapsed()),
+        Err(failure) => return (Outcome::Failed(failure), started.elapsed(), None),
     };
     match sealed(job.encryption_jwk.as_deref(), &job.payload) {
         Ok(payload) => {
@@ -168,14 +199,14 @@ async fn send(
                 allow_http: shared.config.dev,
             };
             let client = presented.client.as_ref().unwrap_or(&shared.client);
-            let (outcome, _) = dispatch::send(client, &request).await;
+            let (outcome, _, peer) = dispatch::send_watching(client, &request).await;
             shared
                 .tokens
                 .after(&job.endpoint_id, &presented, &outcome)
                 .await;
-            (outcome, started.elapsed())
+            (outcome, started.elapsed(), peer)
         }
-        Err(failure) => (Outcome::Failed(failure), started.elapsed()),
+        Err(failure) => (Outcome::Failed(failure), started.elapsed(), None),
     }
 }
 

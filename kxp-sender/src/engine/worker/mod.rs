@@ -314,11 +314,12 @@ impl Loop {
         job: Job,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
-        let (owner, shared, in_flight, recorder) = (
+        let (owner, shared, in_flight, recorder, db) = (
             self.owner.clone(),
             self.shared.clone(),
             self.in_flight.clone(),
             self.recorder.clone(),
+            self.db.clone(),
         );
         self.tasks.spawn(async move {
             // Dropped when the task ends, however it ends: a panic in the attempt still
@@ -332,7 +333,7 @@ impl Loop {
                 outcome: None,
                 _permit: permit,
             };
-            done.outcome = Some(attempt::attempt(&recorder, &owner, &shared, &job).await);
+            done.outcome = Some(attempt::attempt(&db, &recorder, &owner, &shared, &job).await);
         });
     }
 
