@@ -108,16 +108,19 @@ async fn challenge(
         })?,
         None => shared.client.clone(),
     };
+    // An OAuth2 token comes through the shared client (the public roots), as attempts' do.
     let headers = match credentials {
-        Some(credentials) => auth::for_challenge(&client, credentials, timeout, shared.config.dev)
-            .await
-            .map_err(|failure| {
-                Error::ChallengeFailed(format!(
-                    "the endpoint challenge of {url} could not present the endpoint's \
+        Some(credentials) => {
+            auth::for_challenge(&shared.client, credentials, timeout, shared.config.dev)
+                .await
+                .map_err(|failure| {
+                    Error::ChallengeFailed(format!(
+                        "the endpoint challenge of {url} could not present the endpoint's \
                          credentials: {failure}; send \"skip_challenge\": true to register it \
                          without the check"
-                ))
-            })?,
+                    ))
+                })?
+        }
         None => Vec::new(),
     };
     dispatch::challenge(&client, url.as_str(), &headers, timeout)

@@ -148,13 +148,19 @@ async fn receiver(server: &Issued, client_ca: &Pki) -> Receiver {
         refused: Arc::clone(&refused),
     };
     let counted = requests.clone();
-    let app = Router::new().fallback(move || {
-        let counted = counted.clone();
-        async move {
-            *counted.lock().unwrap() += 1;
-            "ok"
-        }
-    });
+    // Answers the endpoint challenge (`?challenge=<token>`) with its token, counts the rest.
+    let app = Router::new().fallback(
+        move |axum::extract::Query(query): axum::extract::Query<Vec<(String, String)>>| {
+            let counted = counted.clone();
+            async move {
+                if let Some((_, token)) = query.into_iter().find(|(k, _)| k == "challenge") {
+                    return token;
+                }
+                *counted.lock().unwrap() += 1;
+                "ok".to_owned()
+            }
+        },
+    );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     Receiver {
         url,
@@ -210,10 +216,9 @@ async fn every_delivery_presents_the_endpoints_certificate_and_trusts_its_privat
     let (pki, client, r) = private_pki().await;
     let s = sender("0s").await;
     let tls = json!({"client_certificate": client.cert, "client_key": client.key, "ca_certificates": pki.pem()});
-    let (status, created) = s
-        .api
-        .call("POST", "/v1/endpoints", Some(endpoint_body(&r.url, tls)))
-        .await;
+    // The challenge, too, goes over mutual TLS to the private CA's server.
+    let body = json!({"url": r.url, "tls": tls});
+    let (status, created) = s.api.call("POST", "/v1/endpoints", Some(body)).await;
     assert_eq!(status, 201, "{created}");
     let shown = &created["tls"];
     assert_eq!(shown["client_certificate"]["subject"], "CN=kxp-webhooks");
