@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kxp_api::{ClientAuth, Credential, EndpointAuth, EndpointTls};
+use kxp_api::{ClientAuth, Credential, EndpointAuth, EndpointTls, EndpointTlsView};
 
 use super::Error;
 use super::checks::check_url;
@@ -195,7 +195,7 @@ pub(crate) fn check_new(
     let credentials = Credentials {
         headers: headers.unwrap_or_default(),
         auth,
-        tls,
+        tls: tls.filter(|tls| *tls != EndpointTls::default()),
     };
     let view = check(&credentials, shared)?;
     Ok((!credentials.is_empty()).then_some((credentials, view)))
@@ -204,16 +204,27 @@ pub(crate) fn check_new(
 /// Checks credentials as a whole (the headers against the `auth` beside them, the
 /// certificates now) and says what answers show of them.
 pub(crate) fn check(credentials: &Credentials, shared: &Shared) -> Result<CredentialsView, Error> {
-    check_headers(&credentials.headers, credentials.auth.is_some())?;
-    if let Some(auth) = &credentials.auth {
-        check_auth(auth, shared)?;
-    }
     let tls = credentials
         .tls
         .as_ref()
         .map(|tls| tls::describe(tls, now_ms()))
         .transpose()
         .map_err(Error::Invalid)?;
+    check_keeping(credentials, shared, tls)
+}
+
+/// [`check`] of a change that leaves `tls` as it was: its certificates are not checked again
+/// (one that has expired since must not stop a change of the headers or the URL), and `tls`
+/// shows as it did.
+pub(crate) fn check_keeping(
+    credentials: &Credentials,
+    shared: &Shared,
+    tls: Option<EndpointTlsView>,
+) -> Result<CredentialsView, Error> {
+    check_headers(&credentials.headers, credentials.auth.is_some())?;
+    if let Some(auth) = &credentials.auth {
+        check_auth(auth, shared)?;
+    }
     Ok(credentials.view(tls))
 }
 

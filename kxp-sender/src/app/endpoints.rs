@@ -3,9 +3,13 @@
 //! that connects); pausing, resuming, deleting it; rotating its secret. The API and the
 //! console's forms and buttons all come through here.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kxp_api::{Endpoint, EndpointCreated, EndpointPatch, NewEndpoint, Secret};
+use kxp_api::{
+    Credential, Endpoint, EndpointAuth, EndpointCreated, EndpointPatch, EndpointTls, NewEndpoint,
+    Patch, Secret,
+};
 
 use super::checks::{
     check_choices, check_description, check_encryption_jwk, check_event_types, check_name,
@@ -17,7 +21,8 @@ use super::{AppState, DEFAULT_OVERLAP, Error, MAX_ENDPOINTS};
 use crate::engine::config::Shared;
 use crate::engine::{auth, dispatch, tls};
 use crate::model::{
-    Account, Credentials, EndpointChanges, EndpointId, NewEndpoint as StoredEndpoint, Rotated, ms,
+    Account, Credentials, CredentialsView, EndpointChanges, EndpointId,
+    NewEndpoint as StoredEndpoint, Rotated, ms,
 };
 use crate::store::{StoreError, open_credentials, seal_credentials};
 
@@ -182,22 +187,9 @@ pub(crate) async fn change(
     let challenged = url
         .as_ref()
         .filter(|url| url.as_str() != current.url && !patch.skip_challenge);
-    let credentials = if new_credentials || challenged.is_some() {
-        let mut credentials = match state.db.endpoint_credentials(&account.id, id).await? {
-            Some(stored) => open_credentials(ring, id, &stored).map_err(StoreError::from)?,
-            None => Credentials::default(),
-        };
-        if let Some(headers) = patch.headers.into_option() {
-            credentials.headers = headers.unwrap_or_default();
-        }
-        if let Some(auth) = patch.auth.into_option() {
-            credentials.auth = auth;
-        }
-        if let Some(tls) = patch.tls.into_option() {
-            credentials.tls = tls;
-        }
-        let view = credentials::check(&credentials, &state.shared)?;
-        Some((credentials, view))
+    let parts = (patch.headers, patch.auth, patch.tls);
+    let mut credentials = if new_credentials || challenged.is_some() {
+        Some(merged(state, account, id, &parts).await?)
     } else {
         None
     };
@@ -207,7 +199,7 @@ pub(crate) async fn change(
         });
         let presented = credentials
             .as_ref()
-            .map(|(c, _)| c)
+            .map(|m| &m.credentials)
             .filter(|c| !c.is_empty());
         challenge(&state.shared, url, timeout, presented).await?;
     }
@@ -243,7 +235,7 @@ pub(crate) async fn change(
         }
         None => None,
     };
-    let changes = EndpointChanges {
+    let mut changes = EndpointChanges {
         url: url.map(String::from),
         event_types: patch.event_types,
         description: patch.description,
@@ -252,12 +244,83 @@ pub(crate) async fn change(
         rate_limit_per_second: rate_limit,
         encryption_jwk,
         trace_propagation: patch.trace_propagation,
-        credentials: credentials
-            .filter(|_| new_credentials)
-            .map(|(c, view)| seal_credentials(ring, id, &c, &view)),
+        ..EndpointChanges::default()
     };
-    let endpoint = state.db.update_endpoint(&account.id, id, &changes).await?;
-    Ok((endpoint, rotated))
+    if !new_credentials {
+        let endpoint = state.db.update_endpoint(&account.id, id, &changes).await?;
+        return Ok((endpoint, rotated));
+    }
+    // The write names the credentials the change was merged onto: one made meanwhile (another
+    // of the console's forms, another client) is merged onto again, never undone.
+    for _ in 0..MERGE_ROUNDS {
+        let merge = match credentials.take() {
+            Some(merge) => merge,
+            None => merged(state, account, id, &parts).await?,
+        };
+        changes.credentials = Some(seal_credentials(ring, id, &merge.credentials, &merge.view));
+        changes.credentials_were = Some(merge.stored);
+        match state.db.update_endpoint(&account.id, id, &changes).await {
+            Err(StoreError::NotFound) if state.db.endpoint(&account.id, id).await.is_ok() => {}
+            result => return Ok((result?, rotated)),
+        }
+    }
+    Err(Error::Unavailable)
+}
+
+/// How many times a change of credentials is merged onto newer ones before it gives up.
+const MERGE_ROUNDS: usize = 5;
+
+/// An endpoint's credentials with a change's `headers`, `auth` and `tls` applied, checked.
+struct Merged {
+    /// The credentials as they were stored when read (`None`: none).
+    stored: Option<String>,
+    credentials: Credentials,
+    view: CredentialsView,
+}
+
+/// Reads one of `account`'s endpoints' credentials and applies `parts` (`headers`, `auth`,
+/// `tls` of a change) to them. `tls` left as it was is not checked again: a certificate that
+/// has expired since must not stop a change of the headers or the URL.
+async fn merged(
+    state: &AppState,
+    account: &Account,
+    id: &EndpointId,
+    parts: &(
+        Patch<BTreeMap<String, Credential>>,
+        Patch<EndpointAuth>,
+        Patch<EndpointTls>,
+    ),
+) -> Result<Merged, Error> {
+    let ring = state.shared.config.secrets_key.as_ref();
+    let stored = state.db.endpoint_credentials(&account.id, id).await?;
+    let mut credentials = match &stored {
+        Some(stored) => open_credentials(ring, id, stored).map_err(StoreError::from)?,
+        None => Credentials::default(),
+    };
+    let (headers, auth, tls) = parts.clone();
+    if let Some(headers) = headers.into_option() {
+        credentials.headers = headers.unwrap_or_default();
+    }
+    if let Some(auth) = auth.into_option() {
+        credentials.auth = auth;
+    }
+    let view = match tls.into_option() {
+        Some(tls) => {
+            // `{}` is no TLS settings at all, as `null` is.
+            credentials.tls = tls.filter(|tls| *tls != EndpointTls::default());
+            credentials::check(&credentials, &state.shared)?
+        }
+        None => {
+            let current = state.db.endpoint(&account.id, id).await?;
+            let kept = CredentialsView::of_row(current.credentials_view.as_deref()).tls;
+            credentials::check_keeping(&credentials, &state.shared, kept)?
+        }
+    };
+    Ok(Merged {
+        stored,
+        credentials,
+        view,
+    })
 }
 
 /// Gives one of `account`'s endpoints a new secret (and a new key if it signs with Ed25519);

@@ -285,6 +285,8 @@ impl Tokens {
         {
             return Err(failure.clone());
         }
+        // The lifetime counts from the request: the time the answer took is already spent.
+        let requested = instant();
         match fetch.await {
             Ok(fetched) => {
                 let lifetime = fetched.lifetime.min(MAX_LIFETIME);
@@ -292,7 +294,7 @@ impl Tokens {
                 slot.token = Some(Token {
                     value: fetched.value.clone(),
                     config,
-                    refresh_at: instant() + (lifetime - margin),
+                    refresh_at: requested + (lifetime - margin),
                 });
                 slot.failed = None;
                 Ok(fetched.value)

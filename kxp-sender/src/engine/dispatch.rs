@@ -217,7 +217,7 @@ async fn follow(
     request: &Request<'_>,
     peer: &mut Option<Vec<u8>>,
 ) -> Answer {
-    let headers = match headers(request) {
+    let mut headers = match headers(request) {
         Ok(headers) => headers,
         Err(failure) => return Answer::Done(Outcome::Failed(failure)),
     };
@@ -280,6 +280,14 @@ async fn follow(
                     FailureKind::InvalidRedirect,
                     format!("scheme `{}` is not http(s)", next.scheme()),
                 )));
+            }
+            // The endpoint's credentials are for its own origin: a redirect elsewhere gets the
+            // delivery without them (as browsers drop `Authorization`), never a gateway key or a
+            // token it could replay.
+            if next.origin() != url.origin() {
+                for (name, _) in request.credentials {
+                    headers.remove(name);
+                }
             }
             url = next;
             continue;

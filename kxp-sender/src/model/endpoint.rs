@@ -124,6 +124,9 @@ pub(crate) struct EndpointChanges {
     pub trace_propagation: Option<bool>,
     /// New credentials, sealed for the endpoint (both columns `None`: remove them).
     pub credentials: Option<super::SealedCredentials>,
+    /// With `credentials`: the credentials they were merged onto, as stored (`None`: none);
+    /// the change applies only while the row still holds them.
+    pub credentials_were: Option<Option<String>>,
 }
 
 impl EndpointChanges {

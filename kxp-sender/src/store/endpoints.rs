@@ -224,7 +224,8 @@ impl Db {
 
     /// Applies `changes` (all checked by the caller) to one of the account's endpoints, in one
     /// statement that sets only the fields given, so concurrent changes to other fields are
-    /// kept. Pending deliveries pick up the new URL and timeout at their next try.
+    /// kept. New credentials apply only over the ones they were merged onto
+    /// ([`EndpointChanges::credentials_were`]): [`StoreError::NotFound`] otherwise. Pending deliveries pick up the new URL and timeout at their next try.
     pub(crate) async fn update_endpoint(
         &self,
         account_id: &AccountId,
@@ -283,7 +284,13 @@ impl Db {
                 .push_bind(account_id)
                 .push(" AND id = ")
                 .push_bind(id)
-                .push(" AND status <> 'deleted' RETURNING *");
+                .push(" AND status <> 'deleted'");
+            if let Some(were) = &changes.credentials_were {
+                query
+                    .push(" AND COALESCE(credentials, '') = ")
+                    .push_bind(were.as_deref().unwrap_or(""));
+            }
+            query.push(" RETURNING *");
             query
                 .build_query_as::<Endpoint>()
                 .fetch_optional(pool)

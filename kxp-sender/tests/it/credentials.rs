@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use crate::console::Browser;
 use crate::console_pages::{account_page, page, post_form};
 use crate::sealed_secrets::{K1, file_bytes, holds, ring};
-use crate::support::{Api, Database, Receiver, sender, sender_with, typed};
+use crate::support::{Api, Database, Receiver, Reply, sender, sender_with, typed};
 
 /// What the token server answers.
 #[derive(Clone, Copy, PartialEq)]
@@ -604,5 +604,70 @@ async fn the_console_replaces_headers_and_authentication_and_never_shows_a_value
     let shown = s.api.client.endpoint(&id.as_str().into()).await.unwrap();
     let shown = shown.endpoint;
     assert!(shown.auth.is_none() && shown.headers == ["X-Gateway-Key", "X-Tenant"]);
+    s.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_redirect_to_another_origin_gets_the_delivery_without_the_credentials() {
+    let s = sender("0s").await;
+    let elsewhere = Receiver::start(vec![]).await;
+    let gateway = Receiver::start(vec![
+        // Same origin first: the credentials follow; then another origin: they do not.
+        Reply::Redirect(307, "/moved".to_owned()),
+        Reply::Redirect(307, elsewhere.url.clone()),
+    ])
+    .await;
+    s.api
+        .endpoint(
+            &gateway.url,
+            json!({"headers": {"X-Gateway-Key": "gw-redirect"}, "auth": {"type": "bearer", "token": "t0k"}}),
+        )
+        .await;
+    deliver(&s.api, 1).await;
+    let at_gateway = gateway.seen();
+    assert_eq!(at_gateway.len(), 2);
+    for seen in &at_gateway {
+        assert_eq!(seen.header("authorization"), "Bearer t0k");
+        assert_eq!(seen.header("x-gateway-key"), "gw-redirect");
+    }
+    let moved = &elsewhere.seen()[0];
+    assert!(moved.header("authorization").is_empty() && moved.header("x-gateway-key").is_empty());
+    assert!(
+        !moved.header("x-kxp-signature").is_empty(),
+        "the delivery itself still goes"
+    );
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_changes_of_headers_and_auth_both_stay() {
+    let s = sender("0s").await;
+    let receiver = Receiver::start(vec![]).await;
+    let (id, _) = s.api.endpoint(&receiver.url, json!({})).await;
+    let path = format!("/v1/endpoints/{id}");
+    for round in 0..10 {
+        let headers = json!({"headers": {"X-Round": round.to_string()}});
+        let auth = json!({"auth": {"type": "bearer", "token": format!("t{round}")}});
+        let (a, b) = futures_util::join!(
+            s.api.call("PATCH", &path, Some(headers)),
+            s.api.call("PATCH", &path, Some(auth))
+        );
+        assert_eq!((a.0, b.0), (200, 200), "{a:?} {b:?}");
+        let (_, shown) = s.api.call("GET", &path, None).await;
+        assert_eq!(
+            shown["headers"],
+            json!(["X-Round"]),
+            "round {round}: {shown}"
+        );
+        assert_eq!(shown["auth"]["type"], "bearer", "round {round}: {shown}");
+        // Clear both for the next round.
+        let (status, _) = s
+            .api
+            .call("PATCH", &path, Some(json!({"headers": null, "auth": null})))
+            .await;
+        assert_eq!(status, 200);
+    }
+    deliver(&s.api, 1).await;
+    assert!(receiver.seen()[0].header("authorization").is_empty());
     s.server.shutdown().await;
 }

@@ -532,3 +532,44 @@ async fn certificates_expiring_soon_show_in_health_and_are_announced_once_each(d
     assert!(html.contains("The client certificate this endpoint presents expires in 19 days"));
     s.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_certificate_that_expired_since_does_not_stop_other_changes() {
+    let pki = Pki::new("Merchant Private CA");
+    let soon = pki.issue_with(
+        "short-lived",
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+        |p| {
+            p.not_after = time::OffsetDateTime::now_utc() + time::Duration::seconds(2);
+        },
+    );
+    let s = sender("0s").await;
+    let tls = json!({"client_certificate": soon.cert, "client_key": soon.key});
+    let (status, created) = s
+        .api
+        .call(
+            "POST",
+            "/v1/endpoints",
+            Some(endpoint_body("https://127.0.0.1:9/hook", tls.clone())),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let path = format!("/v1/endpoints/{id}");
+    let (status, changed) = s
+        .api
+        .call("PATCH", &path, Some(json!({"headers": {"X-Tenant": "7"}})))
+        .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["tls"], created["tls"], "tls shows as it was");
+    // Sent again, it is checked again.
+    let (status, refused) = s.api.call("PATCH", &path, Some(json!({"tls": tls}))).await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("expired"),
+        "{refused}"
+    );
+    s.server.shutdown().await;
+}
