@@ -22,6 +22,10 @@ use crate::engine::guard::AddressGuard;
 use crate::model::{EndpointId, Failure, FailureKind};
 use crate::store::SeenCertificate;
 
+/// The most PEM text of each part of an endpoint's `tls` (a chain or a CA bundle of a few
+/// dozen certificates).
+const MAX_PEM: usize = 64 * 1024;
+
 /// How many per-endpoint clients a process keeps (each holds its connection pool).
 const MAX_CLIENTS: usize = 1000;
 
@@ -59,6 +63,18 @@ fn info(field: &str, der: &CertificateDer<'_>, now_ms: i64) -> Result<Certificat
 /// Checks an endpoint's `tls` at `now_ms` and says what answers show of it: certificates that
 /// read and have not expired, a client certificate with its key and a key that matches it.
 pub(crate) fn describe(tls: &EndpointTls, now_ms: i64) -> Result<EndpointTlsView, String> {
+    for (field, pem) in [
+        ("tls.client_certificate", tls.client_certificate.as_deref()),
+        (
+            "tls.client_key",
+            tls.client_key.as_ref().map(|k| k.expose()),
+        ),
+        ("tls.ca_certificates", tls.ca_certificates.as_deref()),
+    ] {
+        if pem.is_some_and(|pem| pem.len() > MAX_PEM) {
+            return Err(format!("{field} must be at most {MAX_PEM} bytes"));
+        }
+    }
     let client_certificate = match (&tls.client_certificate, &tls.client_key) {
         (None, None) => None,
         (Some(_), None) => return Err("tls.client_key is missing beside the certificate".into()),

@@ -369,6 +369,10 @@ async fn tls_that_does_not_check_out_is_refused_with_the_reason() {
             json!({"ca_certificates": "no pem here"}),
             "no `BEGIN CERTIFICATE` block",
         ),
+        (
+            json!({"ca_certificates": pki.pem().repeat(200)}),
+            "tls.ca_certificates must be at most 65536 bytes",
+        ),
     ] {
         let (status, error) = s
             .api
