@@ -186,20 +186,37 @@ impl Nats {
 
     /// Creates the stream (file storage, on its subject, or its prefix); [`Nats::connect`]
     /// already did. Panics if the server refuses.
+    ///
+    /// A loaded server (CI, two cores, every broker test at once) now and then answers a
+    /// create with `error creating store for stream` (10049) and writes the cause only to its
+    /// own log; the name is this value's own, so asking again, a little later, is safe: the
+    /// same configuration again is no change.
     pub async fn declare(&self) {
-        self.jetstream
-            .create_stream(async_nats::jetstream::stream::Config {
-                name: self.stream.clone(),
-                subjects: vec![self.captured.clone()],
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|e| {
+        const ATTEMPTS: u32 = 6;
+        let config = async_nats::jetstream::stream::Config {
+            name: self.stream.clone(),
+            subjects: vec![self.captured.clone()],
+            ..Default::default()
+        };
+        for attempt in 1..=ATTEMPTS {
+            let error = match self.jetstream.create_stream(config.clone()).await {
+                Ok(_) => return,
+                Err(e) => e,
+            };
+            let transient = matches!(
+                error.kind(),
+                async_nats::jetstream::context::CreateStreamErrorKind::JetStream(ref e)
+                    if e.error_code() == async_nats::jetstream::ErrorCode::STREAM_CREATE
+            );
+            if !transient || attempt == ATTEMPTS {
                 panic!(
-                    "NATS: cannot create the stream {} on {}: {e}",
+                    "NATS: cannot create the stream {} on {} (attempt {attempt} of {ATTEMPTS}; \
+                     the server's log says why): {error}",
                     self.stream, self.url
-                )
-            });
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+        }
     }
 
     /// The server's URL, `nats://host:port`.
