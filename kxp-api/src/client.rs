@@ -10,10 +10,10 @@ use crate::{
     ACCOUNT_HEADER, Account, AccountCreated, AccountId, AccountPatch, AccountUpdated, Attempt,
     BulkReplay, Delivery, DeliveryId, DeliveryQuery, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointUpdated, ErrorBody,
-    ErrorCode, Event, EventId, EventQuery, EventSummary, FeedToken, IDEMPOTENCY_KEY, NewAccount,
-    NewEndpoint, NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink, Probe,
-    PublicKeys, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated, ServiceHealth,
-    TRACEPARENT, TRACESTATE, TraceContext,
+    ErrorCode, Event, EventId, EventQuery, EventSummary, FeedToken, FilterTested, IDEMPOTENCY_KEY,
+    NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification, Page, PageQuery, PortalLink,
+    Probe, PublicKeys, ReplayQueued, RotateSecret, Schema, SchemaDeleted, SecretRotated,
+    ServiceHealth, TRACEPARENT, TRACESTATE, TestFilter, TraceContext,
 };
 
 /// How much of an undecodable body a [`ClientError::Decode`] keeps.
@@ -291,6 +291,21 @@ impl Client {
             Method::POST,
             &["v1", "endpoints", id.as_str(), "replay"],
             |r| r.json(replay),
+        )
+        .await
+    }
+
+    /// `POST /v1/endpoints/{id}/test-filter`: which of the account's newest events a filter
+    /// (the endpoint's own, unless the request gives one) takes. Changes nothing.
+    pub async fn test_filter(
+        &self,
+        id: &EndpointId,
+        test: &TestFilter,
+    ) -> Result<FilterTested, ClientError> {
+        self.call(
+            Method::POST,
+            &["v1", "endpoints", id.as_str(), "test-filter"],
+            |r| r.json(test),
         )
         .await
     }

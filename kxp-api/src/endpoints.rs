@@ -9,7 +9,7 @@ use crate::credentials::{
     Credential, EndpointAuth, EndpointAuthView, EndpointTls, EndpointTlsView, ServerCertificate,
 };
 use crate::deliveries::DeliveryStatus;
-use crate::ids::EndpointId;
+use crate::ids::{EndpointId, EventId};
 use crate::patch::{Patch, present};
 use crate::secret::Secret;
 use crate::timestamp::Timestamp;
@@ -133,6 +133,7 @@ pub struct PublicKeys {
     "url": "https://merchant.example/webhooks",
     "description": "orders service",
     "event_types": ["payment.*"],
+    "filter": {"data.amount": {"$gte": 10000}, "data.currency": {"$in": ["EUR", "USD"]}},
     "timeout_ms": 5000,
     "status": "active",
     "api_version": null,
@@ -178,6 +179,11 @@ pub struct Endpoint {
     pub description: String,
     /// Exact event types, or prefixes ending in `*` (`["*"]` for every type).
     pub event_types: Vec<String>,
+    /// Which of those events it takes, by their content (see `NewEndpoint::filter`); `null`:
+    /// every one.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>, required = true)]
+    pub filter: Option<serde_json::Value>,
     /// The per-attempt timeout, 100 to 30000 ms.
     pub timeout_ms: u64,
     /// Whether it gets deliveries.
@@ -266,6 +272,20 @@ pub struct NewEndpoint {
     /// Exact types or prefixes ending in `*` (letters, digits, `.` `_` `-`); default `["*"]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_types: Option<Vec<String>>,
+    /// Takes only the events (of `event_types`) whose content matches: an object whose keys
+    /// are dot paths into the event (`type`, `data.amount`, `data.customer.country`, `tags`;
+    /// a path starts with `id`, `type`, `api_version`, `created_at`, `data` or `tags`) and
+    /// whose values are a literal (equality) or an operator object (`$eq`, `$ne`, `$gt`,
+    /// `$gte`, `$lt`, `$lte`, `$in`, `$nin`, `$exists`, `$prefix`), combined with `$and`,
+    /// `$or` and `$not`. Numbers compare numerically, strings bytewise, a type mismatch is no
+    /// match; a missing field matches only `$exists: false`, `$ne` and `$nin`; an array
+    /// matches when any element does (`$ne` and `$nin`: when none does). At most 4 KiB and 8
+    /// levels deep; a fault is refused (422) naming its place. An event it does not take
+    /// creates no delivery for the endpoint (and takes no sequence number); replays ignore it.
+    /// Default: none (`{}` is none too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<serde_json::Value>,
     /// Free text, at most 512 bytes; default empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -320,6 +340,7 @@ impl NewEndpoint {
         NewEndpoint {
             url: url.into(),
             event_types: None,
+            filter: None,
             description: None,
             timeout_ms: None,
             api_version: None,
@@ -359,6 +380,10 @@ pub struct EndpointPatch {
     )]
     #[schema(value_type = Vec<String>, required = false)]
     pub event_types: Option<Vec<String>>,
+    /// A new filter (for events created from then on); `null` or `{}` removes it.
+    #[serde(default, skip_serializing_if = "Patch::is_unchanged")]
+    #[schema(value_type = Option<Object>, required = false)]
+    pub filter: Patch<serde_json::Value>,
     /// A new description.
     #[serde(
         default,
@@ -653,6 +678,45 @@ impl BulkReplay {
 pub struct ReplayQueued {
     /// New deliveries queued, one per delivery replayed.
     pub queued: u64,
+}
+
+/// `POST /v1/endpoints/{id}/test-filter`: a dry run of a filter over the account's most
+/// recent events. Nothing changes; the body may also be empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[schema(example = json!({"filter": {"data.amount": {"$gte": 10000}}, "limit": 100}))]
+pub struct TestFilter {
+    /// The filter to try (checked as `filter` on `PATCH` is); left out or `null`, the
+    /// endpoint's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<serde_json::Value>,
+    /// How many of the account's events to run it on, newest first: 1 to 1000, default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+impl TestFilter {
+    /// A dry run of `filter` (the endpoint's own if `None`) over the `limit` newest events
+    /// (100 if `None`).
+    pub fn new(filter: Option<serde_json::Value>, limit: Option<u32>) -> TestFilter {
+        TestFilter { filter, limit }
+    }
+}
+
+/// The answer of a dry run: which of the events the filter takes. The filter alone is run:
+/// the endpoint's `event_types` and `api_version` are not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"tested": 100, "matched": 2, "matches": ["6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62", "0b7d1f6e-3d0a-4c55-9d0e-6d1c2f3a4b5c"]}))]
+pub struct FilterTested {
+    /// How many events it ran on: fewer than `limit` when the account has fewer, or once the
+    /// events read reach 64 MiB of payload (the newest first, so those are the ones run).
+    pub tested: u64,
+    /// How many it takes.
+    pub matched: u64,
+    /// The ids of those it takes, newest first.
+    pub matches: Vec<EventId>,
 }
 
 /// `trace_propagation`'s default when an answer leaves it out (a server from before it).

@@ -40,9 +40,9 @@ pub use credentials::{
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointDetails, EndpointPatch, EndpointStatus, EndpointUpdated, ExpireOld, Format,
-    MAX_CONFIRMATIONS, NewEndpoint, PublicKey, PublicKeys, ReceiverKey, ReplayQueued, RotateSecret,
-    Rotation, SecretRotated, SecretState, Signing,
+    EndpointDetails, EndpointPatch, EndpointStatus, EndpointUpdated, ExpireOld, FilterTested,
+    Format, MAX_CONFIRMATIONS, NewEndpoint, PublicKey, PublicKeys, ReceiverKey, ReplayQueued,
+    RotateSecret, Rotation, SecretRotated, SecretState, Signing, TestFilter,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{

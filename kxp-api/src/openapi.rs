@@ -10,11 +10,12 @@ use crate::{
     Endpoint, EndpointAuth, EndpointAuthView, EndpointCreated, EndpointDeleted, EndpointDetails,
     EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointTls, EndpointTlsView,
     EndpointUpdated, ErrorBody, ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld,
-    FeedItem, FeedPage, FeedQuery, FeedToken, Format, HealthWindow, NewAccount, NewEndpoint,
-    NewEvent, NewPortalLink, Notification, NotificationChannel, NotificationId, NotificationKind,
-    NotificationStatus, Page, PageQuery, PortalLink, PortalScope, PublicKey, PublicKeys, RawJson,
-    ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId,
-    Secret, SecretRotated, SecretState, ServiceHealth, Signing, SourceHealth, Timestamp,
+    FeedItem, FeedPage, FeedQuery, FeedToken, FilterTested, Format, HealthWindow, NewAccount,
+    NewEndpoint, NewEvent, NewPortalLink, Notification, NotificationChannel, NotificationId,
+    NotificationKind, NotificationStatus, Page, PageQuery, PortalLink, PortalScope, PublicKey,
+    PublicKeys, RawJson, ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation, Schema,
+    SchemaDeleted, SchemaId, Secret, SecretRotated, SecretState, ServiceHealth, Signing,
+    SourceHealth, TestFilter, Timestamp,
 };
 use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerCertificate};
 
@@ -32,7 +33,7 @@ use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerC
         Timestamp, Secret, RawJson,
         Endpoint, EndpointCreated, NewEndpoint, EndpointPatch, EndpointUpdated, EndpointDeleted,
         EndpointStatus, Format,
-        CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued,
+        CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued, TestFilter, FilterTested,
         EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey, Signing, PublicKey,
         PublicKeys, EndpointAuth, EndpointAuthView, ClientAuth, Credential, Redacted,
         EndpointTls, EndpointTlsView, CertificateInfo, ServerCertificate, CertificateRole,

@@ -21,6 +21,7 @@ fn endpoint_json() -> Value {
         "url": "http://127.0.0.1:4000/hook",
         "description": "",
         "event_types": ["*"],
+        "filter": null,
         "timeout_ms": 5000,
         "status": "active",
         "api_version": null,
@@ -143,6 +144,20 @@ fn endpoint_deleted_rotated_replayed() {
     assert_eq!(format!("{rotated:?}").matches("abab").count(), 0);
     let queued: ReplayQueued = round_trip(json!({"queued": 3}));
     assert_eq!(queued.queued, 3);
+    let tested: FilterTested = round_trip(json!({
+        "tested": 2, "matched": 1, "matches": ["6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62"]
+    }));
+    assert_eq!(
+        tested.matches[0].as_str(),
+        "6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62"
+    );
+    // A dry run's request writes only what is given; an empty one is `{}`.
+    assert_eq!(
+        serde_json::to_value(TestFilter::default()).unwrap(),
+        json!({})
+    );
+    let test: TestFilter = round_trip(json!({"filter": {"tags": "vip"}, "limit": 10}));
+    assert_eq!(test.limit, Some(10));
 }
 
 #[test]

@@ -64,6 +64,14 @@ pub(crate) fn check_encryption_jwk(jwk: &serde_json::Value) -> Result<String, Er
         .map_err(|e| Error::invalid(format!("encryption_jwk ({}): {e}", e.code())))
 }
 
+/// A content filter, checked by kxp-filter, as the endpoint stores it: compact JSON, `None`
+/// for one that takes every event (`{}`). A fault is refused naming its place in the filter.
+pub(crate) fn check_filter(filter: &serde_json::Value) -> Result<Option<String>, Error> {
+    let filter =
+        kxp_filter::Filter::from_value(filter).map_err(|e| Error::invalid(e.to_string()))?;
+    Ok((!filter.is_empty()).then(|| filter.to_json()))
+}
+
 /// `signing` and `format` name values this server knows (they parse to `Unknown` otherwise,
 /// so that answers from a newer server still read).
 pub(crate) fn check_choices(

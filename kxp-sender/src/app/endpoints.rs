@@ -12,8 +12,8 @@ use kxp_api::{
 };
 
 use super::checks::{
-    check_choices, check_description, check_encryption_jwk, check_event_types, check_name,
-    check_rate_limit, check_timeout, check_url,
+    check_choices, check_description, check_encryption_jwk, check_event_types, check_filter,
+    check_name, check_rate_limit, check_timeout, check_url,
 };
 use super::credentials;
 use super::views::public_key;
@@ -43,6 +43,10 @@ pub(crate) async fn register(
     let url = check_url(&new.url, &state.shared)?;
     let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);
     check_event_types(&event_types)?;
+    let content_filter = match &new.filter {
+        Some(filter) => check_filter(filter)?,
+        None => None,
+    };
     let description = new.description.unwrap_or_default();
     check_description(&description)?;
     let timeout = match new.timeout_ms {
@@ -78,6 +82,7 @@ pub(crate) async fn register(
             &StoredEndpoint {
                 url: url.as_str(),
                 event_types: &event_types,
+                content_filter,
                 description: &description,
                 timeout_ms: ms(timeout),
                 api_version: new.api_version.as_deref(),
@@ -163,6 +168,12 @@ pub(crate) async fn change(
     if let Some(types) = &patch.event_types {
         check_event_types(types)?;
     }
+    let content_filter = patch
+        .filter
+        .into_option()
+        .map(|filter| filter.as_ref().map(check_filter).transpose())
+        .transpose()?
+        .map(Option::flatten);
     if let Some(description) = &patch.description {
         check_description(description)?;
     }
@@ -238,6 +249,7 @@ pub(crate) async fn change(
     let mut changes = EndpointChanges {
         url: url.map(String::from),
         event_types: patch.event_types,
+        content_filter,
         description: patch.description,
         timeout_ms: timeout.map(ms),
         api_version,

@@ -21,6 +21,7 @@ mod deliveries;
 mod endpoints;
 mod error;
 mod events;
+mod filters;
 mod portal_links;
 pub(crate) mod views;
 
@@ -29,6 +30,7 @@ pub(crate) use deliveries::{replay, replay_endpoint};
 pub(crate) use endpoints::{change, delete, pause, register, resume, rotate_secret};
 pub(crate) use error::Error;
 pub(crate) use events::{TAG_RULE, accept, is_idempotency_key};
+pub(crate) use filters::test_filter;
 pub(crate) use portal_links::create_portal_link;
 
 use crate::engine::config::Shared;

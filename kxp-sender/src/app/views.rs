@@ -27,6 +27,10 @@ impl From<Endpoint> for api::Endpoint {
         let credentials = CredentialsView::of_row(e.credentials_view.as_deref());
         api::Endpoint {
             event_types: e.types().to_vec(),
+            filter: e
+                .content_filter
+                .as_deref()
+                .and_then(|filter| serde_json::from_str(filter).ok()),
             id: e.id,
             url: e.url,
             description: e.description,

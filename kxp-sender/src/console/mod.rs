@@ -31,6 +31,7 @@ mod dead_letters;
 mod endpoints;
 mod error;
 mod events;
+mod filters;
 mod headers;
 mod operators;
 mod pages;
@@ -120,6 +121,14 @@ pub(crate) fn app(state: AppState, sign_in_key: SignInKey) -> Router {
         .route(
             "/console/a/{account}/endpoints/{endpoint}/credentials/tls",
             post(credentials::tls),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/filter",
+            get(filters::form).post(filters::save),
+        )
+        .route(
+            "/console/a/{account}/endpoints/{endpoint}/filter/try",
+            post(filters::try_it),
         )
         .route(
             "/console/a/{account}/endpoints/{endpoint}/delete",

@@ -1,5 +1,5 @@
 //! What a merchant does to an endpoint beyond editing it: pause, resume, rotate its secret,
-//! replay its deliveries in bulk.
+//! replay its deliveries in bulk, try a content filter.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -7,7 +7,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
     BulkReplay, DEFAULT_CONFIRMATIONS, DeliveryStatus, Endpoint, ErrorCode, ExpireOld,
-    MAX_CONFIRMATIONS, PublicKeys, ReplayQueued, RotateSecret, SecretRotated,
+    FilterTested, MAX_CONFIRMATIONS, PublicKeys, ReplayQueued, RotateSecret, SecretRotated,
+    TestFilter,
 };
 
 use super::deliveries::filter;
@@ -142,6 +143,32 @@ pub(super) async fn replay_endpoint(
     )?;
     let queued = app::replay_endpoint(&state, &account, &id, &filter).await?;
     Ok((StatusCode::ACCEPTED, Json(ReplayQueued { queued })).into_response())
+}
+
+/// A dry run of a content filter: which of the account's newest events (100 unless `limit`,
+/// at most 1000) it takes, the filter given or else the endpoint's own. The filter alone runs
+/// (not the endpoint's `event_types`), and nothing changes. The body may be empty.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/test-filter", tag = "endpoints",
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    request_body(content = Option<TestFilter>, description = "Optional: the filter to try, and how many events"),
+    responses(
+        (status = 200, description = "How many events it ran on, and which it takes", body = FilterTested),
+        (status = 422, description = "`invalid_request`: a filter's fault, named by its place (`filter at /data.amount/$gt: …`), or a limit out of range", body = kxp_api::ErrorBody),
+    ))]
+pub(super) async fn test_filter(
+    State(state): State<AppState>,
+    Authed(account): Authed,
+    Path(id): Path<EndpointId>,
+    ApiBody(body): ApiBody,
+) -> Result<Json<FilterTested>, ApiError> {
+    let request: TestFilter = if body.is_empty() {
+        TestFilter::default()
+    } else {
+        parse(&body)?
+    };
+    Ok(Json(
+        app::test_filter(&state, &account, &id, &request).await?,
+    ))
 }
 
 /// The public keys of an endpoint that signs with Ed25519 (`ed25519` or `both`): the newest,

@@ -76,6 +76,10 @@ pub(crate) fn app(state: AppState) -> Router {
             "/v1/endpoints/{id}/replay",
             post(endpoint_actions::replay_endpoint),
         )
+        .route(
+            "/v1/endpoints/{id}/test-filter",
+            post(endpoint_actions::test_filter),
+        )
         .route("/v1/endpoints/{id}/health", get(health::endpoint_health))
         // Authenticated with the endpoint's own credential, not an API key: the merchant's
         // receiver reads it.

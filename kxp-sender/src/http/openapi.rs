@@ -22,6 +22,7 @@ use super::{
         endpoints::patch_endpoint, endpoints::delete_endpoint,
         endpoint_actions::pause_endpoint, endpoint_actions::resume_endpoint,
         endpoint_actions::rotate_secret, endpoint_actions::replay_endpoint,
+        endpoint_actions::test_filter,
         endpoint_actions::public_key, endpoint_actions::jwks,
         health::endpoint_health, feed::feed, feed::create_feed_token,
         events::create_event, events::list_events, events::get_event,

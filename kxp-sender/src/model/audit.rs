@@ -74,6 +74,8 @@ pub(crate) enum ConsoleAction {
     EndpointEdit,
     /// An endpoint's custom headers or authentication replaced.
     EndpointCredentials,
+    /// An endpoint's content filter set or removed.
+    EndpointFilter,
     /// An endpoint paused.
     EndpointPause,
     /// An endpoint resumed.
@@ -112,6 +114,7 @@ impl AuditAction {
             ConsoleAction::EndpointCreate => "endpoint.create".into(),
             ConsoleAction::EndpointEdit => "endpoint.edit".into(),
             ConsoleAction::EndpointCredentials => "endpoint.credentials".into(),
+            ConsoleAction::EndpointFilter => "endpoint.filter".into(),
             ConsoleAction::EndpointPause => "endpoint.pause".into(),
             ConsoleAction::EndpointResume => "endpoint.resume".into(),
             ConsoleAction::EndpointRotateSecret => "endpoint.rotate_secret".into(),

@@ -66,6 +66,9 @@ pub struct Endpoint {
     /// What a recent TLS handshake showed of its own certificate (JSON: issuer, not_after,
     /// seen_at); `None` before the first.
     pub server_certificate: Option<String>,
+    /// Its content filter as compact JSON ([`kxp_filter::Filter::to_json`]), checked when it
+    /// was written; `None`: it takes every event of its types.
+    pub content_filter: Option<String>,
 }
 
 /// The `next_attempt_at` of a delivery held for a paused endpoint: past every real time, so
@@ -81,6 +84,8 @@ pub(crate) struct NewEndpoint<'a> {
     pub url: &'a str,
     /// Subscribed types.
     pub event_types: &'a [String],
+    /// The content filter, as compact JSON (an empty filter is `None`).
+    pub content_filter: Option<String>,
     /// Free text.
     pub description: &'a str,
     /// Per-attempt timeout.
@@ -110,6 +115,8 @@ pub(crate) struct EndpointChanges {
     pub url: Option<String>,
     /// New subscribed types.
     pub event_types: Option<Vec<String>>,
+    /// A new content filter (`Some(Some)`, compact JSON) or none (`Some(None)`).
+    pub content_filter: Option<Option<String>>,
     /// A new description.
     pub description: Option<String>,
     /// A new per-attempt timeout.
@@ -134,6 +141,7 @@ impl EndpointChanges {
     pub(crate) fn is_empty(&self) -> bool {
         self.url.is_none()
             && self.event_types.is_none()
+            && self.content_filter.is_none()
             && self.description.is_none()
             && self.timeout_ms.is_none()
             && self.api_version.is_none()
@@ -251,11 +259,16 @@ pub(crate) struct Subscriber {
     pub event_types: EventTypes,
     /// The schema version pinned for it, if any.
     pub api_version: Option<String>,
+    /// Its content filter as stored (compact JSON): compiled ([`ContentFilter::of`]) only
+    /// when its types take the event.
+    pub content_filter: Option<String>,
 }
 
 impl Subscriber {
     /// Whether an event of this type and version goes to it: its types take the type, and a
-    /// pinned endpoint takes only events of its version (an unpinned one takes all).
+    /// pinned endpoint takes only events of its version (an unpinned one takes all). Its
+    /// content filter is asked apart ([`ContentFilter::takes`]): reading an event's content
+    /// costs a parse of `data`, paid only when some endpoint has a filter.
     pub(crate) fn takes(&self, event_type: &str, api_version: &str) -> bool {
         self.event_types.take(event_type)
             && self.api_version.as_deref().is_none_or(|v| v == api_version)
@@ -302,5 +315,42 @@ impl EventTypes {
 impl From<String> for EventTypes {
     fn from(json: String) -> EventTypes {
         EventTypes(serde_json::from_str(&json).unwrap_or_default())
+    }
+}
+
+/// An endpoint's content filter, compiled.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum ContentFilter {
+    /// No filter: every event of its types.
+    #[default]
+    None,
+    /// The filter.
+    Some(kxp_filter::Filter),
+    /// A stored filter this version cannot read (one a newer version wrote, before a
+    /// rollback; a hand-edited row): it takes every event, as no filter does. A filter that
+    /// took nothing would leave events with no delivery at all; one too many is the lesser
+    /// fault, and the merchant's dedup and handler see it as any other event.
+    Unreadable,
+}
+
+impl ContentFilter {
+    /// The filter stored as `stored` (compact JSON; `None`: none).
+    pub(crate) fn of(stored: Option<&str>) -> ContentFilter {
+        match stored.map(kxp_filter::Filter::from_json) {
+            None => ContentFilter::None,
+            Some(Ok(filter)) if filter.is_empty() => ContentFilter::None,
+            Some(Ok(filter)) => ContentFilter::Some(filter),
+            Some(Err(_)) => ContentFilter::Unreadable,
+        }
+    }
+
+    /// Whether it takes `event`; `None` when the event's content could not be read (numbers
+    /// past a float's range, say), which every filter takes, for the reason
+    /// [`ContentFilter::Unreadable`] does.
+    pub(crate) fn takes(&self, event: Option<&kxp_filter::Event<'_>>) -> bool {
+        match (self, event) {
+            (ContentFilter::Some(filter), Some(event)) => filter.matches(event),
+            _ => true,
+        }
     }
 }

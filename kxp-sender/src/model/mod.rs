@@ -26,8 +26,8 @@ pub(crate) use credentials::{Credentials, CredentialsView, SealedCredentials};
 pub(crate) use delivery::{Attempt, Job, KeyCheck, Secrets};
 pub use delivery::{AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, NextState};
 pub(crate) use endpoint::{
-    Created, Endpoint, EndpointChanges, EventTypes, HELD, LiveSecret, NewEndpoint, Rotated,
-    Subscriber,
+    ContentFilter, Created, Endpoint, EndpointChanges, EventTypes, HELD, LiveSecret, NewEndpoint,
+    Rotated, Subscriber,
 };
 pub(crate) use event::{Event, EventFilter, EventListed, Ingest, Ingested, Trace};
 pub use failure::AttemptError;

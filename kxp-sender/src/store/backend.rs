@@ -215,7 +215,7 @@ pub(crate) const INSERT_DELIVERY: &str = "INSERT INTO kxp_deliveries (id, accoun
 /// The endpoints of account `$1` that get deliveries (a backend's row lock follows).
 macro_rules! subscribers {
     () => {
-        "SELECT id, status, circuit_state, event_types, api_version FROM kxp_endpoints \
+        "SELECT id, status, circuit_state, event_types, api_version, content_filter FROM kxp_endpoints \
          WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled')"
     };
 }

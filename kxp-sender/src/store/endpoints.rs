@@ -48,6 +48,7 @@ impl Db {
             &NewEndpoint {
                 url,
                 event_types,
+                content_filter: None,
                 description,
                 timeout_ms,
                 api_version: None,
@@ -107,6 +108,7 @@ impl Db {
             trace_propagation: new.trace_propagation,
             credentials_view: credentials.view.clone(),
             server_certificate: None,
+            content_filter: new.content_filter.clone(),
         };
         let secret = new.signing.hmac().then(|| new_secret(&new.format));
         let seed = new.signing.ed25519().then(|| new_key(&new.format));
@@ -122,8 +124,8 @@ impl Db {
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
                  api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk, trace_propagation, \
-                 credentials, credentials_view) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                 credentials, credentials_view, content_filter) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -142,6 +144,7 @@ impl Db {
             .bind(endpoint.trace_propagation)
             .bind(&credentials.stored)
             .bind(&credentials.view)
+            .bind(&endpoint.content_filter)
             .execute(&mut *tx)
             .await?;
             sqlx::query(
@@ -248,6 +251,10 @@ impl Db {
             if let Some(types) = &event_types {
                 sets.push("event_types = ")
                     .push_bind_unseparated(types.as_str());
+            }
+            if let Some(filter) = &changes.content_filter {
+                sets.push("content_filter = ")
+                    .push_bind_unseparated(filter.as_deref());
             }
             if let Some(description) = &changes.description {
                 sets.push("description = ")

@@ -2,14 +2,16 @@
 //! subscribed endpoint, in one transaction, idempotent by key), reading events back, and
 //! listing them newest first (by tag on the tags' index).
 
+use std::collections::HashMap;
+
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use sqlx::{PgPool, Pool};
 
 use crate::model::{
-    AccountId, EndpointKey, Event, EventFilter, EventId, EventListed, Ingest, Ingested, Subscriber,
-    new_delivery_id, now_ms, rfc3339,
+    AccountId, ContentFilter, EndpointKey, Event, EventFilter, EventId, EventListed, Ingest,
+    Ingested, Subscriber, new_delivery_id, now_ms, rfc3339,
 };
 use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
@@ -48,11 +50,29 @@ async fn ingest_on<DB: Backend>(
     // held: nothing is lost while it rests.
     let endpoints = DB::subscribers(conn, &item.account.id).await?;
     let mut due_to = Vec::new();
-    let takes = |e: &&Subscriber| match &item.only {
-        Some(only) => e.id == *only,
-        None => e.takes(&item.event_type, &item.api_version),
+    let mut takers: Vec<&Subscriber> = match &item.only {
+        Some(only) => endpoints.iter().filter(|e| e.id == *only).collect(),
+        None => endpoints
+            .iter()
+            .filter(|e| e.takes(&item.event_type, &item.api_version))
+            .collect(),
     };
-    for endpoint in endpoints.iter().filter(takes) {
+    // Content filters (never for `only`: a test event goes where it is sent), compiled for
+    // the endpoints the types took, and the content read, only when one of them has a filter.
+    if item.only.is_none() && takers.iter().any(|e| e.content_filter.is_some()) {
+        let data: Option<serde_json::Value> = serde_json::from_str(item.data.get()).ok();
+        let created_at = rfc3339(now);
+        let content = data.as_ref().map(|data| kxp_filter::Event {
+            id: event.id.as_str(),
+            event_type: &item.event_type,
+            api_version: &item.api_version,
+            created_at: &created_at,
+            data,
+            tags: &item.tags,
+        });
+        takers.retain(|e| ContentFilter::of(e.content_filter.as_deref()).takes(content.as_ref()));
+    }
+    for endpoint in takers {
         let due = endpoint.due_for_new_delivery(now);
         let delivery = NewDelivery {
             id: &new_delivery_id(),
@@ -285,11 +305,28 @@ impl Db {
                 .fetch_all(pool)
                 .await?
         });
-        if events.is_empty() {
-            return Ok(events);
-        }
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
-        let ids = serde_json::to_string(&ids)
+        let mut by_event = self.tags_of(account_id, &ids).await?;
+        for event in &mut events {
+            if let Some(tags) = by_event.remove(event.id.as_str()) {
+                event.tags = tags;
+            }
+        }
+        Ok(events)
+    }
+
+    /// The tags of the account's events `ids`, by event id, each event's sorted (here, not by
+    /// the database: its collation may differ by backend). Events without tags are left out.
+    async fn tags_of(
+        &self,
+        account_id: &AccountId,
+        ids: &[&str],
+    ) -> Result<HashMap<String, Vec<String>>, StoreError> {
+        let mut by_event: HashMap<String, Vec<String>> = HashMap::new();
+        if ids.is_empty() {
+            return Ok(by_event);
+        }
+        let ids = serde_json::to_string(ids)
             .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
         let tags_sql = match self {
             Db::Sqlite(_) => {
@@ -308,19 +345,48 @@ impl Db {
                 .fetch_all(pool)
                 .await?
         });
-        let mut by_event: std::collections::HashMap<String, Vec<String>> =
-            std::collections::HashMap::new();
         for (event_id, tag) in rows {
             by_event.entry(event_id).or_default().push(tag);
         }
-        for event in &mut events {
-            if let Some(mut tags) = by_event.remove(event.id.as_str()) {
-                // Sorted here, not by the database: its collation may differ by backend.
-                tags.sort();
-                event.tags = tags;
-            }
-        }
-        Ok(events)
+        by_event.values_mut().for_each(|tags| tags.sort());
+        Ok(by_event)
+    }
+
+    /// A page of the account's events, newest first (by `created_at`, then id), before
+    /// `before` (`created_at`, id) when given, each with its tags: what a dry run of a content
+    /// filter reads, a page at a time.
+    pub(crate) async fn recent_events(
+        &self,
+        account_id: &AccountId,
+        before: Option<&(i64, EventId)>,
+        limit: i64,
+    ) -> Result<Vec<(Event, Vec<String>)>, StoreError> {
+        let (before_at, before_id) = match before {
+            Some((at, id)) => (*at, id.as_str()),
+            None => (i64::MAX, ""),
+        };
+        let events = on_db!(self, |pool| {
+            sqlx::query_as::<_, Event>(
+                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+                 FROM kxp_events WHERE account_id = $1 AND (created_at, id) < ($2, $3) \
+                 ORDER BY created_at DESC, id DESC LIMIT $4",
+            )
+            .bind(account_id)
+            .bind(before_at)
+            .bind(before_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        });
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+        let mut by_event = self.tags_of(account_id, &ids).await?;
+        Ok(events
+            .into_iter()
+            .map(|event| {
+                let tags = by_event.remove(event.id.as_str()).unwrap_or_default();
+                (event, tags)
+            })
+            .collect())
     }
 
     /// The account's due backlog, counted up to `bound`: its pending deliveries whose time has

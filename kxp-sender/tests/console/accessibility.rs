@@ -49,6 +49,7 @@ async fn every_page_has_no_serious_or_critical_axe_violations() {
     let mut new = kxp_api::NewEndpoint::new("http://127.0.0.1:9/hook");
     new.skip_challenge = true;
     new.headers = Some([("X-Gateway-Key".to_owned(), "k".into())].into());
+    new.filter = Some(serde_json::json!({"data.amount": {"$gte": 10000}}));
     let endpoint = c.shop.create_endpoint(&new).await.unwrap().endpoint.id;
     b.goto(&c.url(&c.shop_path(&format!("/endpoints/{endpoint}"))))
         .await;
@@ -56,6 +57,13 @@ async fn every_page_has_no_serious_or_critical_axe_violations() {
     b.goto(&c.url(&c.shop_path(&format!("/endpoints/{endpoint}/credentials"))))
         .await;
     audit.page(&b, "merchant-endpoint-credentials").await;
+    // Its filter, and what a dry run shows.
+    b.goto(&c.url(&c.shop_path(&format!("/endpoints/{endpoint}/filter"))))
+        .await;
+    audit.page(&b, "merchant-endpoint-filter").await;
+    b.submit("button[formaction$='/filter/try']").await;
+    assert_eq!(b.status().await, 200);
+    audit.page(&b, "merchant-endpoint-filter-tried").await;
 
     // The error pages: no such page (404), a form without its token (403).
     b.goto(&c.url("/console/no-such-page")).await;

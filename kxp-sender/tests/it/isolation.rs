@@ -147,6 +147,8 @@ const ROUTES: &[Route] = &[
     row("POST /v1/endpoints/{id}/feed-token", Endpoint, NotFound, 201),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202),
     row("POST /v1/endpoints/{id}/replay", Endpoint, NotFound, 202).body(r#"{"status":"delivered"}"#),
+    row("POST /v1/endpoints/{id}/test-filter", Endpoint, NotFound, 200),
+    row("POST /v1/endpoints/{id}/test-filter", Endpoint, NotFound, 200).body(r#"{"filter":{"tags":"x"},"limit":5}"#),
     // The same Idempotency-Key and body as A's event: B gets an event of its own, never A's.
     row("POST /v1/events", NoId, CreatesOwn(202), 202).body(SHARED_EVENT).headers(SHARED_KEY),
     row("GET /v1/events", NoId, OnlyOwn, 200),

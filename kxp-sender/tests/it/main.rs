@@ -47,6 +47,7 @@ mod encryption;
 mod events_list;
 mod fairness;
 mod feed;
+mod filters;
 mod guard;
 mod health;
 mod ingestion;

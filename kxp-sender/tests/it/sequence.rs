@@ -11,7 +11,12 @@ use serde_json::json;
 use crate::support::{Api, Backend, Database, Receiver, Reply, run, sender, typed, verifies};
 
 /// Every delivery of `endpoint_id`, once each has its number and is `status` (within 20 s).
-async fn numbered(api: &Api, endpoint_id: &str, count: usize, status: &str) -> Vec<Delivery> {
+pub(crate) async fn numbered(
+    api: &Api,
+    endpoint_id: &str,
+    count: usize,
+    status: &str,
+) -> Vec<Delivery> {
     let query: DeliveryQuery = typed(json!({"endpoint_id": endpoint_id, "limit": 500}));
     let start = Instant::now();
     loop {
@@ -35,7 +40,7 @@ async fn numbered(api: &Api, endpoint_id: &str, count: usize, status: &str) -> V
 }
 
 /// The numbers of `deliveries` by event, checked to be exactly 1..=n, one per event.
-fn gapless(deliveries: &[Delivery]) -> HashMap<String, u64> {
+pub(crate) fn gapless(deliveries: &[Delivery]) -> HashMap<String, u64> {
     let mut by_event: HashMap<String, u64> = HashMap::new();
     for d in deliveries {
         let n = d.sequence.unwrap();

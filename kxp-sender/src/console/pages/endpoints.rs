@@ -246,6 +246,13 @@ pub(in crate::console) fn endpoint(
             dt { "Id" } dd { code { (endpoint.id) } }
             @if !endpoint.description.is_empty() { dt { "Description" } dd { (endpoint.description) } }
             dt { "Event types" } dd { (endpoint.types().join(", ")) }
+            dt { "Filter" } dd {
+                @match &endpoint.content_filter {
+                    Some(filter) => { code { (filter) } }
+                    None => { "none: every event of its types" }
+                }
+                " (" a href=(action("filter")) { "try a filter" } ")"
+            }
             dt { "State" } dd { (state(endpoint)) }
             dt { "Timeout" } dd { (endpoint.timeout_ms) " ms" }
             dt { "Rate limit" } dd { @match endpoint.rate_limit_per_second { Some(n) => { (n) " per second" } None => { "none" } } }
@@ -306,6 +313,7 @@ pub(in crate::console) fn endpoint(
                 form.inline method="post" action=(action("rotate-when-confirmed")) { (frame.csrf()) button type="submit" { "Rotate, ending when the receiver confirms" } }
                 a.button href=(action("edit")) { "Edit…" }
                 a.button href=(action("credentials")) { "Credentials…" }
+                a.button href=(action("filter")) { "Filter…" }
                 a.button href=(action("delete")) { "Delete…" }
             }
         }

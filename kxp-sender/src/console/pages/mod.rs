@@ -12,6 +12,7 @@ mod credentials;
 mod dead_letters;
 mod endpoints;
 mod events;
+mod filters;
 mod operators;
 
 pub(super) use credentials::credentials;
@@ -21,6 +22,7 @@ pub(super) use endpoints::{
     endpoint_form, endpoints, register,
 };
 pub(super) use events::{DeliveryView, Found, SearchForm, event, in_flight, search};
+pub(super) use filters::{FilterShown, filter};
 pub(super) use operators::{accounts, audit, notifications};
 
 /// What every page about one account shows around its content: the account, the way back to
