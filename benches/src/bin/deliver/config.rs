@@ -53,6 +53,12 @@ pub(crate) struct Args {
     /// event type, so every event has one delivery).
     #[arg(long, default_value_t = 1)]
     pub(crate) endpoints: usize,
+    /// How kxp's endpoints take their events, comma-separated to run both: `type` (endpoint
+    /// j subscribes to its own event type) or `content` (every endpoint subscribes to `*` with
+    /// a content filter on the event's `data.bench_route`, so each event is still delivered
+    /// once, after every endpoint's filter ran on it). Svix runs `type` only.
+    #[arg(long, default_value = "type", value_delimiter = ',')]
+    pub(crate) routing: Vec<String>,
     /// kxp accounts the endpoints are spread over (endpoint j belongs to account j mod accounts).
     #[arg(long, default_value_t = 1)]
     pub(crate) accounts: usize,
@@ -98,9 +104,29 @@ pub(crate) struct Args {
     pub(crate) keep_logs: bool,
 }
 
+/// How endpoints take their events (`--routing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Routing {
+    /// One event type per endpoint.
+    Type,
+    /// Every type, and a content filter per endpoint.
+    Content,
+}
+
+impl Routing {
+    fn parse(name: &str) -> Result<Routing> {
+        match name.trim() {
+            "type" => Ok(Routing::Type),
+            "content" => Ok(Routing::Content),
+            other => Err(format!("--routing: `type` or `content`, not {other:?}").into()),
+        }
+    }
+}
+
 pub(crate) struct Config {
     pub(crate) system: System,
     pub(crate) processes: usize,
+    pub(crate) routing: Routing,
     pub(crate) kxp_args: Vec<String>,
     /// The `kxp` binary, and whether it is the `--kxp-baseline` one.
     pub(crate) kxp_bin: PathBuf,
@@ -118,6 +144,10 @@ impl Config {
             .to_owned()
         } else {
             format!("`{}`", self.kxp_args.join(" "))
+        };
+        let flags = match self.routing {
+            Routing::Type => flags,
+            Routing::Content => format!("{flags}, routed by content filters"),
         };
         if self.baseline {
             format!("{flags}, baseline binary")
@@ -147,6 +177,11 @@ pub(crate) fn configs(args: &Args) -> Result<Vec<Config>> {
             .map(|v| v.split_whitespace().map(str::to_owned).collect())
             .collect()
     };
+    let routings = args
+        .routing
+        .iter()
+        .map(|r| Routing::parse(r))
+        .collect::<Result<Vec<_>>>()?;
     let mut configs = Vec::new();
     for name in &args.system {
         let system = System::parse(name.trim())?;
@@ -166,19 +201,23 @@ pub(crate) fn configs(args: &Args) -> Result<Vec<Config>> {
                     .chain(args.kxp_baseline.iter().map(|b| (b, true)));
                 for (bin, baseline) in bins {
                     for v in &variants {
-                        configs.push(Config {
-                            system,
-                            processes,
-                            kxp_args: v.clone(),
-                            kxp_bin: bin.clone(),
-                            baseline,
-                        });
+                        for &routing in &routings {
+                            configs.push(Config {
+                                system,
+                                processes,
+                                routing,
+                                kxp_args: v.clone(),
+                                kxp_bin: bin.clone(),
+                                baseline,
+                            });
+                        }
                     }
                 }
             } else {
                 configs.push(Config {
                     system,
                     processes,
+                    routing: Routing::Type,
                     kxp_args: Vec::new(),
                     kxp_bin: args.kxp_bin.clone(),
                     baseline: false,

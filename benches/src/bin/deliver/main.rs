@@ -197,7 +197,7 @@ async fn measure_limits(
     limits: &mut Limits,
 ) -> Result<()> {
     let secs = args.limit_secs;
-    let body = event_data(0, args.payload_bytes);
+    let body = event_data(0, 0, args.payload_bytes);
     let r = limits::receiver_alone(receiver, base, client, args.clients, &body, secs).await?;
     limits.receiver.push(r);
     let mut line = format!("limits: receiver alone {r:.0}/s");

@@ -53,8 +53,8 @@ impl Measured {
 
 /// The `data` of event `seq`: its index first (the receiver looks for it), then padding up to
 /// about `bytes`.
-pub(crate) fn event_data(seq: usize, bytes: usize) -> String {
-    let head = format!("{{\"bench_seq\":{seq},\"pad\":\"");
+pub(crate) fn event_data(seq: usize, route: usize, bytes: usize) -> String {
+    let head = format!("{{\"bench_seq\":{seq},\"bench_route\":{route},\"pad\":\"");
     let pad = bytes.saturating_sub(head.len() + 2);
     format!("{head}{}\"}}", "x".repeat(pad))
 }
@@ -177,6 +177,7 @@ async fn measure(
             system: config.system,
             processes: config.processes,
             extra_args: &config.kxp_args,
+            routing: config.routing,
             kxp_bin: &config.kxp_bin,
             svix_bin: &args.svix_bin,
             pg_server: &args.pg_server,
@@ -362,8 +363,9 @@ async fn emit(
                     let at = started + Duration::from_secs_f64(i as f64 / rate);
                     tokio::time::sleep_until(at.into()).await;
                 }
-                let (path, auth, event_type) = &targets[run.endpoint_of(i)];
-                let data = event_data(i, bytes);
+                let endpoint = run.endpoint_of(i);
+                let (path, auth, event_type) = &targets[endpoint];
+                let data = event_data(i, endpoint, bytes);
                 let body = if kxp {
                     format!("{{\"type\":\"{event_type}\",\"data\":{data}}}")
                 } else {

@@ -15,6 +15,7 @@ use tokio::process::{Child, Command};
 
 use crate::Result;
 use crate::citus::Cluster;
+use crate::config::Routing;
 
 /// The first account's API key of every kxp run (`KXP_API_KEY`).
 pub const KXP_KEY: &str = "kxp_bench_0123456789abcdef0123456789abcdef";
@@ -61,7 +62,10 @@ impl System {
     }
 
     pub fn is_kxp(self) -> bool {
-        matches!(self, System::KxpSqlite | System::KxpPostgres | System::KxpCitus)
+        matches!(
+            self,
+            System::KxpSqlite | System::KxpPostgres | System::KxpCitus
+        )
     }
 
     pub fn uses_postgres(self) -> bool {
@@ -109,6 +113,8 @@ pub struct Setup<'a> {
     pub system: System,
     pub processes: usize,
     pub extra_args: &'a [String],
+    /// How kxp's endpoints take their events.
+    pub routing: Routing,
     pub kxp_bin: &'a Path,
     pub svix_bin: &'a Path,
     /// `postgres://user@host:port` (no database).
@@ -306,13 +312,20 @@ impl Deployment {
         let receiver = setup.receiver.to_owned();
         let client = setup.client.clone();
         let keys = Arc::new(keys);
+        let routing = setup.routing;
         let created = concurrently(setup.endpoints, move |j| {
             let (base, receiver, client, keys) =
                 (base.clone(), receiver.clone(), client.clone(), keys.clone());
             async move {
                 let key = &keys[j % keys.len()];
-                let body =
-                    json!({"url": format!("{receiver}/{j}"), "event_types": [event_type(j)]});
+                let url = format!("{receiver}/{j}");
+                let body = match routing {
+                    Routing::Type => json!({"url": url, "event_types": [event_type(j)]}),
+                    // Two clauses, as a merchant's filter has: a type prefix and a value.
+                    Routing::Content => json!({"url": url, "event_types": ["*"], "filter": {
+                        "type": {"$prefix": "bench."}, "data.bench_route": j,
+                    }}),
+                };
                 let r = client
                     .post(format!("{base}/v1/endpoints"))
                     .bearer_auth(key)
