@@ -291,6 +291,27 @@ async fn the_console_tries_and_saves_a_filter_and_a_reader_may_only_try() {
         "{endpoint}"
     );
 
+    // The console's test event goes where it is sent, whatever the filter says.
+    let sent = post_form(
+        &b,
+        &format!("{account}/endpoints/{id}/test"),
+        &cookie,
+        &[("csrf_token", &csrf)],
+    )
+    .await;
+    assert_eq!(sent.status(), 303);
+    let start = std::time::Instant::now();
+    let is_test = |seen: &crate::support::Seen| {
+        serde_json::from_slice::<Value>(&seen.body).unwrap()["type"] == "kxp.test"
+    };
+    while !receiver.seen().iter().any(is_test) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the test event never came"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     // A reader sees the filter and may try one, but not save.
     let reader = b.session(&s.api.client, PortalScope::Read).await;
     let (_, reader_csrf) = account_page(&b, &reader).await;
