@@ -141,6 +141,10 @@ fn order(candidate: Candidate<'_>, bound: &Bound) -> Option<Ordering> {
     }
 }
 
+/// 2^65: past every integer a JSON number reads as (i64 and u64), and exactly representable;
+/// a float's whole part below it converts to i128 exactly.
+pub(crate) const WHOLE_LIMIT: f64 = 36_893_488_147_419_103_232.0;
+
 /// A JSON number, exactly: an integer as one (i64 and u64 both fit in i128), else a float.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Num {
@@ -173,12 +177,10 @@ pub(crate) fn compare(a: &Number, b: &Number) -> Option<Ordering> {
 /// JSON number reads as is below 2^64, and so is any float's whole part that matters), then
 /// by its fraction.
 fn int_float(i: i128, f: f64) -> Ordering {
-    // 2^65: past every i64 and u64, and exactly representable.
-    const LIMIT: f64 = 36_893_488_147_419_103_232.0;
-    if f >= LIMIT {
+    if f >= WHOLE_LIMIT {
         return Ordering::Less;
     }
-    if f <= -LIMIT {
+    if f <= -WHOLE_LIMIT {
         return Ordering::Greater;
     }
     let whole = f.trunc();

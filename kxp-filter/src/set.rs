@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use serde_json::Number;
 
 use crate::compile::Scalar;
-use crate::matching::{Num, num};
+use crate::matching::{Num, WHOLE_LIMIT, num};
 
 /// A list of values, by kind. Numbers equal by value (`2` is `2.0`), as `$eq` has them: every
 /// whole number is kept as an integer, the others as floats.
@@ -77,11 +77,9 @@ enum Key {
 /// A number's key: an integer for every whole number below 2^65 in size (whatever its JSON
 /// form), else the float (`-0.0` is the integer 0, so it equals `0`).
 fn number_key(n: &Number) -> Option<Key> {
-    // 2^65: past every integer a JSON number reads as.
-    const LIMIT: f64 = 36_893_488_147_419_103_232.0;
     Some(match num(n)? {
         Num::Int(i) => Key::Integer(i),
-        Num::Float(f) if f.fract() == 0.0 && f.abs() < LIMIT => Key::Integer(f as i128),
+        Num::Float(f) if f.fract() == 0.0 && f.abs() < WHOLE_LIMIT => Key::Integer(f as i128),
         Num::Float(f) => Key::Fraction(f),
     })
 }
