@@ -5,7 +5,8 @@
 # SQLite files there) and /data (the working directory and default database). No shell.
 #
 # Usage: deploy/container/build.sh [KXP_BINARY]
-#   KXP_BINARY: a release build of `kxp` (default target/release/kxp, built if missing).
+#   KXP_BINARY: a build of `kxp` (default target/release/kxp, built if missing; CI passes the
+#   debug build its tests made, to stay within its time budget).
 # Prints the image's size. Needs podman (Debian: podman runc) and runs as root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
