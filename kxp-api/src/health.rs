@@ -122,9 +122,10 @@ pub struct EndpointHealth {
     {"name": "amqp:/payments", "state": "up", "lag": 0, "last_error": null}]}))]
 pub struct ServiceHealth {
     /// `ok`; on Citus `degraded` while some shards do not answer (a worker is down: the
-    /// accounts on the others are served, `unanswered_shards` says how many). A database that
-    /// does not answer at all is 503 `store_unavailable` instead. A broker source that is down
-    /// does not change it: the API still takes events; `sources` tells.
+    /// accounts on the others are served, `unanswered_shards` says how many), and `degraded`
+    /// while the egress proxy fails (`egress_proxy` says why). A database that does not answer
+    /// at all is 503 `store_unavailable` instead. A broker source that is down does not change
+    /// it: the API still takes events; `sources` tells.
     pub status: String,
     /// The backend: `sqlite` or `postgres` (Citus too).
     pub database: String,
@@ -135,6 +136,29 @@ pub struct ServiceHealth {
     /// without any.
     #[serde(default)]
     pub sources: Vec<SourceHealth>,
+    /// The egress proxy deliveries leave through (`kxp serve --egress-proxy`); absent without
+    /// one. While it fails, `status` is `degraded`: the API still takes events, and they wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_proxy: Option<EgressProxyHealth>,
+}
+
+/// The egress proxy of this process (`kxp serve --egress-proxy <URL>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"proxy": "http://egress:***@proxy.internal:3128", "state": "up",
+    "since": null, "last_error": null}))]
+pub struct EgressProxyHealth {
+    /// Its URL, the password replaced by `***`.
+    pub proxy: String,
+    /// `up`, or `proxy_error`: it could not be reached, answered `407`, or failed its probe.
+    /// Deliveries wait meanwhile; no attempt is counted against an endpoint, and they resume
+    /// when a probe (every second while down) passes.
+    pub state: String,
+    /// When it last went up or down; `null` while it has never failed.
+    #[schema(required = true)]
+    pub since: Option<Timestamp>,
+    /// Why it failed, the last time it did.
+    #[schema(required = true)]
+    pub last_error: Option<String>,
 }
 
 /// `GET /livez` and `GET /readyz` (no key) when they answer 200: `{"status": "ok"}` (the

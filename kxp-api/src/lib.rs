@@ -50,7 +50,9 @@ pub use events::{
     RawJson, is_event_id, is_ordering_key, is_tag,
 };
 pub use feed::{DEFAULT_FEED_LIMIT, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT};
-pub use health::{EndpointHealth, HealthWindow, Probe, ServiceHealth, SourceHealth};
+pub use health::{
+    EgressProxyHealth, EndpointHealth, HealthWindow, Probe, ServiceHealth, SourceHealth,
+};
 pub use ids::{
     AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,
 };

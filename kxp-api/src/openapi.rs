@@ -7,15 +7,15 @@ use utoipa::{Modify, OpenApi};
 use crate::{
     Account, AccountCreated, AccountPatch, AccountUpdated, Attempt, BulkReplay, CertificateInfo,
     CircuitState, ClientAuth, Credential, Cursor, Delivery, DeliveryQuery, DeliveryStatus,
-    Endpoint, EndpointAuth, EndpointAuthView, EndpointCreated, EndpointDeleted, EndpointDetails,
-    EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointTls, EndpointTlsView,
-    EndpointUpdated, ErrorBody, ErrorCode, Event, EventId, EventQuery, EventSummary, ExpireOld,
-    FeedItem, FeedPage, FeedQuery, FeedToken, FilterTested, Format, HealthWindow, NewAccount,
-    NewEndpoint, NewEvent, NewPortalLink, Notification, NotificationChannel, NotificationId,
-    NotificationKind, NotificationStatus, Page, PageQuery, PortalLink, PortalScope, PublicKey,
-    PublicKeys, RawJson, ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation, Schema,
-    SchemaDeleted, SchemaId, Secret, SecretRotated, SecretState, ServiceHealth, Signing,
-    SourceHealth, TestFilter, Timestamp,
+    EgressProxyHealth, Endpoint, EndpointAuth, EndpointAuthView, EndpointCreated, EndpointDeleted,
+    EndpointDetails, EndpointHealth, EndpointId, EndpointPatch, EndpointStatus, EndpointTls,
+    EndpointTlsView, EndpointUpdated, ErrorBody, ErrorCode, Event, EventId, EventQuery,
+    EventSummary, ExpireOld, FeedItem, FeedPage, FeedQuery, FeedToken, FilterTested, Format,
+    HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink, Notification,
+    NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page, PageQuery,
+    PortalLink, PortalScope, PublicKey, PublicKeys, RawJson, ReceiverKey, Redacted, ReplayQueued,
+    RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, SecretState,
+    ServiceHealth, Signing, SourceHealth, TestFilter, Timestamp,
 };
 use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerCertificate};
 
@@ -38,7 +38,7 @@ use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerC
         PublicKeys, EndpointAuth, EndpointAuthView, ClientAuth, Credential, Redacted,
         EndpointTls, EndpointTlsView, CertificateInfo, ServerCertificate, CertificateRole,
         ExpiringCertificate,
-        EndpointHealth, HealthWindow, ServiceHealth, SourceHealth,
+        EndpointHealth, HealthWindow, ServiceHealth, SourceHealth, EgressProxyHealth,
         NewEvent, Event, EventSummary, EventQuery,
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,
         FeedPage, FeedItem, FeedQuery, FeedToken,

@@ -16,6 +16,7 @@ use std::{fmt, fs};
 use clap::Args;
 use clap::builder::BoolishValueParser;
 use kxp_sender::Cidr;
+use kxp_sender::EgressProxy;
 use kxp_sender::IngestSource;
 use kxp_sender::Protection;
 use kxp_sender::redact_passwords;
@@ -88,6 +89,26 @@ pub(crate) struct Settings {
     )]
     #[serde(default, with = "text_list", skip_serializing_if = "Option::is_none")]
     pub trusted_proxy: Option<Vec<Cidr>>,
+    /// Send every delivery, endpoint challenge and OAuth2 token request through this forward
+    /// proxy, `http://[user:password@]host:port`, for a static source address receivers can
+    /// allow-list. kxp resolves and vets each destination itself and asks the proxy for a
+    /// tunnel to the vetted address. A failing proxy holds deliveries back without counting
+    /// attempts. The password is never printed.
+    #[arg(
+        long,
+        env = "KXP_EGRESS_PROXY",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_proxy: Option<String>,
+    /// A destination known to accept connections (`host:port`) that kxp asks the egress proxy
+    /// for a tunnel to, every 10 s and when the proxy answers an endpoint's tunnel with an
+    /// error: how a failing proxy is told from a failing endpoint. Without it, the probe only
+    /// connects to the proxy.
+    #[arg(long, env = "KXP_EGRESS_PROXY_PROBE", value_name = "HOST:PORT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress_proxy_probe: Option<String>,
     /// Offsets from the first try, comma-separated.
     #[arg(long, env = "KXP_RETRY_SCHEDULE", value_name = "OFFSETS")]
     #[serde(default, with = "text", skip_serializing_if = "Option::is_none")]
@@ -339,8 +360,8 @@ impl Settings {
     /// `self` where it says something, `lower` elsewhere.
     pub(crate) fn over(self, lower: Settings) -> Settings {
         let high = self;
-        layer!(high over lower: database_url, migrate, listen, public_url, dev, api_only, allow_address, trusted_proxy, retry_schedule, jitter,
-            delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
+        layer!(high over lower: database_url, migrate, listen, public_url, dev, api_only, allow_address, trusted_proxy, egress_proxy,
+            egress_proxy_probe, retry_schedule, jitter, delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
             smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace,
             statement_timeout, max_event_bytes, ingest, otlp_endpoint, json_logs, api_key,
@@ -393,6 +414,7 @@ impl Settings {
             run_workers: !self.api_only.unwrap_or(!d.run_workers),
             allow_addresses: self.allow_address.clone().unwrap_or(d.allow_addresses),
             trusted_proxies: self.trusted_proxy.clone().unwrap_or(d.trusted_proxies),
+            egress_proxy: self.egress_proxy()?,
             schedule,
             delivery_timeout,
             workers: self.workers.unwrap_or(d.workers).max(1),
@@ -454,6 +476,28 @@ impl Settings {
         })
     }
 
+    /// The egress proxy and its probe target, when a proxy is set.
+    fn egress_proxy(&self) -> Result<Option<EgressProxy>, ConfigError> {
+        let Some(url) = self.egress_proxy.as_deref().filter(|url| !url.is_empty()) else {
+            if self
+                .egress_proxy_probe
+                .as_deref()
+                .is_some_and(|p| !p.is_empty())
+            {
+                return Err(invalid("egress_proxy_probe", "is set without egress_proxy"));
+            }
+            return Ok(None);
+        };
+        let proxy: EgressProxy = url.parse().map_err(|e| invalid("egress_proxy", e))?;
+        match self.egress_proxy_probe.as_deref().filter(|p| !p.is_empty()) {
+            Some(target) => proxy
+                .with_probe(target)
+                .map(Some)
+                .map_err(|e| invalid("egress_proxy_probe", e)),
+            None => Ok(Some(proxy)),
+        }
+    }
+
     /// Every setting of `config`, in the file's form, with secrets redacted: what
     /// `--print-config` shows.
     pub(crate) fn effective(config: &Config, json_logs: bool) -> Settings {
@@ -466,6 +510,11 @@ impl Settings {
             api_only: Some(!config.run_workers),
             allow_address: Some(config.allow_addresses.clone()),
             trusted_proxy: Some(config.trusted_proxies.clone()),
+            egress_proxy: config.egress_proxy.as_ref().map(ToString::to_string),
+            egress_proxy_probe: config
+                .egress_proxy
+                .as_ref()
+                .and_then(|proxy| proxy.probe().map(str::to_owned)),
             retry_schedule: Some(config.schedule.clone()),
             jitter: Some(config.schedule.jitter()),
             delivery_timeout: Some(Dur(config.delivery_timeout)),

@@ -73,6 +73,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         .chain(dev.then(|| "loopback (--dev)".to_owned()))
         .collect::<Vec<_>>()
         .join(", ");
+    let egress = config.egress_proxy.as_ref().map(ToString::to_string);
     runtime.block_on(async move {
         let server = match kxp_sender::start(config).await {
             Ok(server) => server,
@@ -90,6 +91,9 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
         if !allowed.is_empty() {
             // Holes in the address guard are worth a line in every log.
             tracing::warn!(target: "kxp_sender", allow_addresses = %allowed, dev, "the address guard lets deliveries reach these non-public addresses");
+        }
+        if let Some(proxy) = egress {
+            tracing::info!(target: "kxp_sender::egress", proxy = %proxy, "deliveries leave through the egress proxy");
         }
         println!("kxp serve listening on http://{}", server.addr());
         stop_signal().await;

@@ -103,6 +103,7 @@ mod store;
 
 // Running a sender.
 pub use engine::config::{Config, MAX_EVENT_DATA};
+pub use engine::egress::{EgressProxy, EgressProxyError};
 pub use engine::guard::{Cidr, CidrError};
 pub use engine::sources::{IngestSource, IngestUrlError};
 pub use engine::traces::TracesError;

@@ -15,6 +15,7 @@ use crate::engine::auth::Tokens;
 use crate::engine::backlog::Backlog;
 use crate::engine::config::{Config, Shared};
 use crate::engine::dispatch;
+use crate::engine::egress::{self, Egress};
 use crate::engine::gate::WriteGate;
 use crate::engine::guard::AddressGuard;
 use crate::engine::ingester::Ingester;
@@ -45,6 +46,10 @@ pub enum StartError {
     /// The HTTP client (the endpoint challenge's) could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
+    /// The TLS settings of the egress proxy's tunnels could not be made (the platform's
+    /// certificate verifier did not load).
+    #[error("egress proxy: TLS: {0}")]
+    EgressTls(String),
     /// The SMTP settings are unusable.
     #[error("e-mail notifications: {0}")]
     Mail(#[from] MailError),
@@ -204,7 +209,12 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     let guard = AddressGuard::new(config.dev, config.allow_addresses.clone());
     // One client for deliveries, operational webhooks and the endpoint challenge, built once:
     // never an unguarded one, since all three connect to merchants' URLs.
-    let client = dispatch::client(guard)?;
+    let mut client = dispatch::client(guard)?;
+    let egress = config.egress_proxy.clone().map(Egress::new);
+    if let Some(egress) = &egress {
+        let tls = egress::tls_config(None, None).map_err(StartError::EgressTls)?;
+        client = client.through(egress.clone(), tls);
+    }
     let (stop, stopped) = watch::channel(false);
     let gate = WriteGate::for_db(&db);
     let ingester = Ingester::start(&db, gate.clone());
@@ -268,6 +278,9 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     });
     if matches!(db, Db::Postgres(_) | Db::Citus(_)) {
         tokio::spawn(follow_database_clock(db.clone(), stopped.clone()));
+    }
+    if let Some(egress) = egress {
+        tokio::spawn(egress::watch(egress, stopped.clone()));
     }
     if let (true, Db::Postgres(pool) | Db::Citus(pool)) = (announce, &db) {
         tokio::spawn(announce::send(

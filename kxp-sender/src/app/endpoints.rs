@@ -113,7 +113,7 @@ async fn challenge(
     credentials: Option<&Credentials>,
 ) -> Result<(), Error> {
     let client = match credentials.and_then(|c| c.tls.as_ref()) {
-        Some(tls) => tls::Clients::one_off(shared.guard(), tls).map_err(|failure| {
+        Some(tls) => tls::Clients::one_off(&shared.client, tls).map_err(|failure| {
             Error::ChallengeFailed(format!("the endpoint's tls could not be used: {failure}"))
         })?,
         None => shared.client.clone(),

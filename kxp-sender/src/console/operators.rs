@@ -26,7 +26,17 @@ pub(super) async fn home(
     }
     let operator = operator(&state, &signed).await?;
     let overview = state.db.account_overviews().await?;
-    let markup = pages::accounts(&operator.name, &signed.session.csrf_token, &overview);
+    let egress = state
+        .shared
+        .client
+        .egress()
+        .map(|egress| egress.health.view(egress.proxy.to_string()));
+    let markup = pages::accounts(
+        &operator.name,
+        &signed.session.csrf_token,
+        &overview,
+        egress.as_ref(),
+    );
     Ok(Html(markup.into_string()).into_response())
 }
 

@@ -379,11 +379,15 @@ async fn ask(
         }
         form.finish()
     };
-    let mut request = client
-        .http()
-        .post(url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json");
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    );
+    headers.insert(
+        http::header::ACCEPT,
+        HeaderValue::from_static("application/json"),
+    );
     if !post {
         // RFC 6749 §2.3.1: each form-encoded, then joined with `:` for HTTP Basic.
         let encode = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
@@ -396,14 +400,16 @@ async fn ask(
             "authorization",
             &Zeroizing::new(format!("Basic {}", STANDARD.encode(pair.as_bytes()))),
         )?;
-        request = request.header(name, value);
+        headers.insert(name, value);
     }
-    let response = request.body(body).send().await.map_err(|e| {
-        failed(format!(
-            "token endpoint: {}",
-            crate::engine::dispatch::describe(&e)
-        ))
-    })?;
+    let response = client
+        .execute(http::Method::POST, &url, headers, body.into())
+        .await
+        .map_err(|failure| match failure.kind {
+            // The proxy's failure is not the token endpoint's, nor the endpoint's.
+            FailureKind::ProxyError => failure,
+            _ => failed(format!("token endpoint: {failure}")),
+        })?;
     let status = response.status();
     let bytes = read_limited(response).await;
     if !status.is_success() {

@@ -15,6 +15,7 @@ use crate::engine::announcements::Announcements;
 use crate::engine::auth::Tokens;
 use crate::engine::backlog::Backlog;
 use crate::engine::dispatch::GuardedClient;
+use crate::engine::egress::EgressProxy;
 use crate::engine::gate::WriteGate;
 use crate::engine::guard::{AddressGuard, Cidr};
 use crate::engine::ingester::Ingester;
@@ -55,6 +56,11 @@ pub struct Config {
     /// Blocks the address guard lets through although they are private, loopback, link-local…
     /// (`kxp serve --allow-address CIDR`).
     pub allow_addresses: Vec<Cidr>,
+    /// The forward proxy every delivery, endpoint challenge and OAuth2 token request leaves
+    /// through (`kxp serve --egress-proxy http://host:port`), for a static source address:
+    /// tunnels to addresses the address guard vetted, never names for the proxy to resolve.
+    /// `None`: straight out.
+    pub egress_proxy: Option<EgressProxy>,
     /// The reverse proxies in front of this server (`kxp serve --trusted-proxy CIDR`): a
     /// connection from one of these blocks names its client in `X-Forwarded-For`, which the
     /// console's failed sign-in limit counts by. Default: loopback only (a proxy on this host).
@@ -139,6 +145,7 @@ impl fmt::Debug for Config {
             .field("public_url", &self.public_url)
             .field("dev", &self.dev)
             .field("allow_addresses", &self.allow_addresses)
+            .field("egress_proxy", &self.egress_proxy)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("schedule", &self.schedule)
             .field("delivery_timeout", &self.delivery_timeout)
@@ -175,6 +182,7 @@ impl Default for Config {
             public_url: None,
             dev: false,
             allow_addresses: Vec::new(),
+            egress_proxy: None,
             trusted_proxies: loopback(),
             schedule: Schedule::default(),
             delivery_timeout: Duration::from_secs(5),

@@ -6,15 +6,20 @@
 //! by the client's resolver, which connects only to the addresses it checked. A refused
 //! address fails the attempt with `blocked_address`, and nothing is sent.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kxp_api::Format;
 use kxp_verify::{Secret, Signer, SigningKey, TraceParent};
 use reqwest::{Client, Url};
 
+use crate::engine::egress::{self, Egress};
 use crate::engine::guard::{AddressGuard, BlockedName, GuardedResolver};
 use crate::model::{Failure, FailureKind, Key, Material};
 
@@ -106,12 +111,33 @@ pub(crate) struct Request<'a> {
 /// The shared HTTP client, with the address guard it enforces: no automatic redirects (they
 /// would turn a POST into a GET, and [`send`] checks each hop itself), no proxy from the
 /// environment (a proxy would resolve names beyond the guard's reach), and a DNS resolver that
-/// hands over only addresses the guard let through. Cheap to clone.
-#[derive(Debug, Clone)]
+/// hands over only addresses the guard let through. With an egress proxy, every request goes
+/// through tunnels to addresses the guard vetted instead ([`egress`]). Cheap to clone.
+#[derive(Clone)]
 pub(crate) struct GuardedClient {
     http: Client,
     guard: AddressGuard,
+    through: Option<Through>,
 }
+
+/// The egress proxy's side of a client: its tunnels, with the client's TLS inside.
+#[derive(Clone)]
+struct Through {
+    egress: Arc<Egress>,
+    client: hyper_util::client::legacy::Client<egress::Connector, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for GuardedClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedClient")
+            .field("guard", &self.guard)
+            .field("egress", &self.through.as_ref().map(|t| &t.egress.proxy))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `User-Agent` of every request.
+const USER_AGENT: &str = concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION"));
 
 impl GuardedClient {
     /// The address guard this client enforces.
@@ -119,10 +145,63 @@ impl GuardedClient {
         &self.guard
     }
 
-    /// The client itself, for a request that checks IP-literal URLs with [`Self::guard`] first
-    /// (an OAuth2 token endpoint's).
-    pub(crate) fn http(&self) -> &Client {
-        &self.http
+    /// The egress proxy this client sends through, if any.
+    pub(crate) fn egress(&self) -> Option<&Arc<Egress>> {
+        self.through.as_ref().map(|t| &t.egress)
+    }
+
+    /// The same client, sending every request through `egress`'s tunnels with `tls` inside
+    /// them (the client's own TLS: its roots, its certificate).
+    pub(crate) fn through(
+        mut self,
+        egress: Arc<Egress>,
+        tls: rustls::ClientConfig,
+    ) -> GuardedClient {
+        let connector = egress::Connector::new(egress.clone(), self.guard.clone(), Arc::new(tls));
+        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        self.through = Some(Through { egress, client });
+        self
+    }
+
+    /// Sends one request, following no redirect: through the egress proxy when there is one.
+    /// IP-literal URLs are checked with [`Self::guard`] by the caller first (the resolver and
+    /// the tunnel check every name).
+    pub(crate) async fn execute(
+        &self,
+        method: Method,
+        url: &Url,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<reqwest::Response, Failure> {
+        let Some(through) = &self.through else {
+            return self
+                .http
+                .request(method, url.clone())
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| describe(&e));
+        };
+        let mut request = http::Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = url
+            .as_str()
+            .parse()
+            .map_err(|e| Failure::new(FailureKind::InvalidUrl, format!("{e}")))?;
+        *request.headers_mut() = headers;
+        request
+            .headers_mut()
+            .entry(http::header::USER_AGENT)
+            .or_insert(HeaderValue::from_static(USER_AGENT));
+        match through.client.request(request).await {
+            Ok(response) => Ok(reqwest::Response::from(response.map(reqwest::Body::wrap))),
+            Err(e) => Err(egress::connect_failure(&e)
+                .unwrap_or_else(|| Failure::new(FailureKind::Request, causes(&e)))),
+        }
     }
 }
 
@@ -143,7 +222,7 @@ pub(crate) fn client_with(
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .dns_resolver(GuardedResolver::new(guard.clone()))
-        .user_agent(concat!("kxp-webhooks/", env!("CARGO_PKG_VERSION")))
+        .user_agent(USER_AGENT)
         // The server's certificate on each response, for its expiry (engine/tls.rs).
         .tls_info(true);
     if let Some(identity) = identity {
@@ -153,7 +232,11 @@ pub(crate) fn client_with(
         builder = builder.tls_certs_only(roots);
     }
     let http = builder.build()?;
-    Ok(GuardedClient { http, guard })
+    Ok(GuardedClient {
+        http,
+        guard,
+        through: None,
+    })
 }
 
 /// Sends one attempt and says how it went: the status line must come within `request.timeout`
@@ -243,23 +326,23 @@ async fn follow(
                 detail,
             )));
         }
+        let body = Bytes::copy_from_slice(request.payload.as_bytes());
         let response = match client
-            .http
-            .post(url.clone())
-            .headers(headers.clone())
-            .body(request.payload.to_owned())
-            .send()
+            .execute(Method::POST, &url, headers.clone(), body)
             .await
         {
             Ok(response) => response,
-            Err(e) => return Answer::Done(Outcome::Failed(describe(&e))),
+            Err(failure) => return Answer::Done(Outcome::Failed(failure)),
         };
         if hop == 0 {
-            *peer = response
-                .extensions()
-                .get::<reqwest::tls::TlsInfo>()
-                .and_then(reqwest::tls::TlsInfo::peer_certificate)
-                .map(<[u8]>::to_vec);
+            let extensions = response.extensions();
+            *peer = match extensions.get::<egress::PeerCertificate>() {
+                Some(tunnelled) => Some(tunnelled.0.clone()),
+                None => extensions
+                    .get::<reqwest::tls::TlsInfo>()
+                    .and_then(reqwest::tls::TlsInfo::peer_certificate)
+                    .map(<[u8]>::to_vec),
+            };
         }
         let status = response.status();
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
@@ -556,14 +639,19 @@ pub(crate) fn describe(error: &reqwest::Error) -> Failure {
         FailureKind::Request
     };
     // reqwest's Display names the URL, which holds nothing secret (secrets travel in headers).
+    Failure::new(kind, causes(error))
+}
+
+/// An error's text and its causes', `: `-separated.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
+    let mut source = error.source();
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    Failure::new(kind, text)
+    text
 }
 
 mod challenge;

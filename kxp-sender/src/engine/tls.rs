@@ -5,8 +5,8 @@
 //! [`describe`] checks an endpoint's `tls` on the way in (PEM that reads, a key that matches
 //! its certificate, nothing expired) and says what answers show of it. [`Clients`] keeps one
 //! HTTP client per (endpoint, TLS material) in a bounded LRU: each is built like the shared
-//! client (the address guard's resolver, no proxy, no redirects), with the endpoint's identity
-//! and roots.
+//! client (the address guard's resolver, no redirects, its egress proxy if any), with the
+//! endpoint's identity and roots.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,7 +18,7 @@ use sha2_std::{Digest, Sha256};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::engine::dispatch::{self, GuardedClient};
-use crate::engine::guard::AddressGuard;
+use crate::engine::egress;
 use crate::model::{EndpointId, Failure, FailureKind};
 use crate::store::SeenCertificate;
 
@@ -125,8 +125,9 @@ fn version(tls: &EndpointTls) -> [u8; 32] {
     hash.finalize().into()
 }
 
-/// Builds the client for `tls`: the shared client's settings with its identity and roots.
-fn build(guard: &AddressGuard, tls: &EndpointTls) -> Result<GuardedClient, Failure> {
+/// Builds the client for `tls`: the shared client's settings (`base`: its guard, its egress
+/// proxy) with the endpoint's identity and roots.
+fn build(base: &GuardedClient, tls: &EndpointTls) -> Result<GuardedClient, Failure> {
     let failed = |why: String| Failure::new(FailureKind::Request, format!("tls: {why}"));
     let identity = match (&tls.client_certificate, &tls.client_key) {
         (Some(cert), Some(key)) => {
@@ -142,7 +143,26 @@ fn build(guard: &AddressGuard, tls: &EndpointTls) -> Result<GuardedClient, Failu
         ),
         None => None,
     };
-    dispatch::client_with(guard.clone(), identity, roots).map_err(|e| failed(e.to_string()))
+    let client = dispatch::client_with(base.guard().clone(), identity, roots)
+        .map_err(|e| failed(e.to_string()))?;
+    let Some(egress) = base.egress() else {
+        return Ok(client);
+    };
+    // The same material for the tunnels' TLS.
+    let identity = match (&tls.client_certificate, &tls.client_key) {
+        (Some(cert), Some(key)) => Some((
+            certificates("tls.client_certificate", cert).map_err(&failed)?,
+            PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
+                .map_err(|_| failed("tls.client_key: not a PEM private key".to_owned()))?,
+        )),
+        _ => None,
+    };
+    let roots = match &tls.ca_certificates {
+        Some(pem) => Some(certificates("tls.ca_certificates", pem).map_err(&failed)?),
+        None => None,
+    };
+    let config = egress::tls_config(identity, roots).map_err(failed)?;
+    Ok(client.through(egress.clone(), config))
 }
 
 /// Per-endpoint clients for endpoints with `tls`, at most [`MAX_CLIENTS`], the least recently
@@ -162,7 +182,7 @@ impl Clients {
     /// The client for attempts to `endpoint_id` with `tls`, built now if there is none.
     pub(crate) fn client(
         &self,
-        guard: &AddressGuard,
+        base: &GuardedClient,
         endpoint_id: &EndpointId,
         tls: &EndpointTls,
     ) -> Result<GuardedClient, Failure> {
@@ -177,7 +197,7 @@ impl Clients {
             }
         }
         // Built outside the lock: loading roots and a key takes a moment.
-        let client = build(guard, tls)?;
+        let client = build(base, tls)?;
         let mut lru = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         // An endpoint's older material is of no more use.
         lru.entries.retain(|(id, _), _| id != endpoint_id);
@@ -197,10 +217,10 @@ impl Clients {
 
     /// A client for a one-off request with `tls` (the endpoint challenge), kept nowhere.
     pub(crate) fn one_off(
-        guard: &AddressGuard,
+        base: &GuardedClient,
         tls: &EndpointTls,
     ) -> Result<GuardedClient, Failure> {
-        build(guard, tls)
+        build(base, tls)
     }
 }
 

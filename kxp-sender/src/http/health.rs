@@ -92,9 +92,11 @@ async fn refuse_while_draining(
     response
 }
 
-/// Whether the process can reach its database, and how its broker sources are. No key.
+/// Whether the process can reach its database, and how its broker sources and its egress proxy
+/// are. No key.
 ///
-/// On Citus, `degraded` while some shards do not answer (their accounts' requests are 503s).
+/// On Citus, `degraded` while some shards do not answer (their accounts' requests are 503s);
+/// `degraded` too while the egress proxy fails (deliveries wait for it).
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
     responses(
         (status = 200, description = "Up", body = ServiceHealth),
@@ -102,17 +104,26 @@ async fn refuse_while_draining(
     ))]
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     match state.db.reachable().await {
-        Ok(unanswered) => Json(ServiceHealth {
-            status: if unanswered.unwrap_or(0) > 0 {
-                "degraded"
-            } else {
-                "ok"
-            }
-            .to_owned(),
-            database: state.db.backend().to_owned(),
-            unanswered_shards: unanswered.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
-            sources: state.shared.sources.0.iter().map(|s| s.health()).collect(),
-        })
+        Ok(unanswered) => {
+            let egress_proxy = state
+                .shared
+                .client
+                .egress()
+                .map(|egress| egress.health.view(egress.proxy.to_string()));
+            let proxy_failing = egress_proxy.as_ref().is_some_and(|p| p.state != "up");
+            Json(ServiceHealth {
+                status: if unanswered.unwrap_or(0) > 0 || proxy_failing {
+                    "degraded"
+                } else {
+                    "ok"
+                }
+                .to_owned(),
+                database: state.db.backend().to_owned(),
+                unanswered_shards: unanswered.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+                sources: state.shared.sources.0.iter().map(|s| s.health()).collect(),
+                egress_proxy,
+            })
+        }
         .into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
@@ -135,6 +146,9 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             {
                 let mut text = state.shared.metrics.render(&gauges);
                 state.shared.sources.render(&mut text);
+                if let Some(egress) = state.shared.client.egress() {
+                    egress.health.render(&mut text);
+                }
                 text
             },
         )

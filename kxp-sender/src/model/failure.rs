@@ -34,6 +34,10 @@ pub enum FailureKind {
     /// answered something that is not a token, or the stored credentials do not open. Nothing
     /// is sent without them.
     AuthFailed,
+    /// The egress proxy failed (unreachable, `407`, or failing its probe): the request never
+    /// reached the endpoint. An attempt that ends so is not counted: the delivery goes back
+    /// untried and waits for the proxy.
+    ProxyError,
 }
 
 impl FailureKind {
@@ -52,6 +56,7 @@ impl FailureKind {
             FailureKind::InvalidHeader => "invalid_header",
             FailureKind::EncryptionFailed => "encryption_failed",
             FailureKind::AuthFailed => "auth_failed",
+            FailureKind::ProxyError => "proxy_error",
         }
     }
 }

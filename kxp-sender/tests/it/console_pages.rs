@@ -58,6 +58,22 @@ pub(crate) async fn post_form(
 }
 
 /// A page's status and text.
+/// Signs in with `key` (an operator's, or an account's) through the sign-in form: the session
+/// cookie.
+pub(crate) async fn key_session(b: &Browser, key: &str) -> String {
+    let sign_in = b.get("/console/sign-in", None).await;
+    let sign_in_cookie = cookie_pair(&sign_in, "kxp_sign_in").unwrap();
+    let form_csrf = hidden(&sign_in.text().await.unwrap(), "csrf_token");
+    let signed = post_form(
+        b,
+        "/console/sign-in",
+        &sign_in_cookie,
+        &[("csrf_token", &form_csrf), ("key", key)],
+    )
+    .await;
+    cookie_pair(&signed, "kxp_session").unwrap()
+}
+
 pub(crate) async fn page(b: &Browser, path: &str, cookie: &str) -> (StatusCode, String) {
     let response = b.get(path, Some(cookie)).await;
     (response.status(), response.text().await.unwrap())
@@ -522,17 +538,7 @@ async fn operators_see_every_account_with_its_counts_and_open_its_pages(db: Data
         .create_account(&NewAccount::new("Shop <B>"))
         .await
         .unwrap();
-    let sign_in = b.get("/console/sign-in", None).await;
-    let sign_in_cookie = cookie_pair(&sign_in, "kxp_sign_in").unwrap();
-    let form_csrf = hidden(&sign_in.text().await.unwrap(), "csrf_token");
-    let signed = post_form(
-        &b,
-        "/console/sign-in",
-        &sign_in_cookie,
-        &[("csrf_token", &form_csrf), ("key", &op_key)],
-    )
-    .await;
-    let cookie = cookie_pair(&signed, "kxp_session").unwrap();
+    let cookie = key_session(&b, &op_key).await;
 
     let (status, html) = page(&b, "/console", &cookie).await;
     assert_eq!(status, 200);

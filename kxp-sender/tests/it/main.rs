@@ -43,6 +43,7 @@ mod console_pages;
 mod credentials;
 mod durability;
 mod ed25519;
+mod egress;
 mod encryption;
 mod events_list;
 mod fairness;

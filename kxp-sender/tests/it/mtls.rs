@@ -34,7 +34,7 @@ pub(crate) struct Pki {
 pub(crate) struct Issued {
     pub cert: String,
     pub key: String,
-    der: CertificateDer<'static>,
+    pub der: CertificateDer<'static>,
 }
 
 impl Pki {
@@ -46,7 +46,7 @@ impl Pki {
         Pki { ca }
     }
 
-    fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.ca.pem()
     }
 
@@ -115,14 +115,14 @@ impl axum::serve::Listener for MutualTls {
 /// A receiver at `https://127.0.0.1:<port>/hook` with `server`'s certificate, requiring a client
 /// certificate from `client_ca`: what it presented per connection, how many handshakes it
 /// refused, and how many requests it answered.
-struct Receiver {
-    url: String,
-    presented: Arc<Mutex<Vec<CertificateDer<'static>>>>,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
+    pub(crate) presented: Arc<Mutex<Vec<CertificateDer<'static>>>>,
     refused: Arc<Mutex<u32>>,
-    requests: Arc<Mutex<u32>>,
+    pub(crate) requests: Arc<Mutex<u32>>,
 }
 
-async fn receiver(server: &Issued, client_ca: &Pki) -> Receiver {
+pub(crate) async fn receiver(server: &Issued, client_ca: &Pki) -> Receiver {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(client_ca.ca.der().clone()).unwrap();
     let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))

@@ -1,6 +1,7 @@
 //! The operators' pages: every account with its counts (each a way into that account's pages),
 //! the audit log of changes, and the log of notifications sent to merchants.
 
+use kxp_api::EgressProxyHealth;
 use maud::{Markup, html};
 
 use super::frame_page;
@@ -27,11 +28,13 @@ fn operator_header(csrf_token: &str) -> Markup {
     }
 }
 
-/// The operators' home: every account with its counts, each a way into its pages.
+/// The operators' home: every account with its counts, each a way into its pages, and the
+/// egress proxy's state when there is one (a failing proxy holds every account's deliveries).
 pub(in crate::console) fn accounts(
     operator: &str,
     csrf_token: &str,
     overview: &AccountsOverview,
+    egress: Option<&EgressProxyHealth>,
 ) -> Markup {
     let sign_out = operator_header(csrf_token);
     let accounts = &overview.accounts;
@@ -41,6 +44,17 @@ pub(in crate::console) fn accounts(
             p role="alert" {
                 strong { (overview.unanswered_shards) " shards of the database did not answer" }
                 ": the accounts they hold are missing from this list (a Citus worker is down)."
+            }
+        }
+        @if let Some(egress) = egress {
+            @if egress.state == "up" {
+                p { "Deliveries leave through the egress proxy " code { (egress.proxy) } "." }
+            } @else {
+                p role="alert" {
+                    strong { "The egress proxy " code { (egress.proxy) } " is failing" }
+                    ": deliveries wait for it, and no attempt is counted against an endpoint. "
+                    @if let Some(why) = &egress.last_error { (why) }
+                }
             }
         }
         @if accounts.is_empty() {

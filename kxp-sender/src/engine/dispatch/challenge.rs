@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use reqwest::Url;
 
-use super::{GuardedClient, SNIPPET_BYTES, describe, snippet};
+use super::{GuardedClient, SNIPPET_BYTES, snippet};
 
 /// The endpoint challenge: `GET <url>?challenge=<token>` (`&challenge=` when the URL already has
 /// a query) with a fresh token of 32 hex digits and the endpoint's `credentials` headers, through the guarded client, within `timeout`.
@@ -43,11 +43,14 @@ async fn ask(
         .guard
         .check_url(&url)
         .map_err(|blocked| format!("blocked_address: {blocked}"))?;
-    let mut request = client.http.get(url);
+    let mut headers = http::HeaderMap::new();
     for (name, value) in credentials {
-        request = request.header(name.clone(), value.clone());
+        headers.insert(name.clone(), value.clone());
     }
-    let response = request.send().await.map_err(|e| describe(&e).to_string())?;
+    let response = client
+        .execute(http::Method::GET, &url, headers, bytes::Bytes::new())
+        .await
+        .map_err(|failure| failure.to_string())?;
     let status = response.status();
     let body = snippet(response).await;
     if status.is_success() && body.trim_end() == token {

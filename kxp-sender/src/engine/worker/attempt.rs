@@ -108,6 +108,16 @@ pub(super) async fn attempt(
         watch(db, shared, job, &der);
     }
     span.end_attempt(&outcome, took);
+    if let Some(failure) = held_by_proxy(shared, &outcome) {
+        // The egress proxy's failure, not the endpoint's: the delivery goes back untried,
+        // nothing is recorded and the circuit takes no step.
+        tracing::info!(
+            target: "kxp_sender::egress", delivery_id = %job.id, endpoint_id = %job.endpoint_id,
+            error = %failure, "attempt held back: the egress proxy failed"
+        );
+        super::release(db, &job.account_id, &job.id, owner).await;
+        return (Signal::Neutral, false);
+    }
     shared.metrics.attempt(&outcome, took);
     let next = match &outcome {
         Outcome::Delivered { .. } => NextState::Delivered,
@@ -137,6 +147,24 @@ pub(super) async fn attempt(
     );
     report(shared, job, next, &finished);
     (signal(&outcome, took), closed)
+}
+
+/// Whether the attempt failed at the egress proxy: it said so, or it timed out or could not
+/// connect while the proxy was found failing (a proxy that stops answering leaves the attempts
+/// waiting on it to their timeouts, and its probe finds it meanwhile).
+fn held_by_proxy<'o>(shared: &Shared, outcome: &'o Outcome) -> Option<&'o Failure> {
+    let Outcome::Failed(failure) = outcome else {
+        return None;
+    };
+    let held = match failure.kind {
+        FailureKind::ProxyError => true,
+        FailureKind::Timeout | FailureKind::Connect => shared
+            .client
+            .egress()
+            .is_some_and(|egress| !egress.health.is_up()),
+        _ => false,
+    };
+    held.then_some(failure)
 }
 
 /// Records the endpoint's own certificate (DER) as the attempt's handshake showed it, when this
@@ -230,7 +258,7 @@ async fn present(shared: &Shared, job: &Job, timeout: Duration) -> Result<Presen
         .await?;
     if let Some(tls) = &credentials.tls {
         presented.client = Some(shared.tls_clients.client(
-            shared.guard(),
+            &shared.client,
             &job.endpoint_id,
             tls,
         )?);

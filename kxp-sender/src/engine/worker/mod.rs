@@ -112,6 +112,19 @@ pub(crate) async fn run(
             probe(&db).await;
             last_reclaim = crate::model::tokio_instant();
         }
+        if let Some(egress) = shared.client.egress()
+            && !egress.health.is_up()
+        {
+            // Nothing goes out while the egress proxy fails: no claim, so no attempt is spent
+            // on it; its probe says when it is back.
+            tokio::select! {
+                _ = egress.health.back() => {}
+                _ = tokio::time::sleep(config.poll_interval) => {}
+                _ = shutdown.changed() => {}
+                Some(_) = worker.tasks.join_next() => {}
+            }
+            continue;
+        }
         let free = worker.permits.available_permits();
         let (claimed, with_work) = if free > 0 {
             last_claim = Some(crate::model::tokio_instant());

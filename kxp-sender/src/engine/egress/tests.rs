@@ -1,0 +1,112 @@
+use super::connect::{head_end, status};
+use super::*;
+
+#[test]
+fn a_proxy_url_is_read_and_printed_without_its_password() {
+    let proxy: EgressProxy = "http://egress:s3cr%3At@proxy.internal:3128"
+        .parse()
+        .unwrap();
+    assert_eq!(proxy.address(), ("proxy.internal".to_owned(), 3128));
+    assert_eq!(proxy.to_string(), "http://egress:***@proxy.internal:3128");
+    assert!(!format!("{proxy:?}").contains("s3cr"));
+    // RFC 7617: user ":" password, percent-decoded, base64.
+    assert_eq!(
+        proxy.authorization.as_deref().map(|a| a.as_str()),
+        Some(format!("Basic {}", STANDARD.encode("egress:s3cr:t")).as_str())
+    );
+
+    let plain: EgressProxy = "http://127.0.0.1:8888".parse().unwrap();
+    assert_eq!(plain.to_string(), "http://127.0.0.1:8888");
+    assert!(plain.authorization.is_none());
+    let v6: EgressProxy = "http://[::1]:8888/".parse().unwrap();
+    assert_eq!(v6.address(), ("::1".to_owned(), 8888));
+    assert_eq!(v6.to_string(), "http://[::1]:8888");
+    let default_port: EgressProxy = "http://proxy.internal".parse().unwrap();
+    assert_eq!(default_port.address().1, 80);
+}
+
+#[test]
+fn a_proxy_url_that_is_not_one_is_refused_without_repeating_the_password() {
+    for (text, why) in [
+        ("https://proxy:3128", "the scheme must be http"),
+        ("socks5://proxy:1080", "the scheme must be http"),
+        ("http://proxy:3128/path", "no path, query or fragment"),
+        ("http://proxy:3128?x=1", "no path, query or fragment"),
+        ("proxy:3128", "the scheme must be http"),
+        ("http://user:hunter2@", "not a URL"),
+        ("", "not a URL"),
+    ] {
+        let error = text.parse::<EgressProxy>().unwrap_err().to_string();
+        assert!(error.contains(why), "{text}: {error}");
+        assert!(!error.contains("hunter2"), "{text}: {error}");
+    }
+}
+
+#[test]
+fn a_probe_target_is_host_and_port() {
+    let proxy: EgressProxy = "http://127.0.0.1:8888".parse().unwrap();
+    for good in ["127.0.0.1:443", "status.example.com:443", "[::1]:8443"] {
+        assert_eq!(proxy.clone().with_probe(good).unwrap().probe(), Some(good));
+    }
+    for bad in [
+        "example.com",
+        "example.com:0",
+        "example.com:https",
+        ":443",
+        "a b:443",
+    ] {
+        assert!(proxy.clone().with_probe(bad).is_err(), "{bad}");
+    }
+    let probed = proxy.with_probe("127.0.0.1:443").unwrap();
+    assert_eq!(
+        format!("{probed:?}"),
+        "EgressProxy(http://127.0.0.1:8888, probe 127.0.0.1:443)"
+    );
+}
+
+#[test]
+fn the_answer_to_connect_is_read_to_its_blank_line() {
+    let answer = b"HTTP/1.1 200 Connection established\r\nProxy-agent: tinyproxy\r\n\r\n";
+    assert_eq!(head_end(answer), Some(answer.len()));
+    assert_eq!(head_end(&answer[..answer.len() - 1]), None);
+    assert_eq!(status(answer), Some(200));
+    assert_eq!(
+        status(b"HTTP/1.0 407 Proxy Authentication Required\r\n\r\n"),
+        Some(407)
+    );
+    assert_eq!(status(b"HTTP/1.1 502 Bad Gateway\r\n\r\n"), Some(502));
+    for bad in [
+        &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
+        b"HTTP/2 200\r\n\r\n",
+        b"HTTP/1.1 20 OK\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 999 What\r\n\r\n",
+        b"HTTP/1.1 +20 OK\r\n\r\n",
+        b"\xff\xfe\r\n\r\n",
+    ] {
+        assert_eq!(status(bad), None, "{}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn health_goes_down_on_a_failure_and_up_on_a_success() {
+    let health = Health::default();
+    assert!(health.is_up());
+    assert_eq!(health.view("p".into()).state, "up");
+    health.failed("the egress proxy http://127.0.0.1:9 is unreachable");
+    health.failed("again");
+    assert!(!health.is_up());
+    let view = health.view("p".into());
+    assert_eq!(view.state, "proxy_error");
+    assert_eq!(view.last_error.as_deref(), Some("again"));
+    assert!(view.since.is_some());
+    let mut text = String::new();
+    health.render(&mut text);
+    assert!(text.contains("kxp_egress_proxy_up 0\n"), "{text}");
+    assert!(text.contains("kxp_egress_proxy_errors_total 2\n"), "{text}");
+    health.succeeded();
+    assert!(health.is_up());
+    let mut text = String::new();
+    health.render(&mut text);
+    assert!(text.contains("kxp_egress_proxy_up 1\n"), "{text}");
+}
