@@ -258,6 +258,7 @@ impl fmt::Debug for Settings {
         let shown = Settings {
             database_url: self.database_url.as_deref().map(redact_passwords),
             smtp_url: self.smtp_url.as_deref().map(redact_passwords),
+            egress_proxy: self.egress_proxy.as_deref().map(redact_passwords),
             ingest: self
                 .ingest
                 .as_ref()
@@ -698,7 +699,8 @@ mod tests {
     fn the_printed_configuration_reads_back_as_the_same_configuration() {
         let file = "listen = \"127.0.0.1:9000\"\nallow_address = [\"10.0.0.0/8\"]\n\
                     retry_schedule = \"0s,1s,1m\"\njitter = 0.5\ndelivery_timeout = \"2s\"\n\
-                    retention = \"0\"\nrate_limit = 0\n";
+                    retention = \"0\"\nrate_limit = 0\n\
+                    egress_proxy = \"http://127.0.0.1:3128\"\negress_proxy_probe = \"127.0.0.1:443\"\n";
         let settings: Settings = toml::from_str(file).unwrap();
         let config = settings.to_config().unwrap();
         let printed = Settings::effective(&config, true).to_toml();
@@ -710,6 +712,9 @@ mod tests {
         );
         assert_eq!(config.retention, None);
         assert_eq!(config.schedule.to_string(), "0s,1s,1m");
+        let proxy = config.egress_proxy.as_ref().unwrap();
+        assert_eq!(proxy.to_string(), "http://127.0.0.1:3128");
+        assert_eq!(proxy.probe(), Some("127.0.0.1:443"));
     }
 
     /// A key ring's key, for the tests only: 32 bytes of base64.
@@ -727,8 +732,10 @@ mod tests {
                     .to_owned(),
             ]),
             secrets_key: Some(format!("k2:{KEK},k1:{KEK}")),
+            egress_proxy: Some("http://egress:proxypass@proxy.internal:3128".to_owned()),
             ..Settings::default()
         };
+        assert!(!format!("{settings:?}").contains("proxypass"));
         assert!(!format!("{settings:?}").contains("mqpass"));
         assert!(!format!("{settings:?}").contains(KEK));
         let printed = Settings::effective(&settings.to_config().unwrap(), false).to_toml();
@@ -739,12 +746,17 @@ mod tests {
             "kxp_live_key",
             "mqpass",
             "natspass",
+            "proxypass",
             KEK,
         ] {
             assert!(!printed.contains(secret), "{printed}");
         }
         assert!(printed.contains("[redacted]"), "{printed}");
         assert!(printed.contains("[redacted: keys k2, k1]"), "{printed}");
+        assert!(
+            printed.contains("egress_proxy = \"http://egress:***@proxy.internal:3128\""),
+            "{printed}"
+        );
     }
 
     #[test]
@@ -757,6 +769,19 @@ mod tests {
             ("ingest = [\"amqp://u:pw@mq?account=acc_1\"]", "ingest"),
             ("ingest = [\"kafka://k?account=acc_1\"]", "ingest"),
             ("secrets_key = \"k1:c2hvcnQ=\"", "secrets_key"),
+            ("egress_proxy = \"https://u:pw@proxy:3128\"", "egress_proxy"),
+            (
+                "egress_proxy = \"http://u:pw@proxy:3128/path\"",
+                "egress_proxy",
+            ),
+            (
+                "egress_proxy_probe = \"status.example.com:443\"",
+                "egress_proxy_probe",
+            ),
+            (
+                "egress_proxy = \"http://u:pw@proxy:3128\"\negress_proxy_probe = \"nope\"",
+                "egress_proxy_probe",
+            ),
         ] {
             let settings: Settings = toml::from_str(file).unwrap();
             let error = settings.to_config().unwrap_err().to_string();
