@@ -40,7 +40,7 @@ async fn ask(
     token: &str,
 ) -> Result<(), String> {
     client
-        .guard
+        .guard()
         .check_url(&url)
         .map_err(|blocked| format!("blocked_address: {blocked}"))?;
     let mut headers = http::HeaderMap::new();
