@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
-use crate::model::{Material, NoticeNext, Notification, ms, new_id, now_ms};
+use crate::model::{FailureKind, Material, NoticeNext, Notification, ms, new_id, now_ms};
 use crate::policy::notice::email_text;
 use crate::policy::schedule::AfterFailure;
 use crate::store::Db;
@@ -59,6 +59,8 @@ pub(crate) async fn run(db: Db, shared: Arc<Shared>, mut shutdown: watch::Receiv
 struct Failure {
     error: String,
     hopeless: bool,
+    /// The egress proxy failed: the try does not count, and is made again once it is back.
+    held: bool,
 }
 
 impl Failure {
@@ -66,12 +68,17 @@ impl Failure {
         Failure {
             error: error.into(),
             hopeless: false,
+            held: false,
         }
     }
 }
 
+/// How soon a webhook the egress proxy failed is tried again (not counted: e-mail does not go
+/// through the proxy, so the loop goes on while it fails).
+const HELD_RETRY_MS: i64 = 1000;
+
 async fn send_one(db: &Db, notifier: &Shared, owner: &str, n: &Notification) {
-    let attempts = n.attempts + 1;
+    let mut attempts = n.attempts + 1;
     let result = match n.channel.as_str() {
         "webhook" => webhook(db, notifier, n, attempts).await,
         "email" => match &notifier.mailer {
@@ -88,11 +95,16 @@ async fn send_one(db: &Db, notifier: &Shared, owner: &str, n: &Notification) {
         other => Err(Failure {
             error: format!("unknown channel {other}"),
             hopeless: true,
+            held: false,
         }),
     };
     let next = match &result {
         Ok(()) => NoticeNext::Sent,
         Err(failure) if failure.hopeless => NoticeNext::Failed,
+        Err(failure) if failure.held => {
+            attempts = n.attempts;
+            NoticeNext::RetryAt(now_ms().saturating_add(HELD_RETRY_MS))
+        }
         Err(_) => {
             let made = u32::try_from(attempts).unwrap_or(u32::MAX);
             match notifier.config.schedule.after_failure(made, 0.5, None) {
@@ -146,6 +158,7 @@ async fn webhook(
             return Err(Failure {
                 error: "ops_url_removed: the account no longer has an ops URL".to_owned(),
                 hopeless: true,
+                held: false,
             });
         }
         Err(e) => return Err(Failure::retry(e.to_string())),
@@ -169,6 +182,9 @@ async fn webhook(
     match dispatch::send(&notifier.client, &request).await.0 {
         Outcome::Delivered { .. } => Ok(()),
         Outcome::Rejected { status, .. } => Err(Failure::retry(format!("http_{status}"))),
-        Outcome::Failed(failure) => Err(Failure::retry(failure.to_string())),
+        Outcome::Failed(failure) => Err(Failure {
+            held: failure.kind == FailureKind::ProxyError,
+            ..Failure::retry(failure.to_string())
+        }),
     }
 }

@@ -186,6 +186,18 @@ async fn health(s: &Sender) -> Value {
     body
 }
 
+/// `/healthz` once it says the egress proxy is failing (within 15 s).
+async fn failing(s: &Sender) -> Value {
+    for _ in 0..600 {
+        let h = health(s).await;
+        if h["egress_proxy"]["state"] == "proxy_error" {
+            return h;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the proxy was not found failing: {}", health(s).await)
+}
+
 async fn metric(s: &Sender, name: &str) -> u64 {
     let text = s
         .api
@@ -311,14 +323,7 @@ async fn a_stopped_proxy_spends_no_attempt_and_deliveries_resume_when_it_is_back
     }
     // One try per delivery and a circuit that opens on one failure: had the outage counted,
     // they would be dead and the circuit open by now.
-    let mut h = Value::Null;
-    for _ in 0..200 {
-        h = health(&s).await;
-        if h["egress_proxy"]["state"] == "proxy_error" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let h = failing(&s).await;
     assert_eq!(h["status"], "degraded", "{h}");
     assert_eq!(h["egress_proxy"]["state"], "proxy_error", "{h}");
     let why = h["egress_proxy"]["last_error"].as_str().unwrap();
@@ -385,14 +390,7 @@ async fn a_407_is_the_proxys_failure_and_the_urls_credentials_answer_it() {
         .await;
     assert_eq!(status, 201);
     let event = s.api.emit("payment.succeeded", json!({})).await;
-    let mut h = Value::Null;
-    for _ in 0..200 {
-        h = health(&s).await;
-        if h["egress_proxy"]["state"] == "proxy_error" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let h = failing(&s).await;
     let why = h["egress_proxy"]["last_error"].as_str().unwrap_or_default();
     assert!(
         why.contains("407") && why.contains("wants credentials"),
@@ -469,5 +467,47 @@ async fn a_refused_tunnel_while_the_probe_passes_is_the_endpoints_connect_failur
     );
     let h = health(&s).await;
     assert_eq!(h["egress_proxy"]["state"], "up", "{h}");
+    s.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_that_accepts_but_never_answers_spends_no_attempt() {
+    // A "proxy" that takes connections and says nothing: attempts through it time out, and the
+    // probe (a tunnel to a target known to answer) fails the same way, so the timeouts are the
+    // proxy's.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = format!("http://{}", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let known_good = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let probe = known_good.local_addr().unwrap().to_string();
+    let r = crate::support::Receiver::start(vec![]).await;
+    let s = sender_through(&proxy, Some(&probe)).await;
+    let (status, created) = s
+        .api
+        .call(
+            "POST",
+            "/v1/endpoints",
+            Some(
+                json!({"url": r.url.replace("http://", "https://"), "timeout_ms": 500,
+                        "skip_challenge": true}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let event = s.api.emit("payment.succeeded", json!({})).await;
+    let h = failing(&s).await;
+    assert_eq!(h["egress_proxy"]["state"], "proxy_error", "{h}");
+    let why = h["egress_proxy"]["last_error"].as_str().unwrap();
+    assert!(why.contains("did not"), "{why}");
+    for delivery in s.api.deliveries_of(&event).await {
+        assert_eq!(delivery["status"], "pending", "{delivery}");
+        assert_eq!(delivery["attempts"], 0, "{delivery}");
+    }
+    drop(known_good);
     s.server.shutdown().await;
 }

@@ -22,15 +22,17 @@ use super::Egress;
 use crate::engine::guard::{AddressGuard, RESOLVE_TIMEOUT};
 use crate::model::{Failure, FailureKind};
 
-/// How long the proxy may take to accept a connection: a proxy that does not is down, whatever
-/// the attempt's own timeout.
-const PROXY_CONNECT: Duration = Duration::from_secs(5);
-
 /// The most a proxy's answer to `CONNECT` may take, status line and headers.
 const MAX_ANSWER: usize = 8 * 1024;
 
 /// How long a probe may take in all.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the proxy may take to answer `CONNECT`, connection included. Proxies answer once
+/// they have connected to the destination (or given up), so this is longer than their own
+/// connect timeouts usually are; an attempt's own, shorter, timeout ends it sooner, and the
+/// probe then says whose fault that was.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
 
 /// Opens tunnels through the egress proxy for one client (the shared one, or an endpoint's
 /// with its own TLS). Cheap to clone.
@@ -275,33 +277,38 @@ impl Connector {
             health.failed(&detail);
             Failure::new(FailureKind::ProxyError, detail)
         };
-        let (stream, status) = match ask(&self.egress, &addr.to_string()).await {
+        let (stream, answer) = match ask(&self.egress, &addr.to_string()).await {
             Ok(answer) => answer,
             Err(why) => return Err(proxy_failed(why)),
         };
-        match status {
-            200..=299 => {
-                health.succeeded();
-                Ok(stream)
+        let refused = match answer {
+            Answer::Tunnel => {
+                health.tunnelled();
+                return Ok(stream);
             }
-            407 => Err(proxy_failed(format!(
-                "the egress proxy answered 407 to CONNECT {addr}: {}",
-                if self.egress.proxy.authorization.is_some() {
-                    "it refused the proxy URL's credentials"
-                } else {
-                    "it wants credentials (http://user:password@host:port)"
-                }
-            ))),
-            status => {
-                let detail =
-                    format!("the egress proxy answered {status} to CONNECT {addr} ({host})");
-                match probe_standing(&self.egress).await {
-                    Ok(()) => Err(Failure::new(FailureKind::Connect, detail)),
-                    Err(why) => Err(proxy_failed(format!(
-                        "{detail}, and its probe failed: {why}"
-                    ))),
-                }
+            // The proxy opened the tunnel and the destination spoke first: the destination's
+            // doing (TLS and HTTP clients speak first), and nothing a client should read.
+            Answer::TunnelWithBytes => {
+                health.tunnelled();
+                return Err(Failure::new(
+                    FailureKind::Connect,
+                    format!(
+                        "{host} ({addr}) spoke before the request through the egress proxy's tunnel"
+                    ),
+                ));
             }
+            Answer::Refused(status) => status,
+        };
+        let detail = format!("the egress proxy answered {refused} to CONNECT {addr} ({host})");
+        // A refusal is the proxy's or the destination's: proxies answer 5xx when the destination
+        // does not accept the connection, and some (smokescreen) 407 or 403 when their rules
+        // deny it. The probe, which presents the same credentials, tells.
+        match judge(&self.egress, refused).await {
+            Ok(()) => Err(Failure::new(FailureKind::Connect, detail)),
+            Err(why) => Err(Failure::new(
+                FailureKind::ProxyError,
+                format!("{detail}, and {why}"),
+            )),
         }
     }
 
@@ -320,22 +327,35 @@ impl Connector {
     }
 }
 
-/// Connects to the proxy and asks it for a tunnel to `target`: the stream and the status the
-/// proxy answered, or why there was no answer (the proxy's fault, whatever the target).
-async fn ask(egress: &Egress, target: &str) -> Result<(TcpStream, u16), String> {
+/// What the proxy answered to `CONNECT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Answer {
+    /// 2xx: the tunnel is open.
+    Tunnel,
+    /// 2xx, and the destination's first bytes came with it.
+    TunnelWithBytes,
+    /// Any other status.
+    Refused(u16),
+}
+
+/// Connects to the proxy and asks it for a tunnel to `target`, within [`CONNECT_WAIT`]: the
+/// stream and the answer, or why there was none (the proxy's fault, whatever the target).
+async fn ask(egress: &Egress, target: &str) -> Result<(TcpStream, Answer), String> {
+    match tokio::time::timeout(CONNECT_WAIT, ask_now(egress, target)).await {
+        Ok(answer) => answer,
+        Err(_) => Err(format!(
+            "the egress proxy did not answer CONNECT within {} s",
+            CONNECT_WAIT.as_secs()
+        )),
+    }
+}
+
+async fn ask_now(egress: &Egress, target: &str) -> Result<(TcpStream, Answer), String> {
     let proxy = &egress.proxy;
     let (host, port) = proxy.address();
-    let connecting = TcpStream::connect((host.as_str(), port));
-    let mut stream = match tokio::time::timeout(PROXY_CONNECT, connecting).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return Err(format!("the egress proxy {proxy} is unreachable: {e}")),
-        Err(_) => {
-            return Err(format!(
-                "the egress proxy {proxy} did not accept a connection within {} s",
-                PROXY_CONNECT.as_secs()
-            ));
-        }
-    };
+    let mut stream = TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("the egress proxy is unreachable: {e}"))?;
     let _ = stream.set_nodelay(true);
     let mut request =
         zeroize::Zeroizing::new(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"));
@@ -348,36 +368,33 @@ async fn ask(egress: &Egress, target: &str) -> Result<(TcpStream, u16), String> 
     stream
         .write_all(request.as_bytes())
         .await
-        .map_err(|e| format!("the egress proxy {proxy} closed the connection: {e}"))?;
+        .map_err(|e| format!("the egress proxy closed the connection: {e}"))?;
     let mut answer = Vec::with_capacity(256);
     let mut buf = [0u8; 1024];
     loop {
         let n = stream
             .read(&mut buf)
             .await
-            .map_err(|e| format!("the egress proxy {proxy} failed while answering CONNECT: {e}"))?;
+            .map_err(|e| format!("the egress proxy failed while answering CONNECT: {e}"))?;
         if n == 0 {
-            return Err(format!(
-                "the egress proxy {proxy} closed the connection without answering CONNECT"
-            ));
+            return Err(
+                "the egress proxy closed the connection without answering CONNECT".to_owned(),
+            );
         }
         answer.extend_from_slice(&buf[..n]);
         if let Some(end) = head_end(&answer) {
-            let status = status(&answer[..end]).ok_or_else(|| {
-                format!("the egress proxy {proxy} answered CONNECT with something that is not HTTP")
-            })?;
-            // A refusal has a body (its page); a tunnel has nothing before the client speaks
-            // in it: what came would be read as the destination's.
-            if (200..300).contains(&status) && end != answer.len() {
-                return Err(format!(
-                    "the egress proxy {proxy} sent bytes after opening the tunnel"
-                ));
-            }
-            return Ok((stream, status));
+            let status = status(&answer[..end])
+                .ok_or("the egress proxy answered CONNECT with something that is not HTTP")?;
+            let answer = match status {
+                200..=299 if end == answer.len() => Answer::Tunnel,
+                200..=299 => Answer::TunnelWithBytes,
+                status => Answer::Refused(status),
+            };
+            return Ok((stream, answer));
         }
         if answer.len() > MAX_ANSWER {
             return Err(format!(
-                "the egress proxy {proxy} answered CONNECT with over {MAX_ANSWER} bytes of headers"
+                "the egress proxy answered CONNECT with over {MAX_ANSWER} bytes of headers"
             ));
         }
     }
@@ -407,61 +424,103 @@ pub(super) fn status(head: &[u8]) -> Option<u16> {
     code.parse().ok().filter(|c| (100..600).contains(c))
 }
 
-/// Checks the proxy now: it accepts a connection, and, with a probe target, makes a tunnel to
-/// it. The result is recorded in the proxy's [`Health`](super::Health).
-pub(crate) async fn probe(egress: &Egress) -> Result<(), String> {
-    let result = match tokio::time::timeout(PROBE_TIMEOUT, probe_once(egress)).await {
-        Ok(result) => result,
-        Err(_) => Err(format!(
-            "the egress proxy {} did not pass its probe within {} s",
-            egress.proxy,
-            PROBE_TIMEOUT.as_secs()
-        )),
-    };
-    egress.health.probed(&result);
-    result
+/// Checks the proxy now, once at a time (callers that come while a probe runs share its
+/// result, and a caller that gives up cannot cut it short): it accepts a connection and, with a
+/// probe target, makes a tunnel to it. The result is recorded in the proxy's
+/// [`Health`](super::Health) and stands for a few seconds.
+pub(crate) async fn probe(egress: &Arc<Egress>) -> Result<(), String> {
+    if egress.proxy.probe().is_none() && egress.health.credentials_refused() {
+        // Connecting would pass and prove nothing: the watcher's trial tells instead.
+        return Err("it refused the credentials".to_owned());
+    }
+    let _one_at_a_time = egress.health.probing().await;
+    if let Some(result) = egress.health.recent_probe() {
+        return result;
+    }
+    let running = egress.clone();
+    let probing = tokio::spawn(async move {
+        let result = match tokio::time::timeout(PROBE_TIMEOUT, probe_once(&running)).await {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "the egress proxy did not pass its probe within {} s",
+                PROBE_TIMEOUT.as_secs()
+            )),
+        };
+        running.health.probed(&result);
+        result
+    });
+    probing
+        .await
+        .unwrap_or_else(|_| Err("the egress proxy's probe stopped".to_owned()))
 }
 
 async fn probe_once(egress: &Egress) -> Result<(), String> {
-    let proxy = &egress.proxy;
-    let Some(target) = proxy.probe() else {
-        let (host, port) = proxy.address();
+    let Some(target) = egress.proxy.probe() else {
+        let (host, port) = egress.proxy.address();
         return TcpStream::connect((host.as_str(), port))
             .await
             .map(drop)
-            .map_err(|e| format!("the egress proxy {proxy} is unreachable: {e}"));
+            .map_err(|e| format!("the egress proxy is unreachable: {e}"));
     };
-    let (_, status) = ask(egress, target).await?;
-    if (200..300).contains(&status) {
-        Ok(())
-    } else {
-        Err(format!(
+    match ask(egress, target).await?.1 {
+        Answer::Tunnel | Answer::TunnelWithBytes => Ok(()),
+        Answer::Refused(status) => Err(format!(
             "the egress proxy answered {status} to its probe, CONNECT {target}"
-        ))
+        )),
     }
 }
 
-/// A probe's result: the last one while it stands, else a new one.
-async fn probe_standing(egress: &Egress) -> Result<(), String> {
-    match egress.health.recent_probe() {
-        Some(result) => result,
-        None => probe(egress).await,
+/// Whose fault a refused tunnel (`status`) is: `Ok` when the proxy works (the destination's),
+/// else why the proxy is at fault. With a probe target, the probe decides. Without one, the
+/// probe only connects, which proves nothing about credentials: a `407` is then the proxy's
+/// unless a tunnel opened with the same credentials moments ago.
+async fn judge(egress: &Arc<Egress>, status: u16) -> Result<(), String> {
+    if egress.proxy.probe().is_none() && status == 407 && !egress.health.tunnelled_lately() {
+        let why = if egress.proxy.authorization.is_some() {
+            "it refused the proxy URL's credentials"
+        } else {
+            "it wants credentials (http://user:password@host:port)"
+        };
+        egress
+            .health
+            .refused_credentials(&format!("the egress proxy answered 407: {why}"));
+        return Err(why.to_owned());
     }
+    probe(egress)
+        .await
+        .map_err(|why| format!("its probe failed: {why}"))
 }
 
-/// Probes the proxy every second while it is down and every ten while it is up, until
-/// `stopped`: how deliveries resume when it is back, and how a proxy that stopped answering is
-/// found before attempts wait on it.
+/// Whether a request that failed through the proxy without a clear answer (a timeout, a
+/// connection lost, a token request that did not come back) failed at the proxy: the probe
+/// decides.
+pub(crate) async fn at_fault(egress: &Arc<Egress>) -> bool {
+    !egress.health.is_up() || probe(egress).await.is_err()
+}
+
+/// Probes the proxy while it runs, until `stopped`: every ten seconds while it works, and while
+/// it fails every second at first, backing off to every 16 seconds while it keeps failing. How
+/// deliveries resume when it is back, and how a proxy that stopped answering is found before
+/// attempts wait on it. A proxy that refused the credentials with no probe target to ask is
+/// given a trial instead (only a tunnel shows that credentials work): the delivery loop tries,
+/// at most about every ten seconds.
 pub(crate) async fn watch(egress: Arc<Egress>, mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let mut failing = 0u32;
     while !*stopped.borrow() {
         let every = if egress.health.is_up() {
+            failing = 0;
             Duration::from_secs(10)
         } else {
-            Duration::from_secs(1)
+            failing = failing.saturating_add(1);
+            Duration::from_secs(1 << (failing - 1).min(4))
         };
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stopped.changed() => return,
+        }
+        if egress.health.credentials_refused() {
+            egress.health.succeeded();
+            continue;
         }
         let _ = probe(&egress).await;
     }

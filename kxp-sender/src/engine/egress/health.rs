@@ -10,9 +10,13 @@ use std::time::{Duration, Instant};
 use kxp_api::{EgressProxyHealth, Timestamp};
 use tokio::sync::Notify;
 
-/// How long a probe's result stands for the `5xx` answers that ask for one: many endpoints
-/// refused at once make one probe, not one each.
+/// How long a probe's result stands for the failures that ask for one: many endpoints refused
+/// at once make one probe, not one each.
 const PROBE_STANDS: Duration = Duration::from_secs(5);
+
+/// How recent a tunnel must be to show that the proxy takes the credentials, when there is no
+/// probe target to ask.
+const TUNNELLED_LATELY: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 pub(crate) struct Health {
@@ -20,6 +24,8 @@ pub(crate) struct Health {
     errors: AtomicU64,
     state: Mutex<State>,
     back: Notify,
+    /// Held while a probe runs: one at a time.
+    probing: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -29,6 +35,10 @@ struct State {
     /// When it last went up or down (Unix ms); `None` while it has never failed.
     since_ms: Option<i64>,
     last_probe: Option<(Instant, Result<(), String>)>,
+    /// When a tunnel last opened.
+    last_tunnel: Option<Instant>,
+    /// Down because the proxy refused the credentials (a `407` with nothing to say otherwise).
+    credentials_refused: bool,
 }
 
 impl Default for Health {
@@ -38,6 +48,7 @@ impl Default for Health {
             errors: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             back: Notify::new(),
+            probing: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -51,9 +62,20 @@ impl Health {
     /// The proxy failed (`detail` says how, never with its password): counted, and down from
     /// now on until it succeeds again.
     pub(crate) fn failed(&self, detail: &str) {
+        self.fail(detail, false);
+    }
+
+    /// The proxy answered `407` and nothing shows the credentials work: [`Self::failed`], until
+    /// a tunnel opens (a connection to the proxy proves nothing here).
+    pub(crate) fn refused_credentials(&self, detail: &str) {
+        self.fail(detail, true);
+    }
+
+    fn fail(&self, detail: &str, credentials: bool) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut state = self.lock();
         state.last_error = Some(detail.to_owned());
+        state.credentials_refused = credentials;
         if self.up.swap(false, Ordering::AcqRel) {
             state.since_ms = Some(crate::model::now_ms());
             tracing::warn!(target: "kxp_sender::egress", error = %detail,
@@ -61,13 +83,40 @@ impl Health {
         }
     }
 
-    /// The proxy made a tunnel or passed its probe: up, and the delivery loop is told.
+    /// The proxy passed its probe (or is given another chance): up, and the delivery loop is
+    /// told.
     pub(crate) fn succeeded(&self) {
+        let mut state = self.lock();
+        state.credentials_refused = false;
         if !self.up.swap(true, Ordering::AcqRel) {
-            self.lock().since_ms = Some(crate::model::now_ms());
+            state.since_ms = Some(crate::model::now_ms());
+            drop(state);
             tracing::info!(target: "kxp_sender::egress", "the egress proxy is back: deliveries resume");
             self.back.notify_waiters();
         }
+    }
+
+    /// A tunnel opened: the proxy works, credentials included.
+    pub(crate) fn tunnelled(&self) {
+        self.lock().last_tunnel = Some(crate::model::instant());
+        self.succeeded();
+    }
+
+    /// Whether a tunnel opened within [`TUNNELLED_LATELY`].
+    pub(super) fn tunnelled_lately(&self) -> bool {
+        self.lock()
+            .last_tunnel
+            .is_some_and(|at| at.elapsed() < TUNNELLED_LATELY)
+    }
+
+    /// Whether it is down because the credentials were refused.
+    pub(super) fn credentials_refused(&self) -> bool {
+        !self.is_up() && self.lock().credentials_refused
+    }
+
+    /// Waits for the probe running now, if any; probing while this is held is the holder's.
+    pub(super) async fn probing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.probing.lock().await
     }
 
     /// Returns once the proxy is back (or at once if it is up).

@@ -29,7 +29,9 @@ use base64::engine::general_purpose::STANDARD;
 use reqwest::Url;
 use zeroize::Zeroizing;
 
-pub(crate) use connect::{Connector, PeerCertificate, connect_failure, tls_config, watch};
+pub(crate) use connect::{
+    Connector, PeerCertificate, at_fault, connect_failure, tls_config, watch,
+};
 pub(crate) use health::Health;
 
 /// A forward proxy for egress, from `http://[user:password@]host:port`: its `Display` and

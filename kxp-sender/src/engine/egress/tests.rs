@@ -110,3 +110,43 @@ fn health_goes_down_on_a_failure_and_up_on_a_success() {
     health.render(&mut text);
     assert!(text.contains("kxp_egress_proxy_up 1\n"), "{text}");
 }
+
+#[tokio::test]
+async fn a_proxy_that_refused_the_credentials_is_not_cleared_by_a_connection_alone() {
+    // Nothing listens on port 1: had the probe connected, it would have failed anyway; the
+    // point is that it does not try, and says why.
+    let egress = Egress::new("http://egress:wrong@127.0.0.1:1".parse().unwrap());
+    egress.health.refused_credentials(
+        "the egress proxy answered 407: it refused the proxy URL's credentials",
+    );
+    assert!(egress.health.credentials_refused());
+    assert_eq!(
+        connect::probe(&egress).await,
+        Err("it refused the credentials".to_owned())
+    );
+    assert!(!egress.health.is_up());
+    // A tunnel (here: the watcher's trial, then a tunnel) clears it.
+    egress.health.tunnelled();
+    assert!(egress.health.is_up() && !egress.health.credentials_refused());
+    assert!(egress.health.tunnelled_lately());
+}
+
+#[tokio::test]
+async fn probes_run_one_at_a_time_and_their_result_stands() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let egress = Egress::new(format!("http://127.0.0.1:{port}").parse().unwrap());
+    let accepted = tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok(Ok(_)) =
+            tokio::time::timeout(std::time::Duration::from_millis(500), listener.accept()).await
+        {
+            n += 1;
+        }
+        n
+    });
+    let results = futures_util::future::join_all((0..8).map(|_| connect::probe(&egress))).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // Eight callers at once, one connection: the others shared its result.
+    assert_eq!(accepted.await.unwrap(), 1);
+}

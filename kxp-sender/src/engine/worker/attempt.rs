@@ -11,6 +11,7 @@ use crate::engine::auth::{self, Presented};
 use crate::engine::batch::Answer;
 use crate::engine::config::Shared;
 use crate::engine::dispatch::{self, Outcome};
+use crate::engine::egress;
 use crate::engine::recorder::Recorder;
 use crate::engine::traces;
 use crate::model::{
@@ -108,7 +109,7 @@ pub(super) async fn attempt(
         watch(db, shared, job, &der);
     }
     span.end_attempt(&outcome, took);
-    if let Some(failure) = held_by_proxy(shared, &outcome) {
+    if let Some(failure) = held_by_proxy(shared, &outcome).await {
         // The egress proxy's failure, not the endpoint's: the delivery goes back untried,
         // nothing is recorded and the circuit takes no step.
         tracing::info!(
@@ -149,19 +150,23 @@ pub(super) async fn attempt(
     (signal(&outcome, took), closed)
 }
 
-/// Whether the attempt failed at the egress proxy: it said so, or it timed out or could not
-/// connect while the proxy was found failing (a proxy that stops answering leaves the attempts
-/// waiting on it to their timeouts, and its probe finds it meanwhile).
-fn held_by_proxy<'o>(shared: &Shared, outcome: &'o Outcome) -> Option<&'o Failure> {
+/// Whether the attempt failed at the egress proxy: it said so, or it failed without a clear
+/// answer (a timeout, a connection lost, a token request that did not come back) and the
+/// proxy's probe fails too (a proxy that stops answering leaves the attempts waiting on it to
+/// their timeouts).
+async fn held_by_proxy<'o>(shared: &Shared, outcome: &'o Outcome) -> Option<&'o Failure> {
     let Outcome::Failed(failure) = outcome else {
         return None;
     };
-    let held = match failure.kind {
-        FailureKind::ProxyError => true,
-        FailureKind::Timeout | FailureKind::Connect => shared
-            .client
-            .egress()
-            .is_some_and(|egress| !egress.health.is_up()),
+    let held = match (failure.kind, shared.client.egress()) {
+        (FailureKind::ProxyError, _) => true,
+        (
+            FailureKind::Timeout
+            | FailureKind::Connect
+            | FailureKind::Request
+            | FailureKind::AuthFailed,
+            Some(egress),
+        ) => egress::at_fault(egress).await,
         _ => false,
     };
     held.then_some(failure)
