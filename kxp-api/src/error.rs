@@ -70,6 +70,9 @@ string_enum! {
         /// 503, from `/readyz` only: the database lacks migrations of this server's version
         /// (`kxp migrate apply`), so it should not be sent traffic.
         MigrationsPending = "migrations_pending",
+        /// 503: the endpoint challenge could not be made because the sender's egress proxy
+        /// (`kxp serve --egress-proxy`) is failing, not because of the endpoint; retry later.
+        EgressUnavailable = "egress_unavailable",
     }
 }
 
@@ -101,7 +104,8 @@ impl ErrorCode {
             ErrorCode::StoreUnavailable
             | ErrorCode::BacklogFull
             | ErrorCode::ShuttingDown
-            | ErrorCode::MigrationsPending => 503,
+            | ErrorCode::MigrationsPending
+            | ErrorCode::EgressUnavailable => 503,
             ErrorCode::Unknown(_) => 500,
         }
     }
@@ -152,7 +156,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 25);
+        assert_eq!(ErrorCode::KNOWN.len(), 26);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -19,7 +19,7 @@ use super::credentials;
 use super::views::public_key;
 use super::{AppState, DEFAULT_OVERLAP, Error, MAX_ENDPOINTS};
 use crate::engine::config::Shared;
-use crate::engine::{auth, dispatch, tls};
+use crate::engine::{auth, dispatch, egress, tls};
 use crate::model::{
     Account, Credentials, CredentialsView, EndpointChanges, EndpointId,
     NewEndpoint as StoredEndpoint, Rotated, ms,
@@ -121,28 +121,40 @@ async fn challenge(
     // An OAuth2 token comes through the shared client (the public roots), as attempts' do.
     let headers = match credentials {
         Some(credentials) => {
-            auth::for_challenge(&shared.client, credentials, timeout, shared.config.dev)
-                .await
-                .map_err(|failure| {
-                    Error::ChallengeFailed(format!(
+            match auth::for_challenge(&shared.client, credentials, timeout, shared.config.dev).await
+            {
+                Ok(headers) => headers,
+                Err(_) if egress_failed(shared).await => return Err(Error::EgressUnavailable),
+                Err(failure) => {
+                    return Err(Error::ChallengeFailed(format!(
                         "the endpoint challenge of {url} could not present the endpoint's \
                          credentials: {failure}; send \"skip_challenge\": true to register it \
                          without the check"
-                    ))
-                })?
+                    )));
+                }
+            }
         }
         None => Vec::new(),
     };
-    dispatch::challenge(&client, url.as_str(), &headers, timeout)
-        .await
-        .map_err(|why| {
-            Error::ChallengeFailed(format!(
-                "the endpoint challenge of {url} failed: {why}. The endpoint must answer \
-                     `GET <url>?challenge=<token>` with a 2xx and the token as the whole body, \
-                     as kxp receivers (kxp-axum, kxp-actix) do; send \"skip_challenge\": true \
-                     to register it without the check"
-            ))
-        })
+    match dispatch::challenge(&client, url.as_str(), &headers, timeout).await {
+        Ok(()) => Ok(()),
+        Err(_) if egress_failed(shared).await => Err(Error::EgressUnavailable),
+        Err(why) => Err(Error::ChallengeFailed(format!(
+            "the endpoint challenge of {url} failed: {why}. The endpoint must answer \
+             `GET <url>?challenge=<token>` with a 2xx and the token as the whole body, as kxp \
+             receivers (kxp-axum, kxp-actix) do; send \"skip_challenge\": true to register it \
+             without the check"
+        ))),
+    }
+}
+
+/// Whether a challenge that failed failed at the egress proxy (as an attempt's failure is
+/// judged: the proxy is known to be failing, or its probe fails now).
+async fn egress_failed(shared: &Shared) -> bool {
+    match shared.client.egress() {
+        Some(egress) => egress::at_fault(egress).await,
+        None => false,
+    }
 }
 
 /// Changes one of `account`'s endpoints with every check of `PATCH /v1/endpoints/{id}` (a new

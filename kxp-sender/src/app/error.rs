@@ -83,6 +83,12 @@ pub(crate) enum Error {
     /// The endpoint did not answer its challenge.
     #[error("{0}")]
     ChallengeFailed(String),
+    /// The endpoint challenge failed at the egress proxy, not at the endpoint.
+    #[error(
+        "the endpoint challenge could not be made: this server's egress proxy is failing (its \
+         operator sees why in /healthz); retry later, or send \"skip_challenge\": true"
+    )]
+    EgressUnavailable,
     /// The request contradicts the row's state ([`StoreConflict`] says which).
     #[error("{message}")]
     Conflict {
@@ -136,6 +142,7 @@ impl Error {
             Error::TooManyEndpoints(_) => ErrorCode::TooManyEndpoints,
             Error::BlockedAddress(_) => ErrorCode::BlockedAddress,
             Error::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
+            Error::EgressUnavailable => ErrorCode::EgressUnavailable,
             Error::Conflict { kind, .. } => match kind {
                 StoreConflict::EndpointDeleted => ErrorCode::EndpointDeleted,
                 StoreConflict::TooManySecrets => ErrorCode::TooManySecrets,

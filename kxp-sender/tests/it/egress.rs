@@ -511,3 +511,45 @@ async fn a_proxy_that_accepts_but_never_answers_spends_no_attempt() {
     drop(known_good);
     s.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_challenge_that_fails_at_the_proxy_is_503_not_the_endpoints_fault() {
+    let Some(mut proxy) = Tinyproxy::start("egress challenge", &[]) else {
+        return;
+    };
+    let (pki, client, _r, url) = merchant().await;
+    let s = sender_through(&proxy.url(), None).await;
+    proxy.stop();
+    let (status, body) = s
+        .api
+        .call(
+            "POST",
+            "/v1/endpoints",
+            Some(json!({"url": url, "tls": tls(&pki, &client)})),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "egress_unavailable", "{body}");
+    // Nothing of the proxy reaches the merchant.
+    assert!(!body.to_string().contains(&proxy.url()), "{body}");
+
+    proxy.run();
+    let mut created = Value::Null;
+    for _ in 0..100 {
+        let (status, body) = s
+            .api
+            .call(
+                "POST",
+                "/v1/endpoints",
+                Some(json!({"url": url, "tls": tls(&pki, &client)})),
+            )
+            .await;
+        created = body;
+        if status == 201 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(created["id"].is_string(), "{created}");
+    s.server.shutdown().await;
+}
