@@ -180,6 +180,11 @@ fn tls(pki: &Pki, client: &Issued) -> Value {
     json!({"client_certificate": client.cert, "client_key": client.key, "ca_certificates": pki.pem()})
 }
 
+/// `POST /v1/endpoints` with `body`: the status and the answer.
+async fn register(s: &Sender, body: Value) -> (u16, Value) {
+    s.api.call("POST", "/v1/endpoints", Some(body)).await
+}
+
 async fn health(s: &Sender) -> Value {
     let (status, body) = s.api.call("GET", "/healthz", None).await;
     assert_eq!(status, 200, "{body}");
@@ -224,14 +229,7 @@ async fn deliveries_leave_through_the_proxy_to_vetted_addresses_with_tls_inside(
     let (pki, client, r, url) = merchant().await;
     let s = sender_through(&proxy.url(), None).await;
     // The challenge goes through the proxy too, over mutual TLS to the private CA's server.
-    let (status, created) = s
-        .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": url, "tls": tls(&pki, &client)})),
-        )
-        .await;
+    let (status, created) = register(&s, json!({"url": url, "tls": tls(&pki, &client)})).await;
     assert_eq!(status, 201, "{created}");
     for i in 0..3 {
         let event = s.api.emit("payment.succeeded", json!({"n": i})).await;
@@ -305,14 +303,11 @@ async fn a_stopped_proxy_spends_no_attempt_and_deliveries_resume_when_it_is_back
     };
     let (pki, client, r, url) = merchant().await;
     let s = sender_through(&proxy.url(), None).await;
-    let (status, created) = s
-        .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": url, "tls": tls(&pki, &client), "skip_challenge": true})),
-        )
-        .await;
+    let (status, created) = register(
+        &s,
+        json!({"url": url, "tls": tls(&pki, &client), "skip_challenge": true}),
+    )
+    .await;
     assert_eq!(status, 201, "{created}");
     let endpoint = created["id"].as_str().unwrap().to_owned();
 
@@ -384,10 +379,7 @@ async fn a_407_is_the_proxys_failure_and_the_urls_credentials_answer_it() {
 
     // Without credentials: held back, not counted, and /healthz says why.
     let s = sender_through(&proxy.url(), None).await;
-    let (status, _) = s
-        .api
-        .call("POST", "/v1/endpoints", Some(body.clone()))
-        .await;
+    let (status, _) = register(&s, body.clone()).await;
     assert_eq!(status, 201);
     let event = s.api.emit("payment.succeeded", json!({})).await;
     let h = failing(&s).await;
@@ -405,7 +397,7 @@ async fn a_407_is_the_proxys_failure_and_the_urls_credentials_answer_it() {
     // With them in the URL: delivered, and never printed.
     let with = format!("http://egress:s3cret@127.0.0.1:{}", proxy.port);
     let s = sender_through(&with, None).await;
-    let (status, _) = s.api.call("POST", "/v1/endpoints", Some(body)).await;
+    let (status, _) = register(&s, body).await;
     assert_eq!(status, 201);
     let event = s.api.emit("payment.succeeded", json!({})).await;
     s.api
@@ -440,14 +432,11 @@ async fn a_refused_tunnel_while_the_probe_passes_is_the_endpoints_connect_failur
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     let s = sender_through(&proxy.url(), Some(&probe)).await;
-    let (status, created) = s
-        .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": format!("https://localhost:{port}/hook"), "skip_challenge": true})),
-        )
-        .await;
+    let (status, created) = register(
+        &s,
+        json!({"url": format!("https://localhost:{port}/hook"), "skip_challenge": true}),
+    )
+    .await;
     assert_eq!(status, 201, "{created}");
     let event = s.api.emit("payment.succeeded", json!({})).await;
     let dead = s
@@ -487,17 +476,12 @@ async fn a_proxy_that_accepts_but_never_answers_spends_no_attempt() {
     let probe = known_good.local_addr().unwrap().to_string();
     let r = crate::support::Receiver::start(vec![]).await;
     let s = sender_through(&proxy, Some(&probe)).await;
-    let (status, created) = s
-        .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(
-                json!({"url": r.url.replace("http://", "https://"), "timeout_ms": 500,
+    let (status, created) = register(
+        &s,
+        json!({"url": r.url.replace("http://", "https://"), "timeout_ms": 500,
                         "skip_challenge": true}),
-            ),
-        )
-        .await;
+    )
+    .await;
     assert_eq!(status, 201, "{created}");
     let event = s.api.emit("payment.succeeded", json!({})).await;
     let h = failing(&s).await;
@@ -520,14 +504,7 @@ async fn a_challenge_that_fails_at_the_proxy_is_503_not_the_endpoints_fault() {
     let (pki, client, _r, url) = merchant().await;
     let s = sender_through(&proxy.url(), None).await;
     proxy.stop();
-    let (status, body) = s
-        .api
-        .call(
-            "POST",
-            "/v1/endpoints",
-            Some(json!({"url": url, "tls": tls(&pki, &client)})),
-        )
-        .await;
+    let (status, body) = register(&s, json!({"url": url, "tls": tls(&pki, &client)})).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], "egress_unavailable", "{body}");
     // Nothing of the proxy reaches the merchant.
@@ -536,14 +513,7 @@ async fn a_challenge_that_fails_at_the_proxy_is_503_not_the_endpoints_fault() {
     proxy.run();
     let mut created = Value::Null;
     for _ in 0..100 {
-        let (status, body) = s
-            .api
-            .call(
-                "POST",
-                "/v1/endpoints",
-                Some(json!({"url": url, "tls": tls(&pki, &client)})),
-            )
-            .await;
+        let (status, body) = register(&s, json!({"url": url, "tls": tls(&pki, &client)})).await;
         created = body;
         if status == 201 {
             break;
