@@ -144,10 +144,10 @@ pub struct ServiceHealth {
 
 /// The egress proxy of this process (`kxp serve --egress-proxy <URL>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"proxy": "http://egress:***@proxy.internal:3128", "state": "up",
+#[schema(example = json!({"proxy": "http://***@proxy.internal:3128", "state": "up",
     "since": null, "last_error": null}))]
 pub struct EgressProxyHealth {
-    /// Its URL, the password replaced by `***`.
+    /// Its URL, the user and password replaced by `***`.
     pub proxy: String,
     /// `up`, or `proxy_error`: it could not be reached, answered `407`, or failed its probe.
     /// Deliveries wait meanwhile; no attempt is counted against an endpoint, and they resume

@@ -93,7 +93,7 @@ pub(crate) struct Settings {
     /// proxy, `http://[user:password@]host:port`, for a static source address receivers can
     /// allow-list. kxp resolves and vets each destination itself and asks the proxy for a
     /// tunnel to the vetted address. A failing proxy holds deliveries back without counting
-    /// attempts. The password is never printed.
+    /// attempts. Its user and password are never printed.
     #[arg(
         long,
         env = "KXP_EGRESS_PROXY",
@@ -754,7 +754,7 @@ mod tests {
         assert!(printed.contains("[redacted]"), "{printed}");
         assert!(printed.contains("[redacted: keys k2, k1]"), "{printed}");
         assert!(
-            printed.contains("egress_proxy = \"http://egress:***@proxy.internal:3128\""),
+            printed.contains("egress_proxy = \"http://***@proxy.internal:3128\""),
             "{printed}"
         );
     }

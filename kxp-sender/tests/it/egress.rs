@@ -407,7 +407,7 @@ async fn a_407_is_the_proxys_failure_and_the_urls_credentials_answer_it() {
     let h = health(&s).await;
     assert_eq!(
         h["egress_proxy"]["proxy"],
-        format!("http://egress:***@127.0.0.1:{}", proxy.port),
+        format!("http://***@127.0.0.1:{}", proxy.port),
         "{h}"
     );
     assert!(!h.to_string().contains("s3cr"), "{h}");

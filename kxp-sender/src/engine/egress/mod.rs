@@ -35,12 +35,11 @@ pub(crate) use connect::{
 pub(crate) use health::Health;
 
 /// A forward proxy for egress, from `http://[user:password@]host:port`: its `Display` and
-/// `Debug` never show the password.
+/// `Debug` show neither the user nor the password (`http://***@host:port`).
 #[derive(Clone)]
 pub struct EgressProxy {
     host: String,
     port: u16,
-    user: Option<String>,
     /// `Basic …` for `Proxy-Authorization`, when the URL named a user.
     authorization: Option<Arc<Zeroizing<String>>>,
     probe: Option<String>,
@@ -106,14 +105,14 @@ impl FromStr for EgressProxy {
                 .map(|s| s.into_owned())
                 .map_err(|_| refused("the user or password is not UTF-8 once decoded"))
         };
-        let (user, authorization) = if url.username().is_empty() && url.password().is_none() {
-            (None, None)
+        let authorization = if url.username().is_empty() && url.password().is_none() {
+            None
         } else {
             let user = decode(url.username())?;
             let password = Zeroizing::new(decode(url.password().unwrap_or(""))?);
             let pair = Zeroizing::new(format!("{user}:{}", password.as_str()));
             let header = Zeroizing::new(format!("Basic {}", STANDARD.encode(pair.as_bytes())));
-            (Some(user), Some(Arc::new(header)))
+            Some(Arc::new(header))
         };
         Ok(EgressProxy {
             host: host
@@ -121,7 +120,6 @@ impl FromStr for EgressProxy {
                 .trim_end_matches(']')
                 .to_owned(),
             port: url.port_or_known_default().unwrap_or(80),
-            user,
             authorization,
             probe: None,
         })
@@ -131,11 +129,10 @@ impl FromStr for EgressProxy {
 impl fmt::Display for EgressProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("http://")?;
-        if let Some(user) = &self.user {
-            let user: String =
-                percent_encoding::utf8_percent_encode(user, percent_encoding::NON_ALPHANUMERIC)
-                    .collect();
-            write!(f, "{user}:***@")?;
+        // The whole userinfo: a password typed where the user goes (`user pass@`) is still a
+        // password.
+        if self.authorization.is_some() {
+            f.write_str("***@")?;
         }
         if self.host.contains(':') {
             write!(f, "[{}]:{}", self.host, self.port)

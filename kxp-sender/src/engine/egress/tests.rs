@@ -2,12 +2,12 @@ use super::connect::{head_end, status};
 use super::*;
 
 #[test]
-fn a_proxy_url_is_read_and_printed_without_its_password() {
+fn a_proxy_url_is_read_and_printed_without_its_user_or_password() {
     let proxy: EgressProxy = "http://egress:s3cr%3At@proxy.internal:3128"
         .parse()
         .unwrap();
     assert_eq!(proxy.address(), ("proxy.internal".to_owned(), 3128));
-    assert_eq!(proxy.to_string(), "http://egress:***@proxy.internal:3128");
+    assert_eq!(proxy.to_string(), "http://***@proxy.internal:3128");
     assert!(!format!("{proxy:?}").contains("s3cr"));
     // RFC 7617: user ":" password, percent-decoded, base64.
     assert_eq!(
@@ -149,4 +149,77 @@ async fn probes_run_one_at_a_time_and_their_result_stands() {
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     // Eight callers at once, one connection: the others shared its result.
     assert_eq!(accepted.await.unwrap(), 1);
+}
+
+/// A small deterministic generator for the mutation test below.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % n.max(1) as u64).unwrap_or(0)
+    }
+}
+
+/// The proxy's answer and the proxy URL are read from outside: mutated valid inputs (bytes
+/// flipped, inserted, dropped, cut short) never panic, and what is read stays within bounds.
+#[test]
+fn mutated_answers_and_urls_are_read_without_panicking() {
+    let answers: [&[u8]; 4] = [
+        b"HTTP/1.1 200 Connection established\r\nProxy-agent: tinyproxy/1.11.1\r\n\r\n",
+        b"HTTP/1.0 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n\r\n",
+        b"HTTP/1.1 500 Unable to connect\r\nConnection: close\r\n\r\n<html>",
+        b"HTTP/1.1 200 OK\n\n",
+    ];
+    let urls = [
+        "http://egress:s3cret@proxy.internal:3128",
+        "http://[::1]:8888/",
+        "http://127.0.0.1:8888",
+    ];
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    for round in 0..20_000 {
+        let mut bytes = answers[round % answers.len()].to_vec();
+        for _ in 0..=rng.below(4) {
+            let at = rng.below(bytes.len() + 1);
+            match rng.below(4) {
+                0 if at < bytes.len() => bytes[at] ^= 1 << rng.below(8),
+                1 => bytes.insert(at, (rng.next() & 0xff) as u8),
+                2 if at < bytes.len() => {
+                    bytes.remove(at);
+                }
+                _ => bytes.truncate(at),
+            }
+        }
+        if let Some(end) = head_end(&bytes) {
+            assert!(end <= bytes.len());
+            let head = &bytes[..end];
+            assert!(
+                head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n"),
+                "{bytes:?}"
+            );
+            if let Some(code) = status(&bytes[..end]) {
+                assert!((100..600).contains(&code));
+            }
+        }
+
+        let mut url = urls[round % urls.len()].as_bytes().to_vec();
+        let at = rng.below(url.len() + 1);
+        match rng.below(3) {
+            0 if at < url.len() => url[at] = b"@:/[]%?#x9 "[rng.below(11)],
+            1 => url.insert(at, b"@:/[]%?#x9 "[rng.below(11)]),
+            _ => url.truncate(at),
+        }
+        let text = String::from_utf8_lossy(&url);
+        if let Ok(proxy) = text.parse::<EgressProxy>() {
+            assert!(!proxy.to_string().contains("s3cret"), "{text}");
+            assert!(!format!("{proxy:?}").contains("s3cret"), "{text}");
+            let _ = proxy.with_probe(&text);
+        }
+    }
 }
