@@ -18,6 +18,9 @@ string_enum! {
         /// Out of attempts, or its endpoint was deleted: finished, replayable (the dead-letter
         /// queue is `status=dead`).
         Dead = "dead",
+        /// A pull endpoint's: in its feed, and not yet committed past by its reader (then it
+        /// is `delivered`). Never attempted.
+        Unread = "unread",
     }
 }
 

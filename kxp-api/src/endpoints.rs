@@ -29,6 +29,28 @@ string_enum! {
 }
 
 string_enum! {
+    /// How an endpoint gets its events.
+    pub enum EndpointMode {
+        /// The sender POSTs each event to the endpoint's `url`, with retries (the default).
+        Push = "push",
+        /// The endpoint has no URL: its receiver reads its events from the endpoint's feed
+        /// (`GET /v1/endpoints/{id}/feed`, long-polled with `wait`) and commits how far it got
+        /// (`PUT /v1/endpoints/{id}/cursor`). For receivers that accept no inbound traffic, and
+        /// for `kxp listen`. Nothing is ever attempted; its deliveries are `unread` until the
+        /// cursor passes them, then `delivered`.
+        Pull = "pull",
+    }
+}
+
+/// `push`: what an endpoint is unless told otherwise, and what a server that predates the
+/// setting means.
+impl Default for EndpointMode {
+    fn default() -> EndpointMode {
+        EndpointMode::Push
+    }
+}
+
+string_enum! {
     /// The endpoint's circuit breaker.
     pub enum CircuitState {
         /// Deliveries flow.
@@ -131,6 +153,8 @@ pub struct PublicKeys {
 #[schema(example = json!({
     "id": "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61",
     "url": "https://merchant.example/webhooks",
+    "mode": "push",
+    "temporary": false,
     "description": "orders service",
     "event_types": ["payment.*"],
     "filter": {"data.amount": {"$gte": 10000}, "data.currency": {"$in": ["EUR", "USD"]}},
@@ -173,8 +197,16 @@ pub struct PublicKeys {
 pub struct Endpoint {
     /// The endpoint's id.
     pub id: EndpointId,
-    /// Where deliveries are POSTed.
-    pub url: String,
+    /// Where deliveries are POSTed; `null` for a pull endpoint.
+    #[schema(required = true)]
+    pub url: Option<String>,
+    /// `push` (deliveries are POSTed to `url`) or `pull` (the receiver reads the feed).
+    #[serde(default)]
+    pub mode: EndpointMode,
+    /// Made by `kxp listen` for one session: deleted when it ends, and by the server once it
+    /// has had no reader for a while.
+    #[serde(default)]
+    pub temporary: bool,
     /// Free text (empty when none was given).
     pub description: String,
     /// Exact event types, or prefixes ending in `*` (`["*"]` for every type).
@@ -255,7 +287,8 @@ pub struct EndpointCreated {
     pub public_key: Option<PublicKey>,
 }
 
-/// `POST /v1/endpoints`. Everything but `url` has a default; `null` means the default too.
+/// `POST /v1/endpoints`. Everything but a push endpoint's `url` has a default; `null` means the
+/// default too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -267,8 +300,20 @@ pub struct EndpointCreated {
 }))]
 pub struct NewEndpoint {
     /// `https://` with a host and no credentials (`http://` only on a server in development
-    /// mode); a host that is a blocked address is refused.
-    pub url: String,
+    /// mode); a host that is a blocked address is refused. Required for a push endpoint, refused
+    /// for a pull one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `push` (the default) or `pull`: an endpoint without a URL whose receiver reads its feed.
+    /// A pull endpoint signs with HMAC (`signing` `hmac`) and takes none of what only an HTTP
+    /// attempt uses (`timeout_ms`, `rate_limit_per_second`, `encryption_jwk`, `headers`,
+    /// `auth`, `tls`): those are refused (422).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<EndpointMode>,
+    /// A pull endpoint for one `kxp listen` session: the server deletes it once no one has read
+    /// its feed for a while (10 minutes by default). Push endpoints cannot be temporary.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub temporary: bool,
     /// Exact types or prefixes ending in `*` (letters, digits, `.` `_` `-`); default `["*"]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_types: Option<Vec<String>>,
@@ -335,10 +380,27 @@ pub struct NewEndpoint {
 }
 
 impl NewEndpoint {
-    /// An endpoint at `url`, everything else by default.
+    /// A push endpoint at `url`, everything else by default.
     pub fn new(url: impl Into<String>) -> NewEndpoint {
         NewEndpoint {
-            url: url.into(),
+            url: Some(url.into()),
+            mode: None,
+            ..NewEndpoint::pull()
+        }
+    }
+
+    /// This pull endpoint, [temporary](NewEndpoint::temporary): `kxp listen`'s.
+    pub fn temporary(mut self) -> NewEndpoint {
+        self.temporary = true;
+        self
+    }
+
+    /// A pull endpoint ([`EndpointMode::Pull`]), everything else by default.
+    pub fn pull() -> NewEndpoint {
+        NewEndpoint {
+            url: None,
+            mode: Some(EndpointMode::Pull),
+            temporary: false,
             event_types: None,
             filter: None,
             description: None,

@@ -73,6 +73,12 @@ string_enum! {
         /// 503: the endpoint challenge could not be made because the sender's egress proxy
         /// (`kxp serve --egress-proxy`) is failing, not because of the endpoint; retry later.
         EgressUnavailable = "egress_unavailable",
+        /// 409: a pull endpoint's cursor is already past the number committed (commits only
+        /// move forward; the body's message says where it is).
+        CursorBehind = "cursor_behind",
+        /// 429: too many long polls wait on this endpoint's feed (4), or on this server process
+        /// (1,024); retry after the `Retry-After` header's seconds.
+        TooManyWaiters = "too_many_waiters",
     }
 }
 
@@ -93,14 +99,17 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::TooManySecrets
             | ErrorCode::EndpointDeleted
-            | ErrorCode::TooManyEndpoints => 409,
+            | ErrorCode::TooManyEndpoints
+            | ErrorCode::CursorBehind => 409,
             ErrorCode::InvalidRequest
             | ErrorCode::IdempotencyKeyReused
             | ErrorCode::ChallengeFailed
             | ErrorCode::BlockedAddress
             | ErrorCode::InvalidSchema => 422,
             ErrorCode::SequencePurged => 410,
-            ErrorCode::RateLimited | ErrorCode::TooManyPortalLinks => 429,
+            ErrorCode::RateLimited | ErrorCode::TooManyPortalLinks | ErrorCode::TooManyWaiters => {
+                429
+            }
             ErrorCode::StoreUnavailable
             | ErrorCode::BacklogFull
             | ErrorCode::ShuttingDown
@@ -156,7 +165,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 26);
+        assert_eq!(ErrorCode::KNOWN.len(), 28);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

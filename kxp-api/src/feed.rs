@@ -18,18 +18,28 @@ pub const MAX_FEED_LIMIT: u32 = 500;
 /// The items of a page that names no `limit`.
 pub const DEFAULT_FEED_LIMIT: u32 = 100;
 
-/// `GET /v1/endpoints/{id}/feed?…`: where to start, and how many.
+/// The longest a feed request waits for an item ([`FeedQuery::wait`]), in seconds.
+pub const MAX_FEED_WAIT: u32 = 60;
+
+/// `GET /v1/endpoints/{id}/feed?…`: where to start, how many, and how long to wait.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[non_exhaustive]
 pub struct FeedQuery {
-    /// The items after this number (0, or absent, from the start).
+    /// The items after this number (0 from the start). Absent: from the start, or for a pull
+    /// endpoint after its committed cursor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<u64>,
     /// Items per page, 1 to 500 (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
+    /// A long poll: with nothing after `after` yet, wait up to this many seconds (0 to 60;
+    /// default 0) and answer as soon as something comes, or with no items when the time is
+    /// up. A waiting request holds no database connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 0, maximum = 60)]
+    pub wait: Option<u32>,
 }
 
 impl FeedQuery {
@@ -38,7 +48,14 @@ impl FeedQuery {
         FeedQuery {
             after: Some(sequence),
             limit: Some(limit),
+            wait: None,
         }
+    }
+
+    /// This page, waiting up to `seconds` (at most [`MAX_FEED_WAIT`]) for its first item.
+    pub fn waiting(mut self, seconds: u32) -> FeedQuery {
+        self.wait = Some(seconds);
+        self
     }
 }
 
@@ -113,4 +130,27 @@ pub struct FeedToken {
     /// `kxpft_…`: `Authorization: Bearer <token>` on the feed. The server keeps only its hash;
     /// a new one replaces it.
     pub token: String,
+}
+
+/// `GET /v1/endpoints/{id}/cursor`: how far a pull endpoint's reader has committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"sequence": 41, "latest": 44, "committed_at": "2026-11-30T01:02:03Z"}))]
+pub struct PullCursor {
+    /// The number committed last (0: none yet): a read without `after` starts after it.
+    pub sequence: u64,
+    /// The highest number the endpoint has given: `latest - sequence` items are unread.
+    pub latest: u64,
+    /// When it was last committed; `null`: never.
+    #[schema(required = true)]
+    pub committed_at: Option<crate::Timestamp>,
+}
+
+/// `PUT /v1/endpoints/{id}/cursor`: everything up to and including `sequence` is processed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"sequence": 42}))]
+pub struct CommitCursor {
+    /// A number from the feed, at most its `latest`. The same number again is accepted
+    /// (204); a lower one is refused (409 `cursor_behind`).
+    pub sequence: u64,
 }

@@ -58,7 +58,8 @@ pub struct HealthWindow {
     },
     "expiring_certificates": [
         {"certificate": "server", "not_after": "2026-12-09T08:30:00Z", "days_left": 9}
-    ]
+    ],
+    "pull": null
 }))]
 pub struct EndpointHealth {
     /// The endpoint.
@@ -114,6 +115,31 @@ pub struct EndpointHealth {
     /// certificate within 14), most urgent first.
     #[serde(default)]
     pub expiring_certificates: Vec<ExpiringCertificate>,
+    /// A pull endpoint's reader: how far behind it is; `null` for a push endpoint.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub pull: Option<PullHealth>,
+}
+
+/// How a pull endpoint's reader keeps up ([`EndpointHealth::pull`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "cursor": 41, "latest": 44, "lag": 3,
+    "committed_at": "2026-11-30T04:27:00Z", "read_at": "2026-11-30T04:27:03Z"
+}))]
+pub struct PullHealth {
+    /// The number the reader committed last (0: none yet).
+    pub cursor: u64,
+    /// The highest number the endpoint has given.
+    pub latest: u64,
+    /// `latest - cursor`: the items the reader has not committed.
+    pub lag: u64,
+    /// When it last committed; `null`: never. With a lag, the lag is at least this old.
+    #[schema(required = true)]
+    pub committed_at: Option<Timestamp>,
+    /// When the feed was last read (to the minute); `null`: never.
+    #[schema(required = true)]
+    pub read_at: Option<Timestamp>,
 }
 
 /// `GET /healthz` (no key): the server answers and its database does.

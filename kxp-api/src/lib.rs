@@ -40,18 +40,21 @@ pub use credentials::{
 pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,
-    EndpointDetails, EndpointPatch, EndpointStatus, EndpointUpdated, ExpireOld, FilterTested,
-    Format, MAX_CONFIRMATIONS, NewEndpoint, PublicKey, PublicKeys, ReceiverKey, ReplayQueued,
-    RotateSecret, Rotation, SecretRotated, SecretState, Signing, TestFilter,
+    EndpointDetails, EndpointMode, EndpointPatch, EndpointStatus, EndpointUpdated, ExpireOld,
+    FilterTested, Format, MAX_CONFIRMATIONS, NewEndpoint, PublicKey, PublicKeys, ReceiverKey,
+    ReplayQueued, RotateSecret, Rotation, SecretRotated, SecretState, Signing, TestFilter,
 };
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{
     Event, EventQuery, EventSummary, MAX_ORDERING_KEY_LEN, MAX_TAG_LEN, MAX_TAGS, NewEvent,
     RawJson, is_event_id, is_ordering_key, is_tag,
 };
-pub use feed::{DEFAULT_FEED_LIMIT, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT};
+pub use feed::{
+    CommitCursor, DEFAULT_FEED_LIMIT, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT,
+    MAX_FEED_WAIT, PullCursor,
+};
 pub use health::{
-    EgressProxyHealth, EndpointHealth, HealthWindow, Probe, ServiceHealth, SourceHealth,
+    EgressProxyHealth, EndpointHealth, HealthWindow, Probe, PullHealth, ServiceHealth, SourceHealth,
 };
 pub use ids::{
     AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,

@@ -126,6 +126,7 @@ impl Server {
     pub async fn shutdown(self) {
         // First, so that a load balancer stops sending here while the rest drains.
         self.shared.draining.store(true, Ordering::SeqCst);
+        self.shared.feed_waiters.stop();
         let _ = self.stop.send(true);
         for source in self.sources {
             let _ = source.await;
@@ -247,6 +248,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         ),
         sign_in_failures: Default::default(),
         draining: AtomicBool::new(false),
+        feed_waiters: Default::default(),
         traces,
         tokens: Tokens::default(),
         tls_clients: Default::default(),

@@ -42,7 +42,7 @@ pub use fingerprint::{KeyFingerprint, key_fingerprint};
 pub use header::SignatureHeader;
 pub use secret::{FEED_KEY_LABEL, Secret};
 #[cfg(feature = "alloc")]
-pub use secret::{feed_message, to_whsec};
+pub use secret::{feed_message, feed_request_message, to_whsec};
 pub use sign::{SignedHeader, Signer};
 pub use standard::{StandardEd25519SignedHeader, StandardSignedHeader};
 pub use trace::{MAX_TRACESTATE_LEN, TRACEPARENT, TRACESTATE, TraceParent, tracestate};

@@ -19,6 +19,8 @@ fn endpoint_json() -> Value {
     json!({
         "id": "ep_0193a0c4c1e07c2e9f3b7a1d2c4e5f61",
         "url": "http://127.0.0.1:4000/hook",
+        "mode": "push",
+        "temporary": false,
         "description": "",
         "event_types": ["*"],
         "filter": null,
@@ -412,7 +414,8 @@ fn health() {
         "server_certificate": {"issuer": "CN=R11", "not_after": "2026-12-09T08:30:00Z",
                                "seen_at": "2026-11-30T04:27:00Z"},
         "expiring_certificates": [{"certificate": "server", "not_after": "2026-12-09T08:30:00Z",
-                                   "days_left": 9}]
+                                   "days_left": 9}],
+        "pull": null
     }));
     assert_eq!(
         health.expiring_certificates[0].certificate,

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kxp_api::{
-    Credential, Endpoint, EndpointAuth, EndpointCreated, EndpointPatch, EndpointTls, NewEndpoint,
-    Patch, Secret,
+    Credential, Endpoint, EndpointAuth, EndpointCreated, EndpointMode, EndpointPatch, EndpointTls,
+    NewEndpoint, Patch, Secret, Signing,
 };
 
 use super::checks::{
@@ -39,8 +39,24 @@ pub(crate) async fn register(
             "an account has at most {MAX_ENDPOINTS} endpoints; delete one first"
         )));
     }
+    let mode = new.mode.clone().unwrap_or_default();
+    if mode == EndpointMode::Pull {
+        check_pull(&new)?;
+    } else if new.temporary {
+        return Err(Error::Invalid(
+            "temporary: only a pull endpoint can be temporary".to_owned(),
+        ));
+    }
     let rate_limit = new.rate_limit_per_second.map(i64::from);
-    let url = check_url(&new.url, &state.shared)?;
+    let url = match (&mode, &new.url) {
+        (EndpointMode::Pull, _) => None,
+        (_, Some(url)) => Some(check_url(url, &state.shared)?),
+        (_, None) => {
+            return Err(Error::Invalid(
+                "url: required for a push endpoint (or \"mode\": \"pull\")".to_owned(),
+            ));
+        }
+    };
     let event_types = new.event_types.unwrap_or_else(|| vec!["*".to_owned()]);
     check_event_types(&event_types)?;
     let content_filter = match &new.filter {
@@ -66,10 +82,10 @@ pub(crate) async fn register(
         .map(check_encryption_jwk)
         .transpose()?;
     let credentials = credentials::check_new(new.headers, new.auth, new.tls, &state.shared)?;
-    if !new.skip_challenge {
+    if let Some(url) = url.as_ref().filter(|_| !new.skip_challenge) {
         challenge(
             &state.shared,
-            &url,
+            url,
             timeout,
             credentials.as_ref().map(|(c, _)| c),
         )
@@ -80,7 +96,9 @@ pub(crate) async fn register(
         .create_endpoint_with(
             account,
             &StoredEndpoint {
-                url: url.as_str(),
+                url: url.as_ref().map_or("", reqwest::Url::as_str),
+                mode,
+                temporary: new.temporary,
                 event_types: &event_types,
                 content_filter,
                 description: &description,
@@ -101,6 +119,34 @@ pub(crate) async fn register(
         secret: created.secret.map(Secret::from),
         public_key: created.public_key.as_ref().map(public_key),
     })
+}
+
+/// Refuses for a pull endpoint what only an HTTP attempt uses (a URL, a timeout, a rate limit,
+/// custom headers, `auth`, `tls`, encryption) and signing other than HMAC: its reader holds the
+/// secret it signs feed requests with, and verifies items with.
+fn check_pull(new: &NewEndpoint) -> Result<(), Error> {
+    let attempt_only = [
+        ("url", new.url.is_some()),
+        ("timeout_ms", new.timeout_ms.is_some()),
+        ("rate_limit_per_second", new.rate_limit_per_second.is_some()),
+        ("encryption_jwk", new.encryption_jwk.is_some()),
+        ("headers", new.headers.is_some()),
+        ("auth", new.auth.is_some()),
+        ("tls", new.tls.is_some()),
+    ];
+    if let Some((field, _)) = attempt_only.iter().find(|(_, given)| *given) {
+        return Err(Error::Invalid(format!(
+            "{field}: a pull endpoint is sent nothing, so it takes no {field}"
+        )));
+    }
+    if new.signing.as_ref().is_some_and(|s| *s != Signing::Hmac) {
+        return Err(Error::Invalid(
+            "signing: a pull endpoint signs with hmac only (its reader signs feed requests with \
+             the secret)"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs the endpoint challenge ([`dispatch::challenge`]) against `url`, presenting the
@@ -204,6 +250,26 @@ pub(crate) async fn change(
         .map(|jwk| jwk.as_ref().map(check_encryption_jwk).transpose())
         .transpose()?;
     let current = state.db.endpoint(&account.id, id).await?;
+    if current.is_pull() {
+        let attempt_only = [
+            ("url", url.is_some()),
+            ("timeout_ms", timeout.is_some()),
+            ("rate_limit_per_second", matches!(rate_limit, Some(Some(_)))),
+            ("encryption_jwk", matches!(encryption_jwk, Some(Some(_)))),
+            ("headers", !patch.headers.is_unchanged()),
+            ("auth", !patch.auth.is_unchanged()),
+            ("tls", !patch.tls.is_unchanged()),
+            (
+                "signing",
+                patch.signing.as_ref().is_some_and(|s| *s != Signing::Hmac),
+            ),
+        ];
+        if let Some((field, _)) = attempt_only.iter().find(|(_, given)| *given) {
+            return Err(Error::Invalid(format!(
+                "{field}: {id} is a pull endpoint, which is sent nothing and signs with hmac only"
+            )));
+        }
+    }
     let ring = state.shared.config.secrets_key.as_ref();
     let new_credentials =
         !(patch.headers.is_unchanged() && patch.auth.is_unchanged() && patch.tls.is_unchanged());

@@ -146,7 +146,9 @@ impl Error {
             Error::Conflict { kind, .. } => match kind {
                 StoreConflict::EndpointDeleted => ErrorCode::EndpointDeleted,
                 StoreConflict::TooManySecrets => ErrorCode::TooManySecrets,
-                StoreConflict::SharedSecretRetired => ErrorCode::InvalidRequest,
+                StoreConflict::SharedSecretRetired | StoreConflict::PullEndpoint => {
+                    ErrorCode::InvalidRequest
+                }
             },
             Error::InvalidTtl => ErrorCode::InvalidTtl,
             Error::TooManyPortalLinks { .. } => ErrorCode::TooManyPortalLinks,

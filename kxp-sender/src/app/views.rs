@@ -31,8 +31,10 @@ impl From<Endpoint> for api::Endpoint {
                 .content_filter
                 .as_deref()
                 .and_then(|filter| serde_json::from_str(filter).ok()),
+            url: (!e.is_pull()).then_some(e.url),
+            mode: e.mode,
+            temporary: e.temporary,
             id: e.id,
-            url: e.url,
             description: e.description,
             timeout_ms: unsigned(e.timeout_ms),
             status: api::EndpointStatus::parse(e.status.as_str()),
@@ -276,6 +278,7 @@ impl From<EndpointHealth> for api::EndpointHealth {
             failing_since: text_time(h.failing_since),
             server_certificate: h.server_certificate,
             expiring_certificates: h.expiring_certificates,
+            pull: h.pull,
         }
     }
 }

@@ -276,6 +276,8 @@ pub(crate) struct Shared {
     /// Set when the shutdown begins: `/readyz` answers 503 from then on, and the API takes no
     /// new work while the attempts in flight finish.
     pub draining: AtomicBool,
+    /// The long polls waiting on pull endpoints' feeds.
+    pub feed_waiters: crate::engine::waiters::Waiters,
     /// The spans of ingestion and attempts, and their exporter (off without an OTLP endpoint).
     pub traces: Traces,
     /// Endpoints' OAuth2 access tokens, cached for this process's attempts.

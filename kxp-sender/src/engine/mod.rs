@@ -24,4 +24,5 @@ pub(crate) mod schemas;
 pub(crate) mod sources;
 pub(crate) mod tls;
 pub(crate) mod traces;
+pub(crate) mod waiters;
 pub(crate) mod worker;

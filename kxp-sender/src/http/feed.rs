@@ -13,19 +13,21 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use kxp_api::{
-    DEFAULT_FEED_LIMIT, ErrorCode, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT,
+    CommitCursor, DEFAULT_FEED_LIMIT, ErrorCode, FeedItem, FeedPage, FeedQuery, FeedToken,
+    MAX_FEED_LIMIT, MAX_FEED_WAIT, PullCursor, Timestamp,
 };
 use kxp_verify::{
     DEFAULT_TOLERANCE, FEED_SIGNATURE_HEADER, FeedItemFields, FeedPageFields, Secret, Verifier,
-    feed_message,
+    feed_request_message,
 };
 
 use super::errors::ApiQuery;
-use super::{ApiError, AppState, Authed};
+use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::dispatch::signature_headers;
+use crate::engine::waiters::{self, Full};
 use crate::engine::worker::{open_secrets, sealed};
 use crate::model::{EndpointId, Key, Material, random_hex_32, sha256_hex};
-use crate::store::{FeedRow, FeedSource};
+use crate::store::{Committed, FeedRow, FeedSource};
 
 /// Feed requests an endpoint may make per second, per process: a receiver catching up pages
 /// through at 100–500 events a request, far above what it needs, and no one can make the
@@ -35,20 +37,24 @@ pub(crate) const FEED_RATE_LIMIT: u32 = 20;
 /// What feed tokens start with, so people and secret scanners can tell one.
 const FEED_TOKEN_PREFIX: &str = "kxpft_";
 
-/// The endpoint's events after `after`, each with its number, its body byte for byte as a
+/// The endpoint's events after `after` (absent: after a pull endpoint's committed cursor, else
+/// from the start), each with its number, its body byte for byte as a
 /// delivery sends it, the signature headers a delivery made now would carry and a MAC over all
 /// of it with the key of the credential that read the page (`FeedItem::mac`). Authenticated
 /// with the endpoint's credential: `X-Kxp-Feed-Signature: t=…,v1=…` over `GET <path?query>`
 /// with the feed key of a live HMAC secret (within 5 minutes), or `Authorization: Bearer
 /// <feed token>`; never with an API key. Answers 410 `sequence_purged` when retention purged
-/// numbers after `after`, with `earliest`, the next one it holds.
+/// numbers after `after`, with `earliest`, the next one it holds. With `wait`, a page that
+/// would be empty waits for its first item up to that many seconds (at most 4 such long polls
+/// per endpoint, 429 `too_many_waiters` beyond), holding no database connection; a server
+/// shutting down answers them at once.
 #[utoipa::path(get, path = "/v1/endpoints/{id}/feed", tag = "endpoints", security(()),
     params(("id" = kxp_api::EndpointId, Path, description = "The endpoint"), FeedQuery),
     responses(
         (status = 200, description = "The next items, by number", body = FeedPage),
         (status = 401, description = "Not signed with the endpoint's credential", body = kxp_api::ErrorBody),
         (status = 410, description = "Purged by retention; `earliest` says where the feed resumes", body = kxp_api::ErrorBody),
-        (status = 429, description = "More than 20 requests in the last second", body = kxp_api::ErrorBody)))]
+        (status = 429, description = "More than 20 requests in the last second, or too many long polls waiting", body = kxp_api::ErrorBody)))]
 pub(super) async fn feed(
     State(state): State<AppState>,
     Path(id): Path<EndpointId>,
@@ -57,41 +63,15 @@ pub(super) async fn feed(
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Json<FeedPage>, ApiError> {
-    let source = state.db.feed_source(&id).await?;
-    let secrets = source
-        .as_ref()
-        .map(|s| open_secrets(&state.shared, &s.id, &s.secrets))
-        .unwrap_or_default();
-    let Some((source, item_key)) = source.and_then(|s| {
-        let key = authenticated(&s, &secrets, &method, &uri, &headers)?;
-        Some((s, key))
-    }) else {
-        return Err(ApiError::new(
-            ErrorCode::Unauthorized,
-            "the request must be signed with a live secret of this endpoint (X-Kxp-Feed-Signature) \
-             or carry its feed token",
-        ));
+    let wait = match query.wait.unwrap_or(0) {
+        wait @ 0..=MAX_FEED_WAIT => Duration::from_secs(u64::from(wait)),
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidQuery,
+                format!("wait: 0 to {MAX_FEED_WAIT} seconds"),
+            ));
+        }
     };
-    let granted = state
-        .shared
-        .api_requests
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .try_take(
-            &format!("feed:{}", source.id),
-            Some(FEED_RATE_LIMIT),
-            crate::model::tokio_instant(),
-        );
-    if !granted {
-        return Err(ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "this endpoint's feed took more than {FEED_RATE_LIMIT} requests in the last second"
-            ),
-        )
-        .retry_after(1));
-    }
-    let after = i64::try_from(query.after.unwrap_or(0)).map_err(|_| too_far())?;
     let limit = match query.limit.unwrap_or(DEFAULT_FEED_LIMIT) {
         limit @ 1..=MAX_FEED_LIMIT => i64::from(limit),
         _ => {
@@ -101,20 +81,200 @@ pub(super) async fn feed(
             ));
         }
     };
-    let rows = state.db.feed_rows(&source, after, limit).await?;
-    let rows = contiguous(&source, after, rows, &item_key)?;
+    let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, b"").await?;
+    let (source, item_key) = (&reader.source, &reader.item_key);
+    if source.is_pull() {
+        // Health's "last read", and what keeps a temporary endpoint from being removed.
+        if let Err(e) = state.db.mark_read(source).await {
+            tracing::warn!(target: "kxp_sender", endpoint_id = %source.id, error = %e, "a feed read could not be written down");
+        }
+    }
+    // A pull endpoint's reader resumes after its committed cursor; a push endpoint's feed
+    // starts at 0, as kxp-catchup expects.
+    let after = match query.after {
+        Some(after) => i64::try_from(after).map_err(|_| too_far())?,
+        None if source.is_pull() => source.pull_cursor,
+        None => 0,
+    };
+    let rows = state.db.feed_rows(source, after, limit).await?;
+    let mut rows = contiguous(source, after, rows, item_key)?;
+    let mut latest = source.latest;
+    if rows.is_empty() && !wait.is_zero() && !state.shared.feed_waiters.stopped() {
+        let waiting = state.shared.feed_waiters.join(&source.id).map_err(|full| {
+            let whose = match full {
+                Full::Endpoint => format!("this endpoint's feed ({})", waiters::PER_ENDPOINT),
+                Full::Process => format!("this server process ({})", waiters::PER_PROCESS),
+            };
+            ApiError::new(
+                ErrorCode::TooManyWaiters,
+                format!("as many long polls wait on {whose} as may; retry, or read without wait"),
+            )
+            .retry_after(1)
+        })?;
+        let until = crate::model::tokio_instant() + wait;
+        rows = waiting
+            .until(
+                until,
+                || async {
+                    let rows = state.db.feed_rows(source, after, limit).await?;
+                    contiguous(source, after, rows, item_key)
+                },
+                |rows| !rows.is_empty(),
+            )
+            .await?;
+        latest = state.db.feed_latest(source).await?;
+    }
     let items = rows
         .into_iter()
-        .map(|row| item(&source, &secrets, &item_key, row))
+        .map(|row| item(source, &reader.secrets, item_key, row))
         .collect::<Result<Vec<_>, _>>()?;
-    let latest = u64::try_from(source.latest).unwrap_or(0);
+    let latest = u64::try_from(latest).unwrap_or(0);
     let after = u64::try_from(after).unwrap_or(0);
     Ok(Json(FeedPage {
         endpoint_id: source.id.clone(),
         latest,
         items,
-        mac: Some(FeedPageFields::page(source.id.as_str(), after, latest).mac_hex(&item_key)),
+        mac: Some(FeedPageFields::page(source.id.as_str(), after, latest).mac_hex(item_key)),
     }))
+}
+
+/// How far a pull endpoint's reader has committed, and the newest number. Authenticated as the
+/// feed is, with the endpoint's credential.
+#[utoipa::path(get, path = "/v1/endpoints/{id}/cursor", tag = "endpoints", security(()),
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    responses(
+        (status = 200, description = "The cursor", body = PullCursor),
+        (status = 401, description = "Not signed with the endpoint's credential", body = kxp_api::ErrorBody),
+        (status = 422, description = "Not a pull endpoint", body = kxp_api::ErrorBody)))]
+pub(super) async fn cursor(
+    State(state): State<AppState>,
+    Path(id): Path<EndpointId>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Json<PullCursor>, ApiError> {
+    let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, b"").await?;
+    let source = reader.pulled()?;
+    Ok(Json(PullCursor {
+        sequence: u64::try_from(source.pull_cursor).unwrap_or(0),
+        latest: u64::try_from(source.latest).unwrap_or(0),
+        committed_at: source.pull_cursor_at.map(Timestamp::from_unix_ms),
+    }))
+}
+
+/// Commits a pull endpoint's cursor: every item up to and including `sequence` is processed,
+/// and a read without `after` starts after it. Authenticated as the feed is, the signature
+/// covering the body too (`kxp_verify::feed_request_message`). The same number again is 204;
+/// a lower one 409 `cursor_behind`; one past `latest` 422.
+#[utoipa::path(put, path = "/v1/endpoints/{id}/cursor", tag = "endpoints", security(()),
+    params(("id" = kxp_api::EndpointId, Path, description = "The endpoint")),
+    request_body = CommitCursor,
+    responses(
+        (status = 204, description = "Committed (or committed already)"),
+        (status = 401, description = "Not signed with the endpoint's credential", body = kxp_api::ErrorBody),
+        (status = 409, description = "`cursor_behind`: the cursor is past this number already", body = kxp_api::ErrorBody),
+        (status = 422, description = "Past `latest`, or not a pull endpoint", body = kxp_api::ErrorBody)))]
+pub(super) async fn commit_cursor(
+    State(state): State<AppState>,
+    Path(id): Path<EndpointId>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ApiBody(body): ApiBody,
+) -> Result<StatusCode, ApiError> {
+    let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, &body).await?;
+    let source = reader.pulled()?;
+    let commit: CommitCursor = parse(&body)?;
+    let sequence = i64::try_from(commit.sequence).map_err(|_| past(source))?;
+    if sequence > source.latest {
+        return Err(past(source));
+    }
+    match state.db.commit_cursor(source, sequence).await? {
+        Committed::Moved | Committed::Same => Ok(StatusCode::NO_CONTENT),
+        Committed::Behind(cursor) => Err(ApiError::new(
+            ErrorCode::CursorBehind,
+            format!("the cursor is at {cursor} already: commits only move forward"),
+        )),
+    }
+}
+
+fn past(source: &FeedSource) -> ApiError {
+    ApiError::invalid(format!(
+        "sequence: past the newest number the endpoint has given ({})",
+        source.latest
+    ))
+}
+
+/// A feed request authenticated with the endpoint's credential, within its rate limit.
+struct Reader {
+    source: FeedSource,
+    secrets: Vec<Material>,
+    item_key: Secret,
+}
+
+impl Reader {
+    /// The endpoint `id`'s reader, when the request carries its credential ([`authenticated`])
+    /// and the endpoint's feed has taken fewer than [`FEED_RATE_LIMIT`] requests this second.
+    async fn authenticate(
+        state: &AppState,
+        id: &EndpointId,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Reader, ApiError> {
+        let source = state.db.feed_source(id).await?;
+        let secrets = source
+            .as_ref()
+            .map(|s| open_secrets(&state.shared, &s.id, &s.secrets))
+            .unwrap_or_default();
+        let Some((source, item_key)) = source.and_then(|s| {
+            let key = authenticated(&s, &secrets, method, uri, headers, body)?;
+            Some((s, key))
+        }) else {
+            return Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                "the request must be signed with a live secret of this endpoint (X-Kxp-Feed-Signature) \
+                 or carry its feed token",
+            ));
+        };
+        let granted = state
+            .shared
+            .api_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .try_take(
+                &format!("feed:{}", source.id),
+                Some(FEED_RATE_LIMIT),
+                crate::model::tokio_instant(),
+            );
+        if !granted {
+            return Err(ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "this endpoint's feed took more than {FEED_RATE_LIMIT} requests in the last second"
+                ),
+            )
+            .retry_after(1));
+        }
+        Ok(Reader {
+            source,
+            secrets,
+            item_key,
+        })
+    }
+
+    /// Its endpoint, when it is a pull endpoint (a cursor is a pull endpoint's alone).
+    fn pulled(&self) -> Result<&FeedSource, ApiError> {
+        if self.source.is_pull() {
+            Ok(&self.source)
+        } else {
+            Err(ApiError::invalid(format!(
+                "{} is a push endpoint: only a pull endpoint has a cursor",
+                self.source.id
+            )))
+        }
+    }
 }
 
 /// Gives the endpoint a new feed token (shown once; the server keeps its hash), in place of any
@@ -138,8 +298,8 @@ pub(super) async fn create_feed_token(
 }
 
 /// The key the page's items are MACed with, when the request carries the endpoint's feed token
-/// or is signed with the feed key of one of its live HMAC secrets over its method and target,
-/// within the tolerance; `None` when it is not authenticated.
+/// or is signed with the feed key of one of its live HMAC secrets over its method, target and
+/// body, within the tolerance; `None` when it is not authenticated.
 ///
 /// The key is the credential's own: the feed key that verified this request (during a
 /// rotation, the one of whichever secret the receiver signed with, which is the one it checks
@@ -151,6 +311,7 @@ fn authenticated(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
+    body: &[u8],
 ) -> Option<Secret> {
     if let (Some(token), Some(hash)) = (bearer(headers), &source.feed_token_hash) {
         // Hashes of a secret compared: nothing about the token leaks from how long it takes.
@@ -169,7 +330,7 @@ fn authenticated(
         .collect();
     let verifier = Verifier::with_secrets(keys.iter().cloned()).ok()?;
     let target = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let message = feed_message(method.as_str(), target);
+    let message = feed_request_message(method.as_str(), target, body);
     let verified = verifier
         .with_tolerance(DEFAULT_TOLERANCE)
         .verify_now(header.as_bytes(), &message)

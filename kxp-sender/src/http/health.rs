@@ -146,6 +146,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
             {
                 let mut text = state.shared.metrics.render(&gauges);
                 state.shared.sources.render(&mut text);
+                state.shared.feed_waiters.render(&mut text);
                 if let Some(egress) = state.shared.client.egress() {
                     egress.health.render(&mut text);
                 }

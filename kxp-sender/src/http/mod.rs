@@ -85,6 +85,10 @@ pub(crate) fn app(state: AppState) -> Router {
         // receiver reads it.
         .route("/v1/endpoints/{id}/feed", get(feed::feed))
         .route(
+            "/v1/endpoints/{id}/cursor",
+            get(feed::cursor).put(feed::commit_cursor),
+        )
+        .route(
             "/v1/endpoints/{id}/feed-token",
             post(feed::create_feed_token),
         )

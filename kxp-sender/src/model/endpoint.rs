@@ -13,8 +13,19 @@ pub struct Endpoint {
     pub id: EndpointId,
     /// The owner.
     pub account_id: AccountId,
-    /// Where deliveries are POSTed.
+    /// Where deliveries are POSTed; empty for a pull endpoint, which has none.
     pub url: String,
+    /// `push`, or `pull`: its receiver reads the feed, and nothing is attempted.
+    #[sqlx(try_from = "String")]
+    pub mode: kxp_api::EndpointMode,
+    /// A pull endpoint of one `kxp listen` session, removed once no one reads it.
+    pub temporary: bool,
+    /// The number a pull endpoint's reader committed last (0: none).
+    pub pull_cursor: i64,
+    /// When it did (Unix ms).
+    pub pull_cursor_at: Option<i64>,
+    /// When its feed was last read (Unix ms, written at most once a [`READ_MARK_EVERY`]).
+    pub pull_read_at: Option<i64>,
     /// Free text.
     pub description: String,
     /// The event types it subscribes to (stored as a JSON array; `["*"]` for all).
@@ -77,11 +88,27 @@ pub struct Endpoint {
 /// sets them due at once.
 pub(crate) const HELD: i64 = i64::MAX;
 
+/// How often a read of a pull endpoint's feed is written down (`pull_read_at`): often enough
+/// for health and for removing abandoned temporary endpoints, rarely enough that a reader
+/// long-polling in a loop does not write a row per request.
+pub(crate) const READ_MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Endpoint {
+    /// Whether its receiver reads the feed rather than being sent deliveries.
+    pub(crate) fn is_pull(&self) -> bool {
+        self.mode == kxp_api::EndpointMode::Pull
+    }
+}
+
 /// What a new endpoint is made of (all checked by the caller).
 #[derive(Debug, Clone)]
 pub(crate) struct NewEndpoint<'a> {
-    /// Where deliveries go.
+    /// Where deliveries go (empty for a pull endpoint).
     pub url: &'a str,
+    /// `push` or `pull`.
+    pub mode: kxp_api::EndpointMode,
+    /// A `kxp listen` session's pull endpoint.
+    pub temporary: bool,
     /// Subscribed types.
     pub event_types: &'a [String],
     /// The content filter, as compact JSON (an empty filter is `None`).
@@ -262,6 +289,9 @@ pub(crate) struct Subscriber {
     /// Its content filter as stored (compact JSON): compiled ([`ContentFilter::of`]) only
     /// when its types take the event.
     pub content_filter: Option<String>,
+    /// `push` or `pull`.
+    #[sqlx(try_from = "String")]
+    pub mode: kxp_api::EndpointMode,
 }
 
 impl Subscriber {
@@ -274,11 +304,22 @@ impl Subscriber {
             && self.api_version.as_deref().is_none_or(|v| v == api_version)
     }
 
-    /// When a new delivery to it is due ([`Endpoint::due_for_new_delivery`]'s rule).
-    pub(crate) fn due_for_new_delivery(&self, now: i64) -> i64 {
-        due_for_new_delivery(self.status, self.circuit_state, now)
+    /// A new delivery's status and when it is due: a push endpoint's is `pending`, due by
+    /// [`Endpoint::due_for_new_delivery`]'s rule; a pull endpoint's is `unread` and never due
+    /// (nothing is attempted: its reader reads the feed).
+    pub(crate) fn new_delivery(&self, now: i64) -> (&'static str, i64) {
+        match self.mode {
+            kxp_api::EndpointMode::Pull => (UNREAD, HELD),
+            _ => (
+                "pending",
+                due_for_new_delivery(self.status, self.circuit_state, now),
+            ),
+        }
     }
 }
+
+/// The status of a pull endpoint's delivery its reader has not committed past.
+pub(crate) const UNREAD: &str = "unread";
 
 /// [`Endpoint::due_for_new_delivery`]'s rule, for any row that has the two states.
 fn due_for_new_delivery(status: EndpointStatus, circuit: CircuitState, now: i64) -> i64 {

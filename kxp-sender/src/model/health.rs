@@ -49,6 +49,8 @@ pub struct EndpointHealth {
     /// each (the console's chart). Hours without attempts are zeros.
     #[serde(skip)]
     pub hours: Vec<(i64, i64)>,
+    /// A pull endpoint's reader: its cursor against the newest number; `None` for push.
+    pub pull: Option<kxp_api::PullHealth>,
 }
 
 /// Attempt statistics over a window of whole clock hours.

@@ -27,7 +27,7 @@ pub(crate) use delivery::{Attempt, Job, KeyCheck, Secrets};
 pub use delivery::{AttemptRecord, Delivery, DeliveryFilter, FinishAttempt, Finished, NextState};
 pub(crate) use endpoint::{
     ContentFilter, Created, Endpoint, EndpointChanges, EventTypes, HELD, LiveSecret, NewEndpoint,
-    Rotated, Subscriber,
+    READ_MARK_EVERY, Rotated, Subscriber, UNREAD,
 };
 pub(crate) use event::{Event, EventFilter, EventListed, Ingest, Ingested, Trace};
 pub use failure::AttemptError;

@@ -85,6 +85,8 @@ pub enum DeliveryStatus {
     Delivered,
     /// Every try failed, or its endpoint was deleted: the dead-letter queue.
     Dead,
+    /// A pull endpoint's, in its feed, not yet committed past by its reader; never tried.
+    Unread,
 }
 
 status_names!(DeliveryStatus, "delivery status", {
@@ -92,15 +94,17 @@ status_names!(DeliveryStatus, "delivery status", {
     Delivering => "delivering",
     Delivered => "delivered",
     Dead => "dead",
+    Unread => "unread",
 });
 
 impl DeliveryStatus {
     /// Every status, in the order the API lists them.
-    pub const ALL: [DeliveryStatus; 4] = [
+    pub const ALL: [DeliveryStatus; 5] = [
         DeliveryStatus::Pending,
         DeliveryStatus::Delivering,
         DeliveryStatus::Delivered,
         DeliveryStatus::Dead,
+        DeliveryStatus::Unread,
     ];
 }
 

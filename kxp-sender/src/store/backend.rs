@@ -24,7 +24,7 @@ mod sealed {
     pub(crate) trait Sealed {}
 }
 
-/// A new pending delivery, as [`Backend::insert_delivery`] writes it.
+/// A new delivery, as [`Backend::insert_delivery`] writes it.
 pub(crate) struct NewDelivery<'a> {
     /// Its id (`dlv_…`).
     pub id: &'a DeliveryId,
@@ -34,6 +34,8 @@ pub(crate) struct NewDelivery<'a> {
     pub event_id: &'a EventId,
     /// The endpoint.
     pub endpoint_id: &'a EndpointId,
+    /// `pending`, or [`UNREAD`](crate::model::UNREAD) for a pull endpoint.
+    pub status: &'static str,
     /// Its creation time.
     pub now: i64,
     /// When it is due ([`HELD`](crate::model::HELD) for a resting endpoint).
@@ -180,8 +182,8 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
         now: i64,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
-    /// Ends the account's endpoint's pending deliveries dead with `endpoint_deleted`; answers
-    /// how many.
+    /// Ends the account's endpoint's pending deliveries (and a pull endpoint's unread ones)
+    /// dead with `endpoint_deleted`; answers how many.
     fn end_pending(
         conn: &mut Self::Connection,
         account_id: &AccountId,
@@ -210,12 +212,12 @@ pub(crate) const INSERT_EVENT: &str = "INSERT INTO kxp_events (id, account_id, e
 
 /// A new delivery.
 pub(crate) const INSERT_DELIVERY: &str = "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at, sequence) \
-     VALUES ($1, $2, $3, $4, 'pending', 0, $6, $5, $5, $7)";
+     VALUES ($1, $2, $3, $4, $8, 0, $6, $5, $5, $7)";
 
 /// The endpoints of account `$1` that get deliveries (a backend's row lock follows).
 macro_rules! subscribers {
     () => {
-        "SELECT id, status, circuit_state, event_types, api_version, content_filter FROM kxp_endpoints \
+        "SELECT id, status, circuit_state, event_types, api_version, content_filter, mode FROM kxp_endpoints \
          WHERE account_id = $1 AND status IN ('active', 'paused', 'disabled')"
     };
 }
@@ -321,6 +323,7 @@ macro_rules! backend {
                 .bind(delivery.now)
                 .bind(delivery.due)
                 .bind(delivery.sequence)
+                .bind(delivery.status)
                 .execute(&mut *conn)
                 .await?;
                 Ok(())
@@ -454,7 +457,7 @@ macro_rules! backend {
             ) -> Result<u64, sqlx::Error> {
                 Ok(sqlx::query(
                     "UPDATE kxp_deliveries SET status = 'dead', last_error = 'endpoint_deleted', \
-                     next_attempt_at = $1, updated_at = $1 WHERE account_id = $3 AND endpoint_id = $2 AND status = 'pending'",
+                     next_attempt_at = $1, updated_at = $1 WHERE account_id = $3 AND endpoint_id = $2 AND status IN ('pending', 'unread')",
                 )
                 .bind(now)
                 .bind(id)

@@ -206,6 +206,7 @@ fn hot() -> Vec<(&'static str, String, Vec<String>)> {
                 NOW.into(),
                 NOW.into(),
                 "NULL::bigint".into(),
+                text("pending"),
             ],
         ),
     ]

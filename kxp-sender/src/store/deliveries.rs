@@ -316,6 +316,7 @@ fn replay_of<'a>(
         account_id,
         event_id: &old.event_id,
         endpoint_id: &old.endpoint_id,
+        status: "pending",
         now,
         due,
         sequence: old.sequence,
@@ -323,13 +324,20 @@ fn replay_of<'a>(
 }
 
 /// When a replay to `endpoint` is due ([`Endpoint::due_for_new_delivery`]); a deleted endpoint
-/// takes no deliveries.
+/// takes no deliveries, and a pull endpoint no replays (its reader reads the feed again).
 fn replay_due(
     endpoint: Option<&Endpoint>,
     endpoint_id: &EndpointId,
     now: i64,
 ) -> Result<i64, StoreError> {
     match endpoint {
+        Some(endpoint) if endpoint.is_pull() => Err(StoreError::Conflict {
+            kind: super::StoreConflict::PullEndpoint,
+            message: format!(
+                "endpoint {endpoint_id} is a pull endpoint: nothing is sent to it, so nothing \
+                 can be replayed; its reader reads the feed again from any number it holds"
+            ),
+        }),
         Some(endpoint) if endpoint.status != EndpointStatus::Deleted => {
             Ok(endpoint.due_for_new_delivery(now))
         }

@@ -47,6 +47,8 @@ impl Db {
             account,
             &NewEndpoint {
                 url,
+                mode: kxp_api::EndpointMode::Push,
+                temporary: false,
                 event_types,
                 content_filter: None,
                 description,
@@ -88,6 +90,11 @@ impl Db {
             id,
             account_id: account.id.clone(),
             url: new.url.to_owned(),
+            mode: new.mode.clone(),
+            temporary: new.temporary,
+            pull_cursor: 0,
+            pull_cursor_at: None,
+            pull_read_at: None,
             description: new.description.to_owned(),
             event_types: EventTypes(new.event_types.to_vec()),
             timeout_ms: new.timeout_ms,
@@ -124,8 +131,8 @@ impl Db {
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
                  api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk, trace_propagation, \
-                 credentials, credentials_view, content_filter) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                 credentials, credentials_view, content_filter, mode, temporary) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -145,6 +152,8 @@ impl Db {
             .bind(&credentials.stored)
             .bind(&credentials.view)
             .bind(&endpoint.content_filter)
+            .bind(endpoint.mode.as_str())
+            .bind(endpoint.temporary)
             .execute(&mut *tx)
             .await?;
             sqlx::query(

@@ -11,7 +11,7 @@ use sqlx::{PgPool, Pool};
 
 use crate::model::{
     AccountId, ContentFilter, EndpointKey, Event, EventFilter, EventId, EventListed, Ingest,
-    Ingested, Subscriber, new_delivery_id, now_ms, rfc3339,
+    Ingested, Subscriber, UNREAD, new_delivery_id, now_ms, rfc3339,
 };
 use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
@@ -73,18 +73,21 @@ async fn ingest_on<DB: Backend>(
         takers.retain(|e| ContentFilter::of(e.content_filter.as_deref()).takes(content.as_ref()));
     }
     for endpoint in takers {
-        let due = endpoint.due_for_new_delivery(now);
+        let (status, due) = endpoint.new_delivery(now);
         let delivery = NewDelivery {
             id: &new_delivery_id(),
             account_id: &item.account.id,
             event_id: &event.id,
             endpoint_id: &endpoint.id,
+            status,
             now,
             due,
             sequence: None,
         };
         DB::insert_delivery(conn, &delivery).await?;
-        if due <= now {
+        // A pull endpoint's too: its announcement is what gets it numbered, and what wakes
+        // its feed's long polls.
+        if due <= now || status == UNREAD {
             due_to.push(EndpointKey {
                 account_id: item.account.id.clone(),
                 id: endpoint.id.clone(),

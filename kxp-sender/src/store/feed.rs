@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use sqlx::FromRow;
 
-use crate::model::{AccountId, EndpointId, EventId, Secrets, now_ms};
+use crate::model::{AccountId, EndpointId, EventId, READ_MARK_EVERY, Secrets, ms, now_ms};
 use crate::store::claim::live_secrets;
 use crate::store::{Db, StoreError, on_db};
 
@@ -27,6 +27,33 @@ pub(crate) struct FeedSource {
     /// keys of the HMAC ones, and items signed with all.
     #[sqlx(try_from = "String")]
     pub secrets: Secrets,
+    /// `push` or `pull`.
+    #[sqlx(try_from = "String")]
+    pub mode: kxp_api::EndpointMode,
+    /// A pull endpoint's committed cursor (0: none).
+    pub pull_cursor: i64,
+    /// When a pull endpoint's cursor was last committed (Unix ms).
+    pub pull_cursor_at: Option<i64>,
+    /// When its feed was last read, as written down (Unix ms).
+    pub pull_read_at: Option<i64>,
+}
+
+impl FeedSource {
+    /// Whether its receiver reads the feed rather than being sent deliveries.
+    pub(crate) fn is_pull(&self) -> bool {
+        self.mode == kxp_api::EndpointMode::Pull
+    }
+}
+
+/// What a commit of a pull endpoint's cursor did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Committed {
+    /// The cursor moved to the number.
+    Moved,
+    /// It was there already.
+    Same,
+    /// It is past the number already, at this one.
+    Behind(i64),
 }
 
 /// One event of the feed, as stored.
@@ -50,7 +77,7 @@ static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT p.id, p.account_id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s \
            WHERE s.account_id = p.account_id AND s.endpoint_id = p.id), 1) - 1 AS latest, \
-         p.encryption_jwk, p.feed_token_hash, {} AS secrets \
+         p.encryption_jwk, p.feed_token_hash, {} AS secrets, p.mode, p.pull_cursor, p.pull_cursor_at, p.pull_read_at \
          FROM kxp_endpoints p WHERE p.account_id = $3 AND p.id = $1 AND p.status <> 'deleted'",
         live_secrets("$2", "p.account_id")
     )
@@ -101,6 +128,93 @@ impl Db {
                 .fetch_all(pool)
                 .await?
         }))
+    }
+
+    /// The highest number the endpoint has given now.
+    pub(crate) async fn feed_latest(&self, source: &FeedSource) -> Result<i64, StoreError> {
+        Ok(on_db!(self, |pool| {
+            sqlx::query_scalar::<_, i64>(crate::store::health::LATEST)
+                .bind(&source.account_id)
+                .bind(&source.id)
+                .fetch_one(pool)
+                .await?
+        }))
+    }
+
+    /// Moves a pull endpoint's cursor to `sequence` (checked against its `latest` by the
+    /// caller) unless it is there or past it already; the deliveries it passes become
+    /// `delivered`. The cursor moves first, in a statement of its own, so the endpoint's row
+    /// is locked no longer than that takes; a crash before the deliveries are marked leaves
+    /// them `unread` until the next commit marks them (it marks all up to its number).
+    pub(crate) async fn commit_cursor(
+        &self,
+        source: &FeedSource,
+        sequence: i64,
+    ) -> Result<Committed, StoreError> {
+        let now = now_ms();
+        on_db!(self, |pool| {
+            let moved = sqlx::query(
+                "UPDATE kxp_endpoints SET pull_cursor = $3, pull_cursor_at = $4, pull_read_at = $4 \
+                 WHERE account_id = $1 AND id = $2 AND status <> 'deleted' AND pull_cursor < $3",
+            )
+            .bind(&source.account_id)
+            .bind(&source.id)
+            .bind(sequence)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            if moved == 0 {
+                let cursor: Option<i64> = sqlx::query_scalar(
+                    "SELECT pull_cursor FROM kxp_endpoints WHERE account_id = $1 AND id = $2 AND status <> 'deleted'",
+                )
+                .bind(&source.account_id)
+                .bind(&source.id)
+                .fetch_optional(pool)
+                .await?;
+                return match cursor {
+                    None => Err(StoreError::NotFound),
+                    Some(cursor) if cursor == sequence => Ok(Committed::Same),
+                    Some(cursor) => Ok(Committed::Behind(cursor)),
+                };
+            }
+            sqlx::query(
+                "UPDATE kxp_deliveries SET status = 'delivered', updated_at = $4 \
+                 WHERE account_id = $1 AND endpoint_id = $2 AND status = 'unread' AND sequence <= $3",
+            )
+            .bind(&source.account_id)
+            .bind(&source.id)
+            .bind(sequence)
+            .bind(now)
+            .execute(pool)
+            .await?;
+            Ok(Committed::Moved)
+        })
+    }
+
+    /// Writes down that a pull endpoint's feed was read now, unless that was done within the
+    /// last [`READ_MARK_EVERY`].
+    pub(crate) async fn mark_read(&self, source: &FeedSource) -> Result<(), StoreError> {
+        let now = now_ms();
+        if source
+            .pull_read_at
+            .is_some_and(|at| now.saturating_sub(at) < ms(READ_MARK_EVERY))
+        {
+            return Ok(());
+        }
+        on_db!(self, |pool| {
+            sqlx::query(
+                "UPDATE kxp_endpoints SET pull_read_at = $3 WHERE account_id = $1 AND id = $2 \
+                 AND (pull_read_at IS NULL OR pull_read_at < $4)",
+            )
+            .bind(&source.account_id)
+            .bind(&source.id)
+            .bind(now)
+            .bind(now.saturating_sub(ms(READ_MARK_EVERY)))
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
     }
 
     /// Gives the account's endpoint `id` a feed token by its hash, in place of any before.

@@ -225,6 +225,10 @@ impl Hourly {
 
 type HealthRow = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
 
+/// The highest number endpoint `$2` of account `$1` has given (0: none yet).
+pub(crate) const LATEST: &str = "SELECT COALESCE(MAX(next_sequence), 1) - 1 FROM kxp_sequences \
+     WHERE account_id = $1 AND endpoint_id = $2";
+
 impl Db {
     /// The health of one of the account's endpoints (deleted ones are not found).
     pub(crate) async fn endpoint_health(
@@ -236,7 +240,7 @@ impl Db {
         let now = now_ms();
         let current = hour_of(now);
         let since = current - 24 * HOUR_MS;
-        let (stats, hourly, counts, (due, oldest_due)) = on_db!(self, |pool| {
+        let (stats, hourly, counts, (due, oldest_due), latest) = on_db!(self, |pool| {
             let stats = sqlx::query_as::<_, HealthRow>(
                 "SELECT consecutive_failures, last_success_at, last_failure_at, last_error, failing_since \
                  FROM kxp_endpoint_stats WHERE account_id = $2 AND endpoint_id = $1",
@@ -273,7 +277,29 @@ impl Db {
             .bind(account_id)
             .fetch_one(pool)
             .await?;
-            (stats, hourly, counts, backlog)
+            let latest = if endpoint.is_pull() {
+                sqlx::query_scalar::<_, i64>(LATEST)
+                    .bind(account_id)
+                    .bind(&endpoint.id)
+                    .fetch_one(pool)
+                    .await?
+            } else {
+                0
+            };
+            (stats, hourly, counts, backlog, latest)
+        });
+        let pull = endpoint.is_pull().then(|| {
+            let cursor = u64::try_from(endpoint.pull_cursor).unwrap_or(0);
+            let latest = u64::try_from(latest).unwrap_or(0);
+            kxp_api::PullHealth {
+                cursor,
+                latest,
+                lag: latest.saturating_sub(cursor),
+                committed_at: endpoint
+                    .pull_cursor_at
+                    .map(kxp_api::Timestamp::from_unix_ms),
+                read_at: endpoint.pull_read_at.map(kxp_api::Timestamp::from_unix_ms),
+            }
         });
         let count = |wanted: &[&str]| -> i64 {
             counts
@@ -316,6 +342,7 @@ impl Db {
             circuit_opened_at: endpoint.circuit_opened_at.map(rfc3339),
             next_probe_at: endpoint.circuit_probe_at.map(rfc3339),
             failing_since: failing_since.map(rfc3339),
+            pull,
             hours: (0..=24)
                 .map(|back| {
                     let hour = current - (24 - back) * HOUR_MS;

@@ -60,7 +60,7 @@ mod shards;
 pub(crate) use certificates::{SeenCertificate, server_certificate};
 pub(crate) use credentials::{open_credentials, seal_credentials};
 pub use distribute::{DistributeError, Distribution, Placement, TablePlacement};
-pub(crate) use feed::{FeedRow, FeedSource};
+pub(crate) use feed::{Committed, FeedRow, FeedSource};
 pub(crate) use metrics::Gauges;
 pub use migrations::{
     AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
@@ -342,6 +342,9 @@ pub enum StoreConflict {
     TooManySecrets,
     /// An endpoint that signs with Ed25519 only cannot take up a shared secret again.
     SharedSecretRetired,
+    /// A pull endpoint is sent nothing, so nothing can be replayed to it: its reader reads
+    /// the feed again instead.
+    PullEndpoint,
 }
 
 /// Replaces the credentials of every URL in `text`: the whole user part when it is a lone

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use crate::console::Browser;
 use crate::console_pages::{key_session, page};
 use crate::mtls::{Issued, Pki, Receiver, receiver};
-use crate::support::{Sender, sender_with};
+use crate::support::{Sender, metric, sender_with};
 
 /// A tinyproxy on 127.0.0.1, its log read by the tests; killed when dropped.
 struct Tinyproxy {
@@ -203,24 +203,6 @@ async fn failing(s: &Sender) -> Value {
     panic!("the proxy was not found failing: {}", health(s).await)
 }
 
-async fn metric(s: &Sender, name: &str) -> u64 {
-    let text = s
-        .api
-        .http
-        .get(format!("{}/metrics", s.api.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_leave_through_the_proxy_to_vetted_addresses_with_tls_inside() {
     let Some(proxy) = Tinyproxy::start("egress through tinyproxy", &[]) else {
@@ -253,7 +235,7 @@ async fn deliveries_leave_through_the_proxy_to_vetted_addresses_with_tls_inside(
     assert_eq!(h["status"], "ok", "{h}");
     assert_eq!(h["egress_proxy"]["state"], "up", "{h}");
     assert_eq!(h["egress_proxy"]["proxy"], proxy.url(), "{h}");
-    assert_eq!(metric(&s, "kxp_egress_proxy_up").await, 1);
+    assert_eq!(metric(&s.api, "kxp_egress_proxy_up").await, 1);
     s.server.shutdown().await;
 }
 
@@ -336,8 +318,8 @@ async fn a_stopped_proxy_spends_no_attempt_and_deliveries_resume_when_it_is_back
         .await;
     assert_eq!(health_of["circuit_state"], "closed", "{health_of}");
     assert_eq!(health_of["consecutive_failures"], 0, "{health_of}");
-    assert!(metric(&s, "kxp_egress_proxy_errors_total").await >= 1);
-    assert_eq!(metric(&s, "kxp_egress_proxy_up").await, 0);
+    assert!(metric(&s.api, "kxp_egress_proxy_errors_total").await >= 1);
+    assert_eq!(metric(&s.api, "kxp_egress_proxy_up").await, 0);
     assert_eq!(*r.requests.lock().unwrap(), 0);
     // The operators' console says so.
     let b = Browser::of(&s);

@@ -190,8 +190,13 @@ const PUBLIC: &[&str] = &[
 ];
 
 /// Routes read with an endpoint's own credential, never an API key (any account's key is 401
-/// there): the catch-up feed, which feed.rs tests.
-const ENDPOINT_CREDENTIAL: &[&str] = &["GET /v1/endpoints/{id}/feed"];
+/// there): the catch-up feed, which feed.rs tests, and a pull endpoint's cursor, which pull.rs
+/// tests.
+const ENDPOINT_CREDENTIAL: &[&str] = &[
+    "GET /v1/endpoints/{id}/feed",
+    "GET /v1/endpoints/{id}/cursor",
+    "PUT /v1/endpoints/{id}/cursor",
+];
 
 /// The API's description: the same document for everyone, so the one `/v1` route without a
 /// key.

@@ -65,6 +65,7 @@ mod operators;
 mod pipeline;
 mod postgres;
 mod protection;
+mod pull;
 mod replay;
 mod retention;
 mod rotation;

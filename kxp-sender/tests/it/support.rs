@@ -482,3 +482,21 @@ pub(crate) fn verifies_standard(seen: &Seen, verifier: &kxp_verify::Verifier) ->
         )
         .is_ok()
 }
+
+/// The value of the unlabelled sample `name` on the server's `/metrics`.
+pub(crate) async fn metric(api: &Api, name: &str) -> u64 {
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .parse()
+        .unwrap()
+}

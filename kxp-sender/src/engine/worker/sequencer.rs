@@ -44,13 +44,22 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A sequencer pass over `endpoints` (all when `None`), in its turn at SQLite's write lock. A
-/// failed pass is logged and left to the next: delivery goes on, without numbers meanwhile.
+/// A sequencer pass over `endpoints` (all when `None`), in its turn at SQLite's write lock, that
+/// wakes the long polls of the feeds it numbered for. A failed pass is logged and left to the
+/// next: delivery goes on, without numbers meanwhile.
 pub(super) async fn number(db: &Db, shared: &Shared, endpoints: Option<&[EndpointKey]>) {
     let turn = shared.gate.enter().await;
     let numbered = db.assign_sequences(endpoints).await;
     drop(turn);
-    if let Err(e) = numbered {
-        tracing::error!(target: "kxp_sender", error = %e, "numbering deliveries failed");
+    match numbered {
+        // The feeds' long polls read the new numbers.
+        Ok(0) => {}
+        Ok(_) => match endpoints {
+            Some(keys) => shared.feed_waiters.wake(keys.iter().map(|k| &k.id)),
+            None => shared.feed_waiters.wake_all(),
+        },
+        Err(e) => {
+            tracing::error!(target: "kxp_sender", error = %e, "numbering deliveries failed");
+        }
     }
 }

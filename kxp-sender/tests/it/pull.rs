@@ -1,0 +1,347 @@
+//! Pull endpoints: no URL and no attempts; the receiver long-polls the feed with the endpoint's
+//! own credential and commits a cursor (forward only), which a read without `after` resumes
+//! from; deliveries are `unread` until the cursor passes them; at most four long polls per
+//! endpoint; a shutdown answers them at once.
+
+use std::time::Duration;
+
+use kxp_api::{EndpointCreated, EndpointHealth, FeedPage, NewEndpoint};
+use kxp_verify::{Secret, Signer, feed_request_message};
+use serde_json::{Value, json};
+
+use crate::support::{Api, Database, Receiver, metric, typed};
+
+/// `method` on the endpoint's `path` (`/feed?…`, `/cursor`) with `body`, signed with the feed
+/// key of `secret` over the method, the target and the body; the status and the body.
+async fn signed(api: &Api, method: &str, target: &str, body: &str, secret: &str) -> (u16, Value) {
+    let key = Secret::new(secret).unwrap().feed_key();
+    let header = Signer::new(key)
+        .sign(
+            now(),
+            &feed_request_message(method, target, body.as_bytes()),
+        )
+        .to_string();
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let response = api
+        .http
+        .request(method, format!("{}{target}", api.base))
+        .header("x-kxp-feed-signature", header)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A new pull endpoint of the account: its id and secret.
+async fn pull_endpoint(api: &Api) -> (String, String) {
+    let created: EndpointCreated = api
+        .client
+        .create_endpoint(&NewEndpoint::pull())
+        .await
+        .unwrap();
+    (
+        created.endpoint.id.into_string(),
+        created.secret.unwrap().expose().to_owned(),
+    )
+}
+
+/// A long poll of the feed (`wait` seconds) from `query`, as a page.
+async fn poll(api: &Api, id: &str, query: &str, secret: &str) -> FeedPage {
+    let (status, body) = signed(
+        api,
+        "GET",
+        &format!("/v1/endpoints/{id}/feed{query}"),
+        "",
+        secret,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    typed(body)
+}
+
+/// Long-polls from `query` until the page holds `count` items.
+async fn items(api: &Api, id: &str, query: &str, secret: &str, count: usize) -> FeedPage {
+    for _ in 0..20 {
+        let page = poll(api, id, query, secret).await;
+        if page.items.len() >= count {
+            return page;
+        }
+    }
+    panic!("the feed of {id} did not list {count} items");
+}
+
+async fn commit(api: &Api, id: &str, body: &str, secret: &str) -> (u16, Value) {
+    signed(
+        api,
+        "PUT",
+        &format!("/v1/endpoints/{id}/cursor"),
+        body,
+        secret,
+    )
+    .await
+}
+
+each_backend!(
+    a_pull_endpoint_is_read_and_committed,
+    a_long_poll_wakes_for_a_new_event_and_is_capped
+);
+on_citus!(a_pull_endpoint_is_read_and_committed);
+
+async fn a_pull_endpoint_is_read_and_committed(db: Database) {
+    let s = db.sender("0s").await;
+    // What only an HTTP attempt uses is refused, and a push endpoint needs its URL.
+    for (body, field) in [
+        (
+            json!({"mode": "pull", "url": "https://merchant.example/hooks"}),
+            "url",
+        ),
+        (json!({"mode": "pull", "signing": "ed25519"}), "signing"),
+        (json!({"mode": "pull", "timeout_ms": 1000}), "timeout_ms"),
+        (json!({"mode": "push", "skip_challenge": true}), "url"),
+        (
+            json!({"url": "https://merchant.example/hooks", "temporary": true}),
+            "temporary",
+        ),
+    ] {
+        let (status, answer) = s
+            .api
+            .call("POST", "/v1/endpoints", Some(body.clone()))
+            .await;
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (422, Some("invalid_request")),
+            "{body}: {answer}"
+        );
+        assert!(
+            answer["message"].as_str().unwrap().starts_with(field),
+            "{answer}"
+        );
+    }
+    let (id, secret) = pull_endpoint(&s.api).await;
+    let endpoint = s.api.client.endpoint(&id.as_str().into()).await.unwrap();
+    assert_eq!(endpoint.endpoint.url, None);
+    assert_eq!(endpoint.endpoint.mode, kxp_api::EndpointMode::Pull);
+    // A push endpoint beside it, which must not see the pull endpoint's cursor routes.
+    let receiver = Receiver::start(vec![]).await;
+    let (push, push_secret) = s.api.endpoint(&receiver.url, json!({})).await;
+
+    let mut events = Vec::new();
+    for n in 0..5 {
+        events.push(s.api.emit("payment.succeeded", json!({"n": n})).await);
+    }
+    // Read from the committed cursor (none yet: from the start), long-polling.
+    let page = items(&s.api, &id, "?wait=10", &secret, 5).await;
+    let numbers: Vec<u64> = page.items.iter().map(|item| item.sequence).collect();
+    assert_eq!(numbers, vec![1, 2, 3, 4, 5]);
+    let read: Vec<&str> = page
+        .items
+        .iter()
+        .map(|item| item.event_id.as_str())
+        .collect();
+    assert_eq!(read, events.iter().map(String::as_str).collect::<Vec<_>>());
+    // Nothing is attempted: the deliveries wait, unread, with no attempt.
+    let delivery = &s.api.typed_deliveries_of(&events[0]).await;
+    let pulled = delivery
+        .iter()
+        .find(|d| d.endpoint_id.as_str() == id)
+        .unwrap();
+    assert_eq!((pulled.status.as_str(), pulled.attempts), ("unread", 0));
+    assert!(s.api.attempts(pulled.id.as_str()).await.is_empty());
+
+    // Commits move forward only, and never past the newest number.
+    assert_eq!(
+        commit(&s.api, &id, r#"{"sequence": 3}"#, &secret).await.0,
+        204
+    );
+    assert_eq!(
+        commit(&s.api, &id, r#"{"sequence": 3}"#, &secret).await.0,
+        204,
+        "the same again"
+    );
+    let (status, body) = commit(&s.api, &id, r#"{"sequence": 2}"#, &secret).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("cursor_behind")),
+        "{body}"
+    );
+    let (status, body) = commit(&s.api, &id, r#"{"sequence": 6}"#, &secret).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (422, Some("invalid_request")),
+        "{body}"
+    );
+    let (status, body) = commit(&s.api, &id, r#"{"sequence": "4"}"#, &secret).await;
+    assert_eq!(status, 422, "{body}");
+    let (status, cursor) = signed(
+        &s.api,
+        "GET",
+        &format!("/v1/endpoints/{id}/cursor"),
+        "",
+        &secret,
+    )
+    .await;
+    assert_eq!(status, 200, "{cursor}");
+    assert_eq!(
+        (cursor["sequence"].as_u64(), cursor["latest"].as_u64()),
+        (Some(3), Some(5))
+    );
+    assert!(cursor["committed_at"].is_string(), "{cursor}");
+
+    // The signature covers the body: another number under a signature of this one is refused.
+    let target = format!("/v1/endpoints/{id}/cursor");
+    let key = Secret::new(&secret).unwrap().feed_key();
+    let header = Signer::new(key)
+        .sign(
+            now(),
+            &feed_request_message("PUT", &target, br#"{"sequence": 4}"#),
+        )
+        .to_string();
+    let forged = s
+        .api
+        .http
+        .put(format!("{}{target}", s.api.base))
+        .header("x-kxp-feed-signature", header)
+        .body(r#"{"sequence": 5}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status().as_u16(), 401);
+    // An API key is no feed credential; the push endpoint's secret opens only its own feed,
+    // and a push endpoint has no cursor.
+    let (status, _) = s.api.call("GET", &target, None).await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        commit(&s.api, &id, r#"{"sequence": 4}"#, &push_secret)
+            .await
+            .0,
+        401
+    );
+    let (status, body) = commit(&s.api, &push, r#"{"sequence": 1}"#, &push_secret).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (422, Some("invalid_request")),
+        "{body}"
+    );
+
+    // A read without `after` resumes after the cursor; the committed ones are delivered.
+    let page = poll(&s.api, &id, "", &secret).await;
+    let numbers: Vec<u64> = page.items.iter().map(|item| item.sequence).collect();
+    assert_eq!((numbers, page.latest), (vec![4, 5], 5));
+    for (n, event) in events.iter().enumerate() {
+        let deliveries = s.api.typed_deliveries_of(event).await;
+        let pulled = deliveries
+            .iter()
+            .find(|d| d.endpoint_id.as_str() == id)
+            .unwrap();
+        let expected = if n < 3 { "delivered" } else { "unread" };
+        assert_eq!(pulled.status.as_str(), expected, "event {n}");
+    }
+    // Health shows the lag; a pull endpoint's delivery cannot be replayed.
+    let (_, health) = s
+        .api
+        .call("GET", &format!("/v1/endpoints/{id}/health"), None)
+        .await;
+    let health: EndpointHealth = typed(health);
+    let pull = health.pull.expect("a pull endpoint's health says its lag");
+    assert_eq!((pull.cursor, pull.latest, pull.lag), (3, 5, 2));
+    assert!(pull.read_at.is_some() && pull.committed_at.is_some());
+    let unread = s.api.typed_deliveries_of(&events[4]).await;
+    let unread = unread
+        .iter()
+        .find(|d| d.endpoint_id.as_str() == id)
+        .unwrap();
+    let (status, body) = s
+        .api
+        .call(
+            "POST",
+            &format!("/v1/deliveries/{}/replay", unread.id),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (422, Some("invalid_request")),
+        "{body}"
+    );
+    // Another account sees none of it.
+    let (_, other_key) = s.server.db().create_account("other", None).await.unwrap();
+    let other = s.api.with_key(&other_key);
+    let (status, _) = other
+        .call("GET", &format!("/v1/endpoints/{id}/health"), None)
+        .await;
+    assert_eq!(status, 404);
+    s.server.shutdown().await;
+}
+
+async fn a_long_poll_wakes_for_a_new_event_and_is_capped(db: Database) {
+    let s = db.sender("0s").await;
+    let (id, secret) = pull_endpoint(&s.api).await;
+    // A long poll waits for the first event, and answers with it: had the event not woken it,
+    // it would answer empty after the minute.
+    let waiting = {
+        let (api, id, secret) = (s.api.clone(), id.clone(), secret.clone());
+        tokio::spawn(async move { poll(&api, &id, "?wait=60", &secret).await })
+    };
+    while metric(&s.api, "kxp_feed_waiters").await == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let event = s.api.emit("payment.succeeded", json!({})).await;
+    let page = waiting.await.unwrap();
+    assert_eq!(page.items.len(), 1, "{page:?}");
+    assert_eq!(page.items[0].event_id.as_str(), event);
+    assert_eq!(page.latest, 1);
+
+    // Four wait on one endpoint; a fifth is refused.
+    let polls: Vec<_> = (0..4)
+        .map(|_| {
+            let (api, id, secret) = (s.api.clone(), id.clone(), secret.clone());
+            tokio::spawn(async move { poll(&api, &id, "?after=1&wait=60", &secret).await })
+        })
+        .collect();
+    while metric(&s.api, "kxp_feed_waiters").await < 4 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = signed(
+        &s.api,
+        "GET",
+        &format!("/v1/endpoints/{id}/feed?after=1&wait=60"),
+        "",
+        &secret,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (429, Some("too_many_waiters")),
+        "{body}"
+    );
+    let (status, body) = signed(
+        &s.api,
+        "GET",
+        &format!("/v1/endpoints/{id}/feed?wait=61"),
+        "",
+        &secret,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_query")),
+        "{body}"
+    );
+    // The shutdown answers them at once, empty, instead of after their minute.
+    s.server.shutdown().await;
+    for waiting in polls {
+        let page = waiting.await.unwrap();
+        assert!(page.items.is_empty(), "{page:?}");
+    }
+}
