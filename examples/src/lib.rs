@@ -76,8 +76,9 @@ pub struct Config {
     pub ordered: Option<Ordered>,
 }
 
-/// Ordered mode's settings: where the feed is and which endpoint's it is. The feed is read with
-/// the webhook secret's feed key (the newest secret's, while rotating), never an API key.
+/// Where the sender's feed is and which endpoint's it is: for ordered mode, and for the pull
+/// receiver. The feed is read with the webhook secret's feed key (the newest secret's, while
+/// rotating), never an API key.
 pub struct Ordered {
     /// [`SENDER_URL_VAR`].
     pub sender_url: String,
@@ -116,7 +117,7 @@ impl Config {
             .transpose()?;
         let ordered = match optional_var(ORDERED_VAR).as_deref() {
             None | Some("0") => None,
-            Some("1") => Some(Ordered::from_env()?),
+            Some("1") => Some(Ordered::from_env(&format!("{ORDERED_VAR}=1"))?),
             Some(other) => {
                 return Err(ConfigError::Ordered(format!(
                     "{ORDERED_VAR}={other:?} is not 1 or 0"
@@ -135,11 +136,12 @@ impl Config {
 }
 
 impl Ordered {
-    fn from_env() -> Result<Ordered, ConfigError> {
+    /// Reads [`SENDER_URL_VAR`], [`ENDPOINT_ID_VAR`] and the first secret of [`SECRET_VAR`],
+    /// all required by `who` (named in the error: `KXP_ORDERED=1`, `pull-receiver`).
+    pub fn from_env(who: &str) -> Result<Ordered, ConfigError> {
         let required = |name: &str| {
-            optional_var(name).ok_or_else(|| {
-                ConfigError::Ordered(format!("{ORDERED_VAR}=1 needs {name} to be set"))
-            })
+            optional_var(name)
+                .ok_or_else(|| ConfigError::Ordered(format!("{who} needs {name} to be set")))
         };
         let sender_url = required(SENDER_URL_VAR)?;
         let endpoint_id = required(ENDPOINT_ID_VAR)?;
@@ -183,7 +185,8 @@ pub enum ConfigError {
     Slow(String),
     /// A testing aid ([`NOW_VAR`], [`TOLERANCE_VAR`], [`BODY_LIMIT_VAR`]) is not a whole number.
     Number(&'static str, String),
-    /// Ordered mode's settings are incomplete or unusable (the message says which).
+    /// The feed's settings (ordered mode's, the pull receiver's) are incomplete or unusable
+    /// (the message says which).
     Ordered(String),
 }
 

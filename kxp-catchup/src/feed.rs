@@ -4,9 +4,9 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use kxp_api::{ErrorBody, FeedPage, FeedQuery};
+use kxp_api::{CommitCursor, ErrorBody, FeedPage, FeedQuery, PullCursor};
 use kxp_verify::{
-    FEED_SIGNATURE_HEADER, FeedItemFields, FeedPageFields, Secret, Signer, feed_message,
+    FEED_SIGNATURE_HEADER, FeedItemFields, FeedPageFields, Secret, Signer, feed_request_message,
 };
 
 /// What a receiver proves it is the endpoint's with.
@@ -130,7 +130,7 @@ impl FeedClient {
         // tolerance) and the page to a plain-HTTP or other host the URL check never saw.
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(30))
+            .timeout(REQUEST_TIMEOUT)
             .user_agent(concat!("kxp-catchup/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| FeedError::Transport(e.to_string()))?;
@@ -151,42 +151,36 @@ impl FeedClient {
         after: u64,
         limit: u32,
     ) -> Result<Answer, FeedError> {
+        self.page_waiting(endpoint_id, after, limit, 0).await
+    }
+
+    /// [`FeedClient::page`] as a long poll: with nothing after `after` yet, the sender waits up
+    /// to `wait` seconds (at most [`kxp_api::MAX_FEED_WAIT`]) for the first item before it
+    /// answers. The request's own timeout is that much longer.
+    pub async fn page_waiting(
+        &self,
+        endpoint_id: &str,
+        after: u64,
+        limit: u32,
+        wait: u32,
+    ) -> Result<Answer, FeedError> {
         // The request target is built here, as signed: the query in this order, nothing that
         // needs escaping (an endpoint id is `ep_` and hex; a forged one is refused first).
-        if !endpoint_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return Err(FeedError::Unauthorized);
-        }
+        checked_id(endpoint_id)?;
         let query = FeedQuery::after(after, limit);
-        let target = format!(
+        let mut target = format!(
             "/v1/endpoints/{endpoint_id}/feed?after={}&limit={}",
             query.after.unwrap_or(0),
             query.limit.unwrap_or(limit)
         );
-        let mut request = self.http.get(format!("{}{target}", self.base));
-        request = match &self.credential {
-            Credential::Secret(secret) => {
-                let header = Signer::new(secret.feed_key()).sign_now(&feed_message("GET", &target));
-                request.header(FEED_SIGNATURE_HEADER, header.to_string())
-            }
-            Credential::Token(token) => request.bearer_auth(token),
-        };
-        let response = request
-            .send()
-            .await
-            .map_err(|e| FeedError::Transport(e.without_url().to_string()))?;
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok()?.trim().parse().ok())
-            .map_or(Duration::from_secs(1), Duration::from_secs);
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| FeedError::Transport(e.without_url().to_string()))?;
+        let wait = wait.min(kxp_api::MAX_FEED_WAIT);
+        if wait > 0 {
+            target.push_str(&format!("&wait={wait}"));
+        }
+        let request = self
+            .request(reqwest::Method::GET, &target, Vec::new())
+            .timeout(REQUEST_TIMEOUT + Duration::from_secs(u64::from(wait)));
+        let (status, retry_after, body) = send(request).await?;
         let unexpected = |message: String| FeedError::Unexpected { status, message };
         match status {
             200 => {
@@ -195,8 +189,6 @@ impl FeedClient {
                 authentic(&page, endpoint_id, after, &self.item_key)?;
                 Ok(Answer::Page(page))
             }
-            401 => Err(FeedError::Unauthorized),
-            429 => Err(FeedError::RateLimited(retry_after)),
             410 => match serde_json::from_slice::<ErrorBody>(&body) {
                 Ok(ErrorBody {
                     earliest: Some(earliest),
@@ -221,12 +213,127 @@ impl FeedClient {
                 }
                 _ => Err(unexpected("410 without `earliest`".to_owned())),
             },
-            _ => Err(unexpected(
-                serde_json::from_slice::<ErrorBody>(&body)
-                    .map(|e| format!("{}: {}", e.error, e.message))
-                    .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(200).collect()),
-            )),
+            _ => Err(refused(status, retry_after, &body)),
         }
+    }
+
+    /// A pull endpoint's committed cursor: every item up to it was processed.
+    pub async fn cursor(&self, endpoint_id: &str) -> Result<PullCursor, FeedError> {
+        checked_id(endpoint_id)?;
+        let target = format!("/v1/endpoints/{endpoint_id}/cursor");
+        let (status, retry_after, body) =
+            send(self.request(reqwest::Method::GET, &target, Vec::new())).await?;
+        match status {
+            200 => serde_json::from_slice(&body).map_err(|e| FeedError::Unexpected {
+                status,
+                message: e.to_string(),
+            }),
+            _ => Err(refused(status, retry_after, &body)),
+        }
+    }
+
+    /// Commits a pull endpoint's cursor at `sequence`: every item up to it is processed, and
+    /// the sender marks them delivered. Answers [`Committed::Behind`] when the cursor is past
+    /// it already (another reader went further).
+    pub async fn commit(&self, endpoint_id: &str, sequence: u64) -> Result<Committed, FeedError> {
+        checked_id(endpoint_id)?;
+        let target = format!("/v1/endpoints/{endpoint_id}/cursor");
+        let body = serde_json::to_vec(&CommitCursor { sequence })
+            .map_err(|e| FeedError::Transport(e.to_string()))?;
+        let (status, retry_after, answer) =
+            send(self.request(reqwest::Method::PUT, &target, body)).await?;
+        match status {
+            204 => Ok(Committed::Moved),
+            409 => Ok(Committed::Behind),
+            _ => Err(refused(status, retry_after, &answer)),
+        }
+    }
+
+    /// A request to the sender's `target`, with the credential: signed over the method, the
+    /// target and the body (`kxp_verify::feed_request_message`), or with the token.
+    fn request(
+        &self,
+        method: reqwest::Method,
+        target: &str,
+        body: Vec<u8>,
+    ) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .request(method.clone(), format!("{}{target}", self.base));
+        let request = match &self.credential {
+            Credential::Secret(secret) => {
+                let message = feed_request_message(method.as_str(), target, &body);
+                let header = Signer::new(secret.feed_key()).sign_now(&message);
+                request.header(FEED_SIGNATURE_HEADER, header.to_string())
+            }
+            Credential::Token(token) => request.bearer_auth(token),
+        };
+        if body.is_empty() {
+            request
+        } else {
+            request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body)
+        }
+    }
+}
+
+/// What a cursor commit did ([`FeedClient::commit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// The cursor is at the number now (or was already).
+    Moved,
+    /// It is past the number already: another reader committed further.
+    Behind,
+}
+
+/// How long a feed request may take, beyond a long poll's wait.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Refuses an endpoint id that would need escaping in the signed target (an endpoint id is
+/// `ep_` and hex): as the sender would, without asking it.
+fn checked_id(endpoint_id: &str) -> Result<(), FeedError> {
+    if endpoint_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        Ok(())
+    } else {
+        Err(FeedError::Unauthorized)
+    }
+}
+
+/// Sends `request`: the status, the `Retry-After` (1 s without one) and the body.
+async fn send(request: reqwest::RequestBuilder) -> Result<(u16, Duration, Vec<u8>), FeedError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| FeedError::Transport(e.without_url().to_string()))?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+        .map_or(Duration::from_secs(1), Duration::from_secs);
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| FeedError::Transport(e.without_url().to_string()))?;
+    Ok((status, retry_after, body.to_vec()))
+}
+
+/// The error of an answer that is not the one asked for: 401, 429 (a rate limit or too many
+/// long polls), or anything else with what its body said.
+fn refused(status: u16, retry_after: Duration, body: &[u8]) -> FeedError {
+    match status {
+        401 => FeedError::Unauthorized,
+        429 => FeedError::RateLimited(retry_after),
+        _ => FeedError::Unexpected {
+            status,
+            message: serde_json::from_slice::<ErrorBody>(body)
+                .map(|e| format!("{}: {}", e.error, e.message))
+                .unwrap_or_else(|_| String::from_utf8_lossy(body).chars().take(200).collect()),
+        },
     }
 }
 

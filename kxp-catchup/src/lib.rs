@@ -3,6 +3,7 @@
 mod catch_up;
 mod deliver;
 mod feed;
+mod pull;
 mod state;
 
 // The public interface.
@@ -11,7 +12,8 @@ pub use catch_up::{
     MAX_LEARNED_ENDPOINTS, ORDERED_LOOKAHEAD, Received, Report,
 };
 pub use deliver::{BoxFuture, CATCH_UP_HEADER, Deliver, Loopback, Request, hint};
-pub use feed::{Answer, Credential, FeedClient, FeedError};
+pub use feed::{Answer, Committed, Credential, FeedClient, FeedError};
+pub use pull::{DEFAULT_PULL_WAIT, Polled, PullConsumer, PullError, Pulled};
 pub use state::{
     DEFAULT_MAX_FEED_FAILURE, DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_AGE, EndpointStatus,
     OrderedBounds, ResetFound, STOPPED_RETRY_AFTER, Status, Stop,

@@ -383,3 +383,26 @@ pub(crate) fn run_to_exit(bin: Bin, dir: &Path, env: &[(&str, &str)]) -> (ExitSt
         .unwrap();
     (status, stderr)
 }
+
+/// A real sender in the test's process, on a SQLite file in `dir`, in development mode (plain
+/// HTTP to loopback endpoints), delivering at once: the server, its base URL and a client with
+/// its API key.
+pub(crate) async fn sender(dir: &TempDir) -> (kxp_sender::Server, String, kxp_api::Client) {
+    let config = kxp_sender::Config {
+        database_url: format!("sqlite://{}", dir.path().join("sender.db").display()),
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        dev: true,
+        schedule: "0s"
+            .parse::<kxp_sender::Schedule>()
+            .unwrap()
+            .with_jitter(0.0)
+            .unwrap(),
+        poll_interval: Duration::from_millis(20),
+        api_key: Some("kxp_test_key".to_owned()),
+        ..kxp_sender::Config::default()
+    };
+    let sender = kxp_sender::start(config).await.unwrap();
+    let base = format!("http://{}", sender.addr());
+    let client = kxp_api::Client::new(&base, "kxp_test_key").unwrap();
+    (sender, base, client)
+}

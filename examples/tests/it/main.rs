@@ -29,4 +29,5 @@ mod binaries;
 mod conformance;
 mod disk_full;
 mod ordered;
+mod pull;
 mod settings;

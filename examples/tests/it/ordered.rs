@@ -3,13 +3,11 @@
 //! its handler refuse one event, and the payment behind it waits in order until the handler
 //! takes it.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use kxp_sender::{Config, Schedule};
 use serde_json::{Value, json};
 
-use crate::binaries::{Bin, Running, TempDir, run_to_exit, sqlite_payments};
+use crate::binaries::{Bin, Running, TempDir, run_to_exit, sender, sqlite_payments};
 
 /// Generous: a loaded 2-core CI machine runs this beside other test binaries.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -47,18 +45,7 @@ async fn emit(client: &kxp_api::Client, event_type: &str, key: &str, amount: i64
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_axum_example_in_ordered_mode_keeps_a_refused_payment_and_its_successors_in_order() {
     let sender_dir = TempDir::new();
-    let config = Config {
-        database_url: format!("sqlite://{}", sender_dir.path().join("sender.db").display()),
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        dev: true,
-        schedule: "0s".parse::<Schedule>().unwrap().with_jitter(0.0).unwrap(),
-        poll_interval: Duration::from_millis(20),
-        api_key: Some("kxp_test_key".to_owned()),
-        ..Config::default()
-    };
-    let sender = kxp_sender::start(config).await.unwrap();
-    let base = format!("http://{}", sender.addr());
-    let client = kxp_api::Client::new(&base, "kxp_test_key").unwrap();
+    let (sender, base, client) = sender(&sender_dir).await;
     let new: kxp_api::NewEndpoint = serde_json::from_value(
         json!({"url": "http://127.0.0.1:9/webhooks", "skip_challenge": true}),
     )

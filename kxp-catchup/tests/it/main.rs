@@ -9,6 +9,7 @@
 mod actix;
 mod feed_integrity;
 mod ordered;
+mod pull;
 mod scopes;
 mod stops;
 
