@@ -305,6 +305,11 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
             shared.config.retention,
             stopped.clone(),
         ));
+        tokio::spawn(retention::remove_abandoned(
+            db.clone(),
+            shared.config.temporary_idle,
+            stopped.clone(),
+        ));
         let grace = shared.config.shutdown_grace;
         let workers = worker::run(db.clone(), shared.clone(), stopped, grace);
         tokio::spawn(async move {

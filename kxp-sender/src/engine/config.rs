@@ -93,6 +93,10 @@ pub struct Config {
     /// How long finished deliveries, their events and notifications are kept (retention);
     /// `None`: forever.
     pub retention: Option<Duration>,
+    /// How long a temporary pull endpoint (`kxp listen`'s) stays with no one reading its feed
+    /// before the server deletes it: its session ended without deleting it (a crash, a closed
+    /// laptop).
+    pub temporary_idle: Duration,
     /// How many due deliveries an account may have waiting before its ingestion answers 503
     /// `backlog_full`: pending deliveries whose time has come, held ones (paused, disabled or
     /// open-circuit endpoints) and scheduled retries left out. 0: no limit.
@@ -196,6 +200,7 @@ impl Default for Config {
             smtp_url: None,
             smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
             retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
+            temporary_idle: Duration::from_secs(10 * 60),
             backlog_limit: 10_000,
             api_limits: ServeLimits::default(),
             shutdown_grace: Duration::from_secs(30),

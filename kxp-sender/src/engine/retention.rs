@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use crate::model::{ms, now_ms};
-use crate::store::{Db, Purged};
+use crate::store::{Db, Purged, StoreError};
 
 /// How often [`run`] purges.
 pub(crate) const PURGE_EVERY: Duration = Duration::from_secs(60 * 60);
@@ -46,6 +46,48 @@ pub(crate) async fn run(
         }
         tokio::select! {
             _ = tokio::time::sleep(PURGE_EVERY) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Deletes the temporary pull endpoints (`kxp listen`'s) that no one has read for `idle`, at
+/// once and then every quarter of `idle` (at most every minute), until `shutdown` turns true.
+/// Each is deleted as the API deletes an endpoint: its unread deliveries end dead with
+/// `endpoint_deleted`, its secrets are erased.
+pub(crate) async fn remove_abandoned(
+    db: Db,
+    idle: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    while !*shutdown.borrow() {
+        match db
+            .abandoned_temporary(now_ms().saturating_sub(ms(idle)))
+            .await
+        {
+            Ok(abandoned) => {
+                for key in abandoned {
+                    match db.delete_endpoint(&key.account_id, &key.id).await {
+                        Ok(dead) => tracing::info!(
+                            target: "kxp_sender", account_id = %key.account_id, endpoint_id = %key.id,
+                            dead_deliveries = dead, "removed a temporary endpoint no one read"
+                        ),
+                        // Deleted meanwhile (its `kxp listen` ended, another process).
+                        Err(StoreError::NotFound) => {}
+                        Err(e) => tracing::error!(
+                            target: "kxp_sender", endpoint_id = %key.id, error = %e,
+                            "removing an abandoned temporary endpoint failed"
+                        ),
+                    }
+                }
+            }
+            Err(e) => tracing::error!(
+                target: "kxp_sender", error = %e, "looking for abandoned temporary endpoints failed"
+            ),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
             _ = shutdown.changed() => {}
         }
     }

@@ -26,7 +26,7 @@ use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::dispatch::signature_headers;
 use crate::engine::waiters::{self, Full};
 use crate::engine::worker::{open_secrets, sealed};
-use crate::model::{EndpointId, Key, Material, random_hex_32, sha256_hex};
+use crate::model::{EndpointId, Key, Material, READ_MARK_EVERY, random_hex_32, sha256_hex};
 use crate::store::{Committed, FeedRow, FeedSource};
 
 /// Feed requests an endpoint may make per second, per process: a receiver catching up pages
@@ -85,7 +85,9 @@ pub(super) async fn feed(
     let (source, item_key) = (&reader.source, &reader.item_key);
     if source.is_pull() {
         // Health's "last read", and what keeps a temporary endpoint from being removed.
-        if let Err(e) = state.db.mark_read(source).await {
+        // Often enough for an abandoned temporary endpoint to be told from a read one.
+        let every = READ_MARK_EVERY.min(state.shared.config.temporary_idle / 4);
+        if let Err(e) = state.db.mark_read(source, every).await {
             tracing::warn!(target: "kxp_sender", endpoint_id = %source.id, error = %e, "a feed read could not be written down");
         }
     }

@@ -24,7 +24,8 @@ pub struct Endpoint {
     pub pull_cursor: i64,
     /// When it did (Unix ms).
     pub pull_cursor_at: Option<i64>,
-    /// When its feed was last read (Unix ms, written at most once a [`READ_MARK_EVERY`]).
+    /// When its feed was last read (Unix ms, written at most once a [`READ_MARK_EVERY`], or a
+    /// quarter of the server's `temporary_idle` if that is shorter).
     pub pull_read_at: Option<i64>,
     /// Free text.
     pub description: String,

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use sqlx::FromRow;
 
-use crate::model::{AccountId, EndpointId, EventId, READ_MARK_EVERY, Secrets, ms, now_ms};
+use crate::model::{AccountId, EndpointId, EndpointKey, EventId, Secrets, ms, now_ms};
 use crate::store::claim::live_secrets;
 use crate::store::{Db, StoreError, on_db};
 
@@ -192,13 +192,39 @@ impl Db {
         })
     }
 
+    /// The temporary pull endpoints (of every account) whose feed was last read — or, never
+    /// read, that were made — before `before` (Unix ms).
+    pub(crate) async fn abandoned_temporary(
+        &self,
+        before: i64,
+    ) -> Result<Vec<EndpointKey>, StoreError> {
+        let rows: Vec<(AccountId, EndpointId)> = on_db!(self, |pool| {
+            sqlx::query_as(
+                "SELECT account_id, id FROM kxp_endpoints WHERE temporary AND status <> 'deleted' \
+                 AND COALESCE(pull_read_at, created_at) < $1",
+            )
+            .bind(before)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(account_id, id)| EndpointKey { account_id, id })
+            .collect())
+    }
+
     /// Writes down that a pull endpoint's feed was read now, unless that was done within the
-    /// last [`READ_MARK_EVERY`].
-    pub(crate) async fn mark_read(&self, source: &FeedSource) -> Result<(), StoreError> {
+    /// last `every`.
+    pub(crate) async fn mark_read(
+        &self,
+        source: &FeedSource,
+        every: std::time::Duration,
+    ) -> Result<(), StoreError> {
         let now = now_ms();
+        let every = ms(every);
         if source
             .pull_read_at
-            .is_some_and(|at| now.saturating_sub(at) < ms(READ_MARK_EVERY))
+            .is_some_and(|at| now.saturating_sub(at) < every)
         {
             return Ok(());
         }
@@ -210,7 +236,7 @@ impl Db {
             .bind(&source.account_id)
             .bind(&source.id)
             .bind(now)
-            .bind(now.saturating_sub(ms(READ_MARK_EVERY)))
+            .bind(now.saturating_sub(every))
             .execute(pool)
             .await?;
         });

@@ -94,7 +94,8 @@ async fn commit(api: &Api, id: &str, body: &str, secret: &str) -> (u16, Value) {
 
 each_backend!(
     a_pull_endpoint_is_read_and_committed,
-    a_long_poll_wakes_for_a_new_event_and_is_capped
+    a_long_poll_wakes_for_a_new_event_and_is_capped,
+    a_temporary_endpoint_no_one_reads_is_removed
 );
 on_citus!(a_pull_endpoint_is_read_and_committed);
 
@@ -234,18 +235,32 @@ async fn a_pull_endpoint_is_read_and_committed(db: Database) {
         "{body}"
     );
 
+    // Retention purges what the reader committed, never what it has not read.
+    s.server.db().purge(Some(i64::MAX / 2)).await.unwrap();
+    let (status, body) = signed(
+        &s.api,
+        "GET",
+        &format!("/v1/endpoints/{id}/feed?after=0"),
+        "",
+        &secret,
+    )
+    .await;
+    assert_eq!(
+        (status, body["earliest"].as_u64()),
+        (410, Some(4)),
+        "{body}"
+    );
     // A read without `after` resumes after the cursor; the committed ones are delivered.
     let page = poll(&s.api, &id, "", &secret).await;
     let numbers: Vec<u64> = page.items.iter().map(|item| item.sequence).collect();
     assert_eq!((numbers, page.latest), (vec![4, 5], 5));
-    for (n, event) in events.iter().enumerate() {
+    for (n, event) in events.iter().enumerate().skip(3) {
         let deliveries = s.api.typed_deliveries_of(event).await;
         let pulled = deliveries
             .iter()
             .find(|d| d.endpoint_id.as_str() == id)
             .unwrap();
-        let expected = if n < 3 { "delivered" } else { "unread" };
-        assert_eq!(pulled.status.as_str(), expected, "event {n}");
+        assert_eq!(pulled.status.as_str(), "unread", "event {n}");
     }
     // Health shows the lag; a pull endpoint's delivery cannot be replayed.
     let (_, health) = s
@@ -344,4 +359,66 @@ async fn a_long_poll_wakes_for_a_new_event_and_is_capped(db: Database) {
         let page = waiting.await.unwrap();
         assert!(page.items.is_empty(), "{page:?}");
     }
+}
+
+async fn a_temporary_endpoint_no_one_reads_is_removed(db: Database) {
+    let s = db
+        .sender_with("0s", |config| {
+            config.temporary_idle = Duration::from_secs(2);
+        })
+        .await;
+    let temporary = json!({"mode": "pull", "temporary": true});
+    let (_, abandoned) = s.api.call("POST", "/v1/endpoints", Some(temporary)).await;
+    assert_eq!(abandoned["temporary"], json!(true), "{abandoned}");
+    let abandoned = abandoned["id"].as_str().unwrap().to_owned();
+    let created: EndpointCreated = s
+        .api
+        .client
+        .create_endpoint(&NewEndpoint::pull().temporary())
+        .await
+        .unwrap();
+    let read = created.endpoint.id.as_str().to_owned();
+    let secret = created.secret.unwrap().expose().to_owned();
+    // The other is read all along, as `kxp listen` reads it.
+    let reading = {
+        let (api, read, secret) = (s.api.clone(), read.clone(), secret.clone());
+        tokio::spawn(async move {
+            loop {
+                poll(&api, &read, "", &secret).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let event = s.api.emit("payment.succeeded", json!({})).await;
+    // The one no one reads goes, its unread delivery with it (dead, `endpoint_deleted`).
+    let start = std::time::Instant::now();
+    loop {
+        let (status, _) = s
+            .api
+            .call("GET", &format!("/v1/endpoints/{abandoned}"), None)
+            .await;
+        if status == 404 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "not removed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deliveries = s.api.typed_deliveries_of(&event).await;
+    let gone = deliveries
+        .iter()
+        .find(|d| d.endpoint_id.as_str() == abandoned)
+        .unwrap();
+    assert_eq!(
+        (gone.status.as_str(), gone.last_error.as_deref()),
+        ("dead", Some("endpoint_deleted"))
+    );
+    // Twice the idle time later, the one being read is still there.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (status, body) = s
+        .api
+        .call("GET", &format!("/v1/endpoints/{read}"), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    reading.abort();
+    s.server.shutdown().await;
 }
