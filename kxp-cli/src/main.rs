@@ -10,6 +10,7 @@ mod demo;
 mod encryption_key;
 mod healthcheck;
 mod keyholders;
+mod listen;
 mod migrate;
 mod operators;
 mod secrets_key;
@@ -47,6 +48,12 @@ enum Command {
     /// `--repeat N` sends the same event (same id, same bytes) N times, to test the receiver's
     /// dedup. Exits 0 when every send got a 2xx answer, 1 otherwise.
     Send(send::SendArgs),
+    /// Forward a platform's real events to a receiver on this machine, with no tunnel and no
+    /// public URL: through a temporary pull endpoint of the account, deleted on Ctrl-C.
+    ///
+    /// Prints `Signing secret: <secret>` first (start the local receiver with it), then one
+    /// line per forwarded event (or a JSON object, with --json). Exits 0 on Ctrl-C or SIGTERM.
+    Listen(listen::ListenArgs),
     /// Grade a webhook endpoint, in any language, against the receiver contract: a valid event,
     /// a duplicate, forgeries, stale and future timestamps, limits, the challenge, rotation, a
     /// burst.
@@ -99,6 +106,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => debug::verify(args),
         Command::Send(args) => send::send(args),
         Command::Check(args) => check::check(args),
+        Command::Listen(args) => listen::listen(args),
         Command::Serve(args) => serve::serve(*args),
         Command::Dlq(args) => admin::dlq(args),
         Command::Replay(args) => admin::replay(args),

@@ -449,7 +449,7 @@ fn parse_json(text: &str) -> Result<Box<RawValue>, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
 }
 
-fn parse_url(text: &str) -> Result<Url, String> {
+pub(crate) fn parse_url(text: &str) -> Result<Url, String> {
     let url = Url::parse(text).map_err(|e| e.to_string())?;
     match url.scheme() {
         "http" | "https" => Ok(url),
@@ -466,7 +466,7 @@ fn parse_token(text: &str) -> Result<String, String> {
     }
 }
 
-fn parse_timeout(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
     text.parse::<f64>()
         .ok()
         .filter(|secs| *secs > 0.0)

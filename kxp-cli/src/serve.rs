@@ -103,7 +103,7 @@ pub(crate) fn serve(args: ServeArgs) -> ExitCode {
     })
 }
 
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -57,6 +57,11 @@ impl Serve {
             .local_addr()
             .unwrap()
             .port();
+        Serve::start_at(kxp, database_url, extra, port)
+    }
+
+    /// [`Serve::start_with`] on `port` (a restarted sender keeps its address).
+    pub(crate) fn start_at(kxp: &str, database_url: &str, extra: &[&str], port: u16) -> Serve {
         let mut child = Command::new(kxp)
             .args(["serve", "--dev", "--listen", &format!("127.0.0.1:{port}")])
             .args(extra)

@@ -14,6 +14,7 @@ mod demo;
 mod disk_full;
 mod encryption_key;
 mod ingest;
+mod listen;
 mod operators;
 mod outbox_crash;
 mod secrets_key;
