@@ -257,6 +257,17 @@ impl Client {
         .await
     }
 
+    /// `POST /v1/listen-tokens`: a token for `kxp listen --token`, shown once.
+    pub async fn create_listen_token(
+        &self,
+        new: &crate::NewListenToken,
+    ) -> Result<crate::ListenToken, ClientError> {
+        let request = self
+            .request(Method::POST, self.url(&["v1", "listen-tokens"]))
+            .json(new);
+        Ok(self.send(request).await?.1)
+    }
+
     /// `POST /v1/endpoints/{id}/feed-token`: a new token for the endpoint's catch-up feed, in
     /// place of any before. Shown once: hand it to the merchant for their receiver (it reads the
     /// feed, and nothing else, with it).

@@ -79,6 +79,9 @@ string_enum! {
         /// 429: too many long polls wait on this endpoint's feed (4), or on this server process
         /// (1,024); retry after the `Retry-After` header's seconds.
         TooManyWaiters = "too_many_waiters",
+        /// 403: the credential is valid but may not do this: a listen token (`kxp_lt_…`) only
+        /// creates, reads and deletes its account's temporary pull endpoints.
+        Forbidden = "forbidden",
     }
 }
 
@@ -94,6 +97,7 @@ impl ErrorCode {
             | ErrorCode::AccountRequired
             | ErrorCode::InvalidTtl => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::PayloadTooLarge => 413,
@@ -165,7 +169,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 28);
+        assert_eq!(ErrorCode::KNOWN.len(), 29);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

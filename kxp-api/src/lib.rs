@@ -63,7 +63,7 @@ pub use notifications::{Notification, NotificationChannel, NotificationKind, Not
 pub use openapi::{ApiDoc, openapi};
 pub use pagination::{Page, PageQuery};
 pub use patch::Patch;
-pub use portal::{NewPortalLink, PortalLink, PortalScope};
+pub use portal::{ListenToken, NewListenToken, NewPortalLink, PortalLink, PortalScope};
 pub use schemas::{Schema, SchemaDeleted};
 pub use secret::Secret;
 pub use timestamp::{Timestamp, TimestampError};

@@ -11,12 +11,12 @@ use crate::{
     EndpointDeleted, EndpointDetails, EndpointHealth, EndpointId, EndpointMode, EndpointPatch,
     EndpointStatus, EndpointTls, EndpointTlsView, EndpointUpdated, ErrorBody, ErrorCode, Event,
     EventId, EventQuery, EventSummary, ExpireOld, FeedItem, FeedPage, FeedQuery, FeedToken,
-    FilterTested, Format, HealthWindow, NewAccount, NewEndpoint, NewEvent, NewPortalLink,
-    Notification, NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page,
-    PageQuery, PortalLink, PortalScope, PublicKey, PublicKeys, PullCursor, PullHealth, RawJson,
-    ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted, SchemaId,
-    Secret, SecretRotated, SecretState, ServiceHealth, Signing, SourceHealth, TestFilter,
-    Timestamp,
+    FilterTested, Format, HealthWindow, ListenToken, NewAccount, NewEndpoint, NewEvent,
+    NewListenToken, NewPortalLink, Notification, NotificationChannel, NotificationId,
+    NotificationKind, NotificationStatus, Page, PageQuery, PortalLink, PortalScope, PublicKey,
+    PublicKeys, PullCursor, PullHealth, RawJson, ReceiverKey, Redacted, ReplayQueued, RotateSecret,
+    Rotation, Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, SecretState, ServiceHealth,
+    Signing, SourceHealth, TestFilter, Timestamp,
 };
 use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerCertificate};
 
@@ -44,7 +44,7 @@ use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerC
         Delivery, DeliveryStatus, Attempt, DeliveryQuery,
         FeedPage, FeedItem, FeedQuery, FeedToken, PullCursor, CommitCursor,
         Account, AccountPatch, AccountUpdated, NewAccount, AccountCreated,
-        NewPortalLink, PortalLink, PortalScope,
+        NewPortalLink, PortalLink, PortalScope, NewListenToken, ListenToken,
         Notification, NotificationKind, NotificationChannel, NotificationStatus,
         Schema, SchemaDeleted,
         PageQuery, Page<Endpoint>, Page<Delivery>, Page<Attempt>, Page<Notification>, Page<Schema>,

@@ -75,3 +75,28 @@ impl core::fmt::Debug for PortalLink {
             .finish()
     }
 }
+
+/// `POST /v1/listen-tokens`: the body may be empty or `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+#[schema(example = json!({"ttl_seconds": 3600}))]
+pub struct NewListenToken {
+    /// How long the token works, 1 to 86,400 seconds (24 h); 28,800 (8 hours, a working day)
+    /// when left out. A longer one is refused with 400 `invalid_ttl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, minimum = 1, maximum = 86400)]
+    pub ttl_seconds: Option<u32>,
+}
+
+/// A listen token, shown once: `kxp listen --token <token>`. It creates, reads and deletes
+/// its account's temporary pull endpoints, and nothing else (403 `forbidden`). The server
+/// keeps only its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"token": "kxp_lt_5b1e0c…", "expires_at": "2026-11-30T09:02:03Z"}))]
+pub struct ListenToken {
+    /// `kxp_lt_…`.
+    pub token: String,
+    /// When it stops working.
+    pub expires_at: Timestamp,
+}

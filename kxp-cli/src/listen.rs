@@ -3,8 +3,9 @@
 //! event to the local receiver with the body byte for byte and signature headers made at
 //! forwarding time; then commits the cursor past it. Ctrl-C deletes the endpoint.
 //!
-//! The API key is used only to create and delete the temporary endpoint: the feed is read, and
-//! the cursor committed, with the feed key derived from the endpoint's secret.
+//! The API key (or a listen token, which can do nothing else) is used only to create and delete
+//! the temporary endpoint: the feed is read, and the cursor committed, with the feed key
+//! derived from the endpoint's secret.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -38,6 +39,7 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("credential").required(true).args(["api_key", "token"]))]
 pub(crate) struct ListenArgs {
     /// Where each event is POSTed: the local receiver's webhook URL.
     #[arg(long, value_name = "URL", value_parser = parse_url)]
@@ -52,7 +54,16 @@ pub(crate) struct ListenArgs {
     api_url: String,
     /// The account's API key: used only to create and delete the temporary endpoint.
     #[arg(long, env = "KXP_API_KEY", hide_env_values = true)]
-    api_key: String,
+    api_key: Option<String>,
+    /// A listen token (`kxp_lt_…`, from the console's "Listen locally" or `POST
+    /// /v1/listen-tokens`) instead of an API key: it can do nothing but this.
+    #[arg(
+        long,
+        env = "KXP_LISTEN_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "api_key"
+    )]
+    token: Option<String>,
     /// An event type to forward (exact, or a prefix ending in `*`); repeat for several.
     /// Default: every type.
     #[arg(long = "events", value_name = "TYPE")]
@@ -75,7 +86,12 @@ pub(crate) fn listen(args: ListenArgs) -> ExitCode {
 }
 
 async fn run(args: ListenArgs) -> Result<(), String> {
-    let api = Client::new(&args.api_url, args.api_key.as_str()).map_err(|e| e.to_string())?;
+    let credential = args
+        .token
+        .as_deref()
+        .or(args.api_key.as_deref())
+        .unwrap_or_default();
+    let api = Client::new(&args.api_url, credential).map_err(|e| e.to_string())?;
     let mut new = NewEndpoint::pull().temporary();
     if !args.events.is_empty() {
         new.event_types = Some(args.events.clone());

@@ -54,8 +54,12 @@ pub enum StartError {
     #[error("e-mail notifications: {0}")]
     Mail(#[from] MailError),
     /// The configured account key ([`Config::api_key`]) has the operator keys' prefix
-    /// (`kxp_op_`): it would be looked up as an operator's, and never authenticate.
-    #[error("the API key must not start with `kxp_op_`, the operator keys' prefix: pick another")]
+    /// (`kxp_op_`) or the listen tokens' (`kxp_lt_`): it would be looked up as one of those,
+    /// and never authenticate.
+    #[error(
+        "the API key must not start with `kxp_op_` or `kxp_lt_`, the prefixes of operator keys \
+         and listen tokens: pick another"
+    )]
     OperatorPrefix,
     /// The server listens on an address other than loopback and no
     /// [`Config::public_url`] says where people reach it, so portal links could not be made.
@@ -375,7 +379,7 @@ const CLOCK_CHECK: Duration = Duration::from_secs(60);
 /// with a generated key on the very first start, which is returned to be shown once.
 async fn bootstrap(db: &Db, api_key: Option<&str>) -> Result<Option<String>, StartError> {
     match api_key {
-        Some(key) if KeyKind::of(key) == KeyKind::Operator => Err(StartError::OperatorPrefix),
+        Some(key) if KeyKind::of(key) != KeyKind::Account => Err(StartError::OperatorPrefix),
         Some(key) => {
             if db.account_by_key(key).await?.is_none() {
                 db.create_account("default", Some(key)).await?;

@@ -31,7 +31,7 @@ pub(crate) use endpoints::{change, delete, pause, register, resume, rotate_secre
 pub(crate) use error::Error;
 pub(crate) use events::{TAG_RULE, accept, is_idempotency_key};
 pub(crate) use filters::test_filter;
-pub(crate) use portal_links::create_portal_link;
+pub(crate) use portal_links::{create_listen_token, create_portal_link};
 
 use crate::engine::config::Shared;
 use crate::engine::schemas::SchemaCache;

@@ -1,10 +1,10 @@
 //! Portal links: one-time console sign-in URLs for an account, which the platform's backend
-//! hands to the merchant. The token in the URL is stored only as a hash, and neither logged
-//! nor shown again.
+//! hands to the merchant; and listen tokens, for `kxp listen`. Tokens are stored only as a
+//! hash, and neither logged nor shown again.
 
 use std::time::Duration;
 
-use kxp_api::{NewPortalLink, PortalLink, Timestamp};
+use kxp_api::{ListenToken, NewPortalLink, PortalLink, Timestamp};
 
 use super::{AppState, DEFAULT_LINK_TTL, Error, MAX_LINK_TTL, MAX_UNUSED_PORTAL_LINKS};
 use crate::model::{Account, now_ms};
@@ -56,6 +56,33 @@ pub(crate) async fn create_portal_link(
         url: format!("{origin}/console/sign-in/{token}"),
         expires_at: Timestamp::from_unix_ms(expires_at),
         scope: new.scope,
+    })
+}
+
+/// How long a listen token works when the request does not say: a working day.
+pub(crate) const DEFAULT_LISTEN_TTL: Duration = Duration::from_secs(8 * 60 * 60);
+
+/// Creates a listen token for `account`, working for `ttl_seconds` (1 s to [`MAX_LINK_TTL`],
+/// [`DEFAULT_LISTEN_TTL`] when not given): the API's `POST /v1/listen-tokens` and the console's
+/// "Listen locally" both come through here.
+pub(crate) async fn create_listen_token(
+    state: &AppState,
+    account: &Account,
+    ttl_seconds: Option<u32>,
+) -> Result<ListenToken, Error> {
+    let ttl = ttl_seconds.map_or(DEFAULT_LISTEN_TTL, |s| Duration::from_secs(s.into()));
+    if ttl.is_zero() || ttl > MAX_LINK_TTL {
+        return Err(Error::InvalidTtl);
+    }
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let (token, expires_at) = state.db.create_listen_token(&account.id, ttl_ms).await?;
+    // Never the token.
+    tracing::info!(
+        target: "kxp_sender", account_id = %account.id, expires_at, "a listen token was created"
+    );
+    Ok(ListenToken {
+        token,
+        expires_at: Timestamp::from_unix_ms(expires_at),
     })
 }
 

@@ -1,10 +1,12 @@
 //! Authentication: who calls, from `Authorization: Bearer <key>`, and for which account.
 //!
-//! Two kinds of key, told apart by prefix ([`KeyKind`]) and each looked up by its hash in its
+//! Three kinds of key, told apart by prefix ([`KeyKind`]) and each looked up by its hash in its
 //! own table: an account's key (`kxp_…`) acts for that account only; an operator's
 //! (`kxp_op_…`) reaches the operator routes ([`AsOperator`]) and acts for the one account the
-//! request names in `X-Kxp-Account` ([`Authed`]). Both count against the API rate limit, per
-//! key: an operator acting for many accounts draws on its own budget, not theirs.
+//! request names in `X-Kxp-Account` ([`Authed`]); a listen token (`kxp_lt_…`, `kxp listen`'s)
+//! reaches only [`LISTEN_ROUTES`], for its account's temporary pull endpoints only
+//! ([`ListenOnly`]), and is 403 `forbidden` everywhere else. All count against the API rate
+//! limit, per owner: an operator acting for many accounts draws on its own budget, not theirs.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -27,6 +29,31 @@ pub(crate) struct AsOperator(pub Operator);
 enum Caller {
     Account(Account),
     Operator(Operator),
+    /// A listen token's account.
+    Listen(Account),
+}
+
+/// The routes a listen token reaches (method, route): making, reading and deleting a temporary
+/// pull endpoint. The handlers refuse it any other endpoint ([`ListenOnly`]).
+pub(crate) const LISTEN_ROUTES: &[(&str, &str)] = &[
+    ("POST", "/v1/endpoints"),
+    ("GET", "/v1/endpoints/{id}"),
+    ("DELETE", "/v1/endpoints/{id}"),
+];
+
+/// Whether the request's [`Authed`] account came from a listen token: then the handler acts
+/// only on (or makes only) a temporary pull endpoint. Read after `Authed`, which sets it.
+pub(crate) struct ListenOnly(pub bool);
+
+/// The mark [`Authed`] leaves on a listen token's request, for [`ListenOnly`].
+#[derive(Clone, Copy)]
+struct ListenTokenMark;
+
+fn forbidden() -> ApiError {
+    ApiError::new(
+        ErrorCode::Forbidden,
+        "a listen token only creates, reads and deletes its account's temporary pull endpoints",
+    )
 }
 
 fn unauthorized() -> ApiError {
@@ -48,13 +75,18 @@ async fn caller(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
     let caller = match KeyKind::of(key) {
         KeyKind::Account => state.db.account_by_key(key).await?.map(Caller::Account),
         KeyKind::Operator => state.db.operator_by_key(key).await?.map(Caller::Operator),
+        KeyKind::Listen => state
+            .db
+            .account_by_listen_token(key)
+            .await?
+            .map(Caller::Listen),
     }
     .ok_or_else(unauthorized)?;
     let rate = state.shared.config.api_rate_limit;
     if rate > 0 {
         // Keyed by the id of the key's owner: `acc_…` and `op_…` never collide.
         let owner = match &caller {
-            Caller::Account(account) => account.id.as_str(),
+            Caller::Account(account) | Caller::Listen(account) => account.id.as_str(),
             Caller::Operator(operator) => operator.id.as_str(),
         };
         let granted = state
@@ -85,7 +117,22 @@ impl FromRequestParts<AppState> for Authed {
             .get(ACCOUNT_HEADER)
             .map(|v| v.to_str().unwrap_or_default().trim());
         let no_such_account = || ApiError::new(ErrorCode::NotFound, "no such account");
+        if let Caller::Listen(account) = caller {
+            let route = parts
+                .extensions
+                .get::<axum::extract::MatchedPath>()
+                .map(axum::extract::MatchedPath::as_str);
+            let allowed = LISTEN_ROUTES
+                .iter()
+                .any(|(method, path)| parts.method.as_str() == *method && route == Some(*path));
+            if !allowed || named.is_some_and(|id| id != account.id.as_str()) {
+                return Err(forbidden());
+            }
+            parts.extensions.insert(ListenTokenMark);
+            return Ok(Authed(account));
+        }
         match (caller, named) {
+            (Caller::Listen(_), _) => Err(forbidden()),
             (Caller::Account(account), None) => Ok(Authed(account)),
             (Caller::Account(account), Some(id)) if id == account.id.as_str() => {
                 Ok(Authed(account))
@@ -114,11 +161,25 @@ impl FromRequestParts<AppState> for AsOperator {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match caller(parts, state).await? {
             Caller::Operator(operator) => Ok(AsOperator(operator)),
+            Caller::Listen(_) => Err(forbidden()),
             Caller::Account(_) => Err(ApiError::new(
                 ErrorCode::Unauthorized,
                 "this route takes an operator key (`kxp operators create`), not an account's",
             )),
         }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ListenOnly {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _: &S,
+    ) -> Result<Self, std::convert::Infallible> {
+        Ok(ListenOnly(
+            parts.extensions.get::<ListenTokenMark>().is_some(),
+        ))
     }
 }
 

@@ -6,15 +6,17 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kxp_api::{
-    Endpoint, EndpointCreated, EndpointDeleted, EndpointDetails, EndpointPatch, EndpointStatus,
-    EndpointUpdated, NewEndpoint, Page,
+    Endpoint, EndpointCreated, EndpointDeleted, EndpointDetails, EndpointMode, EndpointPatch,
+    EndpointStatus, EndpointUpdated, ErrorCode, NewEndpoint, Page,
 };
 
+use super::auth::ListenOnly;
 use super::pagination::{PageParams, page};
 use super::{ApiBody, ApiError, ApiQuery, AppState, Authed, parse};
 use crate::app::views::endpoint_details;
 use crate::app::{self, change, register};
 use crate::model::{EndpointId, EndpointKey};
+use crate::store::StoreError;
 
 /// Registers an endpoint. Unless `skip_challenge` is set, the endpoint must first answer the
 /// challenge (`GET <url>?challenge=<token>` echoing the token): a URL is registered only when
@@ -28,9 +30,16 @@ use crate::model::{EndpointId, EndpointKey};
 pub(super) async fn create_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
+    ListenOnly(listen_only): ListenOnly,
     ApiBody(body): ApiBody,
 ) -> Result<Response, ApiError> {
     let new: NewEndpoint = parse(&body)?;
+    if listen_only && !(new.mode == Some(EndpointMode::Pull) && new.temporary) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "a listen token makes only temporary pull endpoints (\"mode\": \"pull\", \"temporary\": true)",
+        ));
+    }
     let created = register(&state, &account, new).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
@@ -61,9 +70,13 @@ pub(super) async fn list_endpoints(
 pub(super) async fn get_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
+    ListenOnly(listen_only): ListenOnly,
     Path(id): Path<EndpointId>,
 ) -> Result<Json<EndpointDetails>, ApiError> {
     let endpoint = state.db.endpoint(&account.id, &id).await?;
+    if listen_only && !(endpoint.is_pull() && endpoint.temporary) {
+        return Err(StoreError::NotFound.into());
+    }
     let ring = state.shared.config.secrets_key.as_ref();
     let key = EndpointKey::new(&account.id, &endpoint.id);
     let secrets = state.db.live_secret_states(&key, ring).await?;
@@ -101,8 +114,16 @@ pub(super) async fn patch_endpoint(
 pub(super) async fn delete_endpoint(
     State(state): State<AppState>,
     Authed(account): Authed,
+    ListenOnly(listen_only): ListenOnly,
     Path(id): Path<EndpointId>,
 ) -> Result<Json<EndpointDeleted>, ApiError> {
+    // A listen token deletes only what it could have made: another endpoint is not its to see.
+    if listen_only {
+        let endpoint = state.db.endpoint(&account.id, &id).await?;
+        if !(endpoint.is_pull() && endpoint.temporary) {
+            return Err(StoreError::NotFound.into());
+        }
+    }
     let ended = app::delete(&state, &account, &id).await?;
     tracing::info!(
         target: "kxp_sender", endpoint_id = %id, dead_deliveries = ended,

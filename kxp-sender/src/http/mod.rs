@@ -27,6 +27,7 @@ mod errors;
 mod events;
 mod feed;
 mod health;
+mod listen_tokens;
 mod notifications;
 mod openapi;
 mod pagination;
@@ -126,6 +127,10 @@ pub(crate) fn app(state: AppState) -> Router {
             post(accounts::create_account).get(accounts::list_accounts),
         )
         .route("/v1/portal-links", post(portal_links::create_portal_link))
+        .route(
+            "/v1/listen-tokens",
+            post(listen_tokens::create_listen_token),
+        )
         .route("/v1/notifications", get(notifications::list_notifications))
         .route("/v1/schemas", get(schemas::list_schemas))
         .route(

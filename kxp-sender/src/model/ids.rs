@@ -82,6 +82,8 @@ pub(crate) enum KeyKind {
     Account,
     /// `kxp_op_…`: an operator's key.
     Operator,
+    /// `kxp_lt_…`: a listen token: its account's temporary pull endpoints only.
+    Listen,
 }
 
 impl KeyKind {
@@ -90,6 +92,7 @@ impl KeyKind {
         match self {
             KeyKind::Account => "kxp_",
             KeyKind::Operator => "kxp_op_",
+            KeyKind::Listen => "kxp_lt_",
         }
     }
 
@@ -97,6 +100,8 @@ impl KeyKind {
     pub(crate) fn of(key: &str) -> KeyKind {
         if key.starts_with(KeyKind::Operator.prefix()) {
             KeyKind::Operator
+        } else if key.starts_with(KeyKind::Listen.prefix()) {
+            KeyKind::Listen
         } else {
             KeyKind::Account
         }

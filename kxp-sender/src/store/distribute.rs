@@ -47,6 +47,7 @@ pub(crate) const REFERENCE: &[&str] = &[
     "kxp_endpoint_directory",
     "kxp_portal_links",
     "kxp_sessions",
+    "kxp_listen_tokens",
 ];
 
 /// How the database's tables are placed over a Citus cluster (`kxp migrate status`).

@@ -42,6 +42,7 @@ mod endpoints;
 mod events;
 mod feed;
 pub(crate) mod health;
+mod listen_tokens;
 mod metrics;
 mod migrations;
 pub(crate) mod notifications;

@@ -30,7 +30,7 @@ pub struct Purged {
     pub stats_rows: u64,
     /// Expired endpoint secrets.
     pub secrets: u64,
-    /// Expired console portal links, used or not.
+    /// Expired console portal links, used or not, and expired listen tokens.
     pub portal_links: u64,
     /// Expired console sessions, with the one-time message each may hold.
     pub sessions: u64,
@@ -112,15 +112,20 @@ impl Db {
                 .await?;
         }
         // No link opens a session once expired, used or not (the sign-in's UPDATE asks for
-        // `expires_at > now`).
-        purged.portal_links = self
-            .delete_batches(
-                "DELETE FROM kxp_portal_links WHERE token_hash IN (SELECT token_hash \
-                 FROM kxp_portal_links WHERE expires_at <= $1 LIMIT $2)",
-                now,
-                Scope::All,
-            )
-            .await?;
+        // `expires_at > now`), and an expired listen token authenticates nothing (its lookup
+        // asks the same).
+        for table in ["kxp_portal_links", "kxp_listen_tokens"] {
+            purged.portal_links += self
+                .delete_batches(
+                    &format!(
+                        "DELETE FROM {table} WHERE token_hash IN (SELECT token_hash \
+                         FROM {table} WHERE expires_at <= $1 LIMIT $2)"
+                    ),
+                    now,
+                    Scope::All,
+                )
+                .await?;
+        }
         purged.sessions = self
             .delete_batches(&expired_sessions(), now, Scope::All)
             .await?;

@@ -11,7 +11,10 @@
 //! - A's key → success, and A's lists hold none of B's objects;
 //! - A's key naming B in `X-Kxp-Account` (and B's naming A) → 404 on every row, before
 //!   anything is read or written: an account key never acts for another account;
-//! - every account key on the operator routes ([`OPERATOR`]) → 401.
+//! - every account key on the operator routes ([`OPERATOR`]) → 401;
+//! - A's listen token → 403 `forbidden` on every row but [`LISTEN_ROUTES`], where A's push
+//!   endpoints answer 404 and a push endpoint's creation 403; 403 on the operator routes; 401
+//!   on the feed's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -22,7 +25,7 @@ use sqlx::SqlitePool;
 
 use crate::support::{Api, Receiver, Reply, sender};
 
-use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnAccount, OwnCopy, OwnLink};
+use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnAccount, OwnCopy, OwnLink, OwnToken};
 use Target::{DeadDelivery, DeliveredDelivery, Endpoint, Event, NoId, Schema, SpareEndpoint};
 
 /// Which of A's objects fills `{id}` in a row's path.
@@ -66,6 +69,8 @@ enum AsOther {
     /// This status, with a portal link whose token signs in to B's account (its stored row
     /// names B), never A's.
     OwnLink(u16),
+    /// This status, with a listen token of B's account (its stored row names B), never A's.
+    OwnToken(u16),
 }
 
 /// One call of the table: a route of `api::app` with ids, query, body and headers filled in.
@@ -172,6 +177,15 @@ const ROUTES: &[Route] = &[
     row("PATCH /v1/account", NoId, OwnAccount, 200).body(r#"{"name":"renamed","ops_url":"{url}","contact_email":"ops@example.com"}"#),
     row("GET /v1/notifications", NoId, OnlyOwn, 200),
     row("POST /v1/portal-links", NoId, OwnLink(201), 201).body(r#"{"scope":"read"}"#),
+    row("POST /v1/listen-tokens", NoId, OwnToken(201), 201).body(r#"{"ttl_seconds":60}"#),
+];
+
+/// The routes a listen token reaches (for temporary pull endpoints only; pull.rs makes, reads
+/// and deletes one with it).
+const LISTEN_ROUTES: &[&str] = &[
+    "POST /v1/endpoints",
+    "GET /v1/endpoints/{id}",
+    "DELETE /v1/endpoints/{id}",
 ];
 
 /// The operator routes of `api::app`: operator keys only (tests/it/operators.rs runs them with
@@ -738,13 +752,13 @@ async fn every_route_is_scoped_to_the_callers_account() {
             OwnLink(expected) => {
                 assert_eq!(status, expected, "B, {what}: {text}");
                 let token = body["url"].as_str().unwrap().rsplit('/').next().unwrap();
-                let owner: String = sqlx::query_scalar(
-                    "SELECT account_id FROM kxp_portal_links WHERE token_hash = $1",
-                )
-                .bind(kxp_sender::sha256_hex(token.as_bytes()))
-                .fetch_one(&f.pool)
-                .await
-                .unwrap();
+                let owner = token_owner(&f.pool, "kxp_portal_links", token).await;
+                assert_eq!(owner, f.b_account, "B, {what}");
+            }
+            OwnToken(expected) => {
+                assert_eq!(status, expected, "B, {what}: {text}");
+                let token = body["token"].as_str().unwrap();
+                let owner = token_owner(&f.pool, "kxp_listen_tokens", token).await;
                 assert_eq!(owner, f.b_account, "B, {what}");
             }
         }
@@ -783,6 +797,42 @@ async fn every_route_is_scoped_to_the_callers_account() {
     assert_eq!(owned_ids(&f.pool, &f.a_account).await, a_ids);
     assert_eq!(rows_of(&f.pool, &a_ids).await, rows_before);
     assert_eq!(answers_to_a(&f).await, answers_before);
+
+    // (e) A's own listen token: 403 on every route but the listen routes, where A's push
+    // endpoints are not its to see (404) nor a push endpoint its to make (403); 403 on the
+    // operator routes; and no feed credential (401).
+    let (_, token, text) = f
+        .as_a(&row("POST /v1/listen-tokens", NoId, Empty, 201))
+        .await;
+    let auth = format!("Bearer {}", token["token"].as_str().expect(&text));
+    for route in ROUTES {
+        let (status, body, text) = f.call(route, Some(&auth), &f.a_url, None, None).await;
+        let listen = LISTEN_ROUTES.contains(&route.route);
+        let expected = match (listen, route.method()) {
+            (true, "GET" | "DELETE") => (404, "not_found"),
+            _ => (403, "forbidden"),
+        };
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (expected.0, Some(expected.1)),
+            "listen token, {}: {text}",
+            label(route)
+        );
+    }
+    for route in OPERATOR {
+        let route = row(route, NoId, Empty, 403).body(r#"{"name":"mine"}"#);
+        let (status, body, text) = f.call(&route, Some(&auth), "", None, None).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (403, Some("forbidden")),
+            "{text}"
+        );
+    }
+    for route in ENDPOINT_CREDENTIAL {
+        let route = row(route, Endpoint, Empty, 401);
+        let (status, _, text) = f.call(&route, Some(&auth), "", None, None).await;
+        assert_eq!(status, 401, "listen token, {}: {text}", label(&route));
+    }
 
     // (c) A's key: every row succeeds, and A's lists hold none of B's objects.
     for route in ROUTES {
@@ -888,6 +938,17 @@ fn made_up_id(target: Target) -> String {
 }
 
 /// Waits until none of the event's deliveries is pending or in flight.
+/// The account a stored token (a portal link's, a listen token) belongs to.
+async fn token_owner(pool: &SqlitePool, table: &str, token: &str) -> String {
+    sqlx::query_scalar(&format!(
+        "SELECT account_id FROM {table} WHERE token_hash = $1"
+    ))
+    .bind(kxp_sender::sha256_hex(token.as_bytes()))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 async fn settled(api: &Api, event_id: &str) {
     let start = Instant::now();
     loop {

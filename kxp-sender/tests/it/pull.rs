@@ -95,7 +95,8 @@ async fn commit(api: &Api, id: &str, body: &str, secret: &str) -> (u16, Value) {
 each_backend!(
     a_pull_endpoint_is_read_and_committed,
     a_long_poll_wakes_for_a_new_event_and_is_capped,
-    a_temporary_endpoint_no_one_reads_is_removed
+    a_temporary_endpoint_no_one_reads_is_removed,
+    a_listen_token_makes_reads_and_deletes_temporary_pull_endpoints_only
 );
 on_citus!(a_pull_endpoint_is_read_and_committed);
 
@@ -420,5 +421,96 @@ async fn a_temporary_endpoint_no_one_reads_is_removed(db: Database) {
         .await;
     assert_eq!(status, 200, "{body}");
     reading.abort();
+    s.server.shutdown().await;
+}
+
+async fn a_listen_token_makes_reads_and_deletes_temporary_pull_endpoints_only(db: Database) {
+    let s = db.sender("0s").await;
+    let (status, token) = s
+        .api
+        .call(
+            "POST",
+            "/v1/listen-tokens",
+            Some(json!({"ttl_seconds": 600})),
+        )
+        .await;
+    assert_eq!(status, 201, "{token}");
+    let token = token["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("kxp_lt_"), "{token}");
+    for ttl in [0, 86_401] {
+        let (status, body) = s
+            .api
+            .call(
+                "POST",
+                "/v1/listen-tokens",
+                Some(json!({"ttl_seconds": ttl})),
+            )
+            .await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("invalid_ttl")),
+            "{body}"
+        );
+    }
+    let listening = s.api.with_key(&token);
+    // Only a temporary pull endpoint.
+    for body in [
+        json!({"mode": "pull"}),
+        json!({"url": "https://merchant.example/hooks", "skip_challenge": true}),
+    ] {
+        let (status, answer) = listening.call("POST", "/v1/endpoints", Some(body)).await;
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (403, Some("forbidden")),
+            "{answer}"
+        );
+    }
+    let created: EndpointCreated = listening
+        .client
+        .create_endpoint(&NewEndpoint::pull().temporary())
+        .await
+        .unwrap();
+    let id = created.endpoint.id;
+    assert!(created.endpoint.temporary && created.secret.is_some());
+    listening.client.endpoint(&id).await.unwrap();
+    // The account's own pull endpoint that is not temporary is not the token's to see.
+    let (other, _) = pull_endpoint(&s.api).await;
+    let (status, _) = listening
+        .call("GET", &format!("/v1/endpoints/{other}"), None)
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = listening
+        .call("DELETE", &format!("/v1/endpoints/{other}"), None)
+        .await;
+    assert_eq!(status, 404);
+    listening.client.delete_endpoint(&id).await.unwrap();
+    let (status, _) = s
+        .api
+        .call("GET", &format!("/v1/endpoints/{id}"), None)
+        .await;
+    assert_eq!(status, 404, "deleted");
+    let (status, _) = s
+        .api
+        .call("GET", &format!("/v1/endpoints/{other}"), None)
+        .await;
+    assert_eq!(status, 200, "untouched");
+    // Past its time, it is no credential at all.
+    s.server.db().purge(None).await.unwrap();
+    let expired = s
+        .api
+        .call("POST", "/v1/listen-tokens", Some(json!({"ttl_seconds": 1})))
+        .await
+        .1;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (status, _) = s
+        .api
+        .with_key(expired["token"].as_str().unwrap())
+        .call(
+            "POST",
+            "/v1/endpoints",
+            Some(json!({"mode": "pull", "temporary": true})),
+        )
+        .await;
+    assert_eq!(status, 401);
     s.server.shutdown().await;
 }
