@@ -33,6 +33,7 @@ mod error;
 mod events;
 mod filters;
 mod headers;
+mod listen;
 mod operators;
 mod pages;
 mod scope;
@@ -133,6 +134,10 @@ pub(crate) fn app(state: AppState, sign_in_key: SignInKey) -> Router {
         .route(
             "/console/a/{account}/endpoints/{endpoint}/delete",
             get(endpoints::delete_form).post(endpoints::delete),
+        )
+        .route(
+            "/console/a/{account}/listen",
+            get(listen::show).post(listen::make),
         )
         .route("/console/a/{account}/events", get(events::search))
         .route("/console/a/{account}/events/{event}", get(events::show))

@@ -86,6 +86,8 @@ pub(crate) enum ConsoleAction {
     EndpointTestEvent,
     /// An endpoint deleted.
     EndpointDelete,
+    /// A listen token made ("Listen locally").
+    ListenTokenCreate,
     /// One delivery replayed.
     DeliveryReplay,
     /// The dead-letter queue (of the account or one endpoint) replayed: `queued` deliveries.
@@ -120,6 +122,7 @@ impl AuditAction {
             ConsoleAction::EndpointRotateSecret => "endpoint.rotate_secret".into(),
             ConsoleAction::EndpointTestEvent => "endpoint.test_event".into(),
             ConsoleAction::EndpointDelete => "endpoint.delete".into(),
+            ConsoleAction::ListenTokenCreate => "listen_token.create".into(),
             ConsoleAction::DeliveryReplay => "delivery.replay".into(),
             ConsoleAction::DeadLettersReplay { queued } => {
                 format!("dead_letters.replay ({queued} queued)").into()

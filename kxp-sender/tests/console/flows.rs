@@ -297,6 +297,63 @@ async fn a_merchant_registers_an_endpoint_and_sees_its_secret_once() {
     c.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_locally_shows_a_kxp_listen_command_once_whose_token_makes_a_temporary_endpoint() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let c = Console::start_with_schedule(SCHEDULE).await;
+    let mut audit = Audit::default();
+    c.sign_in(&b, PortalScope::Manage).await;
+    b.submit(r#"main a[href$="/listen"]"#).await;
+    assert_eq!(b.path().await, c.shop_path("/listen"));
+    assert_eq!(b.text(css::H1).await, "Listen locally");
+    audit.page(&b, "listen").await;
+    b.submit(r#"form[action$="/listen"] button[type="submit"]"#)
+        .await;
+    assert_eq!(b.path().await, c.shop_path("/listen"));
+    let command = b.text("#listen-command").await;
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(&words[..3], ["kxp", "listen", "--api-url"], "{command}");
+    assert_eq!(words[3], c.base, "{command}");
+    assert_eq!(words[4], "--token", "{command}");
+    let token = words[5].to_owned();
+    assert!(token.starts_with("kxp_lt_"), "{command}");
+    assert!(
+        command.ends_with("--forward-to http://localhost:3000/webhooks"),
+        "{command}"
+    );
+    audit.page(&b, "listen-command").await;
+
+    // The token makes a temporary pull endpoint, and nothing else.
+    let listening = kxp_api::Client::new(&c.base, &token).unwrap();
+    let created = listening
+        .create_endpoint(&NewEndpoint::pull().temporary())
+        .await
+        .unwrap();
+    assert!(created.endpoint.temporary);
+    let refused = listening.all_endpoints().await.unwrap_err();
+    assert!(refused.to_string().contains("403"), "{refused}");
+    // The list shows it for what it is, with its reader's lag.
+    b.goto(&c.url(&c.shop_path(""))).await;
+    let row = b
+        .find_text("main table tbody tr", "temporary pull endpoint")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(row.contains("0 unread of 0, never committed"), "{row}");
+
+    // A reload of the page: no token.
+    b.goto(&c.url(&c.shop_path("/listen"))).await;
+    assert_eq!(b.count("#listen-command").await, 0);
+    assert!(!b.text(css::BODY).await.contains(&token));
+
+    audit.check();
+    b.close().await;
+    c.shutdown().await;
+}
+
 /// A server, a receiver and an endpoint of the shop subscribed to `order.*`, and `b` signed
 /// in as the managing merchant.
 async fn shop_with_endpoint(b: &Browser) -> (Console, Receiver) {

@@ -66,7 +66,8 @@ pub(in crate::console) fn endpoints(
             }
         }
         @if frame.may_change {
-            p { a.button href=(frame.url("/endpoints/new")) { "Register an endpoint" } }
+            p { a.button href=(frame.url("/endpoints/new")) { "Register an endpoint" } " "
+                a.button href=(frame.url("/listen")) { "Listen locally" } }
         }
         @if rows.is_empty() {
             p { "No endpoints yet." }
@@ -83,9 +84,9 @@ pub(in crate::console) fn endpoints(
                     @for row in rows {
                         @let window = &row.health.last_24h;
                         tr {
-                            td { a href=(frame.url(&format!("/endpoints/{}", row.endpoint.id))) { (row.endpoint.url) }
+                            td { a href=(frame.url(&format!("/endpoints/{}", row.endpoint.id))) { (shown_url(&row.endpoint)) }
                                 @if !row.endpoint.description.is_empty() { br; small { (row.endpoint.description) } } }
-                            td { (state(&row.endpoint)) }
+                            td { (state(&row.endpoint)) @if let Some(pull) = &row.health.pull { br; small { (lag(pull)) } } }
                             td { (rate(window.success_rate)) }
                             td { (latency(window.latency_p95_ms)) }
                             td { (row.health.pending) }
@@ -102,6 +103,31 @@ pub(in crate::console) fn endpoints(
         }
     };
     account_page(frame, "Endpoints", main)
+}
+
+/// What stands for an endpoint's URL: a pull endpoint has none.
+fn shown_url(endpoint: &Endpoint) -> String {
+    if endpoint.is_pull() {
+        let kind = if endpoint.temporary {
+            "temporary pull endpoint"
+        } else {
+            "pull endpoint"
+        };
+        format!("{kind} {}", endpoint.id)
+    } else {
+        endpoint.url.clone()
+    }
+}
+
+/// A pull endpoint's reader in words: how far behind it is, and since when.
+fn lag(pull: &kxp_api::PullHealth) -> Markup {
+    html! {
+        (pull.lag) " unread of " (pull.latest)
+        @match &pull.committed_at {
+            Some(at) => { ", last commit " (at) }
+            None => { ", never committed" }
+        }
+    }
 }
 
 /// An endpoint's state in words: its status, and its circuit when that is not closed.
@@ -242,7 +268,13 @@ pub(in crate::console) fn endpoint(
             }
         }
         dl {
-            dt { "URL" } dd { code { (endpoint.url) } }
+            @if endpoint.is_pull() {
+                dt { "Mode" } dd { "pull: its receiver reads the feed, nothing is sent"
+                    @if endpoint.temporary { " (temporary: " code { "kxp listen" } "'s)" } }
+                @if let Some(pull) = &health.pull { dt { "Reader" } dd { (lag(pull)) } }
+            } @else {
+                dt { "URL" } dd { code { (endpoint.url) } }
+            }
             dt { "Id" } dd { code { (endpoint.id) } }
             @if !endpoint.description.is_empty() { dt { "Description" } dd { (endpoint.description) } }
             dt { "Event types" } dd { (endpoint.types().join(", ")) }
@@ -311,8 +343,12 @@ pub(in crate::console) fn endpoint(
                 form.inline method="post" action=(action("test")) { (frame.csrf()) button type="submit" { "Send a test event" } }
                 form.inline method="post" action=(action("rotate")) { (frame.csrf()) button type="submit" { "Rotate the secret" } }
                 form.inline method="post" action=(action("rotate-when-confirmed")) { (frame.csrf()) button type="submit" { "Rotate, ending when the receiver confirms" } }
-                a.button href=(action("edit")) { "Edit…" }
-                a.button href=(action("credentials")) { "Credentials…" }
+                // A pull endpoint's settings are an attempt's (URL, timeout, credentials): none
+                // apply to it.
+                @if !endpoint.is_pull() {
+                    a.button href=(action("edit")) { "Edit…" }
+                    a.button href=(action("credentials")) { "Credentials…" }
+                }
                 a.button href=(action("filter")) { "Filter…" }
                 a.button href=(action("delete")) { "Delete…" }
             }
@@ -396,4 +432,40 @@ fn format_name(format: &kxp_api::Format) -> &str {
         kxp_api::Format::StandardWebhooks => "Standard Webhooks (webhook-signature)",
         other => other.as_str(),
     }
+}
+
+/// "Listen locally": how to bring the account's events to a laptop with `kxp listen`, and a
+/// new listen token in the full command, shown once.
+pub(in crate::console) fn listen(frame: &Frame<'_>, api_url: &str, token: Option<&str>) -> Markup {
+    let main = html! {
+        p { "Forward this account's real events to a receiver on your machine, with no tunnel and "
+            "no public URL: " code { "kxp listen" } " makes a temporary pull endpoint, forwards each "
+            "event to the URL you give it, signed, and deletes the endpoint when you stop it (Ctrl-C)." }
+        @match token {
+            Some(token) => {
+                section.secret aria-labelledby="listen-heading" {
+                    h2 #listen-heading { "Your command" }
+                    p { "Shown this once. The token in it can only make, read and delete temporary "
+                        "pull endpoints of this account, and stops working in 8 hours." }
+                    p { code #listen-command { "kxp listen --api-url " (api_url) " --token " (token)
+                        " --forward-to http://localhost:3000/webhooks" } " "
+                        button type="button" data-copy="listen-command" hidden { "Copy" } }
+                    p { "It prints the signing secret first: start your receiver with it ("
+                        code { "KXP_WEBHOOK_SECRET" } ")." }
+                }
+            }
+            None => {
+                @if frame.may_change {
+                    form method="post" action=(frame.url("/listen")) {
+                        (frame.csrf())
+                        button type="submit" { "Make a listen command" }
+                    }
+                } @else {
+                    p { "A read-only session cannot make listen tokens." }
+                }
+            }
+        }
+    };
+    let script = token.is_some().then_some("/console/assets/console.js");
+    account_page_with_script(frame, "Listen locally", main, script)
 }

@@ -19,7 +19,7 @@ pub(super) use credentials::credentials;
 pub(super) use dead_letters::{DeadLetters, dead_letters, replay_confirm};
 pub(super) use endpoints::{
     DeleteConfirm, EndpointForm, EndpointRow, FormFor, NewSecret, delete_confirm, endpoint,
-    endpoint_form, endpoints, register,
+    endpoint_form, endpoints, listen, register,
 };
 pub(super) use events::{DeliveryView, Found, SearchForm, event, in_flight, search};
 pub(super) use filters::{FilterShown, filter};
