@@ -18,6 +18,9 @@ string_enum! {
         CertificateExpiring = "endpoint.certificate_expiring",
         /// The endpoint's own server certificate expires within 14 days (again within 3).
         ServerCertificateExpiring = "endpoint.server_certificate_expiring",
+        /// A pull endpoint's reader has not committed for the server's notice window (an
+        /// hour by default) while events wait unread: it has stopped reading.
+        ReaderStalled = "endpoint.reader_stalled",
     }
 }
 

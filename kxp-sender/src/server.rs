@@ -309,9 +309,10 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
             shared.config.retention,
             stopped.clone(),
         ));
-        tokio::spawn(retention::remove_abandoned(
+        tokio::spawn(retention::watch_pull_readers(
             db.clone(),
             shared.config.temporary_idle,
+            shared.config.reader_stall_notice,
             stopped.clone(),
         ));
         let grace = shared.config.shutdown_grace;

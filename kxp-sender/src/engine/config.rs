@@ -97,6 +97,9 @@ pub struct Config {
     /// before the server deletes it: its session ended without deleting it (a crash, a closed
     /// laptop).
     pub temporary_idle: Duration,
+    /// How long a pull endpoint's reader may leave an event unread without committing before
+    /// the platform is notified (`endpoint.reader_stalled`), once per stall.
+    pub reader_stall_notice: Duration,
     /// How many due deliveries an account may have waiting before its ingestion answers 503
     /// `backlog_full`: pending deliveries whose time has come, held ones (paused, disabled or
     /// open-circuit endpoints) and scheduled retries left out. 0: no limit.
@@ -201,6 +204,7 @@ impl Default for Config {
             smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
             retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
             temporary_idle: Duration::from_secs(10 * 60),
+            reader_stall_notice: Duration::from_secs(60 * 60),
             backlog_limit: 10_000,
             api_limits: ServeLimits::default(),
             shutdown_grace: Duration::from_secs(30),

@@ -51,17 +51,32 @@ pub(crate) async fn run(
     }
 }
 
-/// Deletes the temporary pull endpoints (`kxp listen`'s) that no one has read for `idle`, at
-/// once and then every quarter of `idle` (at most every minute), until `shutdown` turns true.
-/// Each is deleted as the API deletes an endpoint: its unread deliveries end dead with
-/// `endpoint_deleted`, its secrets are erased.
-pub(crate) async fn remove_abandoned(
+/// Watches pull endpoints' readers, at once and then every quarter of `idle` (at most every
+/// minute), until `shutdown` turns true: deletes the temporary pull endpoints (`kxp listen`'s)
+/// that no one has read for `idle` — as the API deletes an endpoint: their unread deliveries
+/// end dead with `endpoint_deleted`, their secrets are erased — and notifies the platform of
+/// the readers that left an event unread for `stall` without committing.
+pub(crate) async fn watch_pull_readers(
     db: Db,
     idle: Duration,
+    stall: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let every = (idle.min(stall) / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     while !*shutdown.borrow() {
+        match db
+            .notice_stalled_readers(now_ms().saturating_sub(ms(stall)))
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                target: "kxp_sender", endpoints = n,
+                "pull endpoints' readers left events unread: the platform is notified"
+            ),
+            Err(e) => tracing::error!(
+                target: "kxp_sender", error = %e, "looking for stalled pull readers failed"
+            ),
+        }
         match db
             .abandoned_temporary(now_ms().saturating_sub(ms(idle)))
             .await

@@ -9,6 +9,9 @@ use crate::model::{
     CertificateNotice, CircuitState, EndpointStatus, EventId, NoticeFacts, Notification, rfc3339,
 };
 
+/// The kind of the notice that a pull endpoint's reader stopped.
+pub(crate) const READER_STALLED: &str = "endpoint.reader_stalled";
+
 /// The `data` of a notice's envelope.
 #[derive(Debug, Serialize)]
 struct NoticeData<'a> {
@@ -123,6 +126,21 @@ pub(crate) fn email_text(n: &Notification) -> (String, String) {
                 at = cert("not_after"),
                 endpoint = n.endpoint_id,
                 issuer = cert("issuer"),
+            ),
+        ),
+        READER_STALLED => (
+            format!(
+                "[kxp] Your pull endpoint's reader has stopped: {}",
+                n.endpoint_id
+            ),
+            format!(
+                "The reader of your pull endpoint {id} has not committed its cursor for a while, \
+                 and events wait unread.\n\n\
+                 Nothing is lost: unread events stay in the endpoint's feed, however old, until \
+                 the reader commits past them. Check the process that reads it (kxp-catchup's \
+                 PullConsumer, or your own), then watch its lag (GET \
+                 /v1/endpoints/{id}/health, `pull`).\n",
+                id = n.endpoint_id
             ),
         ),
         "endpoint.disabled" => (

@@ -6,7 +6,9 @@ use std::sync::LazyLock;
 use sqlx::FromRow;
 
 use crate::model::{AccountId, EndpointId, EndpointKey, EventId, Secrets, ms, now_ms};
+use crate::policy::notice::READER_STALLED;
 use crate::store::claim::live_secrets;
+use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
 
 /// What the feed needs of an endpoint: what authenticates a request, and how items are signed
@@ -154,8 +156,8 @@ impl Db {
         let now = now_ms();
         on_db!(self, |pool| {
             let moved = sqlx::query(
-                "UPDATE kxp_endpoints SET pull_cursor = $3, pull_cursor_at = $4, pull_read_at = $4 \
-                 WHERE account_id = $1 AND id = $2 AND status <> 'deleted' AND pull_cursor < $3",
+                "UPDATE kxp_endpoints SET pull_cursor = $3, pull_cursor_at = $4, pull_read_at = $4, \
+                 pull_stall_notice_at = NULL WHERE account_id = $1 AND id = $2 AND status <> 'deleted' AND pull_cursor < $3",
             )
             .bind(&source.account_id)
             .bind(&source.id)
@@ -211,6 +213,51 @@ impl Db {
             .into_iter()
             .map(|(account_id, id)| EndpointKey { account_id, id })
             .collect())
+    }
+
+    /// Notifies the platform of each pull endpoint (not a temporary one) whose reader has not
+    /// committed since `before` (Unix ms) while an event older than that waits unread, once per
+    /// stall (its next commit ends the stall); answers how many were noticed.
+    pub(crate) async fn notice_stalled_readers(&self, before: i64) -> Result<u64, StoreError> {
+        let now = now_ms();
+        let stalled: Vec<(AccountId, EndpointId)> = on_db!(self, |pool| {
+            sqlx::query_as(
+                "SELECT p.account_id, p.id FROM kxp_endpoints p \
+                 WHERE p.mode = 'pull' AND NOT p.temporary AND p.status <> 'deleted' \
+                 AND p.pull_stall_notice_at IS NULL AND COALESCE(p.pull_cursor_at, 0) < $1 \
+                 AND EXISTS (SELECT 1 FROM kxp_deliveries d WHERE d.account_id = p.account_id \
+                   AND d.endpoint_id = p.id AND d.status = 'unread' AND d.created_at < $1)",
+            )
+            .bind(before)
+            .fetch_all(pool)
+            .await?
+        });
+        let mut noticed = 0;
+        for (account_id, id) in stalled {
+            let key = EndpointKey { account_id, id };
+            // Marked and queued in one transaction: announced exactly once, even with several
+            // processes looking.
+            let queued = on_db!(self, |pool, DB| {
+                let mut tx = pool.begin_with(DB::BEGIN).await?;
+                let marked = sqlx::query(
+                    "UPDATE kxp_endpoints SET pull_stall_notice_at = $3 \
+                     WHERE account_id = $1 AND id = $2 AND pull_stall_notice_at IS NULL",
+                )
+                .bind(&key.account_id)
+                .bind(&key.id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if marked == 1 {
+                    queue_notices::<DB>(&mut tx, READER_STALLED, &key, None, now).await?;
+                }
+                tx.commit().await?;
+                marked
+            });
+            noticed += queued;
+        }
+        Ok(noticed)
     }
 
     /// Writes down that a pull endpoint's feed was read now, unless that was done within the

@@ -96,9 +96,13 @@ each_backend!(
     a_pull_endpoint_is_read_and_committed,
     a_long_poll_wakes_for_a_new_event_and_is_capped,
     a_temporary_endpoint_no_one_reads_is_removed,
-    a_listen_token_makes_reads_and_deletes_temporary_pull_endpoints_only
+    a_listen_token_makes_reads_and_deletes_temporary_pull_endpoints_only,
+    a_reader_that_stops_committing_is_announced_once_per_stall
 );
-on_citus!(a_pull_endpoint_is_read_and_committed);
+on_citus!(
+    a_pull_endpoint_is_read_and_committed,
+    a_reader_that_stops_committing_is_announced_once_per_stall
+);
 
 async fn a_pull_endpoint_is_read_and_committed(db: Database) {
     let s = db.sender("0s").await;
@@ -512,5 +516,68 @@ async fn a_listen_token_makes_reads_and_deletes_temporary_pull_endpoints_only(db
         )
         .await;
     assert_eq!(status, 401);
+    s.server.shutdown().await;
+}
+
+async fn a_reader_that_stops_committing_is_announced_once_per_stall(db: Database) {
+    let s = db
+        .sender_with("0s", |config| {
+            config.reader_stall_notice = Duration::from_secs(1);
+        })
+        .await;
+    let ops = Receiver::start(vec![]).await;
+    let (status, body) = s
+        .api
+        .call("PATCH", "/v1/account", Some(json!({"ops_url": ops.url})))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (id, secret) = pull_endpoint(&s.api).await;
+    // A temporary one never is: the server removes it instead.
+    s.api
+        .client
+        .create_endpoint(&NewEndpoint::pull().temporary())
+        .await
+        .unwrap();
+    let stalled_notices = async || {
+        let (_, page) = s.api.call("GET", "/v1/notifications", None).await;
+        page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["kind"] == "endpoint.reader_stalled")
+            .map(|n| n["endpoint_id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    s.api.emit("payment.succeeded", json!({"n": 1})).await;
+    let start = std::time::Instant::now();
+    while stalled_notices().await.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20), "no notice");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Once per stall, about this endpoint only, and signed to the ops URL.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(stalled_notices().await, vec![id.clone()]);
+    let start = std::time::Instant::now();
+    while !ops
+        .seen()
+        .iter()
+        .any(|r| String::from_utf8_lossy(&r.body).contains("endpoint.reader_stalled"))
+    {
+        assert!(start.elapsed() < Duration::from_secs(20), "not sent");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The reader commits: the stall is over; a new one is announced again.
+    let page = items(&s.api, &id, "?wait=5", &secret, 1).await;
+    let body = format!(r#"{{"sequence": {}}}"#, page.items[0].sequence);
+    assert_eq!(commit(&s.api, &id, &body, &secret).await.0, 204);
+    s.api.emit("payment.succeeded", json!({"n": 2})).await;
+    let start = std::time::Instant::now();
+    while stalled_notices().await.len() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no second notice"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     s.server.shutdown().await;
 }
