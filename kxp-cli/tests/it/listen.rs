@@ -38,6 +38,12 @@ impl Lines {
     }
 }
 
+/// The temporary endpoint's id, from `kxp listen`'s `Ready: …` line.
+fn endpoint_of(ready: &str) -> String {
+    let (_, rest) = ready.split_once("(endpoint ").unwrap();
+    rest.split(';').next().unwrap().to_owned()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -113,14 +119,7 @@ async fn kxp_listen_forwards_every_event_in_order_across_a_receiver_outage_and_a
         first[1].starts_with("Ready: forwarding payment.* to http://127.0.0.1:"),
         "{first:?}"
     );
-    let endpoint = first[1]
-        .split("(endpoint ")
-        .nth(1)
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let endpoint = endpoint_of(&first[1]);
 
     let emit = async |n: usize| {
         let event = kxp_api::NewEvent::new("payment.succeeded", &json!({"n": n})).unwrap();
@@ -212,4 +211,63 @@ async fn kxp_listen_forwards_every_event_in_order_across_a_receiver_outage_and_a
             .any(|l| l.contains("Deleted the temporary endpoint"))
     );
     drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_retry_an_event_the_local_receiver_refuses_is_skipped_and_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("kxp.db").display());
+    let kxp = env!("CARGO_BIN_EXE_kxp");
+    let serve = Serve::start_at(kxp, &database, &["--migrate"], free_port());
+    let api = kxp_api::Client::new(&serve.base, KEY).unwrap();
+    // Nothing listens there.
+    let nowhere = format!("http://127.0.0.1:{}/webhooks", free_port());
+    let mut listen = Command::new(kxp)
+        .args(["listen", "--json", "--no-retry", "--api-url", &serve.base])
+        .args(["--forward-to", &nowhere])
+        .env("KXP_API_KEY", KEY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = Lines::default();
+    stdout.collect(listen.stdout.take().unwrap());
+    until("kxp listen is not ready", || stdout.all().len() >= 2).await;
+    let endpoint = endpoint_of(&stdout.all()[1]);
+    for n in 0..3 {
+        let event = kxp_api::NewEvent::new("payment.succeeded", &json!({"n": n})).unwrap();
+        api.create_event(&event, None).await.unwrap();
+    }
+    let tries = || -> Vec<Value> {
+        stdout
+            .all()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    until("not every event was tried", || tries().len() >= 3).await;
+    let start = Instant::now();
+    loop {
+        let health = api
+            .endpoint_health(&endpoint.as_str().into())
+            .await
+            .unwrap();
+        if health.pull.unwrap().cursor == 3 {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "not committed past the refused events"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let tries = tries();
+    assert_eq!(tries.len(), 3, "each tried once: {tries:?}");
+    assert!(
+        tries
+            .iter()
+            .all(|t| t["error"] == "connection_refused" && t["status"].is_null())
+    );
+    let _ = listen.kill();
+    let _ = listen.wait();
 }
