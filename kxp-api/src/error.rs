@@ -77,7 +77,8 @@ string_enum! {
         /// move forward; the body's message says where it is).
         CursorBehind = "cursor_behind",
         /// 429: too many long polls wait on this endpoint's feed (4), or on this server process
-        /// (1,024); retry after the `Retry-After` header's seconds.
+        /// (1,024, or half its connection cap if lower); retry after the `Retry-After` header's
+        /// seconds.
         TooManyWaiters = "too_many_waiters",
         /// 403: the credential is valid but may not do this: a listen token (`kxp_lt_…`) only
         /// creates, reads and deletes its account's temporary pull endpoints.

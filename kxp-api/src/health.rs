@@ -137,7 +137,7 @@ pub struct PullHealth {
     /// When it last committed; `null`: never. With a lag, the lag is at least this old.
     #[schema(required = true)]
     pub committed_at: Option<Timestamp>,
-    /// When the feed was last read (to the minute); `null`: never.
+    /// When the feed (or the cursor) was last read, to within 30 seconds; `null`: never.
     #[schema(required = true)]
     pub read_at: Option<Timestamp>,
 }

@@ -91,12 +91,21 @@ pub struct NewListenToken {
 
 /// A listen token, shown once: `kxp listen --token <token>`. It creates, reads and deletes
 /// its account's temporary pull endpoints, and nothing else (403 `forbidden`). The server
-/// keeps only its hash.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// keeps only its hash. Its `Debug` leaves the token out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"token": "kxp_lt_5b1e0c…", "expires_at": "2026-11-30T09:02:03Z"}))]
 pub struct ListenToken {
     /// `kxp_lt_…`.
     pub token: String,
     /// When it stops working.
     pub expires_at: Timestamp,
+}
+
+impl core::fmt::Debug for ListenToken {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ListenToken")
+            .field("token", &"[redacted]")
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }

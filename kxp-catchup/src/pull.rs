@@ -42,8 +42,9 @@ pub enum PullError {
     Feed(#[from] FeedError),
     /// An item's body did not verify with its signature headers, or is no event (or its `data`
     /// is not the handler's type): the page is refused from that item on, and nothing past it
-    /// is committed. The consumer stops there until it is fixed (a handler that reads the
-    /// event, or the cursor committed past it by hand).
+    /// is committed. The next poll reads it again, signed anew: a signature that had only grown
+    /// stale (a slow handler before it) passes then; anything else stops the consumer there
+    /// until it is fixed (a handler that reads the event, or the cursor committed past it).
     #[error("rejected: item {sequence} did not verify: {code}")]
     Rejected {
         /// The item.

@@ -38,6 +38,10 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 /// The longest pause between two tries of one event, or two attempts to reach the sender.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// How often a session that is only retrying an event tells the sender it is still there: well
+/// within the sender's idle timeout for temporary endpoints (10 minutes).
+const HEARTBEAT: Duration = Duration::from_secs(60);
+
 #[derive(Args)]
 #[command(group = clap::ArgGroup::new("credential").required(true).args(["api_key", "token"]))]
 pub(crate) struct ListenArgs {
@@ -68,8 +72,8 @@ pub(crate) struct ListenArgs {
     /// Default: every type.
     #[arg(long = "events", value_name = "TYPE")]
     events: Vec<String>,
-    /// One JSON object per forwarded event instead of a line: event_id, type, sequence,
-    /// status, duration_ms, error.
+    /// One JSON object per try of an event instead of a line (after the `Signing secret:` and
+    /// `Ready:` lines): event_id, type, sequence, status, duration_ms, error.
     #[arg(long)]
     json: bool,
     /// Skip an event the local receiver refuses (or cannot be reached for) instead of
@@ -197,14 +201,12 @@ impl Forwarder {
             match page {
                 Ok(Answer::Page(page)) => {
                     outage.over();
+                    // Committed once per page (the feed takes 20 requests a second): where it
+                    // stands is kept here meanwhile, so nothing is forwarded twice.
                     for item in page.items {
                         self.forward(&item).await;
                         position = Some(item.sequence);
-                        if let Err(e) = self.feed.commit(&self.endpoint_id, item.sequence).await {
-                            uncommitted = Some(item.sequence);
-                            outage.wait(&e).await?;
-                            break;
-                        }
+                        uncommitted = Some(item.sequence);
                     }
                 }
                 Ok(Answer::Purged { earliest }) => {
@@ -226,6 +228,7 @@ impl Forwarder {
     /// printing each try.
     async fn forward(&self, item: &FeedItem) {
         let mut backoff = FIRST_BACKOFF;
+        let mut told = Instant::now();
         loop {
             let tried = self.try_once(item).await;
             let delivered = tried.status.is_some_and(|s| (200..300).contains(&s));
@@ -235,6 +238,13 @@ impl Forwarder {
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
+            // While the local receiver is down, the sender still hears from this session now
+            // and then (reading the cursor counts as reading), or it would remove the
+            // temporary endpoint as abandoned.
+            if told.elapsed() >= HEARTBEAT {
+                let _ = self.feed.cursor(&self.endpoint_id).await;
+                told = Instant::now();
+            }
         }
     }
 

@@ -267,6 +267,9 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
     // pool and the files need: the cap leaves room for all of them under the file limit.
     let reserved = shared.config.workers + crate::store::POOL_MAX as usize + 64;
     let api_limits = shared.config.api_limits.within_file_limit(reserved);
+    shared
+        .feed_waiters
+        .fit_connections(api_limits.connections());
     let sources = ingest::start(&state, &stopped);
     let app = http::drains(
         http::app(state.clone()).merge(console::app(state, sign_in_key)),

@@ -42,6 +42,12 @@ pub(crate) async fn register(
     let mode = new.mode.clone().unwrap_or_default();
     if mode == EndpointMode::Pull {
         check_pull(&new)?;
+        if new.temporary && state.db.temporary_count(&account.id).await? >= MAX_TEMPORARY {
+            return Err(Error::TooManyEndpoints(format!(
+                "an account has at most {MAX_TEMPORARY} temporary endpoints (kxp listen \
+                 sessions) at once; end one first"
+            )));
+        }
     } else if new.temporary {
         return Err(Error::Invalid(
             "temporary: only a pull endpoint can be temporary".to_owned(),
@@ -120,6 +126,10 @@ pub(crate) async fn register(
         public_key: created.public_key.as_ref().map(public_key),
     })
 }
+
+/// The most temporary pull endpoints an account has at once: a leaked listen token cannot fill
+/// the account's endpoints, nor multiply each event's deliveries by hundreds.
+pub(crate) const MAX_TEMPORARY: u64 = 10;
 
 /// Refuses for a pull endpoint what only an HTTP attempt uses (a URL, a timeout, a rate limit,
 /// custom headers, `auth`, `tls`, encryption) and signing other than HMAC: its reader holds the

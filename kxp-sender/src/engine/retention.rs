@@ -53,9 +53,9 @@ pub(crate) async fn run(
 
 /// Watches pull endpoints' readers, at once and then every quarter of `idle` (at most every
 /// minute), until `shutdown` turns true: deletes the temporary pull endpoints (`kxp listen`'s)
-/// that no one has read for `idle` — as the API deletes an endpoint: their unread deliveries
-/// end dead with `endpoint_deleted`, their secrets are erased — and notifies the platform of
-/// the readers that left an event unread for `stall` without committing.
+/// that no one has read for `idle` (once this process has been up that long) — as the API
+/// deletes one: their secrets are erased, their unread deliveries discarded — and notifies the
+/// platform of the readers that left an event unread for `stall` without committing.
 pub(crate) async fn watch_pull_readers(
     db: Db,
     idle: Duration,
@@ -63,6 +63,7 @@ pub(crate) async fn watch_pull_readers(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let every = (idle.min(stall) / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let started = crate::model::tokio_instant();
     while !*shutdown.borrow() {
         match db
             .notice_stalled_readers(now_ms().saturating_sub(ms(stall)))
@@ -77,10 +78,15 @@ pub(crate) async fn watch_pull_readers(
                 target: "kxp_sender", error = %e, "looking for stalled pull readers failed"
             ),
         }
-        match db
-            .abandoned_temporary(now_ms().saturating_sub(ms(idle)))
-            .await
-        {
+        // Not before this process has been up for `idle`: after the sender was down, every
+        // session gets that long to come back.
+        let abandoned = if crate::model::tokio_instant() < started + idle {
+            Ok(Vec::new())
+        } else {
+            db.abandoned_temporary(now_ms().saturating_sub(ms(idle)))
+                .await
+        };
+        match abandoned {
             Ok(abandoned) => {
                 for key in abandoned {
                     match db.delete_endpoint(&key.account_id, &key.id).await {

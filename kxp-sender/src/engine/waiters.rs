@@ -20,8 +20,9 @@ use crate::model::EndpointId;
 /// few more cover a restart that left the old ones waiting.
 pub(crate) const PER_ENDPOINT: usize = 4;
 
-/// The most long polls one process keeps waiting at once: each costs a socket and a little
-/// memory, and a wake-up of all of them (a shutdown, a scan) a read each.
+/// The most long polls one process keeps waiting at once, unless its connection cap is lower
+/// ([`Waiters::fit_connections`]): each costs a socket and a little memory, and a wake-up of
+/// all of them (a shutdown, a scan) a read each.
 pub(crate) const PER_PROCESS: usize = 1024;
 
 /// How often a waiter reads again without a wake-up: what it may lag behind numbers another
@@ -33,14 +34,16 @@ pub(crate) const RECHECK: Duration = Duration::from_secs(2);
 pub(crate) enum Full {
     /// The endpoint has [`PER_ENDPOINT`] waiting.
     Endpoint,
-    /// The process has [`PER_PROCESS`] waiting.
+    /// The process has its cap waiting ([`Waiters::cap`]).
     Process,
 }
 
 /// Every long poll waiting in this process, by endpoint.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Waiters {
     by_endpoint: Mutex<HashMap<EndpointId, Waiting>>,
+    /// The most that may wait at once in this process.
+    cap: std::sync::atomic::AtomicUsize,
     /// Set at shutdown: waits end at once, and none begins.
     stopped: AtomicBool,
     /// Woken at shutdown.
@@ -53,7 +56,31 @@ struct Waiting {
     news: Arc<Notify>,
 }
 
+impl Default for Waiters {
+    fn default() -> Waiters {
+        Waiters {
+            by_endpoint: Mutex::default(),
+            cap: std::sync::atomic::AtomicUsize::new(PER_PROCESS),
+            stopped: AtomicBool::default(),
+            stop: Notify::default(),
+        }
+    }
+}
+
 impl Waiters {
+    /// Keeps the long polls to half of the API's `connections` (when that is below
+    /// [`PER_PROCESS`]): waiting readers never take the connections ingestion and the rest of
+    /// the API need.
+    pub(crate) fn fit_connections(&self, connections: usize) {
+        self.cap
+            .store((connections / 2).clamp(1, PER_PROCESS), Ordering::SeqCst);
+    }
+
+    /// The most that may wait at once in this process.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap.load(Ordering::SeqCst)
+    }
+
     /// A place among `id`'s waiters, until the returned [`Wait`] is dropped.
     pub(crate) fn join(&self, id: &EndpointId) -> Result<Wait<'_>, Full> {
         let mut map = self.map();
@@ -65,7 +92,7 @@ impl Waiters {
         if waiting.count >= PER_ENDPOINT {
             return Err(Full::Endpoint);
         }
-        if total >= PER_PROCESS {
+        if total >= self.cap() {
             if waiting.count == 0 {
                 map.remove(id);
             }
@@ -120,8 +147,9 @@ impl Waiters {
         use std::fmt::Write as _;
         let _ = writeln!(
             out,
-            "# HELP kxp_feed_waiters Long polls of pull endpoints' feeds waiting in this process (at most {PER_PROCESS}).\n\
+            "# HELP kxp_feed_waiters Long polls of pull endpoints' feeds waiting in this process (at most {}).\n\
              # TYPE kxp_feed_waiters gauge\nkxp_feed_waiters {}",
+            self.cap(),
             self.count()
         );
     }
@@ -207,6 +235,19 @@ mod tests {
         drop(held);
         assert_eq!(waiters.count(), 0);
         assert!(waiters.join(&id(1)).is_ok());
+    }
+
+    #[test]
+    fn the_cap_is_half_the_connections_at_most_the_default() {
+        let waiters = Waiters::default();
+        assert_eq!(waiters.cap(), PER_PROCESS);
+        waiters.fit_connections(300);
+        assert_eq!(waiters.cap(), 150);
+        let held: Vec<_> = (0..150).map(|n| waiters.join(&id(n)).unwrap()).collect();
+        assert_eq!(waiters.join(&id(999)).unwrap_err(), Full::Process);
+        drop(held);
+        waiters.fit_connections(1_000_000);
+        assert_eq!(waiters.cap(), PER_PROCESS);
     }
 
     #[test]

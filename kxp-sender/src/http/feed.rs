@@ -84,12 +84,7 @@ pub(super) async fn feed(
     let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, b"").await?;
     let (source, item_key) = (&reader.source, &reader.item_key);
     if source.is_pull() {
-        // Health's "last read", and what keeps a temporary endpoint from being removed.
-        // Often enough for an abandoned temporary endpoint to be told from a read one.
-        let every = READ_MARK_EVERY.min(state.shared.config.temporary_idle / 4);
-        if let Err(e) = state.db.mark_read(source, every).await {
-            tracing::warn!(target: "kxp_sender", endpoint_id = %source.id, error = %e, "a feed read could not be written down");
-        }
+        mark_read(&state, source).await;
     }
     // A pull endpoint's reader resumes after its committed cursor; a push endpoint's feed
     // starts at 0, as kxp-catchup expects.
@@ -105,7 +100,9 @@ pub(super) async fn feed(
         let waiting = state.shared.feed_waiters.join(&source.id).map_err(|full| {
             let whose = match full {
                 Full::Endpoint => format!("this endpoint's feed ({})", waiters::PER_ENDPOINT),
-                Full::Process => format!("this server process ({})", waiters::PER_PROCESS),
+                Full::Process => {
+                    format!("this server process ({})", state.shared.feed_waiters.cap())
+                }
             };
             ApiError::new(
                 ErrorCode::TooManyWaiters,
@@ -157,6 +154,7 @@ pub(super) async fn cursor(
 ) -> Result<Json<PullCursor>, ApiError> {
     let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, b"").await?;
     let source = reader.pulled()?;
+    mark_read(&state, source).await;
     Ok(Json(PullCursor {
         sequence: u64::try_from(source.pull_cursor).unwrap_or(0),
         latest: u64::try_from(source.latest).unwrap_or(0),
@@ -197,6 +195,16 @@ pub(super) async fn commit_cursor(
             ErrorCode::CursorBehind,
             format!("the cursor is at {cursor} already: commits only move forward"),
         )),
+    }
+}
+
+/// Writes down that a pull endpoint's reader came (health's "last read", and what keeps a
+/// temporary endpoint from being removed), often enough for an abandoned temporary endpoint to
+/// be told from a read one. A failure is logged: the read is answered all the same.
+async fn mark_read(state: &AppState, source: &FeedSource) {
+    let every = READ_MARK_EVERY.min(state.shared.config.temporary_idle / 4);
+    if let Err(e) = state.db.mark_read(source, every).await {
+        tracing::warn!(target: "kxp_sender", endpoint_id = %source.id, error = %e, "a feed read could not be written down");
     }
 }
 

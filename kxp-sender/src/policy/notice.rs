@@ -16,7 +16,8 @@ pub(crate) const READER_STALLED: &str = "endpoint.reader_stalled";
 #[derive(Debug, Serialize)]
 struct NoticeData<'a> {
     endpoint_id: &'a str,
-    url: &'a str,
+    /// `null` for a pull endpoint, which has none.
+    url: Option<&'a str>,
     description: &'a str,
     status: EndpointStatus,
     circuit_state: CircuitState,
@@ -54,7 +55,7 @@ pub(crate) fn envelope(
         created_at: rfc3339(now),
         data: NoticeData {
             endpoint_id: facts.endpoint_id.as_str(),
-            url: &facts.url,
+            url: (!facts.url.is_empty()).then_some(facts.url.as_str()),
             description: &facts.description,
             status: facts.status,
             circuit_state: facts.circuit_state,

@@ -183,6 +183,19 @@ impl Db {
         })
     }
 
+    /// How many temporary pull endpoints (`kxp listen`'s) the account has.
+    pub(crate) async fn temporary_count(&self, account_id: &AccountId) -> Result<u64, StoreError> {
+        let count: i64 = on_db!(self, |pool| {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM kxp_endpoints WHERE account_id = $1 AND temporary AND status <> 'deleted'",
+            )
+            .bind(account_id)
+            .fetch_one(pool)
+            .await?
+        });
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     /// How many endpoints the account has (deleted ones left out).
     pub(crate) async fn endpoint_count(&self, account_id: &AccountId) -> Result<u64, StoreError> {
         let count: i64 = on_db!(self, |pool| {
@@ -354,7 +367,22 @@ impl Db {
         id: &EndpointId,
     ) -> Result<u64, StoreError> {
         let now = now_ms();
-        on_db!(self, |pool| delete_on(pool, account_id, id, now).await)
+        let ended = on_db!(self, |pool| delete_on(pool, account_id, id, now).await)?;
+        // A temporary pull endpoint (`kxp listen`'s) leaves nothing in the dead-letter queue:
+        // what its session did not read is discarded with it (never tried, so no attempt goes
+        // with it); the events stay, for the account's other endpoints.
+        on_db!(self, |pool| {
+            sqlx::query(
+                "DELETE FROM kxp_deliveries WHERE account_id = $1 AND endpoint_id = $2 \
+                 AND status = 'dead' AND attempts = 0 AND EXISTS (SELECT 1 FROM kxp_endpoints p \
+                   WHERE p.account_id = $1 AND p.id = $2 AND p.temporary)",
+            )
+            .bind(account_id)
+            .bind(id)
+            .execute(pool)
+            .await?;
+        });
+        Ok(ended)
     }
 }
 

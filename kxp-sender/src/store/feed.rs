@@ -144,10 +144,11 @@ impl Db {
     }
 
     /// Moves a pull endpoint's cursor to `sequence` (checked against its `latest` by the
-    /// caller) unless it is there or past it already; the deliveries it passes become
-    /// `delivered`. The cursor moves first, in a statement of its own, so the endpoint's row
-    /// is locked no longer than that takes; a crash before the deliveries are marked leaves
-    /// them `unread` until the next commit marks them (it marks all up to its number).
+    /// caller) unless it is there or past it already; the deliveries up to where the cursor
+    /// then is become `delivered`. The cursor moves first, in a statement of its own, so the
+    /// endpoint's row is locked no longer than that takes; the marking is made again by every
+    /// commit (the same number included), so one that failed midway is finished by the
+    /// reader's retry.
     pub(crate) async fn commit_cursor(
         &self,
         source: &FeedSource,
@@ -166,7 +167,9 @@ impl Db {
             .execute(pool)
             .await?
             .rows_affected();
-            if moved == 0 {
+            let (committed, cursor) = if moved == 1 {
+                (Committed::Moved, sequence)
+            } else {
                 let cursor: Option<i64> = sqlx::query_scalar(
                     "SELECT pull_cursor FROM kxp_endpoints WHERE account_id = $1 AND id = $2 AND status <> 'deleted'",
                 )
@@ -174,23 +177,23 @@ impl Db {
                 .bind(&source.id)
                 .fetch_optional(pool)
                 .await?;
-                return match cursor {
-                    None => Err(StoreError::NotFound),
-                    Some(cursor) if cursor == sequence => Ok(Committed::Same),
-                    Some(cursor) => Ok(Committed::Behind(cursor)),
-                };
-            }
+                match cursor {
+                    None => return Err(StoreError::NotFound),
+                    Some(cursor) if cursor == sequence => (Committed::Same, cursor),
+                    Some(cursor) => (Committed::Behind(cursor), cursor),
+                }
+            };
             sqlx::query(
                 "UPDATE kxp_deliveries SET status = 'delivered', updated_at = $4 \
                  WHERE account_id = $1 AND endpoint_id = $2 AND status = 'unread' AND sequence <= $3",
             )
             .bind(&source.account_id)
             .bind(&source.id)
-            .bind(sequence)
+            .bind(cursor)
             .bind(now)
             .execute(pool)
             .await?;
-            Ok(Committed::Moved)
+            Ok(committed)
         })
     }
 
@@ -226,7 +229,8 @@ impl Db {
                  WHERE p.mode = 'pull' AND NOT p.temporary AND p.status <> 'deleted' \
                  AND p.pull_stall_notice_at IS NULL AND COALESCE(p.pull_cursor_at, 0) < $1 \
                  AND EXISTS (SELECT 1 FROM kxp_deliveries d WHERE d.account_id = p.account_id \
-                   AND d.endpoint_id = p.id AND d.status = 'unread' AND d.created_at < $1)",
+                   AND d.endpoint_id = p.id AND d.status = 'unread' AND d.created_at < $1 \
+                   AND (d.sequence IS NULL OR d.sequence > p.pull_cursor))",
             )
             .bind(before)
             .fetch_all(pool)

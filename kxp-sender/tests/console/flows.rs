@@ -314,11 +314,13 @@ async fn listen_locally_shows_a_kxp_listen_command_once_whose_token_makes_a_temp
     assert_eq!(b.path().await, c.shop_path("/listen"));
     let command = b.text("#listen-command").await;
     let words: Vec<&str> = command.split_whitespace().collect();
-    assert_eq!(&words[..3], ["kxp", "listen", "--api-url"], "{command}");
-    assert_eq!(words[3], c.base, "{command}");
-    assert_eq!(words[4], "--token", "{command}");
-    let token = words[5].to_owned();
+    let token = words[0]
+        .strip_prefix("KXP_LISTEN_TOKEN=")
+        .unwrap()
+        .to_owned();
     assert!(token.starts_with("kxp_lt_"), "{command}");
+    assert_eq!(&words[1..4], ["kxp", "listen", "--api-url"], "{command}");
+    assert_eq!(words[4], c.base, "{command}");
     assert!(
         command.ends_with("--forward-to http://localhost:3000/webhooks"),
         "{command}"

@@ -408,15 +408,18 @@ async fn a_temporary_endpoint_no_one_reads_is_removed(db: Database) {
         assert!(start.elapsed() < Duration::from_secs(20), "not removed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // What it never read is discarded with it: nothing lands in the dead-letter queue. The
+    // endpoint being read keeps its delivery.
     let deliveries = s.api.typed_deliveries_of(&event).await;
-    let gone = deliveries
-        .iter()
-        .find(|d| d.endpoint_id.as_str() == abandoned)
-        .unwrap();
-    assert_eq!(
-        (gone.status.as_str(), gone.last_error.as_deref()),
-        ("dead", Some("endpoint_deleted"))
+    assert!(
+        deliveries
+            .iter()
+            .all(|d| d.endpoint_id.as_str() != abandoned),
+        "{deliveries:?}"
     );
+    assert!(deliveries.iter().any(|d| d.endpoint_id.as_str() == read));
+    let (_, dead) = s.api.call("GET", "/v1/deliveries?status=dead", None).await;
+    assert_eq!(dead["data"], json!([]), "{dead}");
     // Twice the idle time later, the one being read is still there.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (status, body) = s
@@ -487,6 +490,31 @@ async fn a_listen_token_makes_reads_and_deletes_temporary_pull_endpoints_only(db
         .call("DELETE", &format!("/v1/endpoints/{other}"), None)
         .await;
     assert_eq!(status, 404);
+    // At most ten at once: a leaked token cannot fill the account.
+    let mut made = vec![id.clone()];
+    for _ in 1..10 {
+        let more = listening
+            .client
+            .create_endpoint(&NewEndpoint::pull().temporary())
+            .await
+            .unwrap();
+        made.push(more.endpoint.id);
+    }
+    let (status, body) = listening
+        .call(
+            "POST",
+            "/v1/endpoints",
+            Some(json!({"mode": "pull", "temporary": true})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("too_many_endpoints")),
+        "{body}"
+    );
+    for more in &made[1..] {
+        listening.client.delete_endpoint(more).await.unwrap();
+    }
     listening.client.delete_endpoint(&id).await.unwrap();
     let (status, _) = s
         .api

@@ -447,7 +447,8 @@ pub(in crate::console) fn listen(frame: &Frame<'_>, api_url: &str, token: Option
                     h2 #listen-heading { "Your command" }
                     p { "Shown this once. The token in it can only make, read and delete temporary "
                         "pull endpoints of this account, and stops working in 8 hours." }
-                    p { code #listen-command { "kxp listen --api-url " (api_url) " --token " (token)
+                    // The token in the environment, not in the arguments, where `ps` shows it.
+                    p { code #listen-command { "KXP_LISTEN_TOKEN=" (token) " kxp listen --api-url " (api_url)
                         " --forward-to http://localhost:3000/webhooks" } " "
                         button type="button" data-copy="listen-command" hidden { "Copy" } }
                     p { "It prints the signing secret first: start your receiver with it ("
