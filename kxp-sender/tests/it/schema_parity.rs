@@ -22,12 +22,14 @@ use sqlx::{Connection, PgConnection, SqliteConnection};
 const KNOWN: &[&str] = &[];
 
 /// Tables keyed by something other than an account, by design: the accounts themselves and
-/// the directories a request reads before it knows its account (API keys, endpoints named by
-/// the feed, operators, portal links, console sessions), and the operators' own audit rows.
+/// the directories a request reads before it knows its account (API keys, listen tokens,
+/// endpoints named by the feed, operators, portal links, console sessions), and the operators'
+/// own audit rows.
 const ACCOUNTLESS: &[&str] = &[
     "kxp_accounts",
     "kxp_api_keys",
     "kxp_endpoint_directory",
+    "kxp_listen_tokens",
     "kxp_operator_audit",
     "kxp_operators",
     "kxp_portal_links",
