@@ -51,12 +51,6 @@ impl FeedQuery {
             wait: None,
         }
     }
-
-    /// This page, waiting up to `seconds` (at most [`MAX_FEED_WAIT`]) for its first item.
-    pub fn waiting(mut self, seconds: u32) -> FeedQuery {
-        self.wait = Some(seconds);
-        self
-    }
 }
 
 /// One page of the feed: contiguous numbers from `after + 1`, oldest first.
