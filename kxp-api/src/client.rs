@@ -381,6 +381,23 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/erasures`: erases the payloads of the account's events carrying `tag`
+    /// (answered `running`; poll [`Client::erasure`] for `done`).
+    pub async fn create_erasure(&self, tag: &str) -> Result<crate::Erasure, ClientError> {
+        let request = self
+            .request(Method::POST, self.url(&["v1", "erasures"]))
+            .json(&crate::NewErasure {
+                tag: tag.to_owned(),
+            });
+        Ok(self.send(request).await?.1)
+    }
+
+    /// `GET /v1/erasures/{id}`: how far an erasure is.
+    pub async fn erasure(&self, id: &crate::ErasureId) -> Result<crate::Erasure, ClientError> {
+        self.call(Method::GET, &["v1", "erasures", id.as_str()], |r| r)
+            .await
+    }
+
     /// `GET /v1/events/{id}/deliveries`: every delivery of the event, replays included (one
     /// page).
     pub async fn event_deliveries(&self, id: &EventId) -> Result<Page<Delivery>, ClientError> {

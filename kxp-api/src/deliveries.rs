@@ -21,6 +21,12 @@ string_enum! {
         /// A pull endpoint's: in its feed, and not yet committed past by its reader (then it
         /// is `delivered`). Never attempted.
         Unread = "unread",
+        /// Its event was erased (`POST /v1/erasures`) before it was delivered: finished, never
+        /// attempted again nor replayable.
+        Erased = "erased",
+        /// Its event's payload passed its `retention_days` before it was delivered: finished,
+        /// never attempted again nor replayable.
+        Expired = "expired",
     }
 }
 

@@ -83,6 +83,12 @@ string_enum! {
         /// 403: the credential is valid but may not do this: a listen token (`kxp_lt_…`) only
         /// creates, reads and deletes its account's temporary pull endpoints.
         Forbidden = "forbidden",
+        /// 410: the event's payload was erased (`POST /v1/erasures`): it can no longer be
+        /// fetched or replayed.
+        Erased = "erased",
+        /// 410: the event's payload passed its `retention_days`: it can no longer be fetched
+        /// or replayed.
+        Expired = "expired",
     }
 }
 
@@ -111,7 +117,7 @@ impl ErrorCode {
             | ErrorCode::ChallengeFailed
             | ErrorCode::BlockedAddress
             | ErrorCode::InvalidSchema => 422,
-            ErrorCode::SequencePurged => 410,
+            ErrorCode::SequencePurged | ErrorCode::Erased | ErrorCode::Expired => 410,
             ErrorCode::RateLimited | ErrorCode::TooManyPortalLinks | ErrorCode::TooManyWaiters => {
                 429
             }
@@ -170,7 +176,7 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_as_its_string() {
-        assert_eq!(ErrorCode::KNOWN.len(), 29);
+        assert_eq!(ErrorCode::KNOWN.len(), 31);
         for code in ErrorCode::KNOWN {
             let json = serde_json::to_string(code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

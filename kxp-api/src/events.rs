@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::ids::{Cursor, EventId};
+use crate::ids::{Cursor, ErasureId, EventId};
 use crate::timestamp::Timestamp;
 
 /// The most tags one event may carry.
@@ -167,7 +167,19 @@ pub struct NewEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 128, min_length = 1)]
     pub ordering_key: Option<String>,
+    /// How many days the payload is kept, 1 to 3650 ([`MAX_RETENTION_DAYS`]); default the
+    /// server's retention. When they pass, the payload is erased wherever the server holds it
+    /// (the event, the receivers' response snippets) and a delivery not made by then ends
+    /// `expired`; the event's id, type, times and delivery outcomes stay until the server's
+    /// retention removes the event. The payload never outlives the event: a value past the
+    /// server's retention changes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3650)]
+    pub retention_days: Option<u32>,
 }
+
+/// The longest [`NewEvent::retention_days`]: ten years.
+pub const MAX_RETENTION_DAYS: u32 = 3650;
 
 impl NewEvent {
     /// An event of `event_type` whose `data` is `data` serialized.
@@ -187,6 +199,7 @@ impl NewEvent {
             api_version: None,
             tags: Vec::new(),
             ordering_key: None,
+            retention_days: None,
         }
     }
 
@@ -210,6 +223,14 @@ impl NewEvent {
     pub fn ordering_key(self, key: impl Into<String>) -> NewEvent {
         NewEvent {
             ordering_key: Some(key.into()),
+            ..self
+        }
+    }
+
+    /// The same event, its payload kept `days` days ([`NewEvent::retention_days`]).
+    pub fn retention_days(self, days: u32) -> NewEvent {
+        NewEvent {
+            retention_days: Some(days),
             ..self
         }
     }
@@ -241,8 +262,33 @@ pub struct Event {
     pub api_version: String,
     /// When it was accepted.
     pub created_at: Timestamp,
-    /// The payload, byte for byte as it was sent.
+    /// The payload, byte for byte as it was sent; `null` once it is gone (`gone` says why).
     pub data: RawJson,
+    /// Present only when the payload is no longer held: erased by tag, or past its
+    /// `retention_days`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone: Option<PayloadGone>,
+}
+
+string_enum! {
+    /// Why an event's payload is no longer held.
+    pub enum GoneReason {
+        /// An erasure by tag (`POST /v1/erasures`) erased it.
+        Erased = "erased",
+        /// Its `retention_days` passed.
+        Expired = "expired",
+    }
+}
+
+/// Why, and by what, an event's payload is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"reason": "erased", "erasure_id": "er_0193a0c4c1e07c2e9f3b7a1d2c4e5f67"}))]
+pub struct PayloadGone {
+    /// `erased` or `expired`.
+    pub reason: GoneReason,
+    /// The erasure, for `erased`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erasure_id: Option<ErasureId>,
 }
 
 /// One event in a list (`GET /v1/events`): what it is and how it is tagged, without its

@@ -100,7 +100,8 @@ pub struct FeedItem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering_key: Option<String>,
     /// The request body byte for byte as a delivery sends it (for an endpoint with an
-    /// encryption key, with `data_jwe` sealed anew).
+    /// encryption key, with `data_jwe` sealed anew); `{"erased":true}` or `{"expired":true}`
+    /// once the event's payload is gone ([`FeedItem::gone`]), with no signature headers.
     pub body: String,
     /// The signature headers a delivery made now would carry (`x-kxp-signature`, or the
     /// `webhook-*` three), signed when the page was served: verify `body` with them exactly as
@@ -115,6 +116,22 @@ pub struct FeedItem {
     /// Optional here only so that such a page still reads, to be refused by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
+}
+
+impl FeedItem {
+    /// Why the event's payload is gone, when the item says so: its `body` is then exactly
+    /// `{"erased":true}` or `{"expired":true}` (never an envelope, which always has an `id`),
+    /// with no signature headers, and the number stays in the sequence. The body is covered by
+    /// the item's MAC, so this is as authentic as the item once the MAC is checked (which
+    /// kxp-catchup's `FeedClient` does before it hands a page over): a receiver counts the
+    /// number as processed, for ordered mode's key as well, and moves on.
+    pub fn gone(&self) -> Option<crate::GoneReason> {
+        match self.body.as_str() {
+            r#"{"erased":true}"# => Some(crate::GoneReason::Erased),
+            r#"{"expired":true}"# => Some(crate::GoneReason::Expired),
+            _ => None,
+        }
+    }
 }
 
 /// `POST /v1/endpoints/{id}/feed-token`: a new feed token for the endpoint, shown once.

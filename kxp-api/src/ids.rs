@@ -53,6 +53,12 @@ id_type! {
 }
 
 id_type! {
+    /// An erasure by tag (`er_` and 32 hex digits): `POST /v1/erasures`.
+    #[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(transparent))]
+    ErasureId, example = "er_0193a0c4c1e07c2e9f3b7a1d2c4e5f67"
+}
+
+id_type! {
     /// Where the next page of a list starts: pass `next_cursor` back as `?cursor=`. Opaque to
     /// clients (today the last id of the page; that may change).
     Cursor, example = "dlv_0193a0c4c1e07c2e9f3b7a1d2c4e5f63"

@@ -14,6 +14,7 @@ mod client;
 mod credentials;
 mod deliveries;
 mod endpoints;
+mod erasures;
 mod error;
 mod events;
 mod feed;
@@ -44,10 +45,11 @@ pub use endpoints::{
     FilterTested, Format, MAX_CONFIRMATIONS, NewEndpoint, PublicKey, PublicKeys, ReceiverKey,
     ReplayQueued, RotateSecret, Rotation, SecretRotated, SecretState, Signing, TestFilter,
 };
+pub use erasures::{Erasure, ErasureStatus, NewErasure};
 pub use error::{ErrorBody, ErrorCode};
 pub use events::{
-    Event, EventQuery, EventSummary, MAX_ORDERING_KEY_LEN, MAX_TAG_LEN, MAX_TAGS, NewEvent,
-    RawJson, is_event_id, is_ordering_key, is_tag,
+    Event, EventQuery, EventSummary, GoneReason, MAX_ORDERING_KEY_LEN, MAX_RETENTION_DAYS,
+    MAX_TAG_LEN, MAX_TAGS, NewEvent, PayloadGone, RawJson, is_event_id, is_ordering_key, is_tag,
 };
 pub use feed::{
     CommitCursor, DEFAULT_FEED_LIMIT, FeedItem, FeedPage, FeedQuery, FeedToken, MAX_FEED_LIMIT,
@@ -57,7 +59,8 @@ pub use health::{
     EgressProxyHealth, EndpointHealth, HealthWindow, Probe, PullHealth, ServiceHealth, SourceHealth,
 };
 pub use ids::{
-    AccountId, Cursor, DeliveryId, EndpointId, EventId, NotificationId, OperatorId, SchemaId,
+    AccountId, Cursor, DeliveryId, EndpointId, ErasureId, EventId, NotificationId, OperatorId,
+    SchemaId,
 };
 pub use notifications::{Notification, NotificationChannel, NotificationKind, NotificationStatus};
 pub use openapi::{ApiDoc, openapi};

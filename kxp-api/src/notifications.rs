@@ -21,6 +21,9 @@ string_enum! {
         /// A pull endpoint's reader has not committed for the server's notice window (an
         /// hour by default) while events wait unread: it has stopped reading.
         ReaderStalled = "endpoint.reader_stalled",
+        /// Dead deliveries of the endpoint reach the server's dead-letter retention (30 days
+        /// by default) within a day: replay them before then, or they are deleted.
+        DeadLettersExpiring = "endpoint.dead_letters_expiring",
     }
 }
 

@@ -166,11 +166,18 @@ pub(crate) struct Settings {
     #[arg(long, env = "KXP_SMTP_FROM", value_name = "MAILBOX")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub smtp_from: Option<String>,
-    /// How long finished deliveries (delivered, or dead and replayed), their events and
-    /// notifications are kept; `0` keeps them forever. Dead deliveries never replayed stay.
+    /// How long finished deliveries (delivered, erased, expired, or dead and replayed), their
+    /// events and notifications are kept; `0` keeps them forever. Dead deliveries never
+    /// replayed follow `--dead-letter-retention`.
     #[arg(long, env = "KXP_RETENTION", value_name = "DURATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<Dur>,
+    /// How long a dead delivery never replayed (the dead-letter queue) is kept after it died,
+    /// at least a day (default 30 days); `0` keeps it until it is replayed. The account is
+    /// notified a day before (`endpoint.dead_letters_expiring`).
+    #[arg(long, env = "KXP_DEAD_LETTER_RETENTION", value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letter_retention: Option<Dur>,
     /// Due deliveries an account may have waiting before its ingestion answers 503
     /// `backlog_full` (held deliveries of paused, disabled or open-circuit endpoints do not
     /// count); 0: no limit.
@@ -364,7 +371,7 @@ impl Settings {
         layer!(high over lower: database_url, migrate, listen, public_url, dev, api_only, allow_address, trusted_proxy, egress_proxy,
             egress_proxy_probe, retry_schedule, jitter, delivery_timeout, workers, per_endpoint_concurrency, lease_extra, rate_limit,
             breaker_failures, breaker_cooldown, breaker_cooldown_max, disable_after, smtp_url,
-            smtp_from, retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace,
+            smtp_from, retention, dead_letter_retention, backlog_limit, header_timeout, max_connections, api_rate_limit, shutdown_grace,
             statement_timeout, max_event_bytes, ingest, otlp_endpoint, json_logs, api_key,
             secrets_key)
     }
@@ -401,6 +408,15 @@ impl Settings {
         let retention = self
             .retention
             .map_or(d.retention, |r| (!r.0.is_zero()).then_some(r.0));
+        let dead_letter_retention = self
+            .dead_letter_retention
+            .map_or(d.dead_letter_retention, |r| (!r.0.is_zero()).then_some(r.0));
+        if dead_letter_retention.is_some_and(|kept| kept < Duration::from_secs(24 * 60 * 60)) {
+            return Err(invalid(
+                "dead_letter_retention",
+                "must be a day or more (its notice comes a day before), or 0 to keep dead deliveries until replayed",
+            ));
+        }
         Ok(Config {
             database_url: self.database_url.clone().unwrap_or(d.database_url),
             migrations: match self.migrate {
@@ -443,6 +459,7 @@ impl Settings {
             smtp_url: self.smtp_url.clone().filter(|url| !url.is_empty()),
             smtp_from: self.smtp_from.clone().unwrap_or(d.smtp_from),
             retention,
+            dead_letter_retention,
             backlog_limit: self.backlog_limit.unwrap_or(d.backlog_limit),
             api_limits: d
                 .api_limits
@@ -530,6 +547,9 @@ impl Settings {
             smtp_url: config.smtp_url.as_deref().map(redact_passwords),
             smtp_from: Some(config.smtp_from.clone()),
             retention: Some(Dur(config.retention.unwrap_or(Duration::ZERO))),
+            dead_letter_retention: Some(Dur(config
+                .dead_letter_retention
+                .unwrap_or(Duration::ZERO))),
             backlog_limit: Some(config.backlog_limit),
             header_timeout: Some(Dur(config.api_limits.header_read_timeout())),
             max_connections: Some(config.api_limits.connections()),
@@ -699,7 +719,7 @@ mod tests {
     fn the_printed_configuration_reads_back_as_the_same_configuration() {
         let file = "listen = \"127.0.0.1:9000\"\nallow_address = [\"10.0.0.0/8\"]\n\
                     retry_schedule = \"0s,1s,1m\"\njitter = 0.5\ndelivery_timeout = \"2s\"\n\
-                    retention = \"0\"\nrate_limit = 0\n\
+                    retention = \"0\"\ndead_letter_retention = \"90d\"\nrate_limit = 0\n\
                     egress_proxy = \"http://127.0.0.1:3128\"\negress_proxy_probe = \"127.0.0.1:443\"\n";
         let settings: Settings = toml::from_str(file).unwrap();
         let config = settings.to_config().unwrap();
@@ -711,10 +731,23 @@ mod tests {
             Settings::effective(&config, true)
         );
         assert_eq!(config.retention, None);
+        assert_eq!(
+            config.dead_letter_retention,
+            Some(Duration::from_secs(90 * 24 * 60 * 60))
+        );
         assert_eq!(config.schedule.to_string(), "0s,1s,1m");
         let proxy = config.egress_proxy.as_ref().unwrap();
         assert_eq!(proxy.to_string(), "http://127.0.0.1:3128");
         assert_eq!(proxy.probe(), Some("127.0.0.1:443"));
+    }
+
+    #[test]
+    fn a_dead_letter_retention_under_a_day_is_refused_and_0_keeps_them() {
+        let short: Settings = toml::from_str("dead_letter_retention = \"12h\"").unwrap();
+        let error = short.to_config().unwrap_err().to_string();
+        assert!(error.contains("dead_letter_retention"), "{error}");
+        let forever: Settings = toml::from_str("dead_letter_retention = \"0\"").unwrap();
+        assert_eq!(forever.to_config().unwrap().dead_letter_retention, None);
     }
 
     /// A key ring's key, for the tests only: 32 bytes of base64.

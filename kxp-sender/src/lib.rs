@@ -138,7 +138,7 @@ pub use model::{new_id, now_ms, parse_rfc3339, random_hex_32, rfc3339, sha256_he
 // The recording of attempts and the health maths, which the integration tests drive directly.
 pub use model::{AttemptError, AttemptRecord, FinishAttempt, Finished, NextState, NoticeNext};
 pub use policy::health::{LATENCY_BOUNDS_MS, bucket_of};
-pub use store::Purged;
+pub use store::{Purged, Retention};
 
 /// The database itself (feature `test-util`): the integration tests and the claim benchmark
 /// read and write rows directly.

@@ -23,7 +23,7 @@ use crate::engine::mail::{self, MailError};
 use crate::engine::metrics::Metrics;
 use crate::engine::sources::{SourceStatus, Sources};
 use crate::engine::traces::{Traces, TracesError};
-use crate::engine::{announce, notifier, retention, worker};
+use crate::engine::{announce, erasure, notifier, retention, worker};
 use crate::http;
 use crate::ingest;
 use crate::model::{KeyKind, set_database_offset};
@@ -243,6 +243,7 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         ready: Default::default(),
         rescan: Default::default(),
         notices: Notify::new(),
+        erasures: Notify::new(),
         api_requests: Default::default(),
         sources: Sources(
             config_sources
@@ -310,8 +311,10 @@ pub async fn start(mut config: Config) -> Result<Server, StartError> {
         let purger = tokio::spawn(retention::run(
             db.clone(),
             shared.config.retention,
+            shared.config.dead_letter_retention,
             stopped.clone(),
         ));
+        tokio::spawn(erasure::run(db.clone(), shared.clone(), stopped.clone()));
         tokio::spawn(retention::watch_pull_readers(
             db.clone(),
             shared.config.temporary_idle,

@@ -149,6 +149,8 @@ impl Error {
                 StoreConflict::SharedSecretRetired | StoreConflict::PullEndpoint => {
                     ErrorCode::InvalidRequest
                 }
+                StoreConflict::Erased => ErrorCode::Erased,
+                StoreConflict::Expired => ErrorCode::Expired,
             },
             Error::InvalidTtl => ErrorCode::InvalidTtl,
             Error::TooManyPortalLinks { .. } => ErrorCode::TooManyPortalLinks,

@@ -3,7 +3,9 @@
 //! sources both come through [`accept`], so a message on a queue is held to exactly what a
 //! request is.
 
-use kxp_api::{EventId, MAX_TAGS, NewEvent, is_event_id, is_ordering_key, is_tag};
+use kxp_api::{
+    EventId, MAX_RETENTION_DAYS, MAX_TAGS, NewEvent, is_event_id, is_ordering_key, is_tag,
+};
 use serde_json::value::RawValue;
 
 use super::checks::{check_name, check_unicode, parse};
@@ -94,6 +96,13 @@ async fn take_in(
              `~`), such as pay_123",
         ));
     }
+    if let Some(days) = new.retention_days
+        && !(1..=MAX_RETENTION_DAYS).contains(&days)
+    {
+        return Err(Error::invalid(format!(
+            "retention_days must be 1 to {MAX_RETENTION_DAYS} (days the payload is kept)"
+        )));
+    }
     check_schema(
         state,
         account,
@@ -114,6 +123,7 @@ async fn take_in(
         ordering_key: new.ordering_key.clone(),
         only: None,
         trace,
+        retention_days: new.retention_days,
     };
     let ingested = match state.shared.backlog.admit(&state.db, &account.id).await? {
         Admission::Admit => state.shared.ingester.ingest(item).await?,
@@ -145,12 +155,17 @@ async fn take_in(
                 created: true,
             })
         }
-        Ingested::Replayed(event) => Ok(Accepted {
-            id: event.id,
-            event_type: event.event_type,
-            payload: event.payload,
-            created: false,
-        }),
+        Ingested::Replayed(event) => {
+            // The retry of a request accepted before its payload was erased or expired answers
+            // the event as it is now.
+            let payload = event.api_body();
+            Ok(Accepted {
+                id: event.id,
+                event_type: event.event_type,
+                payload,
+                created: false,
+            })
+        }
         Ingested::KeyReused => Err(Error::KeyReused),
     }
 }

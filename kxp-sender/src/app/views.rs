@@ -5,7 +5,7 @@
 use kxp_api as api;
 use kxp_api::Timestamp;
 
-use crate::store::server_certificate;
+use crate::store::{ErasureRow, server_certificate};
 
 use crate::model::{
     Account, Attempt, CredentialsView, Delivery, DeliveryStatus, Endpoint, EndpointHealth, HELD,
@@ -280,5 +280,17 @@ impl From<EndpointHealth> for api::EndpointHealth {
             expiring_certificates: h.expiring_certificates,
             pull: h.pull,
         }
+    }
+}
+
+/// An erasure as the API shows it.
+pub(crate) fn erasure(row: ErasureRow) -> api::Erasure {
+    api::Erasure {
+        id: row.id,
+        tag: row.tag,
+        status: api::ErasureStatus::parse(&row.status),
+        events: u64::try_from(row.events).unwrap_or(0),
+        created_at: time(row.created_at),
+        finished_at: row.finished_at.map(time),
     }
 }

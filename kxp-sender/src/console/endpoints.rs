@@ -513,6 +513,7 @@ pub(super) async fn test(
         tags: Vec::new(),
         ordering_key: None,
         only: Some(endpoint.id.clone()),
+        retention_days: None,
         trace: None,
     };
     let event = match state.shared.ingester.ingest(item).await? {

@@ -29,6 +29,7 @@ mod cookies;
 mod credentials;
 mod dead_letters;
 mod endpoints;
+mod erasures;
 mod error;
 mod events;
 mod filters;
@@ -150,6 +151,10 @@ pub(crate) fn app(state: AppState, sign_in_key: SignInKey) -> Router {
             post(events::replay),
         )
         .route("/console/a/{account}/dead-letters", get(dead_letters::list))
+        .route(
+            "/console/a/{account}/erasures",
+            get(erasures::list).post(erasures::erase),
+        )
         .route(
             "/console/a/{account}/dead-letters/replay",
             get(dead_letters::confirm).post(dead_letters::replay_all),

@@ -109,7 +109,23 @@ impl InAccount {
         action: ConsoleAction,
         target: Option<&str>,
     ) {
-        let actor = match &self.signed.session.who {
+        let actor = self.actor(state).await;
+        let action = AuditAction::Console(action);
+        let entry = NewAudit {
+            actor: &actor,
+            account_id: Some(&self.account.id),
+            action: &action,
+            target,
+        };
+        if let Err(e) = state.db.audit(&entry).await {
+            tracing::error!(target: "kxp_sender", error = %e, action = %action.text(),
+                "could not record a console change in the audit log");
+        }
+    }
+
+    /// Who this session is, with their name now.
+    pub(crate) async fn actor(&self, state: &AppState) -> Actor {
+        match &self.signed.session.who {
             SignedIn::Operator(id) => match state.db.operator(id).await {
                 Ok(Some(operator)) => Actor::Operator {
                     id: id.clone(),
@@ -125,17 +141,6 @@ impl InAccount {
                 id: self.account.id.clone(),
                 name: self.account.name.clone(),
             },
-        };
-        let action = AuditAction::Console(action);
-        let entry = NewAudit {
-            actor: &actor,
-            account_id: Some(&self.account.id),
-            action: &action,
-            target,
-        };
-        if let Err(e) = state.db.audit(&entry).await {
-            tracing::error!(target: "kxp_sender", error = %e, action = %action.text(),
-                "could not record a console change in the audit log");
         }
     }
 

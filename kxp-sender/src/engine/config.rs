@@ -93,6 +93,10 @@ pub struct Config {
     /// How long finished deliveries, their events and notifications are kept (retention);
     /// `None`: forever.
     pub retention: Option<Duration>,
+    /// How long a dead delivery never replayed is kept after it died (the dead-letter queue's
+    /// retention); `None`: until it is replayed. The account is notified a day before
+    /// (`endpoint.dead_letters_expiring`), and none goes earlier than a day after that notice.
+    pub dead_letter_retention: Option<Duration>,
     /// How long a temporary pull endpoint (`kxp listen`'s) stays with no one reading its feed
     /// before the server deletes it: its session ended without deleting it (a crash, a closed
     /// laptop).
@@ -166,6 +170,7 @@ impl fmt::Debug for Config {
             .field("smtp_url", &self.smtp_url.as_deref().map(redact_passwords))
             .field("smtp_from", &self.smtp_from)
             .field("retention", &self.retention)
+            .field("dead_letter_retention", &self.dead_letter_retention)
             .field("backlog_limit", &self.backlog_limit)
             .field("api_limits", &self.api_limits)
             .field("shutdown_grace", &self.shutdown_grace)
@@ -203,6 +208,7 @@ impl Default for Config {
             smtp_url: None,
             smtp_from: "kxp-webhooks <kxp@localhost>".to_owned(),
             retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
+            dead_letter_retention: Some(Duration::from_secs(30 * 24 * 60 * 60)),
             temporary_idle: Duration::from_secs(10 * 60),
             reader_stall_notice: Duration::from_secs(60 * 60),
             backlog_limit: 10_000,
@@ -264,6 +270,8 @@ pub(crate) struct Shared {
     pub rescan: AtomicBool,
     /// Poked when a state change queued a notification.
     pub notices: Notify,
+    /// Poked when this process accepted an erasure: the erasure loop starts on it at once.
+    pub erasures: Notify,
     /// The per-account backpressure gate of ingestion.
     pub backlog: Backlog,
     /// How ingestion writes to the store (group commit on SQLite).

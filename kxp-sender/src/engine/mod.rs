@@ -12,6 +12,7 @@ pub(crate) mod batch;
 pub(crate) mod config;
 pub(crate) mod dispatch;
 pub(crate) mod egress;
+pub(crate) mod erasure;
 pub(crate) mod gate;
 pub(crate) mod guard;
 pub(crate) mod ingester;

@@ -3,9 +3,15 @@
 //! Every hour (and when the workers start) [`Db::purge`] deletes, in small batches so no lock
 //! is held for long:
 //!
-//! - deliveries finished before the cut-off — delivered, or dead *and replayed* — with their
-//!   attempts. A dead delivery that was never replayed is the dead-letter queue: it stays until
-//!   it is replayed, however old, so no event is ever dropped unseen;
+//! - the payloads of events whose own retention (`retention_days`) passed, wherever they are
+//!   stored ([`store::erasures`](crate::store)): the event keeps its id, type and times, and a
+//!   delivery not made by then ends `expired`;
+//! - deliveries finished before the cut-off — delivered, erased, expired, or dead *and
+//!   replayed* — with their attempts;
+//! - dead deliveries never replayed, the dead-letter queue, once they have been dead for the
+//!   dead-letter retention (30 days by default; `None` keeps them until replayed). The account
+//!   is told first (`endpoint.dead_letters_expiring`, once per delivery), and none goes before
+//!   a day after that notice: a sender that was down past the date still gives a day's warning;
 //! - events older than the cut-off with no delivery left (their idempotency keys go with them:
 //!   the idempotency window is the retention period);
 //! - notifications sent or failed before the cut-off;
@@ -19,23 +25,32 @@
 use std::time::Duration;
 
 use crate::model::{ms, now_ms};
-use crate::store::{Db, Purged, StoreError};
+use crate::store::{Db, Purged, Retention, StoreError};
 
 /// How often [`run`] purges.
 pub(crate) const PURGE_EVERY: Duration = Duration::from_secs(60 * 60);
 
 /// Purges at once, then every [`PURGE_EVERY`], until `shutdown` turns true. `retention`: how
-/// long finished data is kept (`None`: forever).
+/// long finished data is kept (`None`: forever); `dead_letters`: how long dead deliveries are
+/// (`None`: until replayed).
 pub(crate) async fn run(
     db: Db,
     retention: Option<Duration>,
+    dead_letters: Option<Duration>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     while !*shutdown.borrow() {
-        let cutoff = retention.map(|keep| now_ms().saturating_sub(ms(keep)));
-        match db.purge(cutoff).await {
+        let now = now_ms();
+        let rules = Retention {
+            cutoff: retention.map(|keep| now.saturating_sub(ms(keep))),
+            dead_letters,
+            now,
+        };
+        match db.purge(rules).await {
             Ok(purged) if purged != Purged::default() => tracing::info!(
-                target: "kxp_sender", deliveries = purged.deliveries, attempts = purged.attempts,
+                target: "kxp_sender", expired_payloads = purged.expired_payloads,
+                dead_letters = purged.dead_letters, dead_letter_notices = purged.dead_letter_notices,
+                deliveries = purged.deliveries, attempts = purged.attempts,
                 events = purged.events, notifications = purged.notifications,
                 stats_rows = purged.stats_rows, secrets = purged.secrets,
                 portal_links = purged.portal_links, sessions = purged.sessions,

@@ -13,7 +13,7 @@ use axum::http::request::Parts;
 use kxp_api::{ACCOUNT_HEADER, ErrorCode};
 
 use super::{ApiError, AppState};
-use crate::model::{Account, AccountId, KeyKind, Operator};
+use crate::model::{Account, AccountId, Actor, KeyKind, Operator};
 
 /// The account a request acts for: the caller's own (an account key), or the one named by
 /// `X-Kxp-Account` (an operator key, which must name one: 400 `account_required` without it).
@@ -44,6 +44,31 @@ pub(crate) const LISTEN_ROUTES: &[(&str, &str)] = &[
 /// Whether the request's [`Authed`] account came from a listen token: then the handler acts
 /// only on (or makes only) a temporary pull endpoint. Read after `Authed`, which sets it.
 pub(crate) struct ListenOnly(pub bool);
+
+/// Who made an [`Authed`] request, for what keeps their name (an erasure): the operator whose
+/// key named the account (`X-Kxp-Account`), else the account itself. Read after `Authed`,
+/// which sets it.
+pub(crate) struct ActingAs(pub Option<Operator>);
+
+impl ActingAs {
+    /// The actor, for `account` (the request's [`Authed`] account).
+    pub(crate) fn actor(self, account: &Account) -> Actor {
+        match self.0 {
+            Some(operator) => Actor::Operator {
+                id: operator.id,
+                name: operator.name,
+            },
+            None => Actor::Account {
+                id: account.id.clone(),
+                name: account.name.clone(),
+            },
+        }
+    }
+}
+
+/// The mark [`Authed`] leaves on an operator key's request, for [`ActingAs`].
+#[derive(Clone)]
+struct OperatorMark(Operator);
 
 /// The mark [`Authed`] leaves on a listen token's request, for [`ListenOnly`].
 #[derive(Clone, Copy)]
@@ -145,12 +170,12 @@ impl FromRequestParts<AppState> for Authed {
                      `{ACCOUNT_HEADER}: acc_…` header"
                 ),
             )),
-            (Caller::Operator(_), Some(id)) => state
-                .db
-                .account(&AccountId::from(id))
-                .await?
-                .map(Authed)
-                .ok_or_else(no_such_account),
+            (Caller::Operator(operator), Some(id)) => {
+                let account = state.db.account(&AccountId::from(id)).await?;
+                let account = account.ok_or_else(no_such_account)?;
+                parts.extensions.insert(OperatorMark(operator));
+                Ok(Authed(account))
+            }
         }
     }
 }
@@ -179,6 +204,22 @@ impl<S: Send + Sync> FromRequestParts<S> for ListenOnly {
     ) -> Result<Self, std::convert::Infallible> {
         Ok(ListenOnly(
             parts.extensions.get::<ListenTokenMark>().is_some(),
+        ))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ActingAs {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _: &S,
+    ) -> Result<Self, std::convert::Infallible> {
+        Ok(ActingAs(
+            parts
+                .extensions
+                .get::<OperatorMark>()
+                .map(|mark| mark.0.clone()),
         ))
     }
 }

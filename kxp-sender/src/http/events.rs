@@ -95,7 +95,7 @@ pub(super) async fn get_event(
     Authed(account): Authed,
     Path(id): Path<EventId>,
 ) -> Result<Response, ApiError> {
-    Ok(raw_json(state.db.event(&account.id, &id).await?.payload))
+    Ok(raw_json(state.db.event(&account.id, &id).await?.api_body()))
 }
 
 /// Which events to list.

@@ -26,7 +26,7 @@ use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::dispatch::signature_headers;
 use crate::engine::waiters::{self, Full};
 use crate::engine::worker::{open_secrets, sealed};
-use crate::model::{EndpointId, Key, Material, READ_MARK_EVERY, random_hex_32, sha256_hex};
+use crate::model::{EndpointId, Gone, Key, Material, READ_MARK_EVERY, random_hex_32, sha256_hex};
 use crate::store::{Committed, FeedRow, FeedSource};
 
 /// Feed requests an endpoint may make per second, per process: a receiver catching up pages
@@ -416,15 +416,22 @@ fn item(
         )
         .retry_after(Duration::from_secs(60).as_secs())
     };
-    let body = sealed(source.encryption_jwk.as_deref(), &row.payload)
-        .map_err(|e| unsendable(e.to_string()))?
-        .into_owned();
-    let headers: BTreeMap<String, String> =
-        signature_headers(row.event_id.as_str(), &body, secrets)
-            .map_err(|e| unsendable(e.to_string()))?
-            .into_iter()
-            .map(|(name, value)| (name.to_owned(), value))
-            .collect();
+    let (body, headers) = match Gone::parse(row.withheld.as_deref()) {
+        // Its number stays, with the MAC alone vouching for the marker: there is no event to
+        // sign.
+        Some(gone) => (gone.marker(), BTreeMap::new()),
+        None => {
+            let body = sealed(source.encryption_jwk.as_deref(), &row.payload)
+                .map_err(|e| unsendable(e.to_string()))?
+                .into_owned();
+            let headers = signature_headers(row.event_id.as_str(), &body, secrets)
+                .map_err(|e| unsendable(e.to_string()))?
+                .into_iter()
+                .map(|(name, value)| (name.to_owned(), value))
+                .collect();
+            (body, headers)
+        }
+    };
     let sequence = u64::try_from(row.sequence).unwrap_or(0);
     let mac = FeedItemFields {
         endpoint_id: source.id.as_str(),

@@ -23,6 +23,7 @@ mod auth;
 mod deliveries;
 mod endpoint_actions;
 mod endpoints;
+mod erasures;
 mod errors;
 mod events;
 mod feed;
@@ -131,6 +132,8 @@ pub(crate) fn app(state: AppState) -> Router {
             "/v1/listen-tokens",
             post(listen_tokens::create_listen_token),
         )
+        .route("/v1/erasures", post(erasures::create_erasure))
+        .route("/v1/erasures/{id}", get(erasures::get_erasure))
         .route("/v1/notifications", get(notifications::list_notifications))
         .route("/v1/schemas", get(schemas::list_schemas))
         .route(

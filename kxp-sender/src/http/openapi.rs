@@ -11,7 +11,7 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::{Ref, RefOr, Response as ApiResponse, ResponseBuilder};
 
 use super::{
-    account, accounts, deliveries, endpoint_actions, endpoints, events, feed, health,
+    account, accounts, deliveries, endpoint_actions, endpoints, erasures, events, feed, health,
     listen_tokens, notifications, portal_links, schemas,
 };
 
@@ -27,6 +27,7 @@ use super::{
         health::endpoint_health, feed::feed, feed::cursor, feed::commit_cursor,
         feed::create_feed_token, listen_tokens::create_listen_token,
         events::create_event, events::list_events, events::get_event,
+        erasures::create_erasure, erasures::get_erasure,
         deliveries::event_deliveries, deliveries::list_deliveries,
         deliveries::delivery_attempts, deliveries::replay_delivery,
         account::get_account, account::patch_account, notifications::list_notifications,

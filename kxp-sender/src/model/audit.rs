@@ -88,6 +88,8 @@ pub(crate) enum ConsoleAction {
     EndpointDelete,
     /// A listen token made ("Listen locally").
     ListenTokenCreate,
+    /// An erasure by tag accepted (the target is the erasure; the tag is on its row).
+    Erasure,
     /// One delivery replayed.
     DeliveryReplay,
     /// The dead-letter queue (of the account or one endpoint) replayed: `queued` deliveries.
@@ -123,6 +125,7 @@ impl AuditAction {
             ConsoleAction::EndpointTestEvent => "endpoint.test_event".into(),
             ConsoleAction::EndpointDelete => "endpoint.delete".into(),
             ConsoleAction::ListenTokenCreate => "listen_token.create".into(),
+            ConsoleAction::Erasure => "erasure.create".into(),
             ConsoleAction::DeliveryReplay => "delivery.replay".into(),
             ConsoleAction::DeadLettersReplay { queued } => {
                 format!("dead_letters.replay ({queued} queued)").into()

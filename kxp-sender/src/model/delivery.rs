@@ -120,6 +120,10 @@ pub(crate) struct Job {
     /// The endpoint's custom headers and `auth` at the claim, as stored.
     #[sqlx(try_from = "String")]
     pub credentials: StoredCredentials,
+    /// Set when the event may not be sent: `erased` (its payload was erased, or a running
+    /// erasure covers it) or `expired` (its retention passed). The delivery then ends so,
+    /// untried.
+    pub withheld: Option<String>,
 }
 
 /// An endpoint's live signing secrets, newest first, each as its row id and its stored text,

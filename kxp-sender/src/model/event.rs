@@ -5,7 +5,7 @@ use serde_json::value::RawValue;
 use sqlx::FromRow;
 
 use super::account::Account;
-use super::ids::{AccountId, EndpointId, EndpointKey, EventId};
+use super::ids::{AccountId, EndpointId, EndpointKey, ErasureId, EventId};
 
 /// A stored event.
 #[derive(Debug, Clone, FromRow)]
@@ -18,12 +18,82 @@ pub(crate) struct Event {
     pub event_type: String,
     /// The schema version of `data`.
     pub api_version: String,
-    /// The exact envelope bytes every attempt sends.
+    /// The exact envelope bytes every attempt sends; '' once the payload is gone.
     pub payload: String,
     /// Unix ms.
     pub created_at: i64,
     /// Hash of the request that created it, when it had an `Idempotency-Key`.
     pub request_hash: Option<String>,
+    /// Why the payload is gone, once it is: `erased` or `expired` ([`Event::gone`]).
+    pub payload_gone: Option<String>,
+    /// The erasure that erased it.
+    pub erasure_id: Option<ErasureId>,
+}
+
+/// Why an event's payload is no longer held (`kxp_events.payload_gone`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// An erasure by tag erased it.
+    Erased,
+    /// Its retention passed.
+    Expired,
+}
+
+impl Gone {
+    /// The stored name, which is also the API's [`kxp_api::GoneReason`] and the feed's marker
+    /// key.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Gone::Erased => "erased",
+            Gone::Expired => "expired",
+        }
+    }
+
+    /// What a feed item of a gone event carries instead of its body: `{"erased":true}` or
+    /// `{"expired":true}`, MACed like any item.
+    pub(crate) fn marker(self) -> String {
+        format!("{{\"{}\":true}}", self.as_str())
+    }
+}
+
+impl Gone {
+    /// The reason stored as `text`; `None` for anything else (a payload still held).
+    pub(crate) fn parse(text: Option<&str>) -> Option<Gone> {
+        match text? {
+            "erased" => Some(Gone::Erased),
+            "expired" => Some(Gone::Expired),
+            _ => None,
+        }
+    }
+}
+
+impl Event {
+    /// Why its payload is gone, once it is.
+    pub(crate) fn gone(&self) -> Option<Gone> {
+        Gone::parse(self.payload_gone.as_deref())
+    }
+
+    /// What the API answers for the event (`POST /v1/events`, `GET /v1/events/{id}`): the
+    /// envelope as receivers get it, or once its payload is gone, the envelope's fields with
+    /// `data` null and `gone` saying why.
+    pub(crate) fn api_body(&self) -> String {
+        let Some(gone) = self.gone() else {
+            return self.payload.clone();
+        };
+        let gone = kxp_api::PayloadGone {
+            reason: kxp_api::GoneReason::parse(gone.as_str()),
+            erasure_id: self.erasure_id.clone(),
+        };
+        serde_json::json!({
+            "id": self.id,
+            "type": self.event_type,
+            "api_version": self.api_version,
+            "created_at": super::rfc3339(self.created_at),
+            "data": null,
+            "gone": gone,
+        })
+        .to_string()
+    }
 }
 
 /// The result of `POST /v1/events`.
@@ -70,6 +140,9 @@ pub(crate) struct Ingest {
     /// The trace the event belongs to: the producer's context (`traceparent`, `tracestate`),
     /// else the ingestion span's when traces are exported; stored with the event.
     pub trace: Option<Trace>,
+    /// How many days its payload is kept (checked: 1 to [`kxp_api::MAX_RETENTION_DAYS`]);
+    /// `None`: as long as the event.
+    pub retention_days: Option<u32>,
 }
 
 /// The W3C trace context an event is stored with: the parent of its spans.

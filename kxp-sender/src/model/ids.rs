@@ -6,7 +6,7 @@
 //! serve as cursors. Event ids are UUIDv4s: they are the receivers' dedup key, in every envelope.
 
 pub use kxp_api::{AccountId, DeliveryId, EndpointId, EventId, OperatorId};
-pub(crate) use kxp_api::{NotificationId, SchemaId};
+pub(crate) use kxp_api::{ErasureId, NotificationId, SchemaId};
 
 /// An endpoint as the account-keyed schema names it: by its account and its id. Endpoint ids
 /// are unique on their own in practice, but the tables are keyed by account first (so that a

@@ -29,23 +29,25 @@ pub(crate) use endpoint::{
     ContentFilter, Created, Endpoint, EndpointChanges, EventTypes, HELD, LiveSecret, NewEndpoint,
     READ_MARK_EVERY, Rotated, Subscriber, UNREAD,
 };
-pub(crate) use event::{Event, EventFilter, EventListed, Ingest, Ingested, Trace};
+pub(crate) use event::{Event, EventFilter, EventListed, Gone, Ingest, Ingested, Trace};
 pub use failure::AttemptError;
 pub(crate) use failure::{Failure, FailureKind};
 pub(crate) use health::{EndpointHealth, Window};
 pub use ids::{
     AccountId, DeliveryId, EndpointId, EventId, OperatorId, new_id, random_hex_32, sha256_hex,
 };
-pub(crate) use ids::{EndpointKey, KeyKind, fill_random, new_delivery_id};
+pub(crate) use ids::{EndpointKey, ErasureId, KeyKind, fill_random, new_delivery_id};
 pub(crate) use keys::{ED25519_PREFIX, Key, Material, new_key, new_secret, public_key_of};
 pub use notification::NoticeNext;
-pub(crate) use notification::{CertificateNotice, NoticeFacts, Notification};
+pub(crate) use notification::{
+    CertificateNotice, DeadLettersNotice, NoticeDetail, NoticeFacts, Notification,
+};
 pub use operator::Operator;
 pub(crate) use schema::Schema;
 pub(crate) use session::{PortalScope, Session, SignedIn};
 pub use status::DeliveryStatus;
 pub(crate) use status::{CircuitState, EndpointStatus, Transition};
-pub(crate) use time::ms;
+pub(crate) use time::{DAY_MS, ms};
 pub(crate) use time::{
     database_offset, instant, offset_from, set_database_offset, system_ms, tokio_instant,
     unix_seconds, utc_now,

@@ -65,6 +65,27 @@ pub(crate) struct CertificateNotice {
     pub days_left: i64,
 }
 
+/// That some of an endpoint's dead deliveries reach the dead-letter retention soon: what the
+/// notice `endpoint.dead_letters_expiring` says beside the endpoint.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct DeadLettersNotice {
+    /// How many dead deliveries go.
+    pub count: u64,
+    /// When they go, at the earliest (RFC 3339).
+    pub delete_after: String,
+}
+
+/// What a notice says beside the endpoint, for the kinds that say more.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NoticeDetail<'a> {
+    /// Nothing more.
+    None,
+    /// A certificate's expiry.
+    Certificate(&'a CertificateNotice),
+    /// Dead deliveries about to go.
+    DeadLetters(&'a DeadLettersNotice),
+}
+
 /// The endpoint, account and statistics a notice describes, read in the transaction of the
 /// state change it announces.
 #[derive(Debug, Clone, FromRow)]

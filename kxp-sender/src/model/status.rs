@@ -87,6 +87,11 @@ pub enum DeliveryStatus {
     Dead,
     /// A pull endpoint's, in its feed, not yet committed past by its reader; never tried.
     Unread,
+    /// Its event was erased by tag before it was delivered: finished, never tried again.
+    Erased,
+    /// Its event's payload passed its retention before it was delivered: finished, never
+    /// tried again.
+    Expired,
 }
 
 status_names!(DeliveryStatus, "delivery status", {
@@ -95,16 +100,20 @@ status_names!(DeliveryStatus, "delivery status", {
     Delivered => "delivered",
     Dead => "dead",
     Unread => "unread",
+    Erased => "erased",
+    Expired => "expired",
 });
 
 impl DeliveryStatus {
     /// Every status, in the order the API lists them.
-    pub const ALL: [DeliveryStatus; 5] = [
+    pub const ALL: [DeliveryStatus; 7] = [
         DeliveryStatus::Pending,
         DeliveryStatus::Delivering,
         DeliveryStatus::Delivered,
         DeliveryStatus::Dead,
         DeliveryStatus::Unread,
+        DeliveryStatus::Erased,
+        DeliveryStatus::Expired,
     ];
 }
 

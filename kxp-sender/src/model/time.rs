@@ -14,6 +14,9 @@ use std::time::Duration;
 /// measured, and on SQLite, whose database is on this machine).
 static DATABASE_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 
+/// A day in ms.
+pub(crate) const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
 /// Unix milliseconds by the database's clock, as this process best knows it: the system clock
 /// corrected by the last measured offset. Every stored time uses this one source, so leases,
 /// schedules and circuit probes written by several `kxp serve` processes on one PostgreSQL

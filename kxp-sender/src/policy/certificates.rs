@@ -5,7 +5,7 @@
 
 use kxp_api::{CertificateRole, ExpiringCertificate, Timestamp};
 
-const DAY_MS: i64 = 24 * 3600 * 1000;
+use crate::model::DAY_MS;
 
 /// Days before expiry at which the client certificate is announced.
 pub(crate) const CLIENT_NOTICES: &[i64] = &[30];

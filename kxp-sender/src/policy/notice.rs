@@ -6,11 +6,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::model::{
-    CertificateNotice, CircuitState, EndpointStatus, EventId, NoticeFacts, Notification, rfc3339,
+    CertificateNotice, CircuitState, DeadLettersNotice, EndpointStatus, EventId, NoticeDetail,
+    NoticeFacts, Notification, rfc3339,
 };
 
 /// The kind of the notice that a pull endpoint's reader stopped.
 pub(crate) const READER_STALLED: &str = "endpoint.reader_stalled";
+
+/// The kind of the notice that dead deliveries reach the dead-letter retention within a day.
+pub(crate) const DEAD_LETTERS_EXPIRING: &str = "endpoint.dead_letters_expiring";
 
 /// The `data` of a notice's envelope.
 #[derive(Debug, Serialize)]
@@ -27,6 +31,8 @@ struct NoticeData<'a> {
     next_probe_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     certificate: Option<&'a CertificateNotice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_letters: Option<&'a DeadLettersNotice>,
 }
 
 /// The wire envelope of an operational webhook: the same shape as an event's.
@@ -40,13 +46,18 @@ struct NoticeEnvelope<'a> {
     data: NoticeData<'a>,
 }
 
-/// The notice's event id and envelope bytes; `certificate` for a certificate's expiry notice.
+/// The notice's event id and envelope bytes, with `detail` in its `data`.
 pub(crate) fn envelope(
     facts: &NoticeFacts,
     kind: &str,
-    certificate: Option<&CertificateNotice>,
+    detail: NoticeDetail<'_>,
     now: i64,
 ) -> (EventId, String) {
+    let (certificate, dead_letters) = match detail {
+        NoticeDetail::None => (None, None),
+        NoticeDetail::Certificate(c) => (Some(c), None),
+        NoticeDetail::DeadLetters(d) => (None, Some(d)),
+    };
     let id = uuid::Uuid::new_v4().to_string();
     let envelope = NoticeEnvelope {
         id: &id,
@@ -64,6 +75,7 @@ pub(crate) fn envelope(
             last_error: facts.last_error.as_deref(),
             next_probe_at: facts.circuit_probe_at.map(rfc3339),
             certificate,
+            dead_letters,
         },
     };
     let payload = serde_json::to_string(&envelope).unwrap_or_default();
@@ -129,6 +141,26 @@ pub(crate) fn email_text(n: &Notification) -> (String, String) {
                 issuer = cert("issuer"),
             ),
         ),
+        DEAD_LETTERS_EXPIRING => {
+            let dead = &data["dead_letters"];
+            (
+                format!(
+                    "[kxp] Dead deliveries of your endpoint will be deleted: {}",
+                    n.endpoint_id
+                ),
+                format!(
+                    "{count} dead deliveries of your webhook endpoint {id} ({url}) reach the \
+                     dead-letter retention and will be deleted from {at}.\n\n\
+                     Replay the ones you still want before then (POST \
+                     /v1/endpoints/{id}/replay with status=dead, or the console's dead-letter \
+                     queue). After that their events are still in the endpoint's catch-up feed \
+                     until the server's retention removes them.\n",
+                    count = dead["count"].as_u64().unwrap_or(0),
+                    id = n.endpoint_id,
+                    at = dead["delete_after"].as_str().unwrap_or("-"),
+                ),
+            )
+        }
         READER_STALLED => (
             format!(
                 "[kxp] Your pull endpoint's reader has stopped: {}",
@@ -193,7 +225,12 @@ mod tests {
 
     #[test]
     fn the_envelope_is_an_event_envelope() {
-        let (id, payload) = envelope(&facts(), "endpoint.circuit_opened", None, 1_800_000_001_000);
+        let (id, payload) = envelope(
+            &facts(),
+            "endpoint.circuit_opened",
+            NoticeDetail::None,
+            1_800_000_001_000,
+        );
         let v: Value = serde_json::from_str(&payload).unwrap();
         assert_eq!(v["id"], id.as_str());
         assert_eq!(v["type"], "endpoint.circuit_opened");
@@ -218,7 +255,12 @@ mod tests {
 
     #[test]
     fn the_email_says_what_happened_and_what_to_do() {
-        let (_, payload) = envelope(&facts(), "endpoint.disabled", None, 1_800_000_001_000);
+        let (_, payload) = envelope(
+            &facts(),
+            "endpoint.disabled",
+            NoticeDetail::None,
+            1_800_000_001_000,
+        );
         let n = Notification {
             id: "ntf_1".into(),
             account_id: "acc_1".into(),

@@ -203,12 +203,12 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
 /// account's shard (`store/citus_plans.rs` checks the plans).
 ///
 /// The account's event with idempotency key `$2`.
-pub(crate) const EVENT_BY_KEY: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+pub(crate) const EVENT_BY_KEY: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
      FROM kxp_events WHERE account_id = $1 AND idempotency_key = $2";
 
 /// A new event.
-pub(crate) const INSERT_EVENT: &str = "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key, traceparent, tracestate) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key, traceparent, tracestate, payload_expires_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// A new delivery.
 pub(crate) const INSERT_DELIVERY: &str = "INSERT INTO kxp_deliveries (id, account_id, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, updated_at, sequence) \
@@ -281,6 +281,7 @@ macro_rules! backend {
                 .bind(&item.ordering_key)
                 .bind(item.trace.as_ref().map(|t| t.parent.to_string()))
                 .bind(item.trace.as_ref().and_then(|t| t.state.as_deref()))
+                .bind(item.retention_days.map(|days| event.created_at.saturating_add(i64::from(days) * crate::model::DAY_MS)))
                 .execute(&mut *conn)
                 .await?;
                 Ok(())

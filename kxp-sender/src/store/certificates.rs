@@ -5,7 +5,7 @@
 
 use kxp_api::{CertificateRole, ServerCertificate, Timestamp};
 
-use crate::model::{CertificateNotice, CredentialsView, EndpointKey, rfc3339};
+use crate::model::{CertificateNotice, CredentialsView, EndpointKey, NoticeDetail, rfc3339};
 use crate::policy::certificates::{self, CLIENT_EXPIRING, SERVER_EXPIRING};
 use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
@@ -66,7 +66,14 @@ impl Db {
             .await?;
             let mut queued = 0;
             for (kind, notice) in &round.announce {
-                queued += queue_notices::<DB>(&mut tx, kind, endpoint, Some(notice), now).await?;
+                queued += queue_notices::<DB>(
+                    &mut tx,
+                    kind,
+                    endpoint,
+                    NoticeDetail::Certificate(notice),
+                    now,
+                )
+                .await?;
             }
             tx.commit().await?;
             Ok(queued)

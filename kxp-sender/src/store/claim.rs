@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use crate::model::{AccountId, DeliveryId, EndpointId, EndpointKey, Job, now_ms};
+use crate::model::{AccountId, DeliveryId, EndpointId, EndpointKey, Gone, Job, now_ms};
 use crate::policy::fairness::AccountCaps;
 use crate::store::backend::Backend;
 use crate::store::{Db, StoreError, on_db};
@@ -184,6 +184,31 @@ impl Db {
                 .bind(account_id)
                 .execute(pool)
                 .await?;
+        });
+        Ok(())
+    }
+
+    /// Ends a claimed delivery untried, as `gone` says: its event's payload was erased or
+    /// expired, or is being erased ([`crate::model::Job::withheld`]).
+    pub(crate) async fn withhold(
+        &self,
+        account_id: &AccountId,
+        delivery_id: &DeliveryId,
+        owner: &str,
+        gone: Gone,
+    ) -> Result<(), StoreError> {
+        on_db!(self, |pool| {
+            sqlx::query(
+                "UPDATE kxp_deliveries SET status = $5, lease_until = NULL, lease_owner = NULL, updated_at = $1 \
+                 WHERE account_id = $4 AND id = $2 AND lease_owner = $3 AND status = 'delivering'",
+            )
+            .bind(now_ms())
+            .bind(delivery_id)
+            .bind(owner)
+            .bind(account_id)
+            .bind(gone.as_str())
+            .execute(pool)
+            .await?;
         });
         Ok(())
     }
@@ -391,10 +416,33 @@ fn job_select(from: &str, now: &str, account: Option<&str>) -> String {
         "SELECT d.id, d.event_id, e.event_type, e.payload, d.endpoint_id, p.account_id, p.url, p.timeout_ms, d.attempts, \
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence, \
-           e.traceparent, e.tracestate, p.trace_propagation, COALESCE(p.credentials, '') AS credentials \
+           e.traceparent, e.tracestate, p.trace_propagation, COALESCE(p.credentials, '') AS credentials, \
+           {} AS withheld \
          FROM {from} JOIN kxp_events e ON e.account_id = {e_account} AND e.id = d.event_id \
          JOIN kxp_endpoints p ON p.account_id = {p_account} AND p.id = d.endpoint_id",
-        live_secrets(now, account.unwrap_or("p.account_id"))
+        live_secrets(now, account.unwrap_or("p.account_id")),
+        withheld(now, account.unwrap_or("e.account_id"))
+    )
+}
+
+/// Why the claimed delivery's event `e` may not be sent (at `now`), as [`Job::withheld`]
+/// reads it: its payload is gone, its retention passed, or a running erasure covers it (one
+/// accepted after the event, of a tag it carries: erasures are few, and their partial index
+/// is empty nearly always, so the claim pays one probe of an empty index).
+///
+/// [`Job::withheld`]: crate::model::Job::withheld
+///
+/// `account` as [`live_secrets`]'s: `e.account_id`, or the parameter naming the one account
+/// (on Citus a subquery correlated by a column is refused beside the claim's `WITH`).
+pub(super) fn withheld(now: &str, account: &str) -> String {
+    format!(
+        "CASE WHEN e.payload_gone IS NOT NULL THEN e.payload_gone \
+           WHEN e.payload_expires_at <= {now} THEN 'expired' \
+           WHEN EXISTS (SELECT 1 FROM kxp_erasures x JOIN kxp_event_tags t \
+             ON t.account_id = x.account_id AND t.tag = x.tag AND t.event_id = e.id \
+             WHERE x.account_id = {account} AND t.account_id = {account} AND x.status = 'running' \
+             AND t.created_at <= x.created_at) THEN 'erased' \
+         END"
     )
 }
 

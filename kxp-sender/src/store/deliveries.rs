@@ -169,6 +169,21 @@ impl Db {
         delivery_id: &DeliveryId,
     ) -> Result<Delivery, StoreError> {
         let old = self.delivery(account_id, delivery_id).await?;
+        let gone = match old.status {
+            DeliveryStatus::Erased => Some(super::StoreConflict::Erased),
+            DeliveryStatus::Expired => Some(super::StoreConflict::Expired),
+            _ => None,
+        };
+        if let Some(kind) = gone {
+            return Err(StoreError::Conflict {
+                kind,
+                message: format!(
+                    "delivery {delivery_id} ended {}: its event's payload is gone, so it cannot \
+                     be sent again",
+                    old.status
+                ),
+            });
+        }
         let new_id = new_delivery_id();
         let now = now_ms();
         on_db!(self, |pool| replay_on(pool, account_id, &old, &new_id, now)
@@ -286,8 +301,14 @@ async fn replay_page<DB: Backend>(
     let mut queued = 0;
     for old in page.iter().filter(|d| {
         d.replayed_by.is_none()
-            && d.status != DeliveryStatus::Delivering
-            && d.status != DeliveryStatus::Pending
+            && !matches!(
+                d.status,
+                DeliveryStatus::Delivering
+                    | DeliveryStatus::Pending
+                    | DeliveryStatus::Unread
+                    | DeliveryStatus::Erased
+                    | DeliveryStatus::Expired
+            )
     }) {
         let new_id = new_delivery_id();
         // Claimed in the transaction: a delivery another bulk replay took since the page was

@@ -37,6 +37,7 @@ pub(crate) const BY_ACCOUNT: &[&str] = &[
     "kxp_schemas",
     "kxp_notifications",
     "kxp_audit",
+    "kxp_erasures",
 ];
 
 /// The tables every node holds whole, each after the tables its foreign keys point at.

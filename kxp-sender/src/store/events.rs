@@ -17,7 +17,7 @@ use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
 
 /// The account's event by id: `$1` the account, `$2` the event.
-pub(crate) const EVENT_BY_ID: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+pub(crate) const EVENT_BY_ID: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
      FROM kxp_events WHERE account_id = $1 AND id = $2";
 
 /// Ingests `item` on the transaction `conn`, at `now`: the event, its tags and one delivery per
@@ -370,7 +370,7 @@ impl Db {
         };
         let events = on_db!(self, |pool| {
             sqlx::query_as::<_, Event>(
-                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
                  FROM kxp_events WHERE account_id = $1 AND (created_at, id) < ($2, $3) \
                  ORDER BY created_at DESC, id DESC LIMIT $4",
             )
@@ -426,7 +426,7 @@ impl Db {
     ) -> Result<Option<Ingested>, StoreError> {
         let existing = on_db!(self, |pool| {
             sqlx::query_as::<_, Event>(
-                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash \
+                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
                  FROM kxp_events WHERE account_id = $1 AND (idempotency_key = $2 OR id = $3) LIMIT 1",
             )
             .bind(item.account.id.as_str())
@@ -492,6 +492,8 @@ fn new_event(item: &Ingest, now: i64) -> Result<Event, StoreError> {
         created_at: now,
         request_hash: (item.idempotency.is_some() || item.id.is_some())
             .then(|| item.request_hash.clone()),
+        payload_gone: None,
+        erasure_id: None,
     })
 }
 

@@ -5,9 +5,11 @@ use std::sync::LazyLock;
 
 use sqlx::FromRow;
 
-use crate::model::{AccountId, EndpointId, EndpointKey, EventId, Secrets, ms, now_ms};
+use crate::model::{
+    AccountId, EndpointId, EndpointKey, EventId, NoticeDetail, Secrets, ms, now_ms,
+};
 use crate::policy::notice::READER_STALLED;
-use crate::store::claim::live_secrets;
+use crate::store::claim::{live_secrets, withheld};
 use crate::store::notifications::queue_notices;
 use crate::store::{Db, StoreError, on_db};
 
@@ -69,8 +71,10 @@ pub(crate) struct FeedRow {
     pub event_type: String,
     /// Its ordering key, if it has one.
     pub ordering_key: Option<String>,
-    /// The envelope bytes.
+    /// The envelope bytes ('' once the payload is gone).
     pub payload: String,
+    /// Why the payload may not be served, if so: `erased` or `expired`.
+    pub withheld: Option<String>,
 }
 
 /// An endpoint not deleted, with its live secrets (as the claim reads them): `$1` the
@@ -86,10 +90,16 @@ static SOURCE: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The endpoint's events after a number, by number: each (endpoint, event) once, from the
-/// delivery no replay has replaced (a replay carries its original's number).
-const ROWS: &str = "SELECT d.sequence, d.event_id, e.event_type, e.ordering_key, e.payload FROM kxp_deliveries d \
-       JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id \
-     WHERE d.account_id = $4 AND d.endpoint_id = $1 AND d.sequence > $2 AND d.replayed_by IS NULL ORDER BY d.sequence LIMIT $3";
+/// delivery no replay has replaced (a replay carries its original's number); `$5` now, for
+/// whether a payload may still be served.
+static ROWS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT d.sequence, d.event_id, e.event_type, e.ordering_key, e.payload, {} AS withheld FROM kxp_deliveries d \
+           JOIN kxp_events e ON e.account_id = d.account_id AND e.id = d.event_id \
+         WHERE d.account_id = $4 AND d.endpoint_id = $1 AND d.sequence > $2 AND d.replayed_by IS NULL ORDER BY d.sequence LIMIT $3",
+        withheld("$5", "$4")
+    )
+});
 
 impl Db {
     /// The endpoint `id` (of whichever account: the feed authenticates with the endpoint's
@@ -122,11 +132,12 @@ impl Db {
         limit: i64,
     ) -> Result<Vec<FeedRow>, StoreError> {
         Ok(on_db!(self, |pool| {
-            sqlx::query_as::<_, FeedRow>(ROWS)
+            sqlx::query_as::<_, FeedRow>(ROWS.as_str())
                 .bind(&source.id)
                 .bind(after)
                 .bind(limit)
                 .bind(&source.account_id)
+                .bind(now_ms())
                 .fetch_all(pool)
                 .await?
         }))
@@ -254,7 +265,8 @@ impl Db {
                 .await?
                 .rows_affected();
                 if marked == 1 {
-                    queue_notices::<DB>(&mut tx, READER_STALLED, &key, None, now).await?;
+                    queue_notices::<DB>(&mut tx, READER_STALLED, &key, NoticeDetail::None, now)
+                        .await?;
                 }
                 tx.commit().await?;
                 marked

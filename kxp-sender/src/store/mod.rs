@@ -39,6 +39,7 @@ mod credentials;
 pub(crate) mod deliveries;
 mod distribute;
 mod endpoints;
+mod erasures;
 mod events;
 mod feed;
 pub(crate) mod health;
@@ -61,12 +62,13 @@ mod shards;
 pub(crate) use certificates::{SeenCertificate, server_certificate};
 pub(crate) use credentials::{open_credentials, seal_credentials};
 pub use distribute::{DistributeError, Distribution, Placement, TablePlacement};
+pub(crate) use erasures::{BATCH as ERASURE_BATCH, ErasureRow};
 pub(crate) use feed::{Committed, FeedRow, FeedSource};
 pub(crate) use metrics::Gauges;
 pub use migrations::{
     AppliedMigration, LOCK_TIMEOUT, Migrations, PendingMigration, SchemaError, SchemaStatus,
 };
-pub use retention::Purged;
+pub use retention::{Purged, Retention};
 pub(crate) use secrets::open_secret;
 pub(crate) use sessions::{NewLink, Opening};
 
@@ -346,6 +348,10 @@ pub enum StoreConflict {
     /// A pull endpoint is sent nothing, so nothing can be replayed to it: its reader reads
     /// the feed again instead.
     PullEndpoint,
+    /// The event's payload was erased: nothing of it can be sent again.
+    Erased,
+    /// The event's payload passed its retention: nothing of it can be sent again.
+    Expired,
 }
 
 /// Replaces the credentials of every URL in `text`: the whole user part when it is a lone

@@ -2,7 +2,7 @@
 //! transaction of the state change it announces ([`queue_notices`]), so each change is announced
 //! exactly once; the notifier claims due rows under a lease and records each try.
 
-use crate::model::{AccountId, CertificateNotice, EndpointKey, NoticeNext, Notification, now_ms};
+use crate::model::{AccountId, EndpointKey, NoticeDetail, NoticeNext, Notification, now_ms};
 use crate::policy::notice;
 use crate::store::backend::{Backend, NewNotice};
 use crate::store::seal::KeyRing;
@@ -19,18 +19,18 @@ pub(crate) const NOTICE_FACTS: &str = "SELECT p.id AS endpoint_id, p.account_id,
      LEFT JOIN kxp_endpoint_stats s ON s.account_id = p.account_id AND s.endpoint_id = p.id \
      WHERE p.account_id = $2 AND p.id = $1";
 
-/// Writes the notice `kind` about the endpoint (and `certificate`, for a certificate's expiry)
+/// Writes the notice `kind` about the endpoint (and `detail`, for the kinds that say more)
 /// to the outbox on the transaction `conn`, one row per configured channel. Answers the rows
 /// written (0 when the account configured no channel: the change is still logged).
 pub(crate) async fn queue_notices<DB: Backend>(
     conn: &mut DB::Connection,
     kind: &str,
     endpoint: &EndpointKey,
-    certificate: Option<&CertificateNotice>,
+    detail: NoticeDetail<'_>,
     now: i64,
 ) -> Result<usize, sqlx::Error> {
     let facts = DB::notice_facts(conn, endpoint).await?;
-    let (event_id, payload) = notice::envelope(&facts, kind, certificate, now);
+    let (event_id, payload) = notice::envelope(&facts, kind, detail, now);
     let channels = notice::channels(&facts);
     for (channel, target) in &channels {
         let notice = NewNotice {

@@ -8,7 +8,9 @@ use std::sync::{Arc, LazyLock};
 
 use sqlx::Pool;
 
-use crate::model::{AccountId, EndpointKey, FinishAttempt, Finished, NextState, now_ms};
+use crate::model::{
+    AccountId, EndpointKey, FinishAttempt, Finished, NextState, NoticeDetail, now_ms,
+};
 use crate::policy::circuit::Protection;
 use crate::policy::health::{HourTally, RunningStats, hour_of};
 use crate::store::backend::Backend;
@@ -223,7 +225,7 @@ async fn record_endpoints<DB: Backend>(
                 one,
             )
             .await?;
-            notices = queue_notices::<DB>(conn, kind, endpoint, None, now).await?;
+            notices = queue_notices::<DB>(conn, kind, endpoint, NoticeDetail::None, now).await?;
         }
         results[i] = Finished::Recorded {
             transition: changed,

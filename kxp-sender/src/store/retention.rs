@@ -1,11 +1,17 @@
 //! Retention's SQL: what finished data is deleted, in small batches so no lock is held for
 //! long. The rules are in [`crate::engine`]'s retention loop docs.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::model::{ms, now_ms};
+use crate::model::{
+    AccountId, DAY_MS, DeadLettersNotice, EndpointId, EndpointKey, NoticeDetail, ms, now_ms,
+    rfc3339,
+};
 use crate::policy::health::HOUR_MS;
+use crate::policy::notice::DEAD_LETTERS_EXPIRING;
 use crate::policy::session::{ABSOLUTE_EXPIRY_MS, IDLE_EXPIRY_MS};
+use crate::store::notifications::queue_notices;
 use crate::store::shards::every_shard;
 use crate::store::{Db, StoreError, on_db};
 
@@ -15,9 +21,40 @@ pub(crate) const STATS_KEPT: Duration = Duration::from_secs(48 * 60 * 60);
 /// Rows deleted per statement.
 const BATCH: i64 = 500;
 
+/// What one purge removes, as of when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Finished deliveries, events and notifications last changed before this (Unix ms) go;
+    /// `None` keeps them.
+    pub cutoff: Option<i64>,
+    /// How long a dead delivery never replayed is kept after it died; `None`: until it is
+    /// replayed. Each goes a day after its account was told it would, at the earliest.
+    pub dead_letters: Option<Duration>,
+    /// Now (Unix ms): payloads whose retention passed by then go.
+    pub now: i64,
+}
+
+impl Retention {
+    /// Finished data before `cutoff` goes, expired payloads are erased, dead letters stay.
+    pub fn until(cutoff: Option<i64>) -> Retention {
+        Retention {
+            cutoff,
+            dead_letters: None,
+            now: now_ms(),
+        }
+    }
+}
+
 /// What one purge removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Purged {
+    /// Events whose payload's own retention passed: their payload erased.
+    pub expired_payloads: u64,
+    /// Dead deliveries past the dead-letter retention (with their attempts), also counted in
+    /// `deliveries`.
+    pub dead_letters: u64,
+    /// Endpoints told that dead deliveries of theirs go within a day.
+    pub dead_letter_notices: u64,
     /// Finished deliveries.
     pub deliveries: u64,
     /// Their attempts.
@@ -36,9 +73,19 @@ pub struct Purged {
     pub sessions: u64,
 }
 
-/// A finished delivery that may go: delivered, or dead and replayed.
-const FINISHED: &str = "(status = 'delivered' OR (status = 'dead' AND replayed_by IS NOT NULL)) \
+/// A finished delivery that may go once `$1` is past: delivered, erased or expired (its
+/// event's payload gone first), or dead and replayed.
+const FINISHED: &str = "(status IN ('delivered', 'erased', 'expired') OR (status = 'dead' AND replayed_by IS NOT NULL)) \
      AND updated_at < $1";
+
+/// A dead delivery never replayed that may go: dead since before `$1` (now less the
+/// dead-letter retention), its account told a day ago at least (`$1` + `{kept}` less a day).
+fn dead_letters_past(kept: i64) -> String {
+    format!(
+        "status = 'dead' AND replayed_by IS NULL AND updated_at < $1 \
+         AND dead_notice_at <= $1 + {kept} - {DAY_MS}"
+    )
+}
 
 /// The `DELETE` of sessions that are over at `$1` (Unix ms): exactly those
 /// [`freshness`](crate::policy::session::freshness) calls expired, which a request would
@@ -88,8 +135,8 @@ impl Db {
         not(feature = "test-util"),
         expect(unreachable_pub, reason = "public with feature test-util only")
     )]
-    pub async fn purge(&self, cutoff: Option<i64>) -> Result<Purged, StoreError> {
-        let now = now_ms();
+    pub async fn purge(&self, retention: Retention) -> Result<Purged, StoreError> {
+        let now = retention.now;
         let mut purged = Purged::default();
         if let Db::Citus(pool) = self {
             let accounts: Vec<String> = every_shard(
@@ -101,15 +148,14 @@ impl Db {
             .await?;
             for account in &accounts {
                 if let Err(e) = self
-                    .purge_scope(Scope::Account(account), cutoff, now, &mut purged)
+                    .purge_scope(Scope::Account(account), retention, &mut purged)
                     .await
                 {
                     tracing::warn!(target: "kxp_sender", account = %account, error = %e, "retention skipped an account whose shard did not answer");
                 }
             }
         } else {
-            self.purge_scope(Scope::All, cutoff, now, &mut purged)
-                .await?;
+            self.purge_scope(Scope::All, retention, &mut purged).await?;
         }
         // No link opens a session once expired, used or not (the sign-in's UPDATE asks for
         // `expires_at > now`), and an expired listen token authenticates nothing (its lookup
@@ -136,14 +182,35 @@ impl Db {
     async fn purge_scope(
         &self,
         scope: Scope<'_>,
-        cutoff: Option<i64>,
-        now: i64,
+        retention: Retention,
         purged: &mut Purged,
     ) -> Result<(), StoreError> {
         let (outer, inner) = (scope.outer(), scope.inner(""));
-        if let Some(cutoff) = cutoff {
+        let now = retention.now;
+        let account = match scope {
+            Scope::All => None,
+            Scope::Account(account) => Some(AccountId::from(account)),
+        };
+        purged.expired_payloads += self.expire_payloads(now, account.as_ref()).await?;
+        if let Some(kept) = retention.dead_letters {
+            let kept = ms(kept);
+            purged.dead_letter_notices += self.notice_dead_letters(now, kept, scope).await?;
+            let past = dead_letters_past(kept);
             loop {
-                let (attempts, deliveries) = self.purge_deliveries(cutoff, scope).await?;
+                let (attempts, deliveries) = self
+                    .purge_deliveries(&past, now.saturating_sub(kept), scope)
+                    .await?;
+                purged.attempts += attempts;
+                purged.deliveries += deliveries;
+                purged.dead_letters += deliveries;
+                if deliveries < BATCH as u64 {
+                    break;
+                }
+            }
+        }
+        if let Some(cutoff) = retention.cutoff {
+            loop {
+                let (attempts, deliveries) = self.purge_deliveries(FINISHED, cutoff, scope).await?;
                 purged.attempts += attempts;
                 purged.deliveries += deliveries;
                 if deliveries < BATCH as u64 {
@@ -198,21 +265,85 @@ impl Db {
         Ok(())
     }
 
-    /// One batch of finished deliveries and their attempts, in one transaction: the attempts
-    /// of the oldest [`BATCH`] first, then those deliveries (the `NOT EXISTS` keeps the foreign
-    /// key satisfied whatever happened in between).
+    /// Tells each endpoint's account, once per delivery, of its dead deliveries never replayed
+    /// that reach the dead-letter retention (`kept` ms) within a day: they go a day after the
+    /// notice at the earliest. The deliveries are marked and the notices queued in one
+    /// transaction per batch. Answers how many endpoints were told.
+    async fn notice_dead_letters(
+        &self,
+        now: i64,
+        kept: i64,
+        scope: Scope<'_>,
+    ) -> Result<u64, StoreError> {
+        let (outer, inner) = (scope.outer(), scope.inner(""));
+        let sql = format!(
+            "UPDATE kxp_deliveries SET dead_notice_at = $1 WHERE {outer}(account_id, id) IN \
+             (SELECT account_id, id FROM kxp_deliveries WHERE status = 'dead' AND replayed_by IS NULL \
+             AND dead_notice_at IS NULL AND updated_at < $1 - {kept} + {DAY_MS}{inner} LIMIT $2) \
+             RETURNING account_id, endpoint_id"
+        );
+        let notice = DeadLettersNotice {
+            count: 0,
+            delete_after: rfc3339(now.saturating_add(DAY_MS)),
+        };
+        let mut told = 0;
+        loop {
+            let (marked, endpoints) = on_db!(self, |pool, DB| {
+                let mut tx = pool.begin_with(DB::BEGIN).await?;
+                let mut query = sqlx::query_as::<_, (AccountId, EndpointId)>(&sql)
+                    .bind(now)
+                    .bind(BATCH);
+                if let Scope::Account(account) = scope {
+                    query = query.bind(account);
+                }
+                let rows = query.fetch_all(&mut *tx).await?;
+                let mut by_endpoint: BTreeMap<EndpointKey, u64> = BTreeMap::new();
+                for (account_id, endpoint_id) in &rows {
+                    *by_endpoint
+                        .entry(EndpointKey::new(account_id, endpoint_id))
+                        .or_default() += 1;
+                }
+                for (endpoint, count) in &by_endpoint {
+                    let notice = DeadLettersNotice {
+                        count: *count,
+                        ..notice.clone()
+                    };
+                    queue_notices::<DB>(
+                        &mut tx,
+                        DEAD_LETTERS_EXPIRING,
+                        endpoint,
+                        NoticeDetail::DeadLetters(&notice),
+                        now,
+                    )
+                    .await?;
+                }
+                tx.commit().await?;
+                (rows.len(), by_endpoint.len() as u64)
+            });
+            told += endpoints;
+            if marked < BATCH as usize {
+                return Ok(told);
+            }
+        }
+    }
+
+    /// One batch of deliveries that may go (`which`, a condition on `$1` = `bound`) and their
+    /// attempts, in one transaction: the attempts of the oldest [`BATCH`] first, then those
+    /// deliveries (the `NOT EXISTS` keeps the foreign key satisfied whatever happened in
+    /// between).
     async fn purge_deliveries(
         &self,
-        cutoff: i64,
+        which: &str,
+        bound: i64,
         scope: Scope<'_>,
     ) -> Result<(u64, u64), StoreError> {
         let (outer, inner) = (scope.outer(), scope.inner(""));
         let attempts = format!(
             "DELETE FROM kxp_attempts WHERE {outer}(account_id, delivery_id) IN \
-             (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED}{inner} ORDER BY updated_at, id LIMIT $2)"
+             (SELECT account_id, id FROM kxp_deliveries WHERE {which}{inner} ORDER BY updated_at, id LIMIT $2)"
         );
         let deliveries = format!(
-            "DELETE FROM kxp_deliveries WHERE {outer}(account_id, id) IN (SELECT account_id, id FROM kxp_deliveries WHERE {FINISHED}{inner} \
+            "DELETE FROM kxp_deliveries WHERE {outer}(account_id, id) IN (SELECT account_id, id FROM kxp_deliveries WHERE {which}{inner} \
              AND NOT EXISTS (SELECT 1 FROM kxp_attempts a WHERE a.account_id = kxp_deliveries.account_id AND a.delivery_id = kxp_deliveries.id) \
              ORDER BY updated_at, id LIMIT $2)"
         );
@@ -220,7 +351,7 @@ impl Db {
             let mut tx = pool.begin_with(DB::BEGIN).await?;
             let mut counts = Vec::with_capacity(2);
             for sql in [&attempts, &deliveries] {
-                let mut query = sqlx::query(sql).bind(cutoff).bind(BATCH);
+                let mut query = sqlx::query(sql).bind(bound).bind(BATCH);
                 if let Scope::Account(account) = scope {
                     query = query.bind(account);
                 }

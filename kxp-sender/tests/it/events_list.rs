@@ -421,7 +421,12 @@ async fn retention_takes_the_tags_with_the_events(s: &Sender) {
     s.api
         .wait_for(&id, "delivered", Duration::from_secs(10))
         .await;
-    let purged = s.server.db().purge(Some(now_ms() + 60_000)).await.unwrap();
+    let purged = s
+        .server
+        .db()
+        .purge(kxp_sender::Retention::until(Some(now_ms() + 60_000)))
+        .await
+        .unwrap();
     assert!(purged.events >= 1, "{purged:?}");
     assert!(
         listed(&s.api, EventQuery::tag("retention:1"))

@@ -269,7 +269,13 @@ async fn numbers_retention_purged_answer_410_with_where_the_feed_resumes() {
     page_of(&s.api, &id, &secret, 3).await;
     let db = Db::connect(&s.database_url).await.unwrap();
     let far = i64::MAX / 2;
-    assert_eq!(db.purge(Some(far)).await.unwrap().deliveries, 3);
+    assert_eq!(
+        db.purge(kxp_sender::Retention::until(Some(far)))
+            .await
+            .unwrap()
+            .deliveries,
+        3
+    );
     let (status, body) = signed(&s.api, &id, "?after=1", &secret).await;
     assert_eq!(
         (status, body["error"].as_str(), body["earliest"].as_u64()),

@@ -26,7 +26,9 @@ use sqlx::SqlitePool;
 use crate::support::{Api, Receiver, Reply, sender};
 
 use AsOther::{CreatesOwn, Empty, NotFound, OnlyOwn, OwnAccount, OwnCopy, OwnLink, OwnToken};
-use Target::{DeadDelivery, DeliveredDelivery, Endpoint, Event, NoId, Schema, SpareEndpoint};
+use Target::{
+    DeadDelivery, DeliveredDelivery, Endpoint, Erasure, Event, NoId, Schema, SpareEndpoint,
+};
 
 /// Which of A's objects fills `{id}` in a row's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +48,8 @@ enum Target {
     DeliveredDelivery,
     /// A's schema: `{type}/{api_version}` in the path.
     Schema,
+    /// A's erasure (of a tag no event carries).
+    Erasure,
 }
 
 /// What B, another account, must get from a row.
@@ -178,6 +182,9 @@ const ROUTES: &[Route] = &[
     row("GET /v1/notifications", NoId, OnlyOwn, 200),
     row("POST /v1/portal-links", NoId, OwnLink(201), 201).body(r#"{"scope":"read"}"#),
     row("POST /v1/listen-tokens", NoId, OwnToken(201), 201).body(r#"{"ttl_seconds":60}"#),
+    // A tag no event carries: B's erasure is B's, and erases nothing of A's.
+    row("POST /v1/erasures", NoId, CreatesOwn(202), 202).body(r#"{"tag":"order:none"}"#),
+    row("GET /v1/erasures/{id}", Erasure, NotFound, 200),
 ];
 
 /// The routes a listen token reaches (for temporary pull endpoints only; pull.rs makes, reads
@@ -441,6 +448,7 @@ impl Fixture {
             DeadDelivery => "dead_delivery",
             DeliveredDelivery => "delivered_delivery",
             Schema => "schema",
+            Erasure => "erasure",
         };
         Some(self.ids[name].as_str())
     }
@@ -553,6 +561,8 @@ async fn every_route_is_scoped_to_the_callers_account() {
         .await;
     assert_eq!(status, 201, "{schema}");
     f.ids.insert("schema", "payment.failed/v-iso".to_owned());
+    let erasure = a.client.create_erasure("order:none").await.unwrap();
+    f.ids.insert("erasure", erasure.id.into_string());
     let shared = ROUTES
         .iter()
         .find(|r| r.route == "POST /v1/events" && r.headers == SHARED_KEY)
@@ -613,7 +623,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
     }
 
     let a_ids = owned_ids(&f.pool, &f.a_account).await;
-    assert_eq!(a_ids.len(), 1 + 2 + 2 + 2 + 1 + 1, "{a_ids:?}");
+    assert_eq!(a_ids.len(), 1 + 2 + 2 + 2 + 1 + 1 + 1, "{a_ids:?}");
     let rows_before = rows_of(&f.pool, &a_ids).await;
     for table in [
         "kxp_accounts",
@@ -624,6 +634,7 @@ async fn every_route_is_scoped_to_the_callers_account() {
         "kxp_attempts",
         "kxp_schemas",
         "kxp_notifications",
+        "kxp_erasures",
     ] {
         assert!(rows_before.contains_key(table), "A has no row in {table}");
     }
@@ -933,6 +944,7 @@ fn made_up_id(target: Target) -> String {
         Event => "00000000-0000-4000-8000-000000000000".to_owned(),
         DeadDelivery | DeliveredDelivery => "dlv_00000000000000000000000000000000".to_owned(),
         Schema => "no.such.type/v0".to_owned(),
+        Erasure => "er_00000000000000000000000000000000".to_owned(),
         NoId => unreachable!("a 404 row addresses an object"),
     }
 }
@@ -977,6 +989,7 @@ async fn owned_ids(pool: &SqlitePool, account_id: &str) -> BTreeSet<String> {
         "kxp_deliveries",
         "kxp_schemas",
         "kxp_notifications",
+        "kxp_erasures",
     ] {
         let rows: Vec<String> =
             sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE account_id = $1"))

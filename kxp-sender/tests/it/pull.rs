@@ -13,7 +13,13 @@ use crate::support::{Api, Database, Receiver, metric, typed};
 
 /// `method` on the endpoint's `path` (`/feed?…`, `/cursor`) with `body`, signed with the feed
 /// key of `secret` over the method, the target and the body; the status and the body.
-async fn signed(api: &Api, method: &str, target: &str, body: &str, secret: &str) -> (u16, Value) {
+pub(crate) async fn signed(
+    api: &Api,
+    method: &str,
+    target: &str,
+    body: &str,
+    secret: &str,
+) -> (u16, Value) {
     let key = Secret::new(secret).unwrap().feed_key();
     let header = Signer::new(key)
         .sign(
@@ -44,7 +50,7 @@ fn now() -> u64 {
 }
 
 /// A new pull endpoint of the account: its id and secret.
-async fn pull_endpoint(api: &Api) -> (String, String) {
+pub(crate) async fn pull_endpoint(api: &Api) -> (String, String) {
     let created: EndpointCreated = api
         .client
         .create_endpoint(&NewEndpoint::pull())
@@ -241,7 +247,11 @@ async fn a_pull_endpoint_is_read_and_committed(db: Database) {
     );
 
     // Retention purges what the reader committed, never what it has not read.
-    s.server.db().purge(Some(i64::MAX / 2)).await.unwrap();
+    s.server
+        .db()
+        .purge(kxp_sender::Retention::until(Some(i64::MAX / 2)))
+        .await
+        .unwrap();
     let (status, body) = signed(
         &s.api,
         "GET",
@@ -527,7 +537,11 @@ async fn a_listen_token_makes_reads_and_deletes_temporary_pull_endpoints_only(db
         .await;
     assert_eq!(status, 200, "untouched");
     // Past its time, it is no credential at all.
-    s.server.db().purge(None).await.unwrap();
+    s.server
+        .db()
+        .purge(kxp_sender::Retention::until(None))
+        .await
+        .unwrap();
     let expired = s
         .api
         .call("POST", "/v1/listen-tokens", Some(json!({"ttl_seconds": 1})))

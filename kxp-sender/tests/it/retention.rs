@@ -10,26 +10,9 @@ use kxp_sender::now_ms;
 use serde_json::json;
 
 use crate::console::{Browser, cookie_pair, new_link};
-use crate::support::{Database, Receiver, Reply, sender_with};
+use crate::support::{Database, Receiver, Reply, count, execute, sender_with};
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-async fn count(db: &Db, sql: &str) -> i64 {
-    match db {
-        Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
-        Db::Postgres(pool) | Db::Citus(pool) => {
-            sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
-        }
-    }
-}
-
-/// Runs a statement of the test's own on `db`.
-async fn execute(db: &Db, sql: &str) {
-    match db {
-        Db::Sqlite(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
-        Db::Postgres(pool) | Db::Citus(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
-    }
-}
 
 each_backend!(a_purge_removes_finished_data_and_keeps_the_dead_letter_queue);
 on_citus!(a_purge_removes_finished_data_and_keeps_the_dead_letter_queue);
@@ -89,7 +72,10 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue(database:
 
     // Nothing is old enough for a cut-off in the past: only the expired secret and the old
     // statistics go.
-    let purged = db.purge(Some(now_ms() - 60_000)).await.unwrap();
+    let purged = db
+        .purge(kxp_sender::Retention::until(Some(now_ms() - 60_000)))
+        .await
+        .unwrap();
     assert_eq!(
         purged,
         Purged {
@@ -101,7 +87,10 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue(database:
 
     // A cut-off after everything: finished deliveries go, with their attempts and events.
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let purged = db.purge(Some(now_ms())).await.unwrap();
+    let purged = db
+        .purge(kxp_sender::Retention::until(Some(now_ms())))
+        .await
+        .unwrap();
     // Gone: the replayed dead letter, its delivered replay, the delivered one (three
     // deliveries, three attempts), and two events (`replayed`, `delivered`) plus the one no
     // endpoint took.
@@ -144,7 +133,12 @@ async fn a_purge_removes_finished_data_and_keeps_the_dead_letter_queue(database:
     );
 
     // A second purge finds nothing, and the endpoint still works.
-    assert_eq!(db.purge(Some(now_ms())).await.unwrap(), Purged::default());
+    assert_eq!(
+        db.purge(kxp_sender::Retention::until(Some(now_ms())))
+            .await
+            .unwrap(),
+        Purged::default()
+    );
     s.api.client.resume_endpoint(&endpoint).await.unwrap();
     s.api.wait_for(&held, "delivered", WITHIN).await;
     s.server.shutdown().await;
@@ -215,7 +209,7 @@ async fn a_purge_removes_expired_portal_links_and_sessions_and_keeps_live_ones()
     );
     assert_eq!(count(db, "SELECT COUNT(*) FROM kxp_sessions").await, 3);
 
-    let purged = db.purge(None).await.unwrap();
+    let purged = db.purge(kxp_sender::Retention::until(None)).await.unwrap();
     assert_eq!(
         purged,
         Purged {
@@ -241,6 +235,9 @@ async fn a_purge_removes_expired_portal_links_and_sessions_and_keeps_live_ones()
     for gone in [&idle, &old] {
         assert_eq!(b.home(gone).await.0, 303);
     }
-    assert_eq!(db.purge(None).await.unwrap(), Purged::default());
+    assert_eq!(
+        db.purge(kxp_sender::Retention::until(None)).await.unwrap(),
+        Purged::default()
+    );
     s.server.shutdown().await;
 }

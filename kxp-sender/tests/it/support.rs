@@ -500,3 +500,25 @@ pub(crate) async fn metric(api: &Api, name: &str) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// The number the test's own query `sql` reads on `db`.
+pub(crate) async fn count(db: &kxp_sender::Db, sql: &str) -> i64 {
+    match db {
+        kxp_sender::Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
+        kxp_sender::Db::Postgres(pool) | kxp_sender::Db::Citus(pool) => {
+            sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+        }
+    }
+}
+
+/// Runs a statement of the test's own on `db`.
+pub(crate) async fn execute(db: &kxp_sender::Db, sql: &str) {
+    match db {
+        kxp_sender::Db::Sqlite(pool) => {
+            sqlx::query(sql).execute(pool).await.unwrap();
+        }
+        kxp_sender::Db::Postgres(pool) | kxp_sender::Db::Citus(pool) => {
+            sqlx::query(sql).execute(pool).await.unwrap();
+        }
+    }
+}

@@ -8,7 +8,7 @@ use maud::{Markup, html};
 
 use super::{Frame, Refresh, account_page_with};
 use crate::model::{
-    Attempt, Delivery, DeliveryStatus, Endpoint, Event, EventListed, HELD, now_ms, rfc3339,
+    Attempt, Delivery, DeliveryStatus, Endpoint, Event, EventListed, Gone, HELD, now_ms, rfc3339,
 };
 
 /// Seconds between two refreshes of a page that shows deliveries on their way.
@@ -130,17 +130,27 @@ pub(in crate::console) fn event(
             }
         }
         h2 { "Envelope" }
-        @if encrypted {
+        @if let Some(gone) = event.gone() {
+            p.gone role="status" { @match gone {
+                Gone::Erased => { "The payload was erased"
+                    @if let Some(erasure) = &event.erasure_id { " by " a href=(frame.url("/erasures")) { code { (erasure) } } }
+                    ": the server holds nothing of it any more." }
+                Gone::Expired => { "The payload passed the retention it was sent with, and was erased: "
+                    "the server holds nothing of it any more." }
+            } }
+        } @else if encrypted {
             p { "As the producer sent it, and as endpoints without an encryption key get it, byte for byte. "
                 "The server keeps this plaintext until retention deletes the event (it must, to retry and replay); "
                 "encrypted endpoints received " code { "data_jwe" } " instead:" }
         } @else {
             p { "As receivers get it, byte for byte:" }
         }
-        pre.raw { code { (event.payload) } }
-        details {
-            summary { "Formatted" }
-            pre { code { (pretty) } }
+        @if event.gone().is_none() {
+            pre.raw { code { (event.payload) } }
+            details {
+                summary { "Formatted" }
+                pre { code { (pretty) } }
+            }
         }
     };
     let here = frame.url(&format!("/events/{}", event.id));
@@ -186,7 +196,16 @@ pub(in crate::console) fn search(
     refused: Option<&str>,
     next: Option<&str>,
 ) -> Markup {
-    let statuses = ["", "pending", "delivering", "delivered", "dead"];
+    let statuses = [
+        "",
+        "pending",
+        "delivering",
+        "delivered",
+        "dead",
+        "unread",
+        "erased",
+        "expired",
+    ];
     let main = html! {
         form.stack role="search" method="get" action=(frame.url("/events")) {
             label for="q" { "Event id, delivery id, or tag (e.g. " code { "order:1234" } ")" }

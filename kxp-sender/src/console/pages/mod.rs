@@ -11,6 +11,7 @@ mod chart;
 mod credentials;
 mod dead_letters;
 mod endpoints;
+mod erasures;
 mod events;
 mod filters;
 mod operators;
@@ -21,6 +22,7 @@ pub(super) use endpoints::{
     DeleteConfirm, EndpointForm, EndpointRow, FormFor, NewSecret, delete_confirm, endpoint,
     endpoint_form, endpoints, listen, register,
 };
+pub(super) use erasures::erasures;
 pub(super) use events::{DeliveryView, Found, SearchForm, event, in_flight, search};
 pub(super) use filters::{FilterShown, filter};
 pub(super) use operators::{accounts, audit, notifications};
@@ -86,7 +88,8 @@ pub(super) fn account_page_with(
             strong { (frame.account_name) } " " small { code { (frame.account_id) } } " · "
             a href=(frame.url("")) { "Endpoints" } " · "
             a href=(frame.url("/events")) { "Events" } " · "
-            a href=(frame.url("/dead-letters")) { "Dead letters" }
+            a href=(frame.url("/dead-letters")) { "Dead letters" } " · "
+            a href=(frame.url("/erasures")) { "Erasures" }
             @if !frame.operator {
                 " · " span.badge { @if frame.may_change { "manage" } @else { "read only" } }
             }

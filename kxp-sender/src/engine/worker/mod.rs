@@ -51,7 +51,7 @@ use self::plan::Plan;
 use self::sequencer::{AbortOnDrop, number};
 use crate::engine::config::Shared;
 use crate::engine::recorder::Recorder;
-use crate::model::{AccountId, DeliveryId, EndpointKey, Job, ms, new_id};
+use crate::model::{AccountId, DeliveryId, EndpointKey, Gone, Job, ms, new_id};
 use crate::store::{Db, StoreError};
 
 /// The least time between two claims of the delivery loop.
@@ -274,6 +274,20 @@ impl Loop {
         with_work.extend(claimed.iter().map(|job| job.account_id.clone()));
         for job in claimed {
             let account_id = job.account_id.clone();
+            if let Some(gone) = Gone::parse(job.withheld.as_deref()) {
+                // Its payload is gone, or going: it ends so, untried.
+                if let Err(e) = self
+                    .db
+                    .withhold(&account_id, &job.id, &self.owner, gone)
+                    .await
+                {
+                    tracing::error!(
+                        target: "kxp_sender", delivery_id = %job.id, error = %e,
+                        "ending a delivery whose payload is gone failed; its lease runs out"
+                    );
+                }
+                continue;
+            }
             lock(&self.in_flight)
                 .accounts
                 .insert(job.endpoint_id.clone(), account_id.clone());
