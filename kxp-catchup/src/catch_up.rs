@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use kxp_dedup::{EventStatus, Store, StoreError};
+use kxp_dedup::{Claim, EventStatus, Store, StoreError};
 use kxp_receiver::Receiver;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -247,6 +247,11 @@ pub struct Report {
     /// Plain catch-up found the sender reset (see [`ResetFound`]) and read the feed again from
     /// its start: dedup skipped what was processed before.
     pub reset: bool,
+    /// Items whose event's payload was erased or expired on the sender
+    /// ([`FeedItem::gone`](kxp_api::FeedItem::gone)): nothing to hand over. Each counts as
+    /// processed (dedup records it done, so ordered mode's key moves on and a copy held
+    /// earlier is released).
+    pub gone: u64,
 }
 
 /// A receiver's catch-up: cheap to clone (one task and state behind it).
@@ -603,7 +608,15 @@ impl CatchUp {
                     break 'pages;
                 }
                 let key = item.ordering_key.as_deref().filter(|_| ordered);
-                let processed = if store
+                let processed = if item.gone().is_some() {
+                    let settled = settle_gone(store, item.event_id.as_str()).await?;
+                    if settled {
+                        report.gone += 1;
+                    } else {
+                        report.waiting += 1;
+                    }
+                    settled
+                } else if store
                     .record(item.event_id.as_str())
                     .await?
                     .is_some_and(|r| r.status == EventStatus::Done)
@@ -667,10 +680,11 @@ impl CatchUp {
             let oldest = store.held_oldest_age(endpoint_id).await?;
             states.held(endpoint_id, held, oldest);
         }
-        if report.recovered > 0 || report.stopped.is_some() || report.reset {
+        if report.recovered > 0 || report.gone > 0 || report.stopped.is_some() || report.reset {
             tracing::info!(
                 target: "kxp_catchup", endpoint_id, checkpoint = report.checkpoint,
                 recovered = report.recovered, already = report.already, waiting = report.waiting,
+                gone = report.gone,
                 reset = report.reset, stopped = report.stopped.as_deref().unwrap_or(""),
                 "caught up"
             );
@@ -678,6 +692,22 @@ impl CatchUp {
         Ok(report)
     }
 }
+
+/// Records the event of a gone item (its payload erased or expired on the sender) as done in
+/// dedup, as if processed: false while another caller holds it (the next catch-up settles it).
+pub(crate) async fn settle_gone(store: &Store, event_id: &str) -> Result<bool, StoreError> {
+    match store.claim(event_id, GONE_LEASE).await? {
+        Claim::Claimed => {
+            store.complete(event_id).await?;
+            Ok(true)
+        }
+        Claim::AlreadyDone => Ok(true),
+        Claim::InProgress { .. } => Ok(false),
+    }
+}
+
+/// How long settling a gone item holds its event id: two statements.
+const GONE_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What the catch-up's task is told.
 enum Signal {

@@ -9,6 +9,7 @@ use kxp_receiver::{Receiver, Rejection};
 use kxp_verify::{Event, Secret, Verifier};
 use serde::de::DeserializeOwned;
 
+use crate::catch_up::settle_gone;
 use crate::feed::{Answer, Committed, Credential, FeedClient, FeedError};
 
 /// How long a long poll waits for the first item, in seconds, unless told otherwise.
@@ -88,6 +89,10 @@ pub struct Polled {
     /// Numbers retention purged before they were read (lost to this receiver; the sender
     /// notified the platform before it purged them).
     pub purged: u64,
+    /// Items whose event's payload was erased or expired on the sender
+    /// ([`FeedItem::gone`](kxp_api::FeedItem::gone)): not handed to the handler, recorded done
+    /// in dedup, and committed past.
+    pub gone: u64,
 }
 
 /// The receiver of a pull endpoint: `kxp serve` sends it nothing; it reads the endpoint's feed
@@ -299,6 +304,23 @@ impl PullConsumer {
         };
         let mut stopped = None;
         for item in page.items {
+            if item.gone().is_some() {
+                let outcome = match settle_gone(&self.store, item.event_id.as_str()).await {
+                    Ok(true) => {
+                        polled.gone += 1;
+                        polled.cursor = item.sequence;
+                        continue;
+                    }
+                    Ok(false) => "in_progress",
+                    Err(_) => "store_unavailable",
+                };
+                stopped = Some(PullError::Handler {
+                    sequence: item.sequence,
+                    event_id: item.event_id.to_string(),
+                    outcome,
+                });
+                break;
+            }
             let header = |name: &str| item.headers.get(name).map_or(&b""[..], |v| v.as_bytes());
             let accepted = match self
                 .receiver

@@ -227,6 +227,16 @@ impl Forwarder {
     /// Forwards `item` until the local receiver answers 2xx (or once, with `--no-retry`),
     /// printing each try.
     async fn forward(&self, item: &FeedItem) {
+        if let Some(gone) = item.gone() {
+            // Nothing to forward: the sender no longer holds the event's payload.
+            let skipped = Tried {
+                status: None,
+                duration_ms: 0,
+                error: Some(format!("skipped: its payload was {gone}")),
+            };
+            self.print(item, &skipped, None);
+            return;
+        }
         let mut backoff = FIRST_BACKOFF;
         let mut told = Instant::now();
         loop {

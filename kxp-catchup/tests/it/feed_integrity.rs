@@ -381,7 +381,11 @@ async fn a_true_410_is_read_as_purged() {
         let event = crate::emit(&client, n).await;
         crate::wait_status(&client, &event, "delivered").await;
     }
-    let purged = server.db().purge(Some(i64::MAX / 2)).await.unwrap();
+    let purged = server
+        .db()
+        .purge(kxp_sender::Retention::until(Some(i64::MAX / 2)))
+        .await
+        .unwrap();
     assert_eq!(purged.deliveries, 3);
     let feed = FeedClient::new(&base, credential(&secret)).unwrap();
     let answer = loop {

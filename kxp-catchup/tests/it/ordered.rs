@@ -314,3 +314,51 @@ async fn ordered_mode_holds_only_verified_deliveries_and_only_its_own_requests_p
     assert_eq!((status, body.as_str()), (503, r#"{"outcome":"failed"}"#));
     app.stop().await;
 }
+
+/// An erased event of a key is processed for the key: the key's next event, held in ordered
+/// mode behind it, is handed over once the feed shows the erased one, and nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_event_lets_its_keys_next_event_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sender_server, client) = sender(dir.path()).await;
+    let base = format!("http://{}", sender_server.addr());
+    let (endpoint, secret) = register(&client, "http://127.0.0.1:9/hook").await;
+    let id = kxp_api::EndpointId::from(endpoint.clone());
+    client.pause_endpoint(&id).await.unwrap();
+    for n in 1..=3 {
+        let mut event = kxp_api::NewEvent::new("payment.updated", &json!({"n": n}))
+            .unwrap()
+            .ordering_key("pay_A");
+        if n == 2 {
+            event = event.tags(["customer:cus_9"]);
+        }
+        client.create_event(&event, None).await.unwrap();
+    }
+    let erasure = client.create_erasure("customer:cus_9").await.unwrap();
+    while client.erasure(&erasure.id).await.unwrap().status != kxp_api::ErasureStatus::Done {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let config = CatchUpConfig::new(
+        &base,
+        Credential::Secret(kxp_verify::Secret::new(&secret).unwrap()),
+    )
+    .with_delay(Duration::from_millis(200))
+    .with_interval(Duration::from_millis(500));
+    let app = start(&dir.path().join("receiver.db"), &secret, config, false).await;
+    point(&client, &endpoint, &app.url).await;
+    client.resume_endpoint(&id).await.unwrap();
+    app.wait_handled([1, 3]).await;
+    assert_eq!(app.handled().await, vec![1, 3]);
+    let start = Instant::now();
+    while app.shop.store.checkpoint(&endpoint).await.unwrap().sequence < 3
+        || app.shop.store.held_count(&endpoint).await.unwrap() > 0
+    {
+        assert!(
+            start.elapsed() < SECS_20,
+            "checkpoint or held rows stay behind"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    app.stop().await;
+    sender_server.shutdown().await;
+}

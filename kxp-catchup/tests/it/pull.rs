@@ -107,3 +107,64 @@ async fn a_pull_consumer_processes_in_order_once_and_stops_at_a_failure() {
     }
     server.shutdown().await;
 }
+
+/// An event erased on the sender (`POST /v1/erasures`) reads as `{"erased":true}` in the feed:
+/// the consumer commits past it without calling the handler, and dedup records it done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_item_is_committed_past_without_the_handler() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, client) = crate::sender(dir.path()).await;
+    let created = client
+        .create_endpoint(&kxp_api::NewEndpoint::pull())
+        .await
+        .unwrap();
+    let endpoint = created.endpoint.id.as_str().to_owned();
+    let secret = Secret::new(created.secret.unwrap().expose()).unwrap();
+    let mut erased = Vec::new();
+    for amount in 1..=5 {
+        let mut event =
+            kxp_api::NewEvent::new("payment.succeeded", &json!({"amount": amount})).unwrap();
+        if amount % 2 == 0 {
+            event = event.tags(["customer:cus_9"]);
+        }
+        let id = client.create_event(&event, None).await.unwrap().id;
+        if amount % 2 == 0 {
+            erased.push(id.into_string());
+        }
+    }
+    let erasure = client.create_erasure("customer:cus_9").await.unwrap();
+    while client.erasure(&erasure.id).await.unwrap().status != kxp_api::ErasureStatus::Done {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let base = format!("http://{}", server.addr());
+    let consumer = PullConsumer::new(&base, &endpoint, secret, store.clone())
+        .unwrap()
+        .with_wait(10)
+        .with_page_size(10);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut total = kxp_catchup::Polled::default();
+    while total.cursor < 5 {
+        let seen = seen.clone();
+        let polled = consumer
+            .poll(move |pulled: Pulled<Payment>| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(pulled.event.data().amount);
+                    Ok::<_, String>(())
+                }
+            })
+            .await
+            .unwrap();
+        total.processed += polled.processed;
+        total.gone += polled.gone;
+        total.cursor = polled.cursor;
+    }
+    assert_eq!((total.processed, total.gone), (3, 2));
+    assert_eq!(*seen.lock().unwrap(), vec![1, 3, 5]);
+    for id in &erased {
+        let record = store.record(id).await.unwrap().unwrap();
+        assert_eq!(record.status, kxp_dedup::EventStatus::Done);
+    }
+    server.shutdown().await;
+}
