@@ -48,7 +48,9 @@ use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transfor
 use actix_web::http::Method;
 use actix_web::{Error, HttpResponse, Responder};
 use futures_util::future::LocalBoxFuture;
-pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
+pub use kxp_catchup::{
+    CatchUp, CatchUpConfig, CatchUpError, Credential, FeedClient, Report, ThinEvents,
+};
 use kxp_catchup::{Loopback, Received};
 use kxp_receiver::{Receiver, RequestLog, VERIFIED_KEY_HEADER, verified_key_value};
 

@@ -45,12 +45,33 @@ use crate::extract::{VerifiedBody, WebhookRejection};
 #[derive(Debug, Clone)]
 pub struct VerifyMiddleware {
     receiver: Receiver,
+    #[cfg(feature = "catch-up")]
+    thin: Option<kxp_catchup::ThinEvents>,
 }
 
 impl VerifyMiddleware {
     /// A middleware checking requests with `receiver`'s secrets, limit and clock.
     pub fn new(receiver: Receiver) -> VerifyMiddleware {
-        VerifyMiddleware { receiver }
+        VerifyMiddleware {
+            receiver,
+            #[cfg(feature = "catch-up")]
+            thin: None,
+        }
+    }
+
+    /// Also takes thin deliveries (an endpoint with `"payload": "thin"`): once a thin notice
+    /// verifies, the full event is fetched from the sender with `thin`'s feed credential and
+    /// verified with the same receiver, and the handler gets it in the notice's place, so its
+    /// code is the same for thin and full endpoints. A fetch that fails answers 503 (the
+    /// sender retries), one that does not verify 502; an event whose payload the sender
+    /// erased (or that passed its retention) is answered 200 `{"outcome":"gone"}` without the
+    /// handler. Full deliveries pass as before.
+    #[cfg(feature = "catch-up")]
+    pub fn thin_events(self, thin: kxp_catchup::ThinEvents) -> VerifyMiddleware {
+        VerifyMiddleware {
+            thin: Some(thin),
+            ..self
+        }
     }
 
     /// A middleware whose secrets are the comma-separated list in the environment variable
@@ -74,7 +95,7 @@ where
     fn new_transform(&self, service: S) -> Self::Future {
         std::future::ready(Ok(VerifyService {
             service: Rc::new(service),
-            receiver: Rc::new(self.receiver.clone()),
+            config: Rc::new(self.clone()),
         }))
     }
 }
@@ -85,13 +106,13 @@ where
 /// request's future takes its own handle without atomic reference counting.
 pub struct VerifyService<S> {
     service: Rc<S>,
-    receiver: Rc<Receiver>,
+    config: Rc<VerifyMiddleware>,
 }
 
 impl<S> std::fmt::Debug for VerifyService<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VerifyService")
-            .field("receiver", &self.receiver)
+            .field("receiver", &self.config.receiver)
             .finish_non_exhaustive()
     }
 }
@@ -110,7 +131,7 @@ where
     fn call(&self, request: ServiceRequest) -> Self::Future {
         Box::pin(handle(
             Rc::clone(&self.service),
-            Rc::clone(&self.receiver),
+            Rc::clone(&self.config),
             request,
         ))
     }
@@ -118,12 +139,13 @@ where
 
 async fn handle<S, B>(
     service: Rc<S>,
-    receiver: Rc<Receiver>,
+    config: Rc<VerifyMiddleware>,
     mut request: ServiceRequest,
 ) -> Result<ServiceResponse<EitherBody<B>>, Error>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
 {
+    let receiver = &config.receiver;
     let log = RequestLog::start();
     if request.method() == Method::GET
         && let Some(token) = challenge_token(request.uri().query())
@@ -138,7 +160,7 @@ where
         return Ok(request.into_response(response).map_into_right_body());
     }
 
-    let body = match read_request(&receiver, &mut request).await {
+    let body = match read_request(receiver, &mut request).await {
         Ok(body) => body,
         Err(rejection) => {
             let response = reject(log, rejection);
@@ -156,6 +178,36 @@ where
     };
 
     let key = accepted.key_fingerprint();
+    #[cfg(feature = "catch-up")]
+    let (accepted, body) = match &config.thin {
+        None => (accepted, body),
+        Some(thin) => {
+            let endpoint = request
+                .headers()
+                .get(kxp_verify::ENDPOINT_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            match thin.resolve(receiver, endpoint.as_deref(), &accepted).await {
+                Ok(None) => (accepted, body),
+                Ok(Some(kxp_catchup::Resolved::Full(full))) => {
+                    let body = full.verified().get_ref().clone();
+                    (full, body)
+                }
+                // The sender no longer holds the payload: nothing to handle, now or later.
+                Ok(Some(kxp_catchup::Resolved::Gone(_))) => {
+                    log.finish(accepted.event_id(), "ok", "gone", 200);
+                    let response = HttpResponse::Ok()
+                        .content_type("application/json")
+                        .body(r#"{"outcome":"gone"}"#);
+                    return Ok(request.into_response(response).map_into_right_body());
+                }
+                Err(rejection) => {
+                    let response = reject(log, rejection);
+                    return Ok(request.into_response(response).map_into_right_body());
+                }
+            }
+        }
+    };
     let verified = VerifiedBody::new(accepted);
     let event_id = verified.shared_event_id();
     // Only now, once the signature verified: the handler joins the sender's trace.

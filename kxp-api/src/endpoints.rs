@@ -51,6 +51,29 @@ impl Default for EndpointMode {
 }
 
 string_enum! {
+    /// What an endpoint's deliveries carry.
+    pub enum PayloadMode {
+        /// The whole envelope, `data` included (the default).
+        Full = "full",
+        /// A thin notice, `{"id","type","api_version","created_at","thin":true}`, signed like
+        /// any delivery: the receiver fetches the full envelope with
+        /// `GET /v1/endpoints/{id}/events/{event_id}` (the feed's credentials), answered with
+        /// the signature headers a full delivery would carry. Less personal data travels and
+        /// sits in the receiver's logs; kxp-axum and kxp-actix fetch it for the handler
+        /// (`thin_events`). The catch-up feed serves thin items too. Push endpoints only.
+        Thin = "thin",
+    }
+}
+
+/// `full`: what an endpoint's deliveries carry unless told otherwise, and what a server that
+/// predates the setting sends.
+impl Default for PayloadMode {
+    fn default() -> PayloadMode {
+        PayloadMode::Full
+    }
+}
+
+string_enum! {
     /// The endpoint's circuit breaker.
     pub enum CircuitState {
         /// Deliveries flow.
@@ -207,6 +230,9 @@ pub struct Endpoint {
     /// has had no reader for a while.
     #[serde(default)]
     pub temporary: bool,
+    /// `full` (the envelope) or `thin` (a notice the receiver fetches the envelope for).
+    #[serde(default)]
+    pub payload: PayloadMode,
     /// Free text (empty when none was given).
     pub description: String,
     /// Exact event types, or prefixes ending in `*` (`["*"]` for every type).
@@ -314,6 +340,11 @@ pub struct NewEndpoint {
     /// its feed for a while (10 minutes by default). Push endpoints cannot be temporary.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub temporary: bool,
+    /// `full` (the default) or `thin`: deliveries carry only the event's id, type, version
+    /// and time, and the receiver fetches the envelope ([`PayloadMode::Thin`]). Push
+    /// endpoints only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<PayloadMode>,
     /// Exact types or prefixes ending in `*` (letters, digits, `.` `_` `-`); default `["*"]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_types: Option<Vec<String>>,
@@ -401,6 +432,7 @@ impl NewEndpoint {
             url: None,
             mode: Some(EndpointMode::Pull),
             temporary: false,
+            payload: None,
             event_types: None,
             filter: None,
             description: None,
@@ -504,6 +536,14 @@ pub struct EndpointPatch {
     )]
     #[schema(value_type = bool, required = false)]
     pub trace_propagation: Option<bool>,
+    /// `full` or `thin`, from the next attempt on (pending deliveries and retries included).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(value_type = PayloadMode, required = false)]
+    pub payload: Option<PayloadMode>,
     /// Replaces every custom header (values are write-only, so the whole set is sent again);
     /// `null` or `{}` removes them.
     #[serde(default, skip_serializing_if = "Patch::is_unchanged")]

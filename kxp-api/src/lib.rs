@@ -42,8 +42,9 @@ pub use deliveries::{Attempt, Delivery, DeliveryQuery, DeliveryStatus};
 pub use endpoints::{
     BulkReplay, CircuitState, DEFAULT_CONFIRMATIONS, Endpoint, EndpointCreated, EndpointDeleted,
     EndpointDetails, EndpointMode, EndpointPatch, EndpointStatus, EndpointUpdated, ExpireOld,
-    FilterTested, Format, MAX_CONFIRMATIONS, NewEndpoint, PublicKey, PublicKeys, ReceiverKey,
-    ReplayQueued, RotateSecret, Rotation, SecretRotated, SecretState, Signing, TestFilter,
+    FilterTested, Format, MAX_CONFIRMATIONS, NewEndpoint, PayloadMode, PublicKey, PublicKeys,
+    ReceiverKey, ReplayQueued, RotateSecret, Rotation, SecretRotated, SecretState, Signing,
+    TestFilter,
 };
 pub use erasures::{Erasure, ErasureStatus, NewErasure};
 pub use error::{ErrorBody, ErrorCode};

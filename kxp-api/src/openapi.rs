@@ -14,10 +14,10 @@ use crate::{
     FeedItem, FeedPage, FeedQuery, FeedToken, FilterTested, Format, GoneReason, HealthWindow,
     ListenToken, NewAccount, NewEndpoint, NewErasure, NewEvent, NewListenToken, NewPortalLink,
     Notification, NotificationChannel, NotificationId, NotificationKind, NotificationStatus, Page,
-    PageQuery, PayloadGone, PortalLink, PortalScope, PublicKey, PublicKeys, PullCursor, PullHealth,
-    RawJson, ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation, Schema, SchemaDeleted,
-    SchemaId, Secret, SecretRotated, SecretState, ServiceHealth, Signing, SourceHealth, TestFilter,
-    Timestamp,
+    PageQuery, PayloadGone, PayloadMode, PortalLink, PortalScope, PublicKey, PublicKeys,
+    PullCursor, PullHealth, RawJson, ReceiverKey, Redacted, ReplayQueued, RotateSecret, Rotation,
+    Schema, SchemaDeleted, SchemaId, Secret, SecretRotated, SecretState, ServiceHealth, Signing,
+    SourceHealth, TestFilter, Timestamp,
 };
 use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerCertificate};
 
@@ -34,7 +34,7 @@ use crate::{AccountId, CertificateRole, DeliveryId, ExpiringCertificate, ServerC
         AccountId, EndpointId, EventId, DeliveryId, NotificationId, SchemaId, ErasureId, Cursor,
         Timestamp, Secret, RawJson,
         Endpoint, EndpointCreated, NewEndpoint, EndpointPatch, EndpointUpdated, EndpointDeleted,
-        EndpointStatus, EndpointMode, Format,
+        EndpointStatus, EndpointMode, PayloadMode, Format,
         CircuitState, RotateSecret, SecretRotated, BulkReplay, ReplayQueued, TestFilter, FilterTested,
         EndpointDetails, SecretState, Rotation, ExpireOld, ReceiverKey, Signing, PublicKey,
         PublicKeys, EndpointAuth, EndpointAuthView, ClientAuth, Credential, Redacted,

@@ -49,7 +49,9 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use kxp_catchup::{BoxFuture, Deliver, Received};
-pub use kxp_catchup::{CatchUp, CatchUpConfig, CatchUpError, Credential, Report};
+pub use kxp_catchup::{
+    CatchUp, CatchUpConfig, CatchUpError, Credential, FeedClient, Report, ThinEvents,
+};
 use kxp_receiver::{RequestLog, VERIFIED_KEY_HEADER, verified_key_value};
 
 use crate::dedup::{Handled, Outcome};

@@ -49,12 +49,51 @@ use crate::extract::{VerifiedBody, WebhookRejection};
 #[derive(Debug, Clone)]
 pub struct VerifyLayer {
     receiver: Receiver,
+    #[cfg(feature = "catch-up")]
+    thin: Option<kxp_catchup::ThinEvents>,
 }
 
 impl VerifyLayer {
     /// A layer checking requests with `receiver`'s secrets, limit and clock.
     pub fn new(receiver: Receiver) -> VerifyLayer {
-        VerifyLayer { receiver }
+        VerifyLayer {
+            receiver,
+            #[cfg(feature = "catch-up")]
+            thin: None,
+        }
+    }
+
+    /// Also takes thin deliveries (an endpoint with `"payload": "thin"`): once a thin notice
+    /// verifies, the full event is fetched from the sender with `thin`'s feed credential and
+    /// verified with the same receiver, and the handler gets it in the notice's place, so its
+    /// code is the same for thin and full endpoints. A fetch that fails answers 503 (the
+    /// sender retries), one that does not verify 502; an event whose payload the sender
+    /// erased (or that passed its retention) is answered 200 `{"outcome":"gone"}` without the
+    /// handler. Full deliveries pass as before.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use kxp_axum::catch_up::{Credential, FeedClient, ThinEvents};
+    /// use kxp_axum::{Receiver, VerifyLayer};
+    /// use kxp_verify::{Secret, Verifier};
+    ///
+    /// let secret = std::env::var("KXP_WEBHOOK_SECRET")?;
+    /// let feed = FeedClient::new(
+    ///     "https://webhooks.platform.example",
+    ///     Credential::Secret(Secret::new(&secret)?),
+    /// )?;
+    /// let layer = VerifyLayer::new(Receiver::new(Verifier::from_secret_list(&secret)?))
+    ///     .thin_events(ThinEvents::new(feed));
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "catch-up")]
+    pub fn thin_events(self, thin: kxp_catchup::ThinEvents) -> VerifyLayer {
+        VerifyLayer {
+            thin: Some(thin),
+            ..self
+        }
     }
 
     /// A layer whose secrets are the comma-separated list in the environment variable `var`.
@@ -69,7 +108,7 @@ impl<S> Layer<S> for VerifyLayer {
     fn layer(&self, inner: S) -> Verify<S> {
         Verify {
             inner,
-            receiver: self.receiver.clone(),
+            layer: self.clone(),
         }
     }
 }
@@ -78,7 +117,7 @@ impl<S> Layer<S> for VerifyLayer {
 #[derive(Debug, Clone)]
 pub struct Verify<S> {
     inner: S,
-    receiver: Receiver,
+    layer: VerifyLayer,
 }
 
 impl<S> Service<Request> for Verify<S>
@@ -98,15 +137,15 @@ where
         // The clone is the ready one for this call (tower's "clone and swap" rule).
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let receiver = self.receiver.clone();
-        Box::pin(handle(inner, receiver, request))
+        Box::pin(handle(inner, self.layer.clone(), request))
     }
 }
 
-async fn handle<S>(mut inner: S, receiver: Receiver, request: Request) -> Result<Response, S::Error>
+async fn handle<S>(mut inner: S, layer: VerifyLayer, request: Request) -> Result<Response, S::Error>
 where
     S: Service<Request, Response = Response>,
 {
+    let receiver = &layer.receiver;
     let log = RequestLog::start();
     if request.method() == Method::GET
         && let Some(token) = challenge_token(request.uri().query())
@@ -120,7 +159,7 @@ where
         });
     }
 
-    let (parts, body) = match read_request(&receiver, request).await {
+    let (parts, body) = match read_request(receiver, request).await {
         Ok(read) => read,
         Err(rejection) => return Ok(reject(log, rejection)),
     };
@@ -131,6 +170,29 @@ where
     };
 
     let key = accepted.key_fingerprint();
+    #[cfg(feature = "catch-up")]
+    let (accepted, body) = match &layer.thin {
+        None => (accepted, body),
+        Some(thin) => {
+            let endpoint = parts
+                .headers
+                .get(kxp_verify::ENDPOINT_ID_HEADER)
+                .and_then(|v| v.to_str().ok());
+            match thin.resolve(receiver, endpoint, &accepted).await {
+                Ok(None) => (accepted, body),
+                Ok(Some(kxp_catchup::Resolved::Full(full))) => {
+                    let body = full.verified().get_ref().clone();
+                    (full, body)
+                }
+                // The sender no longer holds the payload: nothing to handle, now or later.
+                Ok(Some(kxp_catchup::Resolved::Gone(_))) => {
+                    log.finish(accepted.event_id(), "ok", "gone", 200);
+                    return Ok(gone_response());
+                }
+                Err(rejection) => return Ok(reject(log, rejection)),
+            }
+        }
+    };
     let verified = VerifiedBody::new(accepted);
     let event_id = verified.shared_event_id();
     // Only now, once the signature verified: the handler joins the sender's trace.
@@ -216,6 +278,16 @@ async fn read_body(
 pub(crate) fn reject(log: RequestLog, rejection: Rejection) -> Response {
     log.finish("", rejection.verification(), "rejected", rejection.status());
     WebhookRejection(rejection).into_response()
+}
+
+/// The answer to a thin delivery whose event the sender no longer holds: nothing to retry.
+#[cfg(feature = "catch-up")]
+fn gone_response() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"outcome":"gone"}"#,
+    )
+        .into_response()
 }
 
 fn challenge_response(token: &str) -> Response {

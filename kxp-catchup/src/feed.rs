@@ -73,6 +73,10 @@ pub enum FeedError {
     /// credentials).
     #[error("invalid_url: the sender URL does not parse: {0}")]
     InvalidUrl(String),
+    /// The event's payload is gone on the sender (410 `erased` or `expired`): there is
+    /// nothing to fetch, now or later.
+    #[error("gone: the event's payload was {0} on the sender")]
+    Gone(kxp_api::GoneReason),
 }
 
 impl FeedError {
@@ -86,6 +90,7 @@ impl FeedError {
             FeedError::Forged(_) => "forged",
             FeedError::InsecureUrl { .. } => "insecure_url",
             FeedError::InvalidUrl(_) => "invalid_url",
+            FeedError::Gone(_) => "gone",
         }
     }
 }
@@ -249,6 +254,51 @@ impl FeedClient {
         }
     }
 
+    /// The full event behind a thin delivery of the endpoint (`GET
+    /// /v1/endpoints/{id}/events/{event_id}`): its body and the signature headers a full
+    /// delivery would carry. Not verified here: verify them as a delivery, with the same
+    /// verifier ([`ThinEvents`](crate::ThinEvents) does). [`FeedError::Gone`] once the
+    /// sender erased the payload or it passed its retention.
+    pub async fn event(&self, endpoint_id: &str, event_id: &str) -> Result<Fetched, FeedError> {
+        checked_id(endpoint_id)?;
+        checked_id(event_id)?;
+        let target = format!("/v1/endpoints/{endpoint_id}/events/{event_id}");
+        let response = self
+            .request(reqwest::Method::GET, &target, Vec::new())
+            .send()
+            .await
+            .map_err(|e| FeedError::Transport(e.without_url().to_string()))?;
+        let status = response.status().as_u16();
+        let headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .filter_map(|(name, value)| {
+                Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+            })
+            .collect();
+        let retry_after = headers
+            .iter()
+            .find(|(name, _)| name == "retry-after")
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .map_or(Duration::from_secs(1), Duration::from_secs);
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| FeedError::Transport(e.without_url().to_string()))?
+            .to_vec();
+        match status {
+            200 => Ok(Fetched { headers, body }),
+            410 => match serde_json::from_slice::<ErrorBody>(&body).map(|e| e.error) {
+                Ok(kxp_api::ErrorCode::Erased) => Err(FeedError::Gone(kxp_api::GoneReason::Erased)),
+                Ok(kxp_api::ErrorCode::Expired) => {
+                    Err(FeedError::Gone(kxp_api::GoneReason::Expired))
+                }
+                _ => Err(refused(status, retry_after, &body)),
+            },
+            _ => Err(refused(status, retry_after, &body)),
+        }
+    }
+
     /// A request to the sender's `target`, with the credential: signed over the method, the
     /// target and the body (`kxp_verify::feed_request_message`), or with the token.
     fn request(
@@ -275,6 +325,25 @@ impl FeedClient {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body)
         }
+    }
+}
+
+/// The full event of a thin delivery, as fetched ([`FeedClient::event`]): unverified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The answer's headers (names in lowercase): the signature headers among them.
+    pub headers: Vec<(String, String)>,
+    /// The envelope, byte for byte as a full delivery carries it.
+    pub body: Vec<u8>,
+}
+
+impl Fetched {
+    /// The value of the header `name` (lowercase), as bytes; empty when absent.
+    pub fn header(&self, name: &str) -> &[u8] {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(&b""[..], |(_, v)| v.as_bytes())
     }
 }
 

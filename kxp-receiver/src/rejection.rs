@@ -34,6 +34,13 @@ pub enum Rejection {
     /// 500 `not_verified`: a handler asked for a verified event on a route without the
     /// verification middleware — a wiring mistake, reported instead of silently trusting input.
     NotVerified,
+    /// 503 `thin_fetch_failed`: a thin delivery verified, but the full event could not be
+    /// fetched from the sender (unreachable, rate limited, refused, or the delivery named no
+    /// endpoint): the sender retries the delivery. Says why, never the credential.
+    ThinFetchFailed(String),
+    /// 502 `thin_unverified`: the full event fetched for a thin delivery did not verify with
+    /// the receiver's secrets, or is another event than the notice's: refused, never handled.
+    ThinUnverified(String),
 }
 
 impl Rejection {
@@ -48,6 +55,8 @@ impl Rejection {
             | Rejection::Decryption(_)
             | Rejection::InvalidChallenge => 400,
             Rejection::NotVerified => 500,
+            Rejection::ThinUnverified(_) => 502,
+            Rejection::ThinFetchFailed(_) => 503,
         }
     }
 
@@ -62,6 +71,8 @@ impl Rejection {
             Rejection::Decryption(error) => error.code(),
             Rejection::InvalidChallenge => "invalid_challenge",
             Rejection::NotVerified => "not_verified",
+            Rejection::ThinFetchFailed(_) => "thin_fetch_failed",
+            Rejection::ThinUnverified(_) => "thin_unverified",
         }
     }
 
@@ -75,7 +86,11 @@ impl Rejection {
     pub fn verification(&self) -> &'static str {
         match self {
             Rejection::Signature(error) => error.kind().as_str(),
-            Rejection::Envelope(_) | Rejection::Decryption(_) | Rejection::NotVerified => "ok",
+            Rejection::Envelope(_)
+            | Rejection::Decryption(_)
+            | Rejection::NotVerified
+            | Rejection::ThinFetchFailed(_)
+            | Rejection::ThinUnverified(_) => "ok",
             Rejection::PayloadTooLarge { .. }
             | Rejection::BodyUnreadable
             | Rejection::LengthRequired
@@ -101,6 +116,12 @@ impl fmt::Display for Rejection {
             Rejection::NotVerified => f.write_str(
                 "not_verified: this route reads a verified event but has no verification middleware",
             ),
+            Rejection::ThinFetchFailed(why) => {
+                write!(f, "thin_fetch_failed: the full event of a thin delivery could not be fetched: {why}")
+            }
+            Rejection::ThinUnverified(why) => {
+                write!(f, "thin_unverified: the full event fetched for a thin delivery was refused: {why}")
+            }
         }
     }
 }

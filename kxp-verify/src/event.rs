@@ -139,9 +139,19 @@ struct EnvelopeWire<'a> {
     api_version: Cow<'a, str>,
     #[serde(borrow)]
     created_at: Cow<'a, str>,
-    // Present and well-formed, like `Event`'s, but not kept.
-    #[serde(rename = "data")]
-    _data: IgnoredAny,
+    // Present and well-formed, like `Event`'s, but not kept; absent only from a thin notice.
+    #[serde(rename = "data", default, deserialize_with = "present")]
+    data: Option<IgnoredAny>,
+    // `true` on a thin notice (`{"id","type","api_version","created_at","thin":true}`): an
+    // endpoint with `"payload": "thin"` is sent these, and the receiver fetches the event.
+    #[serde(default)]
+    thin: bool,
+}
+
+/// `Some` for a field that is there, `null` included (`None` is only the default of an
+/// absent one).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<IgnoredAny>, D::Error> {
+    IgnoredAny::deserialize(d).map(Some)
 }
 
 impl Envelope<'_> {
@@ -187,6 +197,12 @@ impl<'b> Verified<'b> {
     /// [`parse`](Verified::parse), borrowing instead of copying.
     pub fn envelope(&self) -> Result<Envelope<'b>, EnvelopeError> {
         let wire: EnvelopeWire<'b> = read(self.body())?;
+        if wire.data.is_none() && !wire.thin {
+            return Err(EnvelopeError::because(
+                EnvelopeErrorKind::InvalidEnvelope,
+                "missing field `data`",
+            ));
+        }
         check_id(&wire.id)?;
         Ok(Envelope {
             id: wire.id,

@@ -12,6 +12,7 @@ mod ordered;
 mod pull;
 mod scopes;
 mod stops;
+mod thin;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

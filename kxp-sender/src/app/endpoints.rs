@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kxp_api::{
     Credential, Endpoint, EndpointAuth, EndpointCreated, EndpointMode, EndpointPatch, EndpointTls,
-    NewEndpoint, Patch, Secret, Signing,
+    NewEndpoint, Patch, PayloadMode, Secret, Signing,
 };
 
 use super::checks::{
@@ -53,6 +53,8 @@ pub(crate) async fn register(
             "temporary: only a pull endpoint can be temporary".to_owned(),
         ));
     }
+    let payload_mode = new.payload.clone().unwrap_or_default();
+    check_payload_mode(&payload_mode)?;
     let rate_limit = new.rate_limit_per_second.map(i64::from);
     let url = match (&mode, &new.url) {
         (EndpointMode::Pull, _) => None,
@@ -105,6 +107,7 @@ pub(crate) async fn register(
                 url: url.as_ref().map_or("", reqwest::Url::as_str),
                 mode,
                 temporary: new.temporary,
+                payload_mode,
                 event_types: &event_types,
                 content_filter,
                 description: &description,
@@ -134,6 +137,15 @@ pub(crate) const MAX_TEMPORARY: u64 = 10;
 /// Refuses for a pull endpoint what only an HTTP attempt uses (a URL, a timeout, a rate limit,
 /// custom headers, `auth`, `tls`, encryption) and signing other than HMAC: its reader holds the
 /// secret it signs feed requests with, and verifies items with.
+/// A known payload mode: `full` or `thin`.
+fn check_payload_mode(mode: &PayloadMode) -> Result<(), Error> {
+    if mode.is_known() {
+        Ok(())
+    } else {
+        Err(Error::invalid("payload: full or thin"))
+    }
+}
+
 fn check_pull(new: &NewEndpoint) -> Result<(), Error> {
     let attempt_only = [
         ("url", new.url.is_some()),
@@ -143,6 +155,7 @@ fn check_pull(new: &NewEndpoint) -> Result<(), Error> {
         ("headers", new.headers.is_some()),
         ("auth", new.auth.is_some()),
         ("tls", new.tls.is_some()),
+        ("payload", new.payload == Some(PayloadMode::Thin)),
     ];
     if let Some((field, _)) = attempt_only.iter().find(|(_, given)| *given) {
         return Err(Error::Invalid(format!(
@@ -259,6 +272,9 @@ pub(crate) async fn change(
         .into_option()
         .map(|jwk| jwk.as_ref().map(check_encryption_jwk).transpose())
         .transpose()?;
+    if let Some(mode) = &patch.payload {
+        check_payload_mode(mode)?;
+    }
     let current = state.db.endpoint(&account.id, id).await?;
     if current.is_pull() {
         let attempt_only = [
@@ -269,6 +285,7 @@ pub(crate) async fn change(
             ("headers", !patch.headers.is_unchanged()),
             ("auth", !patch.auth.is_unchanged()),
             ("tls", !patch.tls.is_unchanged()),
+            ("payload", patch.payload == Some(PayloadMode::Thin)),
             (
                 "signing",
                 patch.signing.as_ref().is_some_and(|s| *s != Signing::Hmac),
@@ -344,6 +361,7 @@ pub(crate) async fn change(
         rate_limit_per_second: rate_limit,
         encryption_jwk,
         trace_propagation: patch.trace_propagation,
+        payload_mode: patch.payload.clone(),
         ..EndpointChanges::default()
     };
     if !new_credentials {

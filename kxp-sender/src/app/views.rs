@@ -34,6 +34,7 @@ impl From<Endpoint> for api::Endpoint {
             url: (!e.is_pull()).then_some(e.url),
             mode: e.mode,
             temporary: e.temporary,
+            payload: e.payload_mode,
             id: e.id,
             description: e.description,
             timeout_ms: unsigned(e.timeout_ms),

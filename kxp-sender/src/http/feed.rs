@@ -25,7 +25,7 @@ use super::errors::ApiQuery;
 use super::{ApiBody, ApiError, AppState, Authed, parse};
 use crate::engine::dispatch::signature_headers;
 use crate::engine::waiters::{self, Full};
-use crate::engine::worker::{open_secrets, sealed};
+use crate::engine::worker::{body, open_secrets};
 use crate::model::{EndpointId, Gone, Key, Material, READ_MARK_EVERY, random_hex_32, sha256_hex};
 use crate::store::{Committed, FeedRow, FeedSource};
 
@@ -81,7 +81,8 @@ pub(super) async fn feed(
             ));
         }
     };
-    let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, b"").await?;
+    let reader =
+        Reader::authenticate(&state, &id, &method, &uri, &headers, b"", Budget::Feed).await?;
     let (source, item_key) = (&reader.source, &reader.item_key);
     if source.is_pull() {
         mark_read(&state, source).await;
@@ -152,7 +153,8 @@ pub(super) async fn cursor(
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Json<PullCursor>, ApiError> {
-    let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, b"").await?;
+    let reader =
+        Reader::authenticate(&state, &id, &method, &uri, &headers, b"", Budget::Feed).await?;
     let source = reader.pulled()?;
     mark_read(&state, source).await;
     Ok(Json(PullCursor {
@@ -182,7 +184,8 @@ pub(super) async fn commit_cursor(
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<StatusCode, ApiError> {
-    let reader = Reader::authenticate(&state, &id, &method, &uri, &headers, &body).await?;
+    let reader =
+        Reader::authenticate(&state, &id, &method, &uri, &headers, &body, Budget::Feed).await?;
     let source = reader.pulled()?;
     let commit: CommitCursor = parse(&body)?;
     let sequence = i64::try_from(commit.sequence).map_err(|_| past(source))?;
@@ -215,23 +218,53 @@ fn past(source: &FeedSource) -> ApiError {
     ))
 }
 
+/// Thin events' fetches an endpoint may make per second, per process: one per thin delivery,
+/// each a read of one row, so far more than the feed's pages.
+pub(crate) const FETCH_RATE_LIMIT: u32 = 1000;
+
+/// Which of an endpoint's request budgets a request draws on.
+#[derive(Clone, Copy)]
+pub(super) enum Budget {
+    /// The feed and the cursor: [`FEED_RATE_LIMIT`] a second.
+    Feed,
+    /// Thin events' fetches: [`FETCH_RATE_LIMIT`] a second.
+    Fetch,
+}
+
+impl Budget {
+    fn limit(self) -> u32 {
+        match self {
+            Budget::Feed => FEED_RATE_LIMIT,
+            Budget::Fetch => FETCH_RATE_LIMIT,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Budget::Feed => "feed",
+            Budget::Fetch => "fetch",
+        }
+    }
+}
+
 /// A feed request authenticated with the endpoint's credential, within its rate limit.
-struct Reader {
-    source: FeedSource,
-    secrets: Vec<Material>,
+pub(super) struct Reader {
+    pub(super) source: FeedSource,
+    pub(super) secrets: Vec<Material>,
     item_key: Secret,
 }
 
 impl Reader {
     /// The endpoint `id`'s reader, when the request carries its credential ([`authenticated`])
-    /// and the endpoint's feed has taken fewer than [`FEED_RATE_LIMIT`] requests this second.
-    async fn authenticate(
+    /// and the endpoint has made fewer requests of the `budget` this second than it allows.
+    pub(super) async fn authenticate(
         state: &AppState,
         id: &EndpointId,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         body: &[u8],
+        budget: Budget,
     ) -> Result<Reader, ApiError> {
         let source = state.db.feed_source(id).await?;
         let secrets = source
@@ -254,15 +287,17 @@ impl Reader {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .try_take(
-                &format!("feed:{}", source.id),
-                Some(FEED_RATE_LIMIT),
+                &format!("{}:{}", budget.name(), source.id),
+                Some(budget.limit()),
                 crate::model::tokio_instant(),
             );
         if !granted {
             return Err(ApiError::new(
                 ErrorCode::RateLimited,
                 format!(
-                    "this endpoint's feed took more than {FEED_RATE_LIMIT} requests in the last second"
+                    "this endpoint took more than {} {} requests in the last second",
+                    budget.limit(),
+                    budget.name()
                 ),
             )
             .retry_after(1));
@@ -421,9 +456,13 @@ fn item(
         // sign.
         Some(gone) => (gone.marker(), BTreeMap::new()),
         None => {
-            let body = sealed(source.encryption_jwk.as_deref(), &row.payload)
-                .map_err(|e| unsendable(e.to_string()))?
-                .into_owned();
+            let body = body(
+                source.encryption_jwk.as_deref(),
+                source.is_thin(),
+                &row.payload,
+            )
+            .map_err(|e| unsendable(e.to_string()))?
+            .into_owned();
             let headers = signature_headers(row.event_id.as_str(), &body, secrets)
                 .map_err(|e| unsendable(e.to_string()))?
                 .into_iter()

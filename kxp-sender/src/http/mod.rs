@@ -34,6 +34,7 @@ mod openapi;
 mod pagination;
 mod portal_links;
 mod schemas;
+mod thin;
 
 pub(crate) use auth::Authed;
 pub(crate) use errors::ApiError;
@@ -86,6 +87,10 @@ pub(crate) fn app(state: AppState) -> Router {
         // Authenticated with the endpoint's own credential, not an API key: the merchant's
         // receiver reads it.
         .route("/v1/endpoints/{id}/feed", get(feed::feed))
+        .route(
+            "/v1/endpoints/{id}/events/{event_id}",
+            get(thin::fetch_event),
+        )
         .route(
             "/v1/endpoints/{id}/cursor",
             get(feed::cursor).put(feed::commit_cursor),

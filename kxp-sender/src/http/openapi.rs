@@ -12,7 +12,7 @@ use utoipa::openapi::{Ref, RefOr, Response as ApiResponse, ResponseBuilder};
 
 use super::{
     account, accounts, deliveries, endpoint_actions, endpoints, erasures, events, feed, health,
-    listen_tokens, notifications, portal_links, schemas,
+    listen_tokens, notifications, portal_links, schemas, thin,
 };
 
 #[derive(OpenApi)]
@@ -25,7 +25,7 @@ use super::{
         endpoint_actions::test_filter,
         endpoint_actions::public_key, endpoint_actions::jwks,
         health::endpoint_health, feed::feed, feed::cursor, feed::commit_cursor,
-        feed::create_feed_token, listen_tokens::create_listen_token,
+        feed::create_feed_token, thin::fetch_event, listen_tokens::create_listen_token,
         events::create_event, events::list_events, events::get_event,
         erasures::create_erasure, erasures::get_erasure,
         deliveries::event_deliveries, deliveries::list_deliveries,

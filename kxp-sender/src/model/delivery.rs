@@ -120,6 +120,9 @@ pub(crate) struct Job {
     /// The endpoint's custom headers and `auth` at the claim, as stored.
     #[sqlx(try_from = "String")]
     pub credentials: StoredCredentials,
+    /// Whether the endpoint takes thin notices ([`thin_notice`](crate::model::thin_notice))
+    /// rather than the envelope.
+    pub thin: bool,
     /// Set when the event may not be sent: `erased` (its payload was erased, or a running
     /// erasure covers it) or `expired` (its retention passed). The delivery then ends so,
     /// untried.

@@ -20,6 +20,9 @@ pub struct Endpoint {
     pub mode: kxp_api::EndpointMode,
     /// A pull endpoint of one `kxp listen` session, removed once no one reads it.
     pub temporary: bool,
+    /// `full`, or `thin`: its deliveries carry a notice, and its receiver fetches the event.
+    #[sqlx(try_from = "String")]
+    pub payload_mode: kxp_api::PayloadMode,
     /// The number a pull endpoint's reader committed last (0: none).
     pub pull_cursor: i64,
     /// When it did (Unix ms).
@@ -110,6 +113,8 @@ pub(crate) struct NewEndpoint<'a> {
     pub mode: kxp_api::EndpointMode,
     /// A `kxp listen` session's pull endpoint.
     pub temporary: bool,
+    /// `full` or `thin`.
+    pub payload_mode: kxp_api::PayloadMode,
     /// Subscribed types.
     pub event_types: &'a [String],
     /// The content filter, as compact JSON (an empty filter is `None`).
@@ -157,6 +162,8 @@ pub(crate) struct EndpointChanges {
     pub encryption_jwk: Option<Option<String>>,
     /// Send a `traceparent` with each attempt, or stop.
     pub trace_propagation: Option<bool>,
+    /// Send full envelopes or thin notices from now on.
+    pub payload_mode: Option<kxp_api::PayloadMode>,
     /// New credentials, sealed for the endpoint (both columns `None`: remove them).
     pub credentials: Option<super::SealedCredentials>,
     /// With `credentials`: the credentials they were merged onto, as stored (`None`: none);
@@ -176,6 +183,7 @@ impl EndpointChanges {
             && self.rate_limit_per_second.is_none()
             && self.encryption_jwk.is_none()
             && self.trace_propagation.is_none()
+            && self.payload_mode.is_none()
             && self.credentials.is_none()
     }
 }

@@ -203,3 +203,46 @@ pub(crate) struct EventFilter {
     /// of the previous page.
     pub before: Option<(i64, String)>,
 }
+
+/// The head of an envelope: what a thin notice carries of it.
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    event_type: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    api_version: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    created_at: std::borrow::Cow<'a, str>,
+}
+
+/// The thin notice a `thin` endpoint is sent for the envelope `payload`:
+/// `{"id","type","api_version","created_at","thin":true}`, the envelope's own values. `None`
+/// when `payload` is no envelope (never, for a stored event).
+pub(crate) fn thin_notice(payload: &str) -> Option<String> {
+    #[derive(serde::Serialize)]
+    struct Thin<'a> {
+        #[serde(flatten)]
+        head: Head<'a>,
+        thin: bool,
+    }
+    let head: Head<'_> = serde_json::from_str(payload).ok()?;
+    serde_json::to_string(&Thin { head, thin: true }).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thin_notice;
+
+    #[test]
+    fn a_thin_notice_is_the_envelopes_head_and_nothing_of_its_data() {
+        let envelope = r#"{"id":"6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62","type":"customer.updated","api_version":"2026-11-01","created_at":"2026-12-05T10:00:00Z","data":{"email":"a\u0040b.example"}}"#;
+        assert_eq!(
+            thin_notice(envelope).unwrap(),
+            r#"{"id":"6f1c2b0e-8d4a-4c1e-9f3b-7a1d2c4e5f62","type":"customer.updated","api_version":"2026-11-01","created_at":"2026-12-05T10:00:00Z","thin":true}"#
+        );
+        assert_eq!(thin_notice(""), None);
+        assert_eq!(thin_notice(r#"{"erased":true}"#), None);
+    }
+}

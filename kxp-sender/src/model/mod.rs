@@ -29,7 +29,9 @@ pub(crate) use endpoint::{
     ContentFilter, Created, Endpoint, EndpointChanges, EventTypes, HELD, LiveSecret, NewEndpoint,
     READ_MARK_EVERY, Rotated, Subscriber, UNREAD,
 };
-pub(crate) use event::{Event, EventFilter, EventListed, Gone, Ingest, Ingested, Trace};
+pub(crate) use event::{
+    Event, EventFilter, EventListed, Gone, Ingest, Ingested, Trace, thin_notice,
+};
 pub use failure::AttemptError;
 pub(crate) use failure::{Failure, FailureKind};
 pub(crate) use health::{EndpointHealth, Window};

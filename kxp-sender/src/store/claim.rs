@@ -417,7 +417,7 @@ fn job_select(from: &str, now: &str, account: Option<&str>) -> String {
            p.status AS endpoint_status, p.rate_limit_per_second, p.circuit_state, p.circuit_probe_id, \
            {} AS secrets, (p.confirm_secret_id IS NOT NULL) AS confirming, p.encryption_jwk, d.sequence, \
            e.traceparent, e.tracestate, p.trace_propagation, COALESCE(p.credentials, '') AS credentials, \
-           {} AS withheld \
+           (p.payload_mode = 'thin') AS thin, {} AS withheld \
          FROM {from} JOIN kxp_events e ON e.account_id = {e_account} AND e.id = d.event_id \
          JOIN kxp_endpoints p ON p.account_id = {p_account} AND p.id = d.endpoint_id",
         live_secrets(now, account.unwrap_or("p.account_id")),

@@ -49,6 +49,7 @@ impl Db {
                 url,
                 mode: kxp_api::EndpointMode::Push,
                 temporary: false,
+                payload_mode: kxp_api::PayloadMode::Full,
                 event_types,
                 content_filter: None,
                 description,
@@ -92,6 +93,7 @@ impl Db {
             url: new.url.to_owned(),
             mode: new.mode.clone(),
             temporary: new.temporary,
+            payload_mode: new.payload_mode.clone(),
             pull_cursor: 0,
             pull_cursor_at: None,
             pull_read_at: None,
@@ -131,8 +133,8 @@ impl Db {
             sqlx::query(
                 "INSERT INTO kxp_endpoints (id, account_id, url, description, event_types, timeout_ms, status, \
                  api_version, rate_limit_per_second, created_at, updated_at, signing, format, encryption_jwk, trace_propagation, \
-                 credentials, credentials_view, content_filter, mode, temporary) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+                 credentials, credentials_view, content_filter, mode, temporary, payload_mode) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
             )
             .bind(&endpoint.id)
             .bind(&endpoint.account_id)
@@ -154,6 +156,7 @@ impl Db {
             .bind(&endpoint.content_filter)
             .bind(endpoint.mode.as_str())
             .bind(endpoint.temporary)
+            .bind(endpoint.payload_mode.as_str())
             .execute(&mut *tx)
             .await?;
             sqlx::query(
@@ -300,6 +303,10 @@ impl Db {
             if let Some(propagate) = changes.trace_propagation {
                 sets.push("trace_propagation = ")
                     .push_bind_unseparated(propagate);
+            }
+            if let Some(mode) = &changes.payload_mode {
+                sets.push("payload_mode = ")
+                    .push_bind_unseparated(mode.as_str().to_owned());
             }
             if let Some(credentials) = &changes.credentials {
                 sets.push("credentials = ")

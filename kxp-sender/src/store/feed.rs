@@ -34,6 +34,9 @@ pub(crate) struct FeedSource {
     /// `push` or `pull`.
     #[sqlx(try_from = "String")]
     pub mode: kxp_api::EndpointMode,
+    /// `full` or `thin`: a thin endpoint's items carry the thin notice, as its deliveries do.
+    #[sqlx(try_from = "String")]
+    pub payload_mode: kxp_api::PayloadMode,
     /// A pull endpoint's committed cursor (0: none).
     pub pull_cursor: i64,
     /// When a pull endpoint's cursor was last committed (Unix ms).
@@ -46,6 +49,11 @@ impl FeedSource {
     /// Whether its receiver reads the feed rather than being sent deliveries.
     pub(crate) fn is_pull(&self) -> bool {
         self.mode == kxp_api::EndpointMode::Pull
+    }
+
+    /// Whether its deliveries (and items) carry thin notices.
+    pub(crate) fn is_thin(&self) -> bool {
+        self.payload_mode == kxp_api::PayloadMode::Thin
     }
 }
 
@@ -83,7 +91,7 @@ static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT p.id, p.account_id, COALESCE((SELECT s.next_sequence FROM kxp_sequences s \
            WHERE s.account_id = p.account_id AND s.endpoint_id = p.id), 1) - 1 AS latest, \
-         p.encryption_jwk, p.feed_token_hash, {} AS secrets, p.mode, p.pull_cursor, p.pull_cursor_at, p.pull_read_at \
+         p.encryption_jwk, p.feed_token_hash, {} AS secrets, p.mode, p.payload_mode, p.pull_cursor, p.pull_cursor_at, p.pull_read_at \
          FROM kxp_endpoints p WHERE p.account_id = $3 AND p.id = $1 AND p.status <> 'deleted'",
         live_secrets("$2", "p.account_id")
     )
@@ -101,7 +109,49 @@ static ROWS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// An event delivered to an endpoint, for a thin event's fetch: `$1` the account, `$2` the
+/// endpoint, `$3` the event, `$4` now.
+static DELIVERED_EVENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT e.event_type, e.payload, {} AS withheld FROM kxp_events e \
+         WHERE e.account_id = $1 AND e.id = $3 AND EXISTS (SELECT 1 FROM kxp_deliveries d \
+           WHERE d.account_id = $1 AND d.endpoint_id = $2 AND d.event_id = $3)",
+        withheld("$4", "$1")
+    )
+});
+
+/// What a thin event's fetch reads: the event's envelope, unless it may not be served.
+#[derive(Debug, Clone, FromRow)]
+pub(crate) struct DeliveredEvent {
+    /// Its type.
+    pub event_type: String,
+    /// The envelope bytes.
+    pub payload: String,
+    /// `erased` or `expired`, when the payload may not be served ([`crate::model::Gone`]).
+    pub withheld: Option<String>,
+}
+
 impl Db {
+    /// The event `event_id`, when it has a delivery to the endpoint of `source` (an endpoint's
+    /// credential reads its own events, not its account's): for `GET
+    /// /v1/endpoints/{id}/events/{event_id}`.
+    pub(crate) async fn delivered_event(
+        &self,
+        source: &FeedSource,
+        event_id: &EventId,
+    ) -> Result<DeliveredEvent, StoreError> {
+        on_db!(self, |pool| {
+            sqlx::query_as::<_, DeliveredEvent>(DELIVERED_EVENT.as_str())
+                .bind(&source.account_id)
+                .bind(&source.id)
+                .bind(event_id)
+                .bind(now_ms())
+                .fetch_optional(pool)
+                .await?
+        })
+        .ok_or(StoreError::NotFound)
+    }
+
     /// The endpoint `id` (of whichever account: the feed authenticates with the endpoint's
     /// own credential, and its account is looked up by its id), unless it does not exist or
     /// was deleted.

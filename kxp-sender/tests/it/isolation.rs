@@ -215,6 +215,7 @@ const PUBLIC: &[&str] = &[
 /// tests.
 const ENDPOINT_CREDENTIAL: &[&str] = &[
     "GET /v1/endpoints/{id}/feed",
+    "GET /v1/endpoints/{id}/events/{event_id}",
     "GET /v1/endpoints/{id}/cursor",
     "PUT /v1/endpoints/{id}/cursor",
 ];

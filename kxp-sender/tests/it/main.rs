@@ -78,5 +78,6 @@ mod sealed_secrets;
 mod sequence;
 mod standard_webhooks;
 mod support;
+mod thin;
 mod tracing;
 mod upgrade;

@@ -159,3 +159,31 @@ fn the_borrowed_envelope_reads_what_parse_reads_and_copies_only_escapes() {
         "the unescaped id cannot point into the body"
     );
 }
+
+#[test]
+fn only_a_thin_notice_may_leave_out_data_and_it_never_parses_as_an_event() {
+    let verify = |body: &[u8]| {
+        let header = Signer::new(Secret::new(SECRET).unwrap())
+            .sign(NOW, body)
+            .to_string();
+        let verifier = Verifier::new(Secret::new(SECRET).unwrap());
+        let verified = verifier.verify(&header, body, NOW).unwrap();
+        (
+            verified.envelope().map(|e| e.id().to_owned()),
+            verified.parse::<serde_json::Value>().is_ok(),
+        )
+    };
+    let thin = br#"{"id":"e","type":"t","api_version":"v","created_at":"c","thin":true}"#;
+    assert_eq!(verify(thin), (Ok("e".to_owned()), false));
+    for body in [
+        &br#"{"id":"e","type":"t","api_version":"v","created_at":"c","thin":false}"#[..],
+        br#"{"id":"e","type":"t","api_version":"v","created_at":"c"}"#,
+    ] {
+        let (envelope, parsed) = verify(body);
+        assert_eq!(
+            envelope.unwrap_err().kind(),
+            EnvelopeErrorKind::InvalidEnvelope
+        );
+        assert!(!parsed);
+    }
+}

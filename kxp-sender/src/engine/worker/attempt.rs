@@ -17,6 +17,7 @@ use crate::engine::traces;
 use crate::model::{
     AttemptError, AttemptRecord, ED25519_PREFIX, EndpointId, EndpointKey, Failure, FailureKind,
     FinishAttempt, Finished, Job, KeyCheck, Material, NextState, Secrets, Transition, ms, now_ms,
+    thin_notice,
 };
 use crate::policy::concurrency::Signal;
 use crate::policy::schedule::AfterFailure;
@@ -71,6 +72,25 @@ pub(crate) fn sealed<'p>(
     kxp_jwe::seal_envelope(&key, payload)
         .map(Into::into)
         .map_err(|e| failed(e.to_string()))
+}
+
+/// What an attempt (or a feed item) carries for the envelope `payload`: the thin notice, for an
+/// endpoint that takes them (nothing of `data` in it, so nothing to seal), else
+/// [`sealed`]'s.
+pub(crate) fn body<'p>(
+    jwk: Option<&str>,
+    thin: bool,
+    payload: &'p str,
+) -> Result<std::borrow::Cow<'p, str>, Failure> {
+    if !thin {
+        return sealed(jwk, payload);
+    }
+    thin_notice(payload).map(Into::into).ok_or_else(|| {
+        Failure::new(
+            FailureKind::InvalidHeader,
+            "the stored event is no envelope: no thin notice can be made of it",
+        )
+    })
 }
 
 /// The fingerprints of the secrets (and keys) an attempt is signed with, in their order.
@@ -213,7 +233,7 @@ async fn send(
         Ok(presented) => presented,
         Err(failure) => return (Outcome::Failed(failure), started.elapsed(), None),
     };
-    match sealed(job.encryption_jwk.as_deref(), &job.payload) {
+    match body(job.encryption_jwk.as_deref(), job.thin, &job.payload) {
         Ok(payload) => {
             let request = dispatch::Request {
                 url: &job.url,

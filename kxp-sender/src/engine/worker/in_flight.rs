@@ -296,6 +296,7 @@ mod tests {
             tracestate: None,
             trace_propagation: true,
             credentials: Default::default(),
+            thin: false,
             withheld: None,
         }
     }

@@ -45,7 +45,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub(crate) use self::attempt::{open_secrets, sealed};
+pub(crate) use self::attempt::{body, open_secrets, sealed};
 use self::in_flight::{Done, InFlight};
 use self::plan::Plan;
 use self::sequencer::{AbortOnDrop, number};
