@@ -178,6 +178,7 @@ pub struct PublicKeys {
     "url": "https://merchant.example/webhooks",
     "mode": "push",
     "temporary": false,
+    "payload": "full",
     "description": "orders service",
     "event_types": ["payment.*"],
     "filter": {"data.amount": {"$gte": 10000}, "data.currency": {"$in": ["EUR", "USD"]}},

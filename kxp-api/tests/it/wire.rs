@@ -21,6 +21,7 @@ fn endpoint_json() -> Value {
         "url": "http://127.0.0.1:4000/hook",
         "mode": "push",
         "temporary": false,
+        "payload": "full",
         "description": "",
         "event_types": ["*"],
         "filter": null,
