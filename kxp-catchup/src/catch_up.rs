@@ -613,7 +613,11 @@ impl CatchUp {
                     if settled {
                         report.gone += 1;
                     } else {
+                        // Someone holds it right now: its key's later events wait behind it.
                         report.waiting += 1;
+                        if let Some(key) = key {
+                            blocked.insert(key.to_owned());
+                        }
                     }
                     settled
                 } else if store

@@ -75,9 +75,11 @@ pub(crate) async fn test_filter(
     })
 }
 
-/// The ids of the events of `page` that `filter` takes, in the page's order.
+/// The ids of the events of `page` that `filter` takes, in the page's order. An event whose
+/// payload is gone (or going) is taken by none: its content is no one's to test any more.
 fn taken(filter: &ContentFilter, page: Vec<(Event, Vec<String>)>) -> Vec<EventId> {
     page.into_iter()
+        .filter(|(event, _)| event.gone().is_none())
         .filter(|(event, tags)| {
             // The envelope as stored: `data` as the producer sent it, `created_at` as sent.
             let envelope: Option<Value> = serde_json::from_str(&event.payload).ok();

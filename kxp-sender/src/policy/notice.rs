@@ -153,8 +153,8 @@ pub(crate) fn email_text(n: &Notification) -> (String, String) {
                      dead-letter retention and will be deleted from {at}.\n\n\
                      Replay the ones you still want before then (POST \
                      /v1/endpoints/{id}/replay with status=dead, or the console's dead-letter \
-                     queue). After that their events are still in the endpoint's catch-up feed \
-                     until the server's retention removes them.\n",
+                     queue). Deleted, they leave the endpoint's catch-up feed too: a reader \
+                     that has not read them by then finds them purged.\n",
                     count = dead["count"].as_u64().unwrap_or(0),
                     id = n.endpoint_id,
                     at = dead["delete_after"].as_str().unwrap_or("-"),

@@ -13,6 +13,7 @@
 pub(super) mod recording;
 
 use std::future::Future;
+use std::sync::LazyLock;
 
 use crate::model::{
     AccountId, DeliveryId, Endpoint, EndpointId, Event, EventId, Ingest, Subscriber,
@@ -203,8 +204,12 @@ pub(crate) trait Backend: sqlx::Database + sealed::Sealed + RecordingSql {
 /// account's shard (`store/citus_plans.rs` checks the plans).
 ///
 /// The account's event with idempotency key `$2`.
-pub(crate) const EVENT_BY_KEY: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
-     FROM kxp_events WHERE account_id = $1 AND idempotency_key = $2";
+pub(crate) static EVENT_BY_KEY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM kxp_events e WHERE e.account_id = $1 AND e.idempotency_key = $2",
+        crate::store::events::event_columns("$3", "$1")
+    )
+});
 
 /// A new event.
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO kxp_events (id, account_id, event_type, api_version, payload, created_at, idempotency_key, request_hash, ordering_key, traceparent, tracestate, payload_expires_at) \
@@ -245,9 +250,10 @@ macro_rules! backend {
                 account_id: &AccountId,
                 key: &str,
             ) -> Result<Option<Event>, sqlx::Error> {
-                sqlx::query_as::<_, Event>(EVENT_BY_KEY)
+                sqlx::query_as::<_, Event>(EVENT_BY_KEY.as_str())
                 .bind(account_id)
                 .bind(key)
+                .bind(crate::model::now_ms())
                 .fetch_optional(&mut *conn)
                 .await
             }
@@ -257,9 +263,10 @@ macro_rules! backend {
                 account_id: &AccountId,
                 id: &EventId,
             ) -> Result<Option<Event>, sqlx::Error> {
-                sqlx::query_as::<_, Event>(crate::store::events::EVENT_BY_ID)
+                sqlx::query_as::<_, Event>(crate::store::events::EVENT_BY_ID.as_str())
                     .bind(account_id)
                     .bind(id)
+                    .bind(crate::model::now_ms())
                     .fetch_optional(&mut *conn)
                     .await
             }

@@ -165,8 +165,8 @@ fn hot() -> Vec<(&'static str, String, Vec<String>)> {
         ),
         (
             "ingest: the event of an idempotency key",
-            backend::EVENT_BY_KEY.to_owned(),
-            vec![one(), text("key-1")],
+            backend::EVENT_BY_KEY.clone(),
+            vec![one(), text("key-1"), NOW.into()],
         ),
         (
             "ingest: the schema revision",
@@ -193,6 +193,7 @@ fn hot() -> Vec<(&'static str, String, Vec<String>)> {
                 "NULL::text".into(),
                 "NULL::text".into(),
                 "NULL::text".into(),
+                "NULL::bigint".into(),
             ],
         ),
         (

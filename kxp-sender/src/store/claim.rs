@@ -197,18 +197,35 @@ impl Db {
         owner: &str,
         gone: Gone,
     ) -> Result<(), StoreError> {
-        on_db!(self, |pool| {
-            sqlx::query(
+        let now = now_ms();
+        on_db!(self, |pool, DB| {
+            let mut tx = pool.begin_with(DB::BEGIN).await?;
+            let ended = sqlx::query(
                 "UPDATE kxp_deliveries SET status = $5, lease_until = NULL, lease_owner = NULL, updated_at = $1 \
                  WHERE account_id = $4 AND id = $2 AND lease_owner = $3 AND status = 'delivering'",
             )
-            .bind(now_ms())
+            .bind(now)
             .bind(delivery_id)
             .bind(owner)
             .bind(account_id)
             .bind(gone.as_str())
-            .execute(pool)
-            .await?;
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if ended == 1 {
+                // A half-open circuit's probe that ends so opens the circuit again: the probe
+                // release then picks another delivery, or the endpoint would wait for good.
+                sqlx::query(
+                    "UPDATE kxp_endpoints SET circuit_state = 'open', circuit_probe_id = NULL, circuit_probe_at = $3 \
+                     WHERE account_id = $1 AND circuit_state = 'half_open' AND circuit_probe_id = $2",
+                )
+                .bind(account_id)
+                .bind(delivery_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
         });
         Ok(())
     }
@@ -434,7 +451,7 @@ fn job_select(from: &str, now: &str, account: Option<&str>) -> String {
 ///
 /// `account` as [`live_secrets`]'s: `e.account_id`, or the parameter naming the one account
 /// (on Citus a subquery correlated by a column is refused beside the claim's `WITH`).
-pub(super) fn withheld(now: &str, account: &str) -> String {
+pub(crate) fn withheld(now: &str, account: &str) -> String {
     format!(
         "CASE WHEN e.payload_gone IS NOT NULL THEN e.payload_gone \
            WHEN e.payload_expires_at <= {now} THEN 'expired' \

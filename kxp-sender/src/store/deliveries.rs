@@ -1,10 +1,12 @@
 //! The API's side of `kxp_deliveries` and `kxp_attempts`: listing, reading and replaying.
 
+use std::collections::HashMap;
+
 use sqlx::{Pool, QueryBuilder};
 
 use crate::model::{
     AccountId, Attempt, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, Endpoint, EndpointId,
-    EndpointStatus, EventId, database_offset, new_delivery_id, now_ms,
+    EndpointStatus, EventId, Gone, database_offset, new_delivery_id, now_ms,
 };
 use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
@@ -170,17 +172,25 @@ impl Db {
     ) -> Result<Delivery, StoreError> {
         let old = self.delivery(account_id, delivery_id).await?;
         let gone = match old.status {
-            DeliveryStatus::Erased => Some(super::StoreConflict::Erased),
-            DeliveryStatus::Expired => Some(super::StoreConflict::Expired),
-            _ => None,
+            DeliveryStatus::Erased => Some(Gone::Erased),
+            DeliveryStatus::Expired => Some(Gone::Expired),
+            _ => self
+                .gone_events(account_id, &[old.event_id.as_str()])
+                .await?
+                .into_iter()
+                .next()
+                .map(|(_, gone)| gone),
         };
-        if let Some(kind) = gone {
+        if let Some(gone) = gone {
+            let kind = match gone {
+                Gone::Erased => super::StoreConflict::Erased,
+                Gone::Expired => super::StoreConflict::Expired,
+            };
             return Err(StoreError::Conflict {
                 kind,
                 message: format!(
-                    "delivery {delivery_id} ended {}: its event's payload is gone, so it cannot \
-                     be sent again",
-                    old.status
+                    "delivery {delivery_id}'s event's payload is {}: it cannot be sent again",
+                    gone.as_str()
                 ),
             });
         }
@@ -220,6 +230,13 @@ impl Db {
                 .await?;
             let Some(last) = page.last() else { break };
             cursor = Some(last.id.to_string());
+            // Deliveries whose event's payload is gone, or going, are not sent again.
+            let ids: Vec<&str> = page.iter().map(|d| d.event_id.as_str()).collect();
+            let gone = self.gone_events(account_id, &ids).await?;
+            let page: Vec<Delivery> = page
+                .into_iter()
+                .filter(|d| !gone.contains_key(d.event_id.as_str()))
+                .collect();
             // Never before `start`, even if the clock steps back: the snapshot excludes these.
             let now = now_ms().max(start);
             queued += on_db!(self, |pool| replay_page(
@@ -232,6 +249,42 @@ impl Db {
             .await?);
         }
         Ok(queued)
+    }
+}
+
+impl Db {
+    /// Which of the account's events `ids` have a payload that is gone or going (past its
+    /// retention, or covered by a running erasure), and why.
+    async fn gone_events(
+        &self,
+        account_id: &AccountId,
+        ids: &[&str],
+    ) -> Result<HashMap<String, Gone>, StoreError> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let list = match self {
+            Db::Sqlite(_) => "(SELECT value FROM json_each($2))",
+            Db::Postgres(_) | Db::Citus(_) => "(SELECT jsonb_array_elements_text($2::jsonb))",
+        };
+        let sql = format!(
+            "SELECT e.id, {} AS gone FROM kxp_events e WHERE e.account_id = $1 AND e.id IN {list}",
+            crate::store::claim::withheld("$3", "$1")
+        );
+        let ids = serde_json::to_string(ids)
+            .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
+        let rows: Vec<(String, Option<String>)> = on_db!(self, |pool| {
+            sqlx::query_as(&sql)
+                .bind(account_id)
+                .bind(&ids)
+                .bind(now_ms())
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, gone)| Some((id, Gone::parse(gone.as_deref())?)))
+            .collect())
     }
 }
 

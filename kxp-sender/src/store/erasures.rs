@@ -55,9 +55,17 @@ pub(crate) struct ErasureRow {
 
 const COLUMNS: &str = "id, account_id, tag, status, events, actor_kind, actor_id, actor_name, via, created_at, finished_at";
 
-/// The deliveries that end when their event's payload goes: every one not delivered yet.
+/// The deliveries that end when their event's payload goes: every one not delivered yet, but a
+/// pull endpoint's `unread` ones: those stay in its reader's way (the feed serves the marker in
+/// their place) until the cursor passes them, so retention never takes a number from under a
+/// reader that has not read it.
 const UNFINISHED: &str =
-    "(status IN ('pending', 'delivering', 'unread') OR (status = 'dead' AND replayed_by IS NULL))";
+    "(status IN ('pending', 'delivering') OR (status = 'dead' AND replayed_by IS NULL))";
+
+/// How long after an erasure was accepted it stays `running` at the least: an ingestion that
+/// stamped an event before the erasure but committed after it (PostgreSQL) is still erased by
+/// a later batch, and its deliveries are refused meanwhile.
+pub(crate) const SETTLE_MS: i64 = 5_000;
 
 /// The event ids of a batch, `$2` (a JSON array), as each database reads one.
 fn batch_ids(db: &Db) -> &'static str {
@@ -68,9 +76,12 @@ fn batch_ids(db: &Db) -> &'static str {
 }
 
 /// The statements that make the payloads of a batch's events gone (`$1` the account, `$2` the
-/// events): the deliveries not delivered end (`$3` their status, `$4` now), the snippets go,
-/// and the payloads (`$3` the reason, `$4` the erasure, if one).
+/// events): a half-open circuit whose probe is one of their deliveries opens again (`$3` now,
+/// the probe's time: another pending delivery is released as the probe, or the circuit would
+/// wait on a probe that never comes), the deliveries not delivered end (`$3` their status, `$4`
+/// now), the snippets go, and the payloads (`$3` the reason, `$4` the erasure, if one).
 struct GoneStatements {
+    probes: String,
     deliveries: String,
     snippets: String,
     events: String,
@@ -80,6 +91,11 @@ impl GoneStatements {
     fn of(db: &Db) -> GoneStatements {
         let ids = batch_ids(db);
         GoneStatements {
+            probes: format!(
+                "UPDATE kxp_endpoints SET circuit_state = 'open', circuit_probe_id = NULL, circuit_probe_at = $3 \
+                 WHERE account_id = $1 AND circuit_state = 'half_open' AND circuit_probe_id IN \
+                 (SELECT id FROM kxp_deliveries WHERE account_id = $1 AND event_id IN {ids})"
+            ),
             deliveries: format!(
                 "UPDATE kxp_deliveries SET status = $3, lease_until = NULL, lease_owner = NULL, updated_at = $4 \
                  WHERE account_id = $1 AND event_id IN {ids} AND {UNFINISHED}"
@@ -95,6 +111,16 @@ impl GoneStatements {
             ),
         }
     }
+}
+
+/// What a batch took.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taken {
+    /// The events whose payload it erased.
+    pub events: u64,
+    /// Whether it finished its erasure: it found no event left, [`SETTLE_MS`] after the
+    /// erasure was accepted.
+    pub done: bool,
 }
 
 /// Which events a batch is.
@@ -208,26 +234,16 @@ impl Db {
         Ok(rows)
     }
 
-    /// Erases the next batch of the erasure's events; answers how many it erased (fewer than
-    /// [`BATCH`]: the erasure has no event left, and is marked done).
-    pub(crate) async fn erase_batch(&self, erasure: &ErasureRow) -> Result<u64, StoreError> {
-        let erased = self
-            .gone_batch(&erasure.account_id, Batch::Erasure(erasure))
-            .await?;
-        if erased < BATCH {
-            on_db!(self, |pool| {
-                sqlx::query(
-                    "UPDATE kxp_erasures SET status = 'done', finished_at = $3 \
-                     WHERE account_id = $1 AND id = $2 AND status = 'running'",
-                )
-                .bind(&erasure.account_id)
-                .bind(&erasure.id)
-                .bind(now_ms())
-                .execute(pool)
-                .await?;
-            });
-        }
-        Ok(erased)
+    /// Erases the next batch of the erasure's events: what it took, or `None` when
+    /// another process is running a batch of it right now (or it is done): leave it to that
+    /// one. Fewer than [`BATCH`]: it has no event left for now; once [`SETTLE_MS`] have passed
+    /// since it was accepted, that batch also marks it done, in the same transaction.
+    pub(crate) async fn erase_batch(
+        &self,
+        erasure: &ErasureRow,
+    ) -> Result<Option<Taken>, StoreError> {
+        self.gone_batch(&erasure.account_id, Batch::Erasure(erasure))
+            .await
     }
 
     /// Makes the payloads whose retention passed by `now` gone, in batches; of one account
@@ -262,80 +278,154 @@ impl Db {
                 by_account.entry(account_id).or_default().push(id);
             }
             for (account_id, ids) in by_account {
-                total += self.gone_batch(&account_id, Batch::Expired(ids)).await?;
+                total += self
+                    .gone_batch(&account_id, Batch::Expired(ids))
+                    .await?
+                    .map_or(0, |taken| taken.events);
             }
             if found < BATCH as usize {
+                if total > 0 {
+                    self.checkpoint_erased().await?;
+                }
                 return Ok(total);
             }
         }
     }
 
-    /// One batch, in one transaction: answers how many events it took.
+    /// One batch, in one transaction: answers how many events it took, or `None` for an
+    /// erasure another process holds (or that is done). On SQLite the transaction runs with
+    /// `secure_delete` on, so the bytes its updates free are zeroed in the file rather than
+    /// left in its free space (the WAL's old pages go at the next truncating checkpoint,
+    /// which an erasure's last batch and each expiry pass run).
     async fn gone_batch(
         &self,
         account_id: &AccountId,
         batch: Batch<'_>,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<Option<Taken>, StoreError> {
         let statements = GoneStatements::of(self);
+        let sqlite = matches!(self, Db::Sqlite(_));
+        // One batch of an erasure at a time, whichever process runs it: the others skip it.
+        let lock = if sqlite {
+            ""
+        } else {
+            " FOR UPDATE SKIP LOCKED"
+        };
         let now = now_ms();
         let (gone, erasure) = match &batch {
-            Batch::Erasure(erasure) => (Gone::Erased, Some(&erasure.id)),
+            Batch::Erasure(erasure) => (Gone::Erased, Some(*erasure)),
             Batch::Expired(_) => (Gone::Expired, None),
         };
         Ok(on_db!(self, |pool, DB| {
-            let mut tx = pool.begin_with(DB::BEGIN).await?;
-            let ids: Vec<String> = match batch {
-                Batch::Erasure(erasure) => {
-                    sqlx::query_scalar(
-                        "DELETE FROM kxp_event_tags WHERE account_id = $1 AND tag = $2 AND event_id IN \
-                         (SELECT event_id FROM kxp_event_tags WHERE account_id = $1 AND tag = $2 AND created_at <= $3 LIMIT $4) \
-                         RETURNING event_id",
+            let mut conn = pool.acquire().await?;
+            if sqlite {
+                sqlx::query("PRAGMA secure_delete = ON")
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            let outcome: Result<Option<Taken>, StoreError> = async {
+                let mut tx = sqlx::Connection::begin_with(&mut *conn, DB::BEGIN).await?;
+                if let Some(erasure) = erasure {
+                    let held: Option<i64> = sqlx::query_scalar(&format!(
+                        "SELECT events FROM kxp_erasures WHERE account_id = $1 AND id = $2 AND status = 'running'{lock}"
+                    ))
+                    .bind(account_id)
+                    .bind(&erasure.id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if held.is_none() {
+                        return Ok(None);
+                    }
+                }
+                let ids: Vec<String> = match &batch {
+                    Batch::Erasure(erasure) => {
+                        sqlx::query_scalar(
+                            "DELETE FROM kxp_event_tags WHERE account_id = $1 AND tag = $2 AND event_id IN \
+                             (SELECT event_id FROM kxp_event_tags WHERE account_id = $1 AND tag = $2 AND created_at <= $3 LIMIT $4) \
+                             RETURNING event_id",
+                        )
+                        .bind(account_id)
+                        .bind(&erasure.tag)
+                        .bind(erasure.created_at)
+                        .bind(BATCH as i64)
+                        .fetch_all(&mut *tx)
+                        .await?
+                    }
+                    Batch::Expired(ids) => ids.clone(),
+                };
+                let taken = ids.len() as u64;
+                if taken > 0 {
+                    let ids = serde_json::to_string(&ids)
+                        .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
+                    sqlx::query(&statements.probes)
+                        .bind(account_id)
+                        .bind(&ids)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(&statements.deliveries)
+                        .bind(account_id)
+                        .bind(&ids)
+                        .bind(gone.as_str())
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(&statements.snippets)
+                        .bind(account_id)
+                        .bind(&ids)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(&statements.events)
+                        .bind(account_id)
+                        .bind(&ids)
+                        .bind(gone.as_str())
+                        .bind(erasure.map(|e| &e.id))
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let mut done = false;
+                if let Some(erasure) = erasure {
+                    let settled = taken < BATCH && now >= erasure.created_at + SETTLE_MS;
+                    done = settled;
+                    sqlx::query(
+                        "UPDATE kxp_erasures SET events = events + $3, \
+                         status = CASE WHEN $4 THEN 'done' ELSE status END, \
+                         finished_at = CASE WHEN $4 THEN $5 ELSE finished_at END \
+                         WHERE account_id = $1 AND id = $2",
                     )
                     .bind(account_id)
-                    .bind(&erasure.tag)
-                    .bind(erasure.created_at)
-                    .bind(BATCH as i64)
-                    .fetch_all(&mut *tx)
-                    .await?
-                }
-                Batch::Expired(ids) => ids,
-            };
-            let taken = ids.len() as u64;
-            if taken > 0 {
-                let ids = serde_json::to_string(&ids)
-                    .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
-                sqlx::query(&statements.deliveries)
-                    .bind(account_id)
-                    .bind(&ids)
-                    .bind(gone.as_str())
+                    .bind(&erasure.id)
+                    .bind(i64::try_from(taken).unwrap_or(i64::MAX))
+                    .bind(settled)
                     .bind(now)
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query(&statements.snippets)
-                    .bind(account_id)
-                    .bind(&ids)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(&statements.events)
-                    .bind(account_id)
-                    .bind(&ids)
-                    .bind(gone.as_str())
-                    .bind(erasure)
-                    .execute(&mut *tx)
-                    .await?;
-                if let Some(erasure) = erasure {
-                    sqlx::query(
-                        "UPDATE kxp_erasures SET events = events + $3 WHERE account_id = $1 AND id = $2",
-                    )
-                    .bind(account_id)
-                    .bind(erasure)
-                    .bind(i64::try_from(taken).unwrap_or(i64::MAX))
-                    .execute(&mut *tx)
-                    .await?;
                 }
+                tx.commit().await?;
+                Ok(Some(Taken {
+                    events: taken,
+                    done,
+                }))
             }
-            tx.commit().await?;
-            taken
+            .await;
+            if sqlite {
+                // Back to the default before the connection serves the pool again.
+                sqlx::query("PRAGMA secure_delete = OFF")
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            outcome?
         }))
+    }
+
+    /// Moves SQLite's WAL into the database file and empties it, so the old copies of the
+    /// pages an erasure or an expiry rewrote are gone from the files a backup copies. Nothing
+    /// to do on PostgreSQL (its old row versions go when vacuum reuses their space).
+    pub(crate) async fn checkpoint_erased(&self) -> Result<(), StoreError> {
+        if let Db::Sqlite(pool) = self {
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(pool)
+                .await?;
+        }
+        Ok(())
     }
 }

@@ -3,6 +3,7 @@
 //! listing them newest first (by tag on the tags' index).
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -17,8 +18,24 @@ use crate::store::backend::{Backend, NewDelivery};
 use crate::store::{Db, StoreError, on_db};
 
 /// The account's event by id: `$1` the account, `$2` the event.
-pub(crate) const EVENT_BY_ID: &str = "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
-     FROM kxp_events WHERE account_id = $1 AND id = $2";
+pub(crate) static EVENT_BY_ID: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM kxp_events e WHERE e.account_id = $1 AND e.id = $2",
+        event_columns("$3", "$1")
+    )
+});
+
+/// The columns of an [`Event`] read from `kxp_events e` (of the account `account`): its
+/// `payload_gone` says `expired` or `erased` as soon as its payload may no longer be shown
+/// (`now`: past its retention, or covered by a running erasure), before retention or the
+/// erasure's batch has removed it.
+pub(crate) fn event_columns(now: &str, account: &str) -> String {
+    format!(
+        "e.id, e.account_id, e.event_type, e.api_version, e.payload, e.created_at, e.request_hash, \
+         {} AS payload_gone, e.erasure_id",
+        crate::store::claim::withheld(now, account)
+    )
+}
 
 /// Ingests `item` on the transaction `conn`, at `now`: the event, its tags and one delivery per
 /// subscribed endpoint, idempotent by key.
@@ -369,15 +386,16 @@ impl Db {
             None => (i64::MAX, ""),
         };
         let events = on_db!(self, |pool| {
-            sqlx::query_as::<_, Event>(
-                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
-                 FROM kxp_events WHERE account_id = $1 AND (created_at, id) < ($2, $3) \
-                 ORDER BY created_at DESC, id DESC LIMIT $4",
-            )
+            sqlx::query_as::<_, Event>(&format!(
+                "SELECT {} FROM kxp_events e WHERE e.account_id = $1 AND (e.created_at, e.id) < ($2, $3) \
+                 ORDER BY e.created_at DESC, e.id DESC LIMIT $4",
+                event_columns("$5", "$1")
+            ))
             .bind(account_id)
             .bind(before_at)
             .bind(before_id)
             .bind(limit)
+            .bind(now_ms())
             .fetch_all(pool)
             .await?
         });
@@ -425,13 +443,14 @@ impl Db {
         item: &Ingest,
     ) -> Result<Option<Ingested>, StoreError> {
         let existing = on_db!(self, |pool| {
-            sqlx::query_as::<_, Event>(
-                "SELECT id, account_id, event_type, api_version, payload, created_at, request_hash, payload_gone, erasure_id \
-                 FROM kxp_events WHERE account_id = $1 AND (idempotency_key = $2 OR id = $3) LIMIT 1",
-            )
+            sqlx::query_as::<_, Event>(&format!(
+                "SELECT {} FROM kxp_events e WHERE e.account_id = $1 AND (e.idempotency_key = $2 OR e.id = $3) LIMIT 1",
+                event_columns("$4", "$1")
+            ))
             .bind(item.account.id.as_str())
             .bind(&item.idempotency)
             .bind(&item.id)
+            .bind(now_ms())
             .fetch_optional(pool)
             .await?
         });
@@ -445,9 +464,10 @@ impl Db {
         id: &EventId,
     ) -> Result<Event, StoreError> {
         on_db!(self, |pool| {
-            sqlx::query_as::<_, Event>(EVENT_BY_ID)
+            sqlx::query_as::<_, Event>(EVENT_BY_ID.as_str())
                 .bind(account_id)
                 .bind(id)
+                .bind(now_ms())
                 .fetch_optional(pool)
                 .await?
         })

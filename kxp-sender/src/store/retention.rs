@@ -1,7 +1,6 @@
 //! Retention's SQL: what finished data is deleted, in small batches so no lock is held for
 //! long. The rules are in [`crate::engine`]'s retention loop docs.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::model::{
@@ -73,10 +72,14 @@ pub struct Purged {
     pub sessions: u64,
 }
 
-/// A finished delivery that may go once `$1` is past: delivered, erased or expired (its
-/// event's payload gone first), or dead and replayed.
-const FINISHED: &str = "(status IN ('delivered', 'erased', 'expired') OR (status = 'dead' AND replayed_by IS NOT NULL)) \
+/// A finished delivery that may go once `$1` is past: delivered, or dead and replayed (on
+/// the `kxp_deliveries_finished` index).
+const FINISHED: &str = "(status = 'delivered' OR (status = 'dead' AND replayed_by IS NOT NULL)) \
      AND updated_at < $1";
+
+/// A delivery that ended because its event's payload went (erased or expired), once `$1` is
+/// past (on the `kxp_deliveries_gone` index).
+const GONE: &str = "status IN ('erased', 'expired') AND updated_at < $1";
 
 /// A dead delivery never replayed that may go: dead since before `$1` (now less the
 /// dead-letter retention), its account told a day ago at least (`$1` + `{kept}` less a day).
@@ -209,12 +212,15 @@ impl Db {
             }
         }
         if let Some(cutoff) = retention.cutoff {
-            loop {
-                let (attempts, deliveries) = self.purge_deliveries(FINISHED, cutoff, scope).await?;
-                purged.attempts += attempts;
-                purged.deliveries += deliveries;
-                if deliveries < BATCH as u64 {
-                    break;
+            for which in [FINISHED, GONE] {
+                loop {
+                    let (attempts, deliveries) =
+                        self.purge_deliveries(which, cutoff, scope).await?;
+                    purged.attempts += attempts;
+                    purged.deliveries += deliveries;
+                    if deliveries < BATCH as u64 {
+                        break;
+                    }
                 }
             }
             purged.events += self
@@ -265,22 +271,28 @@ impl Db {
         Ok(())
     }
 
-    /// Tells each endpoint's account, once per delivery, of its dead deliveries never replayed
-    /// that reach the dead-letter retention (`kept` ms) within a day: they go a day after the
-    /// notice at the earliest. The deliveries are marked and the notices queued in one
-    /// transaction per batch. Answers how many endpoints were told.
+    /// Tells each endpoint's account of its dead deliveries never replayed that reach the
+    /// dead-letter retention (`kept` ms) within a day: they go a day after the notice at the
+    /// earliest. An endpoint found with such a delivery no notice covered yet is told once of
+    /// all those that reach it within two days, each marked (`dead_notice_at`) in the notice's
+    /// transaction: so an endpoint that keeps failing is told at most about once a day, not
+    /// at every pass. A deleted endpoint's are marked, untold (they cannot be replayed).
+    /// Answers how many endpoints were told.
     async fn notice_dead_letters(
         &self,
         now: i64,
         kept: i64,
         scope: Scope<'_>,
     ) -> Result<u64, StoreError> {
-        let (outer, inner) = (scope.outer(), scope.inner(""));
-        let sql = format!(
-            "UPDATE kxp_deliveries SET dead_notice_at = $1 WHERE {outer}(account_id, id) IN \
-             (SELECT account_id, id FROM kxp_deliveries WHERE status = 'dead' AND replayed_by IS NULL \
-             AND dead_notice_at IS NULL AND updated_at < $1 - {kept} + {DAY_MS}{inner} LIMIT $2) \
-             RETURNING account_id, endpoint_id"
+        let inner = scope.inner("");
+        let due = format!(
+            "SELECT DISTINCT account_id, endpoint_id FROM kxp_deliveries WHERE status = 'dead' AND replayed_by IS NULL \
+             AND dead_notice_at IS NULL AND updated_at < $1 - {kept} + {DAY_MS}{inner} LIMIT $2"
+        );
+        let mark = format!(
+            "UPDATE kxp_deliveries SET dead_notice_at = $1 WHERE account_id = $2 AND endpoint_id = $3 \
+             AND status = 'dead' AND replayed_by IS NULL AND dead_notice_at IS NULL \
+             AND updated_at < $1 - {kept} + 2 * {DAY_MS}"
         );
         let notice = DeadLettersNotice {
             count: 0,
@@ -288,40 +300,51 @@ impl Db {
         };
         let mut told = 0;
         loop {
-            let (marked, endpoints) = on_db!(self, |pool, DB| {
-                let mut tx = pool.begin_with(DB::BEGIN).await?;
-                let mut query = sqlx::query_as::<_, (AccountId, EndpointId)>(&sql)
-                    .bind(now)
-                    .bind(BATCH);
+            let endpoints: Vec<(AccountId, EndpointId)> = on_db!(self, |pool| {
+                let mut query = sqlx::query_as(&due).bind(now).bind(BATCH);
                 if let Scope::Account(account) = scope {
                     query = query.bind(account);
                 }
-                let rows = query.fetch_all(&mut *tx).await?;
-                let mut by_endpoint: BTreeMap<EndpointKey, u64> = BTreeMap::new();
-                for (account_id, endpoint_id) in &rows {
-                    *by_endpoint
-                        .entry(EndpointKey::new(account_id, endpoint_id))
-                        .or_default() += 1;
-                }
-                for (endpoint, count) in &by_endpoint {
-                    let notice = DeadLettersNotice {
-                        count: *count,
-                        ..notice.clone()
-                    };
-                    queue_notices::<DB>(
-                        &mut tx,
-                        DEAD_LETTERS_EXPIRING,
-                        endpoint,
-                        NoticeDetail::DeadLetters(&notice),
-                        now,
-                    )
-                    .await?;
-                }
-                tx.commit().await?;
-                (rows.len(), by_endpoint.len() as u64)
+                query.fetch_all(pool).await?
             });
-            told += endpoints;
-            if marked < BATCH as usize {
+            for (account_id, endpoint_id) in &endpoints {
+                let endpoint = EndpointKey::new(account_id, endpoint_id);
+                told += on_db!(self, |pool, DB| {
+                    let mut tx = pool.begin_with(DB::BEGIN).await?;
+                    let marked = sqlx::query(&mark)
+                        .bind(now)
+                        .bind(account_id)
+                        .bind(endpoint_id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    let status: Option<String> = sqlx::query_scalar(
+                        "SELECT status FROM kxp_endpoints WHERE account_id = $1 AND id = $2",
+                    )
+                    .bind(account_id)
+                    .bind(endpoint_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    let tell = marked > 0 && status.as_deref() != Some("deleted");
+                    if tell {
+                        let notice = DeadLettersNotice {
+                            count: marked,
+                            ..notice.clone()
+                        };
+                        queue_notices::<DB>(
+                            &mut tx,
+                            DEAD_LETTERS_EXPIRING,
+                            &endpoint,
+                            NoticeDetail::DeadLetters(&notice),
+                            now,
+                        )
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    u64::from(tell)
+                });
+            }
+            if endpoints.len() < BATCH as usize {
                 return Ok(told);
             }
         }

@@ -562,7 +562,11 @@ async fn every_route_is_scoped_to_the_callers_account() {
         .await;
     assert_eq!(status, 201, "{schema}");
     f.ids.insert("schema", "payment.failed/v-iso".to_owned());
+    // Done before the picture of A's rows is taken (an erasure runs for a few seconds).
     let erasure = a.client.create_erasure("order:none").await.unwrap();
+    while a.client.erasure(&erasure.id).await.unwrap().status != kxp_api::ErasureStatus::Done {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     f.ids.insert("erasure", erasure.id.into_string());
     let shared = ROUTES
         .iter()
