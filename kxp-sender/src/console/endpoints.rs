@@ -8,7 +8,7 @@
 use axum::Form;
 use axum::extract::{Path, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use kxp_api::{DEFAULT_CONFIRMATIONS, EndpointPatch, NewEndpoint, Patch};
+use kxp_api::{DEFAULT_CONFIRMATIONS, EndpointPatch, NewEndpoint, Patch, PayloadMode};
 
 use super::error::ConsoleError;
 use super::pages::{self, DeleteConfirm, EndpointForm, EndpointRow, FormFor, Frame, NewSecret};
@@ -78,6 +78,7 @@ pub(super) struct RegisterForm {
     description: String,
     timeout_ms: String,
     rate_limit: String,
+    thin: bool,
 }
 
 /// `POST /console/a/{account}/endpoints`: registers, or shows the form again with why not.
@@ -112,6 +113,7 @@ pub(super) async fn create(
     new.event_types = (!types.is_empty()).then_some(types);
     new.description = Some(form.description.clone());
     new.timeout_ms = timeout_ms;
+    new.payload = form.thin.then_some(PayloadMode::Thin);
     new.rate_limit_per_second = match rate_limit.map(u32::try_from) {
         None => None,
         Some(Ok(n)) => Some(n),
@@ -150,6 +152,7 @@ impl RegisterForm {
             description: self.description,
             timeout_ms: self.timeout_ms,
             rate_limit: self.rate_limit,
+            thin: self.thin,
         }
     }
 
@@ -177,6 +180,11 @@ impl RegisterForm {
         });
         patch.description = Some(self.description.clone());
         patch.timeout_ms = whole_number(&self.timeout_ms, "the timeout")?;
+        patch.payload = Some(if self.thin {
+            PayloadMode::Thin
+        } else {
+            PayloadMode::Full
+        });
         patch.rate_limit_per_second = match whole_number(&self.rate_limit, "the rate limit")? {
             None => Patch::Clear,
             Some(n) => Patch::Set(u32::try_from(n).map_err(|_| "the rate limit is too large")?),
@@ -196,6 +204,7 @@ impl RegisterForm {
                 "description" => form.description = value,
                 "timeout_ms" => form.timeout_ms = value,
                 "rate_limit" => form.rate_limit = value,
+                "thin" => form.thin = true,
                 _ => {}
             }
         }
@@ -329,6 +338,7 @@ pub(super) async fn edit_form(
             .rate_limit_per_second
             .map(|n| n.to_string())
             .unwrap_or_default(),
+        thin: endpoint.payload_mode == PayloadMode::Thin,
     };
     let purpose = FormFor::Edit(&endpoint);
     Ok(page(pages::endpoint_form(

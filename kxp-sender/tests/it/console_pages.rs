@@ -133,6 +133,7 @@ async fn an_endpoint_registered_from_the_console_shows_its_secret_once() {
             ("other_types", "payment.succeeded, refund.*"),
             ("description", "orders <b>service</b>"),
             ("timeout_ms", "2000"),
+            ("thin", "on"),
         ],
     )
     .await;
@@ -146,6 +147,7 @@ async fn an_endpoint_registered_from_the_console_shows_its_secret_once() {
     let endpoints = s.api.client.all_endpoints().await.unwrap();
     assert_eq!(endpoints.len(), 1);
     assert_eq!(endpoints[0].event_types, ["payment.succeeded", "refund.*"]);
+    assert_eq!(endpoints[0].payload, kxp_api::PayloadMode::Thin);
     assert!(endpoint_page.ends_with(endpoints[0].id.as_str()));
     let (_, shown) = page(&b, &endpoint_page, &cookie).await;
     let secret = shown
@@ -168,6 +170,7 @@ async fn an_endpoint_registered_from_the_console_shows_its_secret_once() {
         shown.contains("orders &lt;b&gt;service&lt;/b&gt;"),
         "escaped: {shown}"
     );
+    assert!(shown.contains("a thin notice (id, type, time)"), "{shown}");
     // Shown once: a reload has it no more.
     let (_, again) = page(&b, &endpoint_page, &cookie).await;
     assert!(
@@ -279,6 +282,11 @@ async fn an_endpoint_registered_from_the_console_shows_its_secret_once() {
     assert_eq!(listed[0].event_types, ["payment.*"]);
     assert_eq!(listed[0].rate_limit_per_second, Some(5));
     assert_eq!(listed[0].timeout_ms, 2000, "left empty: unchanged");
+    assert_eq!(
+        listed[0].payload,
+        kxp_api::PayloadMode::Full,
+        "the thin box left unticked"
+    );
     let (status, confirm) = page(&b, &format!("{endpoint_page}/delete"), &cookie).await;
     assert_eq!(status, 200);
     assert!(

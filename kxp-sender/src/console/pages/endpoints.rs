@@ -33,6 +33,8 @@ pub(in crate::console) struct EndpointForm {
     pub timeout_ms: String,
     /// The rate limit per second, as typed.
     pub rate_limit: String,
+    /// Thin deliveries ([`kxp_api::PayloadMode::Thin`]).
+    pub thin: bool,
 }
 
 /// A secret shown once, right after it was made.
@@ -237,6 +239,10 @@ pub(in crate::console) fn endpoint_form(
             input #timeout_ms type="number" name="timeout_ms" min="100" max="30000" value=(form.timeout_ms);
             label for="rate_limit" { "Rate limit (deliveries per second; empty: none)" }
             input #rate_limit type="number" name="rate_limit" min="1" max="10000" value=(form.rate_limit);
+            span.check {
+                input #thin type="checkbox" name="thin" value="on" checked[form.thin];
+                label for="thin" { "Thin deliveries: send only the event's id, type and time; the receiver fetches the event (kxp-axum or kxp-actix with " code { "thin_events" } ")" }
+            }
             button type="submit" { (button) }
         }
     };
@@ -293,6 +299,9 @@ pub(in crate::console) fn endpoint(
             dt { "Payload encryption" } dd { @match &endpoint.encryption_jwk {
                 Some(jwk) => { code { "data" } " sent encrypted as " code { "data_jwe" } " to " (super::events::key_name(jwk)) }
                 None => { "none: " code { "data" } " is sent in the clear" } } }
+            dt { "Deliveries carry" } dd { @if endpoint.payload_mode == kxp_api::PayloadMode::Thin {
+                "a thin notice (id, type, time): the receiver fetches the event"
+            } @else { "the whole event" } }
             dt { "Trace propagation" } dd { @if endpoint.trace_propagation {
                 "on: each delivery carries a " code { "traceparent" } " naming its attempt's span"
             } @else { "off: deliveries carry no " code { "traceparent" } } }
