@@ -146,6 +146,8 @@ impl Receiver {
     ) -> Result<Accepted<B>, Rejection> {
         let verified = match self.inner.decryption.as_slice() {
             [] => verified,
+            // A thin notice carries no `data` to decrypt: the event fetched for it does.
+            _ if verified.verified().envelope().is_ok_and(|e| e.is_thin()) => verified,
             keys => decrypt(&verified, keys).map_err(Rejection::Decryption)?,
         };
         // The envelope borrowed, not parsed into an `Event`: the id is all that is kept, and
@@ -318,3 +320,33 @@ impl fmt::Display for FromEnvError {
 }
 
 impl std::error::Error for FromEnvError {}
+
+#[cfg(test)]
+mod tests {
+    use kxp_jwe::Curve;
+    use kxp_verify::{Secret, Signer, Verifier};
+
+    use super::{DecryptionKey, Receiver, Rejection};
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn check(receiver: &Receiver, body: &str) -> Result<String, Rejection> {
+        let signature = Signer::new(Secret::new(SECRET).unwrap())
+            .sign(1_764_464_523, body.as_bytes())
+            .to_string();
+        receiver
+            .check(signature.as_bytes(), body.as_bytes().to_vec())
+            .map(|accepted| accepted.event_id().to_owned())
+    }
+
+    #[test]
+    fn a_receiver_that_decrypts_takes_a_thin_notice_and_still_refuses_clear_data() {
+        let receiver = Receiver::new(Verifier::new(Secret::new(SECRET).unwrap()))
+            .clock(|| 1_764_464_523)
+            .decrypt_with(DecryptionKey::generate(Curve::P256, None));
+        let thin = r#"{"id":"evt_1","type":"t","api_version":"v","created_at":"c","thin":true}"#;
+        assert_eq!(check(&receiver, thin).unwrap(), "evt_1");
+        let clear = r#"{"id":"evt_2","type":"t","api_version":"v","created_at":"c","data":{"card":"4242"}}"#;
+        assert_eq!(check(&receiver, clear).unwrap_err().code(), "not_encrypted");
+    }
+}

@@ -127,6 +127,7 @@ pub struct Envelope<'a> {
     event_type: Cow<'a, str>,
     api_version: Cow<'a, str>,
     created_at: Cow<'a, str>,
+    thin: bool,
 }
 
 #[derive(Deserialize)]
@@ -155,6 +156,12 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<IgnoredAny>,
 }
 
 impl Envelope<'_> {
+    /// Whether this is a thin notice (`"thin": true`, no `data`): an endpoint with `"payload":
+    /// "thin"` is sent these, and the receiver fetches the event itself.
+    pub fn is_thin(&self) -> bool {
+        self.thin
+    }
+
     /// The event id: the dedup key.
     pub fn id(&self) -> &str {
         &self.id
@@ -209,6 +216,7 @@ impl<'b> Verified<'b> {
             event_type: wire.event_type,
             api_version: wire.api_version,
             created_at: wire.created_at,
+            thin: wire.thin,
         })
     }
 }

@@ -170,7 +170,10 @@ async fn an_endpoint_registered_from_the_console_shows_its_secret_once() {
         shown.contains("orders &lt;b&gt;service&lt;/b&gt;"),
         "escaped: {shown}"
     );
-    assert!(shown.contains("a thin notice (id, type, time)"), "{shown}");
+    assert!(
+        shown.contains("a thin notice (id, type, version, time)"),
+        "{shown}"
+    );
     // Shown once: a reload has it no more.
     let (_, again) = page(&b, &endpoint_page, &cookie).await;
     assert!(

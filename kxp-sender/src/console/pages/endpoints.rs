@@ -241,7 +241,7 @@ pub(in crate::console) fn endpoint_form(
             input #rate_limit type="number" name="rate_limit" min="1" max="10000" value=(form.rate_limit);
             span.check {
                 input #thin type="checkbox" name="thin" value="on" checked[form.thin];
-                label for="thin" { "Thin deliveries: send only the event's id, type and time; the receiver fetches the event (kxp-axum or kxp-actix with " code { "thin_events" } ")" }
+                label for="thin" { "Thin deliveries: send only the event's id, type, version and time; the receiver fetches the event (kxp-axum or kxp-actix with " code { "thin_events" } ")" }
             }
             button type="submit" { (button) }
         }
@@ -300,7 +300,7 @@ pub(in crate::console) fn endpoint(
                 Some(jwk) => { code { "data" } " sent encrypted as " code { "data_jwe" } " to " (super::events::key_name(jwk)) }
                 None => { "none: " code { "data" } " is sent in the clear" } } }
             dt { "Deliveries carry" } dd { @if endpoint.payload_mode == kxp_api::PayloadMode::Thin {
-                "a thin notice (id, type, time): the receiver fetches the event"
+                "a thin notice (id, type, version, time): the receiver fetches the event"
             } @else { "the whole event" } }
             dt { "Trace propagation" } dd { @if endpoint.trace_propagation {
                 "on: each delivery carries a " code { "traceparent" } " naming its attempt's span"

@@ -120,7 +120,7 @@ pub(in crate::console) fn event(
                         }
                     }
                 }
-                @if frame.may_change && d.replayed_by.is_none()
+                @if frame.may_change && d.replayed_by.is_none() && event.gone().is_none()
                     && matches!(d.status, DeliveryStatus::Dead | DeliveryStatus::Delivered) && view.endpoint.is_some() {
                     form.inline method="post" action=(frame.url(&format!("/deliveries/{}/replay", d.id))) {
                         (frame.csrf())
