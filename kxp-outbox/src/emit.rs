@@ -103,3 +103,23 @@ async fn write<DB: Backend>(
     DB::insert(tx, &row, id.as_str(), &request, crate::relay::now_ms()).await?;
     Ok(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{NewEvent, stored};
+
+    #[test]
+    fn a_stored_request_keeps_the_events_retention_and_tags() {
+        let event = NewEvent::new(
+            "customer.updated",
+            &serde_json::json!({"email": "a@b.example"}),
+        )
+        .unwrap()
+        .retention_days(7)
+        .tags(["customer:cus_9"]);
+        let (back, trace) = stored(&serde_json::to_string(&event).unwrap()).unwrap();
+        assert_eq!(back.retention_days, Some(7));
+        assert_eq!(back.tags, vec!["customer:cus_9".to_owned()]);
+        assert!(trace.is_none());
+    }
+}
