@@ -121,7 +121,10 @@ fn per_claim(claims: &[Duration]) -> f64 {
 
 /// Claims with `Db::claim` until `rows` are taken; `capped` may take none.
 async fn claim_ours(db: &Db, rows: usize, capped: Option<&str>) -> Result<Vec<Duration>, BoxError> {
-    let caps: Vec<(EndpointId, usize)> = capped.map(|id| (EndpointId::from(id), 0)).into_iter().collect();
+    let caps: Vec<(EndpointId, usize)> = capped
+        .map(|id| (EndpointId::from(id), 0))
+        .into_iter()
+        .collect();
     let mut taken = 0;
     let mut times = Vec::new();
     while taken < rows {
@@ -133,11 +136,7 @@ async fn claim_ours(db: &Db, rows: usize, capped: Option<&str>) -> Result<Vec<Du
         if jobs.is_empty() {
             return Err(format!("Db::claim found nothing after {taken} of {rows}").into());
         }
-        if capped.is_some()
-            && jobs
-                .iter()
-                .any(|id| id.as_str().starts_with("dlv_backlog"))
-        {
+        if capped.is_some() && jobs.iter().any(|id| id.as_str().starts_with("dlv_backlog")) {
             return Err("Db::claim took a capped endpoint's delivery".into());
         }
         taken += jobs.len();

@@ -370,8 +370,13 @@ async fn a_407_is_the_proxys_failure_and_the_urls_credentials_answer_it() {
         why.contains("407") && why.contains("wants credentials"),
         "{h}"
     );
+    // Put back untried, and claimed again at the next poll (so `delivering` for a moment):
+    // never counted as an attempt.
     for delivery in s.api.deliveries_of(&event).await {
-        assert_eq!(delivery["status"], "pending", "{delivery}");
+        assert!(
+            ["pending", "delivering"].contains(&delivery["status"].as_str().unwrap_or_default()),
+            "{delivery}"
+        );
         assert_eq!(delivery["attempts"], 0, "{delivery}");
     }
     s.server.shutdown().await;

@@ -88,7 +88,12 @@ fn deliveries(account: &str, status: Option<&str>, endpoint: Option<&str>) -> (S
 }
 
 /// A [`Q`] of `Db::deliveries`.
-fn deliveries_q(name: &'static str, account: &str, status: Option<&str>, endpoint: Option<&str>) -> Q {
+fn deliveries_q(
+    name: &'static str,
+    account: &str,
+    status: Option<&str>,
+    endpoint: Option<&str>,
+) -> Q {
     let (sql, params) = deliveries(account, status, endpoint);
     Q {
         name,

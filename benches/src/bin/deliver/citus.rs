@@ -134,7 +134,9 @@ impl Cluster {
     pub async fn snapshot(&self, db: &str) -> Snapshot {
         let mut snapshot = Snapshot::default();
         for node in &self.nodes {
-            snapshot.cpu.push(postmaster(&node.dir).map_or(0.0, procfs::tree_cpu_seconds));
+            snapshot
+                .cpu
+                .push(postmaster(&node.dir).map_or(0.0, procfs::tree_cpu_seconds));
             let (statements, commits) = match pool(node.port, db).await {
                 Ok(pool) => {
                     let statements = sqlx::query_scalar::<_, i64>(

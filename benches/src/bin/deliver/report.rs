@@ -382,7 +382,9 @@ fn citus_nodes(configs: &[Config], results: &[(usize, Measured)]) {
                 "| {} | {} | {} | {} |",
                 node.name,
                 thousands(median(
-                    mine.iter().map(|m| m.per_event_us(m.nodes[n].cpu)).collect()
+                    mine.iter()
+                        .map(|m| m.per_event_us(m.nodes[n].cpu))
+                        .collect()
                 )),
                 per_event(&|cost| cost.statements.map(|s| s as f64)),
                 per_event(&|cost| cost.commits.map(|s| s as f64)),
