@@ -263,10 +263,7 @@ impl Db {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let list = match self {
-            Db::Sqlite(_) => "(SELECT value FROM json_each($2))",
-            Db::Postgres(_) | Db::Citus(_) => "(SELECT jsonb_array_elements_text($2::jsonb))",
-        };
+        let list = super::erasures::batch_ids(self);
         let sql = format!(
             "SELECT e.id, {} AS gone FROM kxp_events e WHERE e.account_id = $1 AND e.id IN {list}",
             crate::store::claim::withheld("$3", "$1")

@@ -68,7 +68,7 @@ const UNFINISHED: &str =
 pub(crate) const SETTLE_MS: i64 = 5_000;
 
 /// The event ids of a batch, `$2` (a JSON array), as each database reads one.
-fn batch_ids(db: &Db) -> &'static str {
+pub(super) fn batch_ids(db: &Db) -> &'static str {
     match db {
         Db::Sqlite(_) => "(SELECT value FROM json_each($2))",
         Db::Postgres(_) | Db::Citus(_) => "(SELECT jsonb_array_elements_text($2::jsonb))",
