@@ -205,10 +205,15 @@ impl<'b> Verified<'b> {
     pub fn envelope(&self) -> Result<Envelope<'b>, EnvelopeError> {
         let wire: EnvelopeWire<'b> = read(self.body())?;
         if wire.data.is_none() && !wire.thin {
-            return Err(EnvelopeError::because(
-                EnvelopeErrorKind::InvalidEnvelope,
-                "missing field `data`",
-            ));
+            // Rare, so read again the way `parse` does: its error, with the same position.
+            return Err(read::<Wire<IgnoredAny>>(self.body())
+                .err()
+                .unwrap_or_else(|| {
+                    EnvelopeError::because(
+                        EnvelopeErrorKind::InvalidEnvelope,
+                        "missing field `data`",
+                    )
+                }));
         }
         check_id(&wire.id)?;
         Ok(Envelope {
