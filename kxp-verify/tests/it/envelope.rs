@@ -170,7 +170,9 @@ fn only_a_thin_notice_may_leave_out_data_and_it_never_parses_as_an_event() {
         let verified = verifier.verify(&header, body, NOW).unwrap();
         (
             verified.envelope().map(|e| e.id().to_owned()),
-            verified.parse::<serde_json::Value>().map(|e| e.id().to_owned()),
+            verified
+                .parse::<serde_json::Value>()
+                .map(|e| e.id().to_owned()),
         )
     };
     let thin = br#"{"id":"e","type":"t","api_version":"v","created_at":"c","thin":true}"#;
