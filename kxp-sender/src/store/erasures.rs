@@ -76,13 +76,13 @@ pub(super) fn batch_ids(db: &Db) -> &'static str {
 }
 
 /// The statements that make the payloads of a batch's events gone (`$1` the account, `$2` the
-/// events): a half-open circuit whose probe is one of their deliveries opens again (`$3` now,
-/// the probe's time: another pending delivery is released as the probe, or the circuit would
-/// wait on a probe that never comes), the deliveries not delivered end (`$3` their status, `$4`
-/// now), the snippets go, and the payloads (`$3` the reason, `$4` the erasure, if one).
+/// events): the deliveries not delivered end (`$3` their status, `$4` now), a half-open circuit
+/// whose probe is one of them opens again (`$3` now, the probe's time: another pending delivery
+/// is released as the probe, or the circuit would wait on a probe that never comes), the
+/// snippets go, and the payloads (`$3` the reason, `$4` the erasure, if one).
 struct GoneStatements {
-    probes: String,
     deliveries: String,
+    probes: String,
     snippets: String,
     events: String,
 }
@@ -356,16 +356,18 @@ impl Db {
                 if taken > 0 {
                     let ids = serde_json::to_string(&ids)
                         .map_err(|e| StoreError::Database(sqlx::Error::Encode(Box::new(e))))?;
-                    sqlx::query(&statements.probes)
-                        .bind(account_id)
-                        .bind(&ids)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
+                    // Deliveries before endpoints, the order the recorder locks them in, so
+                    // that the two never wait on each other's rows in a cycle.
                     sqlx::query(&statements.deliveries)
                         .bind(account_id)
                         .bind(&ids)
                         .bind(gone.as_str())
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(&statements.probes)
+                        .bind(account_id)
+                        .bind(&ids)
                         .bind(now)
                         .execute(&mut *tx)
                         .await?;
