@@ -37,6 +37,12 @@ CORPUS = FUZZ_DIR / "corpus"
 MAX_BODY = 4096
 # A seed longer than this would not fit the verify layout's u16 header length.
 MAX_HEADER = 0xFFFF
+ENVELOPE_FORMS = [
+    ("thin_notice", b'{"id":"evt_1","type":"payment.succeeded","api_version":"2026-11-01",'
+                    b'"created_at":"2026-11-30T01:02:03Z","thin":true}'),
+    ("thin_beside_data", b'{"id":"evt_1","type":"payment.succeeded","api_version":"2026-11-01",'
+                         b'"created_at":"2026-11-30T01:02:03Z","data":{"amount":1999},"thin":true}'),
+]
 
 
 def seeds(vector):
@@ -98,6 +104,12 @@ def main():
             seen[target].add(data)
             (CORPUS / target / vector["name"]).write_bytes(data)
             written[target] += 1
+
+    # Envelope forms no signature vector has, so the fuzzer starts from each reading of
+    # `Verified::envelope`: a thin notice (no `data`), and `thin` beside `data` (a full event).
+    for name, body in ENVELOPE_FORMS:
+        (CORPUS / "envelope" / name).write_bytes(body)
+        written["envelope"] += 1
 
     for target, count in written.items():
         print(f"corpus/{target}: {count} seeds")

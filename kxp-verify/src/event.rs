@@ -130,6 +130,9 @@ pub struct Envelope<'a> {
     thin: bool,
 }
 
+/// What [`Verified::envelope`] reads: [`Wire`]'s fields in [`Wire`]'s order (serde reports the
+/// first missing one), borrowed, with `data` required but skipped, so that it accepts and
+/// refuses exactly what `parse` does, with the same errors.
 #[derive(Deserialize)]
 struct EnvelopeWire<'a> {
     #[serde(borrow)]
@@ -140,19 +143,24 @@ struct EnvelopeWire<'a> {
     api_version: Cow<'a, str>,
     #[serde(borrow)]
     created_at: Cow<'a, str>,
-    // Present and well-formed, like `Event`'s, but not kept; absent only from a thin notice.
-    #[serde(rename = "data", default, deserialize_with = "present")]
-    data: Option<IgnoredAny>,
-    // `true` on a thin notice (`{"id","type","api_version","created_at","thin":true}`): an
-    // endpoint with `"payload": "thin"` is sent these, and the receiver fetches the event.
-    #[serde(default)]
-    thin: bool,
+    #[serde(rename = "data")]
+    _data: IgnoredAny,
 }
 
-/// `Some` for a field that is there, `null` included (`None` is only the default of an
-/// absent one).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<IgnoredAny>, D::Error> {
-    IgnoredAny::deserialize(d).map(Some)
+/// A thin notice, `{"id","type","api_version","created_at","thin":true}`: an endpoint with
+/// `"payload": "thin"` is sent these, and the receiver fetches the event. Read only once
+/// [`EnvelopeWire`] found `data` missing, so a full event is parsed once.
+#[derive(Deserialize)]
+struct ThinWire<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow)]
+    created_at: Cow<'a, str>,
+    thin: bool,
 }
 
 impl Envelope<'_> {
@@ -200,29 +208,36 @@ impl<'b> Verified<'b> {
         })
     }
 
-    /// Reads the [`Envelope`] of the verified body, with the checks and errors of
-    /// [`parse`](Verified::parse), borrowing instead of copying.
+    /// Reads the [`Envelope`] of the verified body, borrowing instead of copying: what
+    /// [`parse`](Verified::parse) accepts, with its checks and errors, and a thin notice
+    /// ([`Envelope::is_thin`]), which `parse` refuses for its missing `data`.
     pub fn envelope(&self) -> Result<Envelope<'b>, EnvelopeError> {
-        let wire: EnvelopeWire<'b> = read(self.body())?;
-        if wire.data.is_none() && !wire.thin {
-            // Rare, so read again the way `parse` does: its error, with the same position.
-            return Err(read::<Wire<IgnoredAny>>(self.body())
-                .err()
-                .unwrap_or_else(|| {
-                    EnvelopeError::because(
-                        EnvelopeErrorKind::InvalidEnvelope,
-                        "missing field `data`",
-                    )
-                }));
-        }
-        check_id(&wire.id)?;
-        Ok(Envelope {
-            id: wire.id,
-            event_type: wire.event_type,
-            api_version: wire.api_version,
-            created_at: wire.created_at,
-            thin: wire.thin,
-        })
+        let envelope = match read::<EnvelopeWire<'b>>(self.body()) {
+            Ok(wire) => Envelope {
+                id: wire.id,
+                event_type: wire.event_type,
+                api_version: wire.api_version,
+                created_at: wire.created_at,
+                thin: false,
+            },
+            Err(error) if error.reason == Some(MISSING_DATA) => {
+                match read::<ThinWire<'b>>(self.body()) {
+                    Ok(wire) if wire.thin => Envelope {
+                        id: wire.id,
+                        event_type: wire.event_type,
+                        api_version: wire.api_version,
+                        created_at: wire.created_at,
+                        thin: true,
+                    },
+                    // Not a thin notice either: an event without `data`, refused as `parse`
+                    // refuses it.
+                    _ => return Err(error),
+                }
+            }
+            Err(error) => return Err(error),
+        };
+        check_id(&envelope.id)?;
+        Ok(envelope)
     }
 }
 
@@ -275,6 +290,10 @@ fn check_id(id: &str) -> Result<(), EnvelopeError> {
     }
 }
 
+/// The reason of an event without `data`, which [`Verified::envelope`] then reads as a thin
+/// notice.
+const MISSING_DATA: &str = "missing field `data`";
+
 /// Names the missing envelope field, if that is what went wrong. serde_json's other messages
 /// can quote the body, so only this one is passed on.
 fn missing_field(error: &serde_json::Error) -> Option<&'static str> {
@@ -285,7 +304,7 @@ fn missing_field(error: &serde_json::Error) -> Option<&'static str> {
         "missing field `type`",
         "missing field `api_version`",
         "missing field `created_at`",
-        "missing field `data`",
+        MISSING_DATA,
     ]
     .into_iter()
     .find(|reason| message.starts_with(reason))

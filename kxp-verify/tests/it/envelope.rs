@@ -189,4 +189,23 @@ fn only_a_thin_notice_may_leave_out_data_and_it_never_parses_as_an_event() {
         // The same error as `parse`, position included: the fuzz target holds them to it.
         assert_eq!(Err(error), parsed);
     }
+    // Found by the fuzz target: an event without `data` and with trailing bytes is refused
+    // for the missing field by both (serde finds it before the trailing bytes), and `thin`
+    // with data, or of another type, is just an unknown field of a full event.
+    let (envelope, parsed) =
+        verify(br#"{"id":"e","type":"t","api_version":"v","created_at":"c","daTa":{}}}"#);
+    assert_eq!(envelope, parsed);
+    assert_eq!(
+        envelope.unwrap_err().to_string(),
+        "invalid_envelope: missing field `data`"
+    );
+    for body in [
+        &br#"{"id":"e","type":"t","api_version":"v","created_at":"c","data":{},"thin":true}"#[..],
+        br#"{"id":"e","type":"t","api_version":"v","created_at":"c","data":{},"thin":"yes"}"#,
+        br#"{"id":"e","type":"t","api_version":"v","created_at":"c","data":{},"thin":1,"thin":2}"#,
+    ] {
+        let (envelope, parsed) = verify(body);
+        assert_eq!(envelope, Ok("e".to_owned()));
+        assert_eq!(parsed, Ok("e".to_owned()));
+    }
 }
