@@ -160,11 +160,35 @@ impl Drop for PgDatabase {
 }
 
 async fn drop_database(admin_url: &str, name: &str) -> Result<(), sqlx::Error> {
+    roll_back_prepared(&with_database(admin_url, name)).await;
     let mut admin = PgConnection::connect(admin_url).await?;
     sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
         .execute(&mut admin)
         .await?;
     admin.close().await
+}
+
+/// Rolls back the two-phase commits left prepared in the database at `url`, if it is there. A
+/// Citus test that crashes a worker can leave one on it, which Citus would resolve from the
+/// coordinator's database, the one being dropped: left, it refuses the drop and makes every
+/// later shard move on that node wait for it for ever (a logical replication slot waits for
+/// every open transaction of the server).
+async fn roll_back_prepared(url: &str) {
+    let Ok(mut conn) = PgConnection::connect(url).await else {
+        return;
+    };
+    let prepared: Vec<String> =
+        sqlx::query_scalar("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_default();
+    for gid in prepared {
+        let statement = format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"));
+        if let Err(e) = sqlx::query(&statement).execute(&mut conn).await {
+            eprintln!("kxp-testkit: could not roll back the prepared transaction {gid}: {e}");
+        }
+    }
+    let _ = conn.close().await;
 }
 
 /// `admin_url` with its database name replaced by `name`, the query string kept.
